@@ -1,0 +1,123 @@
+#pragma once
+// The one RecordFunction observer through which the probe sees ATen calls.
+//
+// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
+// in a process-wide slot. The callback is global (not thread-local) because autograd runs
+// backward on its own threads and users run models on several; it is registered only between
+// attach() and detach(), so a debugger that is not started costs nothing at all.
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "op_registry.hpp"
+
+namespace torchprobe::capture {
+
+// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
+// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
+// returns comes back to `on_api_end` with the outputs.
+class ApiHandler;
+
+// A call in flight. It owns a reference to its handler, so a call that is still running when
+// the debugger stops (a backward thread, say) finishes safely.
+struct CallContext : at::ObserverContext {
+  std::shared_ptr<ApiHandler> handler;
+};
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  // Return nullptr to ignore the call.
+  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
+  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+};
+
+class ApiObserver {
+ public:
+  ApiObserver() = default;
+  ApiObserver(const ApiObserver&) = delete;
+  ApiObserver& operator=(const ApiObserver&) = delete;
+  ~ApiObserver() { detach(); }
+
+  void attach(std::shared_ptr<ApiHandler> handler) {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ != 0) return;
+    if (std::atomic_load(&slot()))
+      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
+    // A new epoch makes every thread forget a nesting depth left over from an earlier session
+    // (a call that was in flight when the previous session detached never saw its end).
+    epoch().fetch_add(1, std::memory_order_relaxed);
+    std::atomic_store(&slot(), std::move(handler));
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .needsOutputs(true)
+                                        .scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    // Calls already in flight keep their handler alive through the context they hold.
+    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+  }
+
+  bool attached() const { return handle_ != 0; }
+
+ private:
+  struct Depth {
+    int value = 0;
+    std::uint64_t epoch = 0;
+  };
+
+  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
+  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
+  // inside a backward node from being mistaken for user calls.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    Depth& d = depth();
+    const std::uint64_t e = epoch().load(std::memory_order_relaxed);
+    if (d.epoch != e) d = Depth{0, e};
+    if (d.value++ != 0) return nullptr;
+    const OpInfo& op = OpRegistry::lookup(fn);
+    if (!op.user_api) return nullptr;
+    std::shared_ptr<ApiHandler> h = std::atomic_load(&slot());
+    if (!h) return nullptr;
+    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
+    if (ctx) ctx->handler = std::move(h);
+    return ctx;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Depth& d = depth();
+    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    if (ctx == nullptr) return;
+    // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  static Depth& depth() {
+    thread_local Depth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<ApiHandler>& slot() {
+    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& registration_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace torchprobe::capture

@@ -1,0 +1,22 @@
+#pragma once
+// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
+#include <cstdint>
+#include <optional>
+
+#include "capture/model_ref.hpp"
+#include "config/config.hpp"
+
+namespace torchprobe {
+
+class DebuggerInterface {
+ public:
+  virtual ~DebuggerInterface() = default;
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
+  virtual void stop() noexcept = 0;
+  virtual void step() = 0;
+  virtual void set_init_step(std::int64_t step) = 0;
+  virtual bool running() const = 0;
+  virtual const Config& config() const = 0;
+};
+
+}  // namespace torchprobe

@@ -1,0 +1,19 @@
+#pragma once
+// The state a running capture needs, owned jointly by the Debugger and by every call in flight:
+// a backward thread may still be finishing a call after the Debugger stopped or went away.
+#include "../config/config.hpp"
+#include "../io/error_log.hpp"
+#include "step_state.hpp"
+
+namespace torchprobe::details {
+
+template <class TaskT>
+struct DumpCore {
+  explicit DumpCore(Config c) : config(std::move(c)), task(config), state(config), errors(std::string()) {}
+  const Config config;
+  TaskT task;
+  StepState state;
+  io::ErrorLog errors;
+};
+
+}  // namespace torchprobe::details

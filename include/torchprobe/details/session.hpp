@@ -1,0 +1,70 @@
+#pragma once
+// Step numbering, rank, and whether the current step is dumped at all.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "../config/config.hpp"
+
+namespace torchprobe::details {
+
+class Session {
+ public:
+  explicit Session(const Config& config) : config_(config) {}
+
+  // Step number = set_init_step() value + number of step() calls since (msprobe's rule).
+  std::int64_t step() const { return init_step_ + loop_; }
+  void advance() { ++loop_; }
+  void set_init_step(std::int64_t s) {
+    if (s < 0) throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
+    init_step_ = s;
+    loop_ = 0;
+  }
+
+  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
+  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
+  void resolve_rank(std::optional<std::int64_t> rank_id) {
+    if (rank_id) {
+      if (*rank_id < 0) throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) + " is invalid; it must be >= 0");
+      rank_ = rank_id;
+      return;
+    }
+    rank_.reset();
+    if (const char* env = std::getenv("RANK")) {
+      char* end = nullptr;
+      const long long v = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0) rank_ = v;
+    }
+  }
+  std::optional<std::int64_t> rank() const { return rank_; }
+
+  std::string rank_dir_name() const {
+    return rank_ ? "rank" + std::to_string(*rank_) : "proc" + std::to_string(::getpid());
+  }
+  std::string step_directory() const {
+    std::string base = config_.dump_path;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    return base + "/step" + std::to_string(step()) + "/" + rank_dir_name();
+  }
+
+  // Past the last configured step nothing is dumped again.
+  bool finished() const {
+    const auto last = config_.step.max();
+    return last && step() > *last;
+  }
+  // Is this step, on this rank, one to dump? A process without a rank counts as rank 0.
+  bool dumps_now() const {
+    return !finished() && config_.step.contains(step()) && config_.rank.contains(rank_.value_or(0));
+  }
+
+ private:
+  const Config& config_;
+  std::int64_t init_step_ = 0;
+  std::int64_t loop_ = 0;
+  std::optional<std::int64_t> rank_;
+};
+
+}  // namespace torchprobe::details

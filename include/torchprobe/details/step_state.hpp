@@ -1,0 +1,96 @@
+#pragma once
+// What one step has captured so far, shared by every thread that records into it.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../config/config.hpp"
+#include "../capture/tensor_json.hpp"
+#include "../config/name_filter.hpp"
+#include "../sink/record.hpp"
+#include "../stats/device_stats.hpp"
+
+namespace torchprobe::details {
+
+class StepState {
+ public:
+  explicit StepState(const Config& config) : filter_(config) {}
+
+  struct Admission {
+    std::string name;
+    std::uint64_t order = 0;
+    bool admitted = false;
+  };
+
+  // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
+  // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
+  // call keeps its number whatever the filters say.
+  Admission begin_api_call(const std::string& key, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Admission a;
+    a.name = key + std::to_string(counters_[key]++) + ".forward";
+    a.order = next_order_++;
+    a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
+    return a;
+  }
+
+  void commit(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.push_back(std::move(r));
+  }
+
+  // Runs f(records) with the records in dump order and every deferred statistic resolved
+  // (one device-to-host copy for all of them).
+  template <class F>
+  void with_records(F&& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    resolve_pending();
+    std::stable_sort(records_.begin(), records_.end(),
+                     [](const Record& a, const Record& b) { return a.order < b.order; });
+    f(static_cast<const std::vector<Record>&>(records_));
+  }
+
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+
+  // step(): a new step starts with no records, counters at 0, and the scope range closed.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.clear();
+    counters_.clear();
+    next_order_ = 0;
+    filter_.reset();
+  }
+
+ private:
+  void resolve_pending() {
+    std::vector<std::pair<Record*, std::size_t>> where;
+    stats::DeferredStats batch;
+    for (auto& r : records_)
+      for (std::size_t k = 0; k < r.pending.size(); ++k) {
+        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
+        where.emplace_back(&r, k);
+      }
+    if (batch.empty()) return;
+    const std::vector<TensorStats> resolved = batch.resolve();
+    for (std::size_t i = 0; i < where.size(); ++i) {
+      Record& r = *where[i].first;
+      nlohmann::ordered_json& item = r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
+      put_stats(item, resolved[i]);
+    }
+    for (auto& r : records_) r.pending.clear();
+  }
+
+  mutable std::mutex mutex_;
+  NameFilter filter_;
+  std::vector<Record> records_;
+  std::unordered_map<std::string, std::int64_t> counters_;
+  std::uint64_t next_order_ = 0;
+};
+
+}  // namespace torchprobe::details

@@ -1,0 +1,164 @@
+#pragma once
+// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
+// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
+//
+// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
+//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
+//   <message>
+//   <blank line>
+// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
+// written once until reset() (the dumper calls it at every step). Logging must never make things
+// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <cxxabi.h>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "torchprobe/io/files.hpp"
+
+namespace torchprobe::io {
+
+class ErrorLog {
+ public:
+  static constexpr const char* kFileName = "dump_error_info.log";
+
+  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
+
+  // The directory the log goes to (the current rank directory); takes effect for the next entry.
+  void set_directory(std::string directory) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      dir_ = std::move(directory);
+    } catch (...) {
+    }
+  }
+  std::string directory() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return file_path_locked();
+  }
+
+  // Writes one entry unless this (what, kind) was already written since the last reset().
+  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
+  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
+  // Returns true when the entry was written (to the file, or to stderr as a fallback).
+  bool log(std::string_view what, std::string_view name, std::string_view kind,
+           std::string_view message) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
+      std::string entry = "[" + timestamp() + "] [ERROR] ";
+      entry.append(what).append(" failed: name=").append(name);
+      entry += ", pid=" + std::to_string(::getpid()) + "\n";
+      entry.append(message).append("\n\n");
+      const std::string file = file_path_locked();
+      const int err = append(file, entry);
+      if (err != 0) fallback(file, err, what, name);
+      return true;
+    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
+  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
+    try {
+      return log(what, name, type_name(e), e.what());
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // Forget which failures were reported, so that the next step reports them again.
+  void reset() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.clear();
+    } catch (...) {
+    }
+  }
+
+ private:
+  std::string file_path_locked() const {
+    if (dir_.empty()) return kFileName;
+    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
+  }
+
+  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
+  static std::string timestamp() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    char buf[64];
+    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+      return "0000-00-00 00:00:00 +0000";
+    return buf;
+  }
+
+  static std::string type_name(const std::exception& e) {
+    const char* raw = typeid(e).name();
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
+    std::free(demangled);
+    return out;
+  }
+
+  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
+  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
+  static int append(const std::string& file, const std::string& entry) {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0 && errno == ENOENT) {
+      const std::size_t slash = file.rfind('/');
+      if (slash != std::string::npos && slash != 0) {
+        try {
+          create_directories(file.substr(0, slash));
+        } catch (const IoError& e) {
+          return e.error_code();
+        }
+        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+      }
+    }
+    if (fd < 0) return errno;
+    const char* p = entry.data();
+    std::size_t left = entry.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : ENOSPC;
+        ::close(fd);
+        return err;
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
+  }
+
+  // One line on stderr; written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name) {
+    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
+                       std::string(what) + " failed: name=" + std::string(name) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  mutable std::mutex mu_;
+  std::string dir_;
+  std::set<std::pair<std::string, std::string>> seen_;
+};
+
+}  // namespace torchprobe::io

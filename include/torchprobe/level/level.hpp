@@ -1,0 +1,28 @@
+#pragma once
+// Capture level: which kinds of calls a Debugger records (msprobe's "level").
+#include <string_view>
+
+namespace torchprobe {
+
+enum class Level { L0, L1, Mix, L2 };
+
+// Compile-time facts about a level, used by Debugger to pick the capture mechanisms.
+template <Level L>
+struct LevelTraits {
+  static constexpr bool captures_apis = (L == Level::L1 || L == Level::Mix || L == Level::L2);
+  static constexpr bool captures_modules = (L == Level::L0 || L == Level::Mix);
+  static constexpr bool nested_apis = (L == Level::L2);
+};
+
+// The spelling msprobe uses in config.json and in dump.json's "level" field.
+constexpr std::string_view level_name(Level l) {
+  switch (l) {
+    case Level::L0: return "L0";
+    case Level::L1: return "L1";
+    case Level::Mix: return "mix";
+    case Level::L2: return "L2";
+  }
+  return "?";
+}
+
+}  // namespace torchprobe

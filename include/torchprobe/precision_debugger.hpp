@@ -1,0 +1,44 @@
+#pragma once
+// PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
+// the file at run time, so it picks the matching Debugger<Level, Task> instantiation.
+#include <memory>
+#include <string>
+
+#include "debugger.hpp"
+#include "debugger_interface.hpp"
+
+namespace torchprobe {
+
+class PrecisionDebugger final : public DebuggerInterface {
+ public:
+  explicit PrecisionDebugger(const std::string& config_path, Options overrides = Options())
+      : PrecisionDebugger(overrides.config_file(config_path)) {}
+  explicit PrecisionDebugger(const Options& options) : impl_(make(options)) {}
+
+  void start() { impl_->start_with(ModelRef{}, std::nullopt); }
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
+    impl_->start_with(to_model_ref(model), rank_id);
+  }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override { impl_->start_with(model, rank_id); }
+  void stop() noexcept override { impl_->stop(); }
+  void step() override { impl_->step(); }
+  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  bool running() const override { return impl_->running(); }
+  const Config& config() const override { return impl_->config(); }
+
+ private:
+  // Each (level, task) pair that is implemented gets one line here.
+  static std::unique_ptr<DebuggerInterface> make(const Options& options) {
+    const Config c = options.resolve();
+    if (c.level == Level::L1 && c.task == Task::Statistics)
+      return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
+    throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
+                      std::string(task_name(c.task)) +
+                      "\" is not available in this TorchProbe version (available: level \"L1\" with task \"statistics\")");
+  }
+
+  std::unique_ptr<DebuggerInterface> impl_;
+};
+
+}  // namespace torchprobe

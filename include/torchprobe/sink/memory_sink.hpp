@@ -1,0 +1,50 @@
+#pragma once
+// Keeps each flushed step in memory as JSON documents: for tests, and for trainers that want to
+// inspect statistics themselves instead of reading files.
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "step_dump.hpp"
+
+namespace torchprobe {
+
+class MemorySink {
+ public:
+  struct Files {
+    nlohmann::ordered_json dump, stack, construct;
+  };
+
+  void open(const std::string&) {}
+
+  void write_step(const StepDump& d) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Files& f = steps_[d.step];
+    f.dump = d.dump_json();
+    f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
+    f.construct = d.construct;
+  }
+
+  // The last flush of each step, keyed by step number.
+  std::map<std::int64_t, Files> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_;
+  }
+  const Files& step(std::int64_t n) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_.at(n);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::int64_t, Files> steps_;
+};
+
+// Records nothing: for measuring the cost of capture alone.
+class NullSink {
+ public:
+  void open(const std::string&) {}
+  void write_step(const StepDump&) {}
+};
+
+}  // namespace torchprobe

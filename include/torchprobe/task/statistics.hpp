@@ -1,0 +1,56 @@
+#pragma once
+// Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "../capture/tensor_json.hpp"
+#include "../capture/value_encoder.hpp"
+#include "../config/config.hpp"
+#include "../sink/record.hpp"
+#include "../stats/checksum.hpp"
+#include "../stats/cpu_stats.hpp"
+#include "../stats/device_stats.hpp"
+
+namespace torchprobe {
+
+class StatisticsTask {
+ public:
+  static constexpr Task kind = Task::Statistics;
+
+  explicit StatisticsTask(const Config& config) : mode_(config.summary_mode) {}
+
+  // Tensors whose statistics are reduced where they live and read back in one batch at flush.
+  // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
+  // the device path against the CPU one without a GPU).
+  void force_device_path(bool on) { force_device_ = on; }
+
+  // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
+  // as msprobe does for the gradients it captures.
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
+                                  bool gradient = false) const {
+    nlohmann::ordered_json j = tensor_header(t);
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    if (mode_ == SummaryMode::Xor) {
+      // xor mode writes no statistics; a 0-d tensor shows its value instead of a checksum.
+      if (empty) j["md5"] = nullptr;
+      else if (t.dim() == 0) j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
+      else j["md5"] = stats::xor64_hex(t);
+    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
+      put_stats(j, TensorStats{});
+    } else if (t.device().is_cpu() && !force_device_) {
+      put_stats(j, stats::cpu_stats(t));
+    } else {
+      put_stats(j, TensorStats{});  // placeholders, filled at flush
+      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+    }
+    j["requires_grad"] = gradient ? false : t.requires_grad();
+    if (mode_ == SummaryMode::Md5) j["md5"] = empty ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(stats::crc32_hex(t));
+    return j;
+  }
+
+ private:
+  SummaryMode mode_;
+  bool force_device_ = false;
+};
+
+}  // namespace torchprobe

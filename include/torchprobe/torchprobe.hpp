@@ -1,0 +1,33 @@
+#pragma once
+// TorchProbe: msprobe-compatible precision dumps for libtorch programs.
+//
+//   #include <torchprobe/torchprobe.hpp>
+//   torchprobe::Debugger<torchprobe::Level::L1, torchprobe::Task::Statistics> dbg(
+//       torchprobe::Options().dump_path("./dump"));
+//   { torchprobe::ScopedDump scope(dbg, model); auto loss = model->forward(x).sum(); loss.backward(); }
+//   dbg.step();
+
+#if __cplusplus < 201703L
+#error "TorchProbe needs C++17 (-std=c++17); the CMake target torchprobe::torchprobe sets it"
+#endif
+// libtorch ships as an NDEBUG build. Without NDEBUG its inline RecordFunction::inputs() asserts on a
+// flag the library never sets, so every capture would fail, and the struct layout differs.
+#ifndef NDEBUG
+#error "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
+#endif
+// at::parallel_for is an inline OpenMP template: without -fopenmp the statistics of large tensors
+// silently run on one thread. Define TORCHPROBE_NO_OPENMP to accept that.
+#if !defined(_OPENMP) && !defined(TORCHPROBE_NO_OPENMP)
+#error "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
+#endif
+
+#include "version.hpp"
+#include "level/level.hpp"
+#include "task/task.hpp"
+#include "config/config.hpp"
+#include "config/options.hpp"
+#include "sink/directory_sink.hpp"
+#include "sink/memory_sink.hpp"
+#include "debugger.hpp"
+#include "scoped_dump.hpp"
+#include "precision_debugger.hpp"

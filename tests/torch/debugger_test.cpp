@@ -1,0 +1,343 @@
+// End to end: files on disk in msprobe's layout and format, read back by python3, compared with
+// msprobe's own dump of the same model; filters, config handling and failure behaviour.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <torchprobe/torchprobe.hpp>
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.hpp"
+
+namespace tp = torchprobe;
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using L1Stats = tp::Debugger<tp::Level::L1, tp::Task::Statistics>;
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  // Not inlined, so stack.json can be checked for the user's own frame.
+  __attribute__((noinline)) torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Net);
+
+// The program of msprobe's reference dumps: seed 1234, two steps of x = randn(2, 8), relu(fc(x)).sum().backward().
+template <class D>
+void run_reference_program(D& dbg, int steps = 2) {
+  torch::manual_seed(1234);
+  Net net;
+  for (int s = 0; s < steps; ++s) {
+    const auto x = torch::randn({2, 8}, torch::requires_grad());
+    {
+      tp::ScopedDump scope(dbg, net);
+      net->forward(x).sum().backward();
+    }
+    dbg.step();
+  }
+}
+
+std::string only_subdir(const std::string& dir) {
+  std::vector<std::string> subs;
+  for (const auto& e : fs::directory_iterator(dir)) subs.push_back(e.path().string());
+  REQUIRE(subs.size() == 1);
+  return subs[0];
+}
+
+std::string proc_dir() { return "proc" + std::to_string(::getpid()); }
+
+void check_same_statistics(const Json& ours, const Json& theirs) {
+  CAPTURE(ours.dump());
+  CAPTURE(theirs.dump());
+  CHECK(ours["dtype"] == theirs["dtype"]);
+  CHECK(ours["shape"] == theirs["shape"]);
+  CHECK(ours["Max"].get<double>() == theirs["Max"].get<double>());
+  CHECK(ours["Min"].get<double>() == theirs["Min"].get<double>());
+  for (const char* k : {"Mean", "Norm"}) {
+    const double a = ours[k].get<double>(), b = theirs[k].get<double>();
+    CHECK(std::abs(a - b) <= 1e-6 * std::max(1e-30, std::abs(b)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the quick-start model's statistics equal those msprobe's Python dump wrote for the same tensors") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()));
+  run_reference_program(dbg);
+  for (int s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    const std::string step = "/step" + std::to_string(s);
+    const Json ours = tptest::read_json(tmp.path() + step + "/" + proc_dir() + "/dump.json")["data"];
+    const Json ref = tptest::read_json(only_subdir(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/stat_L1" + step) + "/dump.json")["data"];
+    const Json& linear = ref["Functional.linear.0.forward"];
+    const Json &x = linear["input_args"][0], &w = linear["input_args"][1], &b = linear["input_args"][2], &y = linear["output"][0];
+    const Json& relu = ref["Functional.relu.0.forward"]["output"][0];
+    const Json& sum = ref["Tensor.sum.0.forward"]["output"][0];
+
+    check_same_statistics(ours["Aten.t.0.forward"]["input_args"][0], w);
+    const Json& addmm = ours["Aten.addmm.0.forward"];
+    check_same_statistics(addmm["input_args"][0], b);
+    check_same_statistics(addmm["input_args"][1], x);
+    CHECK(addmm["input_args"][2]["shape"] == Json::parse("[8, 4]"));  // the transposed weight
+    CHECK(addmm["input_args"][2]["Max"] == w["Max"]);
+    CHECK(addmm["input_kwargs"] == Json::parse(R"({"beta": {"type": "int", "value": 1}, "alpha": {"type": "int", "value": 1}})"));
+    check_same_statistics(addmm["output"][0], y);
+    check_same_statistics(ours["Aten.relu.0.forward"]["input_args"][0], y);
+    check_same_statistics(ours["Aten.relu.0.forward"]["output"][0], relu);
+    check_same_statistics(ours["Aten.sum.0.forward"]["input_args"][0], relu);
+    check_same_statistics(ours["Aten.sum.0.forward"]["output"][0], sum);
+  }
+}
+
+TEST_CASE("the step directories hold dump.json, stack.json and construct.json that python's json reads in msprobe's key order") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()));
+  run_reference_program(dbg);
+  const std::string dir0 = tmp.path() + "/step0/" + proc_dir();
+  const std::string dir1 = tmp.path() + "/step1/" + proc_dir();
+  for (const std::string f : {"dump.json", "stack.json", "construct.json"}) {
+    CHECK(fs::exists(dir0 + "/" + f));
+    CHECK(fs::exists(dir1 + "/" + f));
+  }
+  CHECK(tptest::read_text(dir0 + "/construct.json") == "{}");
+  int rc = 0;
+  const std::string out = tptest::run_python(
+      "import json\n"
+      "d = json.load(open('" + dir0 + "/dump.json'))\n"
+      "print(list(d.keys()))\n"
+      "print(list(d['data'].keys()))\n"
+      "print(list(d['data']['Aten.addmm.0.forward'].keys()))\n"
+      "print(list(d['data']['Aten.addmm.0.forward']['output'][0].keys()))\n"
+      "s = json.load(open('" + dir0 + "/stack.json'))\n"
+      "print(sorted(n for g in s.values() for n in g[0]))\n"
+      "print(all(isinstance(f, str) and f.startswith('File ') for g in s.values() for f in g[1]))\n"
+      "print(open('" + dir0 + "/dump.json').read() == json.dumps(d, indent=1))\n",
+      &rc);
+  REQUIRE(rc == 0);
+  CHECK(out ==
+        "['task', 'level', 'framework', 'dump_data_dir', 'data']\n"
+        "['Aten.t.0.forward', 'Aten.addmm.0.forward', 'Aten.relu.0.forward', 'Aten.sum.0.forward']\n"
+        "['input_args', 'input_kwargs', 'output']\n"
+        "['type', 'dtype', 'shape', 'Max', 'Min', 'Mean', 'Norm', 'requires_grad']\n"
+        "['Aten.addmm.0.forward', 'Aten.relu.0.forward', 'Aten.sum.0.forward', 'Aten.t.0.forward']\n"
+        "True\n"
+        "True\n");
+  const Json stack = tptest::read_json(dir0 + "/stack.json");
+  bool names_the_caller = false;  // the user's forward() is among the frames of its ops
+  bool shows_library_internals = false;
+  for (const auto& g : stack.items())
+    for (const auto& f : g.value()[1]) {
+      names_the_caller |= f.get<std::string>().find("NetImpl::forward") != std::string::npos;
+      shows_library_internals |= f.get<std::string>().find("libtorch") != std::string::npos;
+    }
+  CHECK(names_the_caller);
+  CHECK_FALSE(shows_library_internals);
+}
+
+TEST_CASE("NaN and infinities are written as Python's json writes them") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()).extra_info(false));
+  dbg.start();
+  torch::tensor({1.0f, NAN}).neg();
+  torch::tensor({INFINITY, -INFINITY}).abs();
+  dbg.stop();
+  const std::string file = tmp.path() + "/step0/" + proc_dir() + "/dump.json";
+  const std::string text = tptest::read_text(file);
+  CHECK(text.find("\"Max\": NaN") != std::string::npos);
+  CHECK(text.find("\"Min\": -Infinity") != std::string::npos);
+  CHECK(text.find("\"Max\": Infinity") != std::string::npos);
+  int rc = 0;
+  const std::string out = tptest::run_python("import json, math\nd = json.load(open('" + file +
+                                                 "'))['data']\nprint(math.isnan(d['Aten.neg.0.forward']['output'][0]['Mean']), "
+                                                 "d['Aten.abs.0.forward']['output'][0]['Min'])\n",
+                                             &rc);
+  CHECK(rc == 0);
+  CHECK(out == "True inf\n");
+  CHECK_FALSE(fs::exists(tmp.path() + "/step0/" + proc_dir() + "/stack.json"));  // extra_info false
+}
+
+TEST_CASE("the step filter dumps only the listed steps and stops for good after the last") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()).step({1, "3-4"}));
+  torch::manual_seed(0);
+  Net net;
+  for (int s = 0; s < 6; ++s) {
+    {
+      tp::ScopedDump scope(dbg, net);
+      net->forward(torch::randn({1, 8}));
+    }
+    dbg.step();
+  }
+  CHECK_FALSE(fs::exists(tmp.path() + "/step0"));
+  CHECK(fs::exists(tmp.path() + "/step1/" + proc_dir() + "/dump.json"));
+  CHECK_FALSE(fs::exists(tmp.path() + "/step2"));
+  CHECK(fs::exists(tmp.path() + "/step3"));
+  CHECK(fs::exists(tmp.path() + "/step4"));
+  CHECK_FALSE(fs::exists(tmp.path() + "/step5"));
+  CHECK_FALSE(dbg.running());
+}
+
+TEST_CASE("set_init_step numbers the steps from the given value") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()));
+  dbg.set_init_step(10);
+  run_reference_program(dbg, 2);
+  CHECK(fs::exists(tmp.path() + "/step10"));
+  CHECK(fs::exists(tmp.path() + "/step11"));
+  CHECK_THROWS_AS(dbg.set_init_step(-1), std::invalid_argument);
+}
+
+TEST_CASE("the rank directory comes from start's rank_id, else $RANK, else proc{pid}; the rank filter accepts ranges") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()).rank({"4-6"}));
+  torch::manual_seed(0);
+  Net net;
+  dbg.start(net, 5);
+  net->forward(torch::randn({1, 8}));
+  dbg.stop();
+  CHECK(fs::exists(tmp.path() + "/step0/rank5/dump.json"));
+  dbg.step();
+  dbg.start(net, 7);  // not in 4-6: nothing happens
+  CHECK_FALSE(dbg.running());
+  dbg.step();
+  ::setenv("RANK", "6", 1);
+  dbg.start(net);
+  ::unsetenv("RANK");
+  net->forward(torch::randn({1, 8}));
+  dbg.stop();
+  CHECK(fs::exists(tmp.path() + "/step2/rank6/dump.json"));
+  CHECK_FALSE(fs::exists(tmp.path() + "/step1"));
+}
+
+TEST_CASE("scope, list and data_mode select what is written") {
+  auto names_with = [](tp::Options opts) {
+    tptest::TempDir tmp;
+    L1Stats dbg(opts.dump_path(tmp.path()).extra_info(false));
+    run_reference_program(dbg, 1);
+    const Json d = tptest::read_json(tmp.path() + "/step0/" + proc_dir() + "/dump.json")["data"];
+    std::vector<std::string> out;
+    for (const auto& kv : d.items()) {
+      std::string keys;
+      for (const auto& k : kv.value().items()) keys += k.key() + ",";
+      out.push_back(kv.key() + ":" + keys);
+    }
+    return out;
+  };
+  CHECK(names_with(tp::Options().scope({"Aten.addmm.0.forward", "Aten.relu.0.forward"})) ==
+        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,"});
+  CHECK(names_with(tp::Options().list({"relu", "Aten.t.0"})) ==
+        std::vector<std::string>{"Aten.t.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,"});
+  CHECK(names_with(tp::Options().data_mode({"forward", "output"}).list({"sum"})) == std::vector<std::string>{"Aten.sum.0.forward:output,"});
+  CHECK(names_with(tp::Options().data_mode({"input"}).list({"sum"})) == std::vector<std::string>{"Aten.sum.0.forward:input_args,input_kwargs,"});
+  CHECK(names_with(tp::Options().data_mode({"backward"})).empty());
+  CHECK(names_with(tp::Options().risk_level("CORE")) == std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,"});
+}
+
+TEST_CASE("summary_mode md5 adds the CRC-32 that python's zlib computes; xor replaces the statistics") {
+  tptest::TempDir tmp;
+  {
+    L1Stats dbg(tp::Options().dump_path(tmp / "md5").summary_mode("md5").extra_info(false));
+    dbg.start();
+    torch::arange(6, at::kFloat).reshape({2, 3}).t().neg();
+    dbg.stop();
+  }
+  const Json md5 = tptest::read_json(tmp / "md5/step0/" + proc_dir() + "/dump.json")["data"]["Aten.neg.0.forward"]["output"][0];
+  int rc = 0;
+  const std::string want = tptest::run_python("import torch, zlib\nt = -torch.arange(6, dtype=torch.float32).reshape(2, 3).t()\n"
+                                              "print('%08x' % zlib.crc32(t.contiguous().numpy().tobytes()))\n", &rc);
+  REQUIRE(rc == 0);
+  CHECK(md5["md5"].get<std::string>() + "\n" == want);
+  CHECK(md5.contains("Max"));
+  {
+    L1Stats dbg(tp::Options().dump_path(tmp / "xor").summary_mode("xor").extra_info(false));
+    dbg.start();
+    torch::ones({3}).neg().sum();
+    dbg.stop();
+  }
+  const Json x = tptest::read_json(tmp / "xor/step0/" + proc_dir() + "/dump.json")["data"];
+  std::vector<std::string> keys;
+  for (const auto& kv : x["Aten.neg.0.forward"]["output"][0].items()) keys.push_back(kv.key());
+  CHECK(keys == std::vector<std::string>{"type", "dtype", "shape", "md5", "requires_grad"});
+  CHECK(x["Aten.neg.0.forward"]["output"][0]["md5"].get<std::string>().rfind("0x", 0) == 0);
+  CHECK(x["Aten.sum.0.forward"]["output"][0]["md5"] == -3.0);  // 0-d: the value instead of a checksum
+}
+
+TEST_CASE("an exception thrown inside the scope still stops the dump and leaves valid files") {
+  tptest::TempDir tmp;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()));
+  torch::manual_seed(0);
+  Net net;
+  try {
+    tp::ScopedDump scope(dbg, net);
+    net->forward(torch::randn({1, 8}));
+    throw std::runtime_error("training failed");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK_FALSE(dbg.running());
+  CHECK_FALSE(at::hasCallbacks());
+  int rc = 0;
+  const std::string out = tptest::run_python("import json\nprint(len(json.load(open('" + tmp.path() + "/step0/" + proc_dir() +
+                                             "/dump.json'))['data']))\n", &rc);
+  CHECK(rc == 0);
+  CHECK(out == "4\n");  // randn, t, addmm, relu
+}
+
+TEST_CASE("a config.json drives both Debugger and PrecisionDebugger; Options override the file") {
+  tptest::TempDir tmp;
+  const std::string cfg = tmp / "config.json";
+  std::ofstream(cfg) << R"({"task": "statistics", "dump_path": ")" << tmp / "from_file" << R"(", "level": "L1", "step": [],
+                           "statistics": {"scope": [], "list": ["relu"], "data_mode": ["all"], "summary_mode": "statistics"}})";
+  {
+    tp::PrecisionDebugger dbg(cfg);
+    CHECK(dbg.config().level == tp::Level::L1);
+    run_reference_program(dbg, 1);
+  }
+  const Json d = tptest::read_json(tmp / "from_file/step0/" + proc_dir() + "/dump.json")["data"];
+  CHECK(d.size() == 1);
+  CHECK(d.contains("Aten.relu.0.forward"));
+  {
+    L1Stats dbg(tp::Options().config_file(cfg).dump_path(tmp / "overridden").list({"sum"}));
+    run_reference_program(dbg, 1);
+  }
+  const Json o = tptest::read_json(tmp / "overridden/step0/" + proc_dir() + "/dump.json")["data"];
+  CHECK(o.size() == 1);
+  CHECK(o.contains("Aten.sum.0.forward"));
+}
+
+TEST_CASE("a level and task pair that is not implemented yet is refused with the keys and what is available") {
+  tptest::TempDir tmp;
+  const std::string cfg = tmp / "config.json";
+  std::ofstream(cfg) << R"({"task": "tensor", "dump_path": ")" << tmp.path() << R"(", "level": "L1"})";
+  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{cfg}, doctest::Contains("\"tensor\" is not available"), tp::ConfigError);
+}
+
+TEST_CASE("bad config values are rejected when the Debugger is built, naming the key") {
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").step({"6-4"})), doctest::Contains("step"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").data_mode({"all", "input"})), doctest::Contains("data_mode"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").scope({"Aten.t.0.forward"})), doctest::Contains("scope"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats("/nonexistent/config.json"), doctest::Contains("/nonexistent/config.json"), tp::ConfigError);
+}
+
+TEST_CASE("an unwritable dump_path is reported at start() with the path and the OS error") {
+  tptest::TempDir tmp;
+  const std::string locked = tmp / "locked";
+  fs::create_directory(locked);
+  ::chmod(locked.c_str(), 0500);
+  if (::geteuid() == 0) {
+    // root ignores permission bits; a path below a regular file fails for everyone
+    std::ofstream(locked + "/file") << "x";
+  }
+  const std::string target = ::geteuid() == 0 ? locked + "/file/dump" : locked + "/dump";
+  L1Stats dbg(tp::Options().dump_path(target));
+  CHECK_THROWS_WITH(dbg.start(), doctest::Contains(target.c_str()));
+  CHECK_FALSE(dbg.running());
+  CHECK_FALSE(at::hasCallbacks());
+  ::chmod(locked.c_str(), 0700);
+}

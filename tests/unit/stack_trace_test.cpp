@@ -1,0 +1,206 @@
+// Call-stack capture and symbolization for stack.json.
+// The executable must be linked with -rdynamic so that dladdr can name its functions.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <dlfcn.h>
+
+#include "torchprobe/io/stack_trace.hpp"
+
+using torchprobe::io::CallStack;
+using torchprobe::io::capture_call_stack;
+using torchprobe::io::symbolize;
+
+// External linkage and noinline: the functions get their own frames and dynamic symbols.
+namespace tp_stack_test {
+
+__attribute__((noinline)) CallStack capture_here() {
+  CallStack s = capture_call_stack();  // TP_CAPTURE_SITE
+  asm volatile("");                    // keeps the call from becoming a tail call
+  return s;
+}
+
+__attribute__((noinline)) CallStack capture_elsewhere() {
+  CallStack s = capture_call_stack();
+  asm volatile("");
+  return s;
+}
+
+__attribute__((noinline)) CallStack outer(int depth) {
+  CallStack s = depth > 0 ? outer(depth - 1) : capture_here();
+  asm volatile("");
+  return s;
+}
+
+}  // namespace tp_stack_test
+
+namespace {
+
+std::string func_of(const std::string& frame) {  // "File p, line n, in FUNC, \n text"
+  const auto a = frame.find(", in ");
+  const auto b = frame.find(", \n ");
+  return frame.substr(a + 5, b - a - 5);
+}
+
+}  // namespace
+
+TEST_CASE("CallStack equality and hash") {
+  std::vector<CallStack> same;  // one call site (the loop body) gives the same return addresses
+  volatile int n = 2;  // volatile: the loop must not be unrolled into two call sites
+  for (int i = 0; i < n; ++i) same.push_back(tp_stack_test::capture_here());
+  const CallStack& a = same[0];
+  const CallStack& b = same[1];
+  const CallStack c = tp_stack_test::capture_elsewhere();
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(torchprobe::io::CallStackHash{}(a) == std::hash<CallStack>{}(b));
+  std::unordered_set<CallStack> set = {a, b, c};
+  CHECK(set.size() == 2);
+  CHECK(capture_call_stack(0).frames.empty());
+  CHECK(capture_call_stack(2).frames.size() == 2);
+  CHECK(!a.frames.empty());
+}
+
+TEST_CASE("symbolize names the caller and drops runtime frames") {
+  auto& sym = torchprobe::io::detail::Symbolizer::instance();
+  for (bool addr2line : {false, true}) {
+    CAPTURE(addr2line);
+    sym.set_use_addr2line(addr2line);
+    sym.clear_cache();
+    const std::vector<std::string> frames = symbolize(tp_stack_test::outer(2));
+    std::string all;  // printed only when a check fails
+    for (const auto& f : frames) all += f + "\n";
+    INFO(all);
+    REQUIRE(frames.size() >= 4);
+    // Innermost first: capture_here, then the three outer() frames.
+    CHECK(func_of(frames[0]) == "tp_stack_test::capture_here()");
+    CHECK(func_of(frames[1]) == "tp_stack_test::outer(int)");
+    CHECK(func_of(frames[3]) == "tp_stack_test::outer(int)");
+    const std::regex shape(R"(File [^\n]+, line \d+, in [^\n]+, \n [^\n]+)");
+    for (const auto& f : frames) {
+      CAPTURE(f);
+      CHECK(std::regex_match(f, shape));
+      CHECK(f.find("torchprobe::") == std::string::npos);
+      CHECK(f.find("libc.so") == std::string::npos);
+      CHECK(f.find("__libc_start") == std::string::npos);
+      CHECK(func_of(f) != "_start");
+    }
+    // Without debug info (or addr2line) the frame is object file, line 0, object+offset.
+    if (frames[0].find(", line 0, ") != std::string::npos) {
+      CHECK(frames[0].find("File /") == 0);
+      CHECK(std::regex_search(frames[0], std::regex(R"(\n [^/\s]+\+0x[0-9a-f]+$)")));
+    } else {  // built with -g and addr2line present: this file, and the capture line's text
+      CHECK(addr2line);
+      CHECK(frames[0].find("stack_trace_test.cpp, line ") != std::string::npos);
+      CHECK(frames[0].find("TP_CAPTURE_SITE") != std::string::npos);
+    }
+  }
+  sym.set_use_addr2line(true);
+}
+
+TEST_CASE("nothing left gives msprobe's failure text") {
+  const std::vector<std::string> failed = {"The call stack retrieval failed."};
+  CHECK(symbolize(CallStack{}) == failed);
+  void* libc_fn = ::dlsym(RTLD_DEFAULT, "getpid");  // an address inside libc.so
+  REQUIRE(libc_fn != nullptr);
+  CHECK(symbolize(CallStack{{static_cast<char*>(libc_fn) + 1}}) == failed);
+}
+
+TEST_CASE("internal function filter") {
+  using torchprobe::io::detail::is_internal_function;
+  CHECK(is_internal_function("torchprobe::io::capture_call_stack(int)"));
+  CHECK(is_internal_function("void torchprobe::detail::f<int>(int)"));
+  CHECK(is_internal_function("c10::impl::BoxedKernelWrapper<at::Tensor (at::Tensor const&)>::call()"));
+  CHECK(is_internal_function("at::_ops::add_Tensor::call(at::Tensor const&, at::Tensor const&, c10::Scalar const&)"));
+  CHECK(is_internal_function("at::RecordFunction::before(char const*, long)"));
+  CHECK(is_internal_function("std::_Function_handler<void (), torchprobe::Hooks::install()::{lambda()#1}>::_M_invoke(std::_Any_data const&)"));
+  CHECK(is_internal_function("__libc_start_call_main"));
+  CHECK(is_internal_function("_start"));
+  CHECK_FALSE(is_internal_function("main"));
+  CHECK_FALSE(is_internal_function("Net::forward(at::Tensor)"));
+  CHECK_FALSE(is_internal_function("user_fn(torchprobe::Config const&)"));
+  CHECK_FALSE(is_internal_function("at::add(at::Tensor const&, at::Tensor const&, c10::Scalar const&)"));
+  CHECK_FALSE(is_internal_function("(anonymous namespace)::helper()"));
+  CHECK_FALSE(is_internal_function("std::vector<int, std::allocator<int> >::push_back(int const&)"));
+}
+
+TEST_CASE("build_stack_json groups identical stacks in first-appearance order") {
+  std::vector<std::pair<std::string, CallStack>> entries;
+  // Same call site for add.0, add.1 and add.3; mul.0 comes from another one in between.
+  volatile int n = 4;  // volatile: the loop must not be unrolled into separate call sites
+  for (int i = 0, add = 0; i < n; ++i) {
+    if (i == 2)
+      entries.emplace_back("Aten.mul.0.forward", tp_stack_test::capture_elsewhere());
+    else
+      entries.emplace_back("Aten.add." + std::to_string(add++) + ".forward", tp_stack_test::capture_here());
+  }
+  // Different raw stacks that symbolize alike (nothing of the user's) share a group, as in msprobe.
+  void* libc_fn = ::dlsym(RTLD_DEFAULT, "getpid");
+  entries.emplace_back("Aten.empty.0.forward", CallStack{});
+  entries.emplace_back("Aten.empty.1.forward", CallStack{{static_cast<char*>(libc_fn) + 1}});
+
+  const nlohmann::ordered_json j = torchprobe::io::build_stack_json(entries);
+  REQUIRE(j.size() == 3);
+  auto it = j.begin();
+  CHECK(it.key() == "0");
+  CHECK(it.value()[0] == nlohmann::ordered_json({"Aten.add.0.forward", "Aten.add.1.forward", "Aten.add.2.forward"}));
+  CHECK(it.value()[1] == nlohmann::ordered_json(symbolize(entries[0].second)));
+  ++it;
+  CHECK(it.key() == "1");
+  CHECK(it.value()[0] == nlohmann::ordered_json({"Aten.mul.0.forward"}));
+  CHECK(func_of(it.value()[1][0].get<std::string>()) == "tp_stack_test::capture_elsewhere()");
+  ++it;
+  CHECK(it.key() == "2");
+  CHECK(it.value() == nlohmann::ordered_json::parse(
+                          R"([["Aten.empty.0.forward", "Aten.empty.1.forward"], ["The call stack retrieval failed."]])"));
+  CHECK(torchprobe::io::build_stack_json({}) == nlohmann::ordered_json::object());
+}
+
+TEST_CASE("capture and symbolize from several threads") {
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::string>> results(8);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([t, &results] {
+      for (int i = 0; i < 50; ++i) results[static_cast<std::size_t>(t)] = symbolize(tp_stack_test::outer(t % 3));
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& r : results) CHECK(func_of(r.at(0)) == "tp_stack_test::capture_here()");
+}
+
+TEST_CASE("cost of capture and symbolize (reported, loosely bounded)") {
+  constexpr int kCalls = 100000;
+  std::size_t sink = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) sink += tp_stack_test::outer(5).frames.size();
+  const double per_capture_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+  CHECK(sink > 0);
+
+  auto& sym = torchprobe::io::detail::Symbolizer::instance();
+  const CallStack s = tp_stack_test::outer(5);
+  double per_frame_us[2] = {0, 0};
+  for (bool addr2line : {false, true}) {
+    sym.set_use_addr2line(addr2line);
+    sym.clear_cache();
+    const auto t1 = std::chrono::steady_clock::now();
+    (void)symbolize(s);
+    per_frame_us[addr2line] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() /
+        static_cast<double>(s.frames.size());
+  }
+  sym.set_use_addr2line(true);
+  const auto t2 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) (void)symbolize(s);
+  const double cached_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t2).count() / 1000;
+  MESSAGE("capture_call_stack (" << s.frames.size() << " frames): " << per_capture_us
+                                 << " us/call; symbolize per new frame: " << per_frame_us[0]
+                                 << " us (dladdr), " << per_frame_us[1]
+                                 << " us (with addr2line); cached stack: " << cached_us << " us");
+  CHECK(per_capture_us < 200.0);
+}
