@@ -13,8 +13,8 @@
 #include <string>
 #include <type_traits>
 
-#include "capture/api_capture.hpp"
 #include "capture/api_observer.hpp"
+#include "capture/call_capture.hpp"
 #include "capture/model_ref.hpp"
 #include "config/options.hpp"
 #include "debugger_interface.hpp"
@@ -28,9 +28,10 @@ namespace torchprobe {
 
 template <Level L, Task T, class Sink = DirectorySink>
 class Debugger final : public DebuggerInterface {
-  static_assert(L == Level::L1, "torchprobe: only Level::L1 is available yet (L0 and Mix come with module capture)");
+  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
   using TaskT = typename TaskPolicy<T>::type;
   using Core = details::DumpCore<TaskT>;
+  using Capture = capture::CallCapture<TaskT, L>;
 
  public:
   explicit Debugger(const Options& options = Options())
@@ -65,8 +66,10 @@ class Debugger final : public DebuggerInterface {
     directory_ = session_.step_directory();
     sink_.open(directory_);  // an unwritable dump_path is reported here, with the path and the reason
     core_->errors.set_directory(directory_);
-    if (!api_) api_ = std::make_shared<capture::ApiCapture<TaskT>>(core_);
-    observer_.attach(api_);
+    if (!capture_) capture_ = std::make_shared<Capture>(core_);
+    capture_->set_models(model);
+    observer_.attach(capture_);
+    core_->capturing = true;
     running_ = true;
     step_has_data_ = true;
   }
@@ -74,6 +77,12 @@ class Debugger final : public DebuggerInterface {
   void stop() noexcept override {
     if (!running_) return;
     observer_.detach();
+    try {
+      capture_->close_open_episodes();
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward", "stop", e);
+    }
+    core_->capturing = false;
     running_ = false;
     flush();
   }
@@ -83,8 +92,10 @@ class Debugger final : public DebuggerInterface {
     const bool was_running = running_;
     stop();  // writes the step's files (a stopped capture wrote them at its stop())
     session_.advance();
+    core_->generation.fetch_add(1);
     core_->state.reset();
     core_->errors.reset();
+    if (capture_) capture_->on_step();
     step_has_data_ = false;
     if (was_running) start_with(model_, rank_id_);
   }
@@ -103,6 +114,7 @@ class Debugger final : public DebuggerInterface {
   void flush() noexcept {
     if (!step_has_data_) return;
     try {
+      if (capture_) capture_->release_pending();
       core_->state.with_records([&](const std::vector<Record>& records) {
         StepDump d;
         d.task = std::string(task_name(T));
@@ -111,6 +123,9 @@ class Debugger final : public DebuggerInterface {
         d.step = session_.step();
         d.extra_info = core_->config.extra_info;
         d.records = &records;
+        // construct.json: each entry's enclosing module (levels L0 and mix); {} at L1.
+        for (const Record& r : records)
+          if (r.parent) d.construct[r.name] = r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
         sink_.write_step(d);
       });
     } catch (const std::exception& e) {
@@ -124,7 +139,7 @@ class Debugger final : public DebuggerInterface {
   details::Session session_;
   Sink sink_;
   capture::ApiObserver observer_;
-  std::shared_ptr<capture::ApiCapture<TaskT>> api_;
+  std::shared_ptr<Capture> capture_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
   std::string directory_;

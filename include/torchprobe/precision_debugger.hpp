@@ -31,11 +31,17 @@ class PrecisionDebugger final : public DebuggerInterface {
   // Each (level, task) pair that is implemented gets one line here.
   static std::unique_ptr<DebuggerInterface> make(const Options& options) {
     const Config c = options.resolve();
-    if (c.level == Level::L1 && c.task == Task::Statistics)
-      return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
+    if (c.task == Task::Statistics) {
+      switch (c.level) {
+        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Statistics>>(options);
+        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
+        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Statistics>>(options);
+        default: break;
+      }
+    }
     throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
                       std::string(task_name(c.task)) +
-                      "\" is not available in this TorchProbe version (available: level \"L1\" with task \"statistics\")");
+                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\" with task \"statistics\")");
   }
 
   std::unique_ptr<DebuggerInterface> impl_;

@@ -30,4 +30,5 @@
 #include "sink/memory_sink.hpp"
 #include "debugger.hpp"
 #include "scoped_dump.hpp"
+#include "module_guard.hpp"
 #include "precision_debugger.hpp"

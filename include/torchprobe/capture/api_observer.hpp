@@ -30,6 +30,8 @@ struct CallContext : at::ObserverContext {
 class ApiHandler {
  public:
   virtual ~ApiHandler() = default;
+  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
+  // autograd's own records, which a module tracker needs to see as boundaries.
   // Return nullptr to ignore the call.
   virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
   virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
@@ -68,6 +70,9 @@ class ApiObserver {
 
   bool attached() const { return handle_ != 0; }
 
+  // The handler of the running capture, or null: how RAII module guards find it.
+  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
+
  private:
   struct Depth {
     int value = 0;
@@ -83,7 +88,6 @@ class ApiObserver {
     if (d.epoch != e) d = Depth{0, e};
     if (d.value++ != 0) return nullptr;
     const OpInfo& op = OpRegistry::lookup(fn);
-    if (!op.user_api) return nullptr;
     std::shared_ptr<ApiHandler> h = std::atomic_load(&slot());
     if (!h) return nullptr;
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);

@@ -1,6 +1,9 @@
 #pragma once
 // The state a running capture needs, owned jointly by the Debugger and by every call in flight:
 // a backward thread may still be finishing a call after the Debugger stopped or went away.
+#include <atomic>
+#include <cstdint>
+
 #include "../config/config.hpp"
 #include "../io/error_log.hpp"
 #include "step_state.hpp"
@@ -14,6 +17,12 @@ struct DumpCore {
   TaskT task;
   StepState state;
   io::ErrorLog errors;
+  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
+  std::atomic<bool> capturing{false};
+  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
+  std::atomic<std::uint64_t> generation{0};
+
+  bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
 };
 
 }  // namespace torchprobe::details

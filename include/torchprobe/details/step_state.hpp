@@ -37,6 +37,35 @@ class StepState {
     return a;
   }
 
+  // For entries that are not API forward calls (backward, modules): their number and admission.
+  std::int64_t next_index(const std::string& counter_key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counters_[counter_key]++;
+  }
+  std::uint64_t next_order() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return next_order_++;
+  }
+  bool admit(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name);
+  }
+  void enter_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.enter_module(forward_name);
+  }
+  void exit_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.exit_module(forward_name);
+  }
+
+  // Commits with the next position in dump order (entries that are complete only at their end).
+  void commit_last(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r.order = next_order_++;
+    records_.push_back(std::move(r));
+  }
+
   void commit(Record&& r) {
     std::lock_guard<std::mutex> lock(mutex_);
     records_.push_back(std::move(r));

@@ -159,7 +159,7 @@ inline std::string safe_component(std::string_view name) {
   constexpr std::size_t kNameMax = 255;
   if (out.size() > kNameMax) {
     std::uint64_t h = 14695981039346656037ull;  // FNV-1a of the original name
-    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+    for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
     char tag[20];
     std::snprintf(tag, sizeof tag, "~%016llx", static_cast<unsigned long long>(h));
     std::string ext;

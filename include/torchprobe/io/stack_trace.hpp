@@ -77,12 +77,20 @@ inline CallStack capture_call_stack(int max_frames = 48) {
 
 namespace detail {
 
+// Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
+// named "f(int) [clone .constprop.0]"; the user knows them as f(int).
+inline std::string strip_clone_suffix(std::string name) {
+  const std::size_t clone = name.find(" [clone ");
+  if (clone != std::string::npos) name.resize(clone);
+  return name;
+}
+
 inline std::string demangle(const char* sym) {
   int status = 0;
   char* d = abi::__cxa_demangle(sym, nullptr, nullptr, &status);
   std::string out = (status == 0 && d != nullptr) ? d : sym;
   std::free(d);
-  return out;
+  return strip_clone_suffix(std::move(out));
 }
 
 inline std::string_view base_name(std::string_view path) {
@@ -192,7 +200,12 @@ class Symbolizer {
           cache_.emplace(a, std::vector<std::string>{});  // placeholder, also dedups `fresh`
           fresh.push_back(a);
         }
-    resolve(fresh);
+    try {
+      resolve(fresh);
+    } catch (...) {  // (out of memory) do not leave placeholders that would read as "dropped"
+      for (void* a : fresh) cache_.erase(a);
+      throw;
+    }
 
     std::vector<std::vector<std::string>> out;
     out.reserve(stacks.size());
@@ -331,7 +344,7 @@ class Symbolizer {
       }
       if (cur == nullptr || i + 1 >= lines.size()) break;
       Location l;
-      l.func = lines[i];
+      l.func = strip_clone_suffix(lines[i]);
       std::string loc = lines[i + 1];
       const std::size_t disc = loc.find(" (discriminator");
       if (disc != std::string::npos) loc.resize(disc);

@@ -27,6 +27,8 @@ struct Record {
   nlohmann::ordered_json body = nlohmann::ordered_json::object();
   std::vector<PendingStats> pending;
   std::optional<io::CallStack> stack;   // forward entries: where the user made the call
+  // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
+  std::optional<std::string> parent;
 };
 
 }  // namespace torchprobe

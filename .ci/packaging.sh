@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Packaging checks (issue 7). .ci/run calls this after the host test suite; it also runs alone on
+# any machine with the project's packages installed (no root needed):  bash .ci/packaging.sh
+#
+#  1. single_include/torchprobe.hpp is exactly what tools/make_single_include.py makes of include/.
+#  2. CHANGELOG.md has a section for the version in include/torchprobe/version.hpp (CMake's
+#     configure step already fails when that header and project(VERSION) disagree).
+#  3. install: TorchProbe is configured without tests/examples and installed into a temporary
+#     prefix; a copy of tests/consumer, outside the repository, finds it with find_package and builds.
+#  4. add_subdirectory: the same consumer adds the repository after find_package(Torch); its
+#     CMakeLists fails if that defined any test/example target or turned the install rules on.
+# Each consumer program then dumps a Linear + relu step, checked by tests/packaging/check_dump.py
+# (dump.json has the relu entry; stack.json names the consumer's function, so -rdynamic arrived).
+# Cost: two libtorch TUs, built in parallel (~25-30 s on 2 cores); everything else takes seconds.
+# The single-header test and the examples run in the README's ctest command, not here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd -P)
+python=${PYTHON:-python3}   # the checks need only the standard library, not torch
+t0=$(date +%s)
+log() { printf '[packaging %3ss] %s\n' "$(($(date +%s) - t0))" "$*"; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/torchprobe-packaging.XXXXXX")
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+log "1. single header is in sync with include/"
+"$python" tools/make_single_include.py --check
+
+log "2. CHANGELOG.md has a section for the version"
+version=$(sed -n 's/^#define TORCHPROBE_VERSION_STRING "\(.*\)"/\1/p' include/torchprobe/version.hpp)
+grep -q "^## \[${version//./\\.}\]" CHANGELOG.md || { echo "CHANGELOG.md has no '## [$version]' section" >&2; exit 1; }
+
+log "3. install into a temporary prefix"
+prefix=$work/prefix
+cmake -S . -B "$work/torchprobe-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
+  -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 \
+  || { cat "$work/install.log"; exit 1; }
+cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
+         share/cmake/TorchProbe/TorchProbeConfig.cmake share/cmake/TorchProbe/TorchProbeConfigVersion.cmake \
+         share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp; do
+  [ -f "$prefix/$f" ] || { echo "not installed: $f" >&2; find "$prefix" -type f >&2; exit 1; }
+done
+echo "installed $(find "$prefix" -type f | wc -l) files into $prefix"
+
+# The consumer is built from a copy outside the repository, so nothing can reach the source tree
+# by a relative path.
+cp -r tests/consumer "$work/consumer-src"
+# configure_consumer MODE ARGS...: configures $work/consumer-MODE, showing the consumer's own
+# status lines, or everything when it fails.
+configure_consumer() {
+  local mode=$1
+  shift
+  if cmake -S "$work/consumer-src" -B "$work/consumer-$mode" -DTORCHPROBE_CONSUMER_MODE="$mode" "$@" \
+       >"$work/configure-$mode.log" 2>&1; then
+    grep -E '^-- TorchProbe' "$work/configure-$mode.log" || true
+  else
+    cat "$work/configure-$mode.log" >&2
+    echo "configuring the consumer in $mode mode failed" >&2
+    exit 1
+  fi
+}
+log "3. configure the consumer with find_package(TorchProbe)"
+configure_consumer package -DCMAKE_PREFIX_PATH="$prefix"
+log "4. configure the consumer with add_subdirectory(<repo>)"
+configure_consumer subdirectory -DTORCHPROBE_SOURCE_DIR="$repo"
+
+log "3+4. build both consumers (one libtorch TU each, in parallel)"
+for mode in package subdirectory; do
+  cmake --build "$work/consumer-$mode" >"$work/build-$mode.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in 0 1; do
+  mode=$([ "$i" = 0 ] && echo package || echo subdirectory)
+  if ! wait "${pids[$i]}"; then
+    echo "building the $mode consumer failed:" >&2
+    tail -n 40 "$work/build-$mode.log" >&2
+    failed=1
+  fi
+done
+pids=()
+[ "$failed" = 0 ] || exit 1
+
+for mode in package subdirectory; do
+  log "run the $mode consumer and check its dump"
+  "$python" tests/packaging/check_dump.py "$work/dump-$mode" --entry Aten.relu.0.forward \
+    --stack-frame ConsumerNetImpl::forward -- "$work/consumer-$mode/consumer" "$work/dump-$mode"
+done
+log "packaging checks passed"

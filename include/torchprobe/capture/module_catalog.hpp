@@ -1,0 +1,108 @@
+#pragma once
+// The modules of the model(s) given to start(model): their dotted paths, msprobe class names,
+// entry-name prefixes and own parameters, and which module owns each parameter tensor.
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model_ref.hpp"
+
+namespace torchprobe::capture {
+
+// msprobe's class name for a C++ module: no namespace, no trailing "Impl"
+// ("torch::nn::LinearImpl" -> "Linear", "NetImpl" -> "Net").
+inline std::string module_class_name(const std::string& cpp_name) {
+  std::string s = cpp_name;
+  const auto lt = s.find('<');  // templates: keep the outer name only
+  if (lt != std::string::npos) s.erase(lt);
+  const auto colon = s.rfind("::");
+  if (colon != std::string::npos) s.erase(0, colon + 2);
+  constexpr const char* kImpl = "Impl";
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, kImpl) == 0) s.erase(s.size() - 4);
+  return s;
+}
+
+struct ModuleInfo {
+  const torch::nn::Module* module = nullptr;
+  std::string path;    // "fc", "layer.0"
+  std::string cls;     // "Linear"
+  std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
+  std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
+  bool leaf = false;   // no child modules
+
+  std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
+  std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
+  std::string counter_key() const { return prefix; }
+  bool has_trainable_params() const {
+    for (const auto& p : params)
+      if (p.second.requires_grad()) return true;
+    return false;
+  }
+};
+
+class ModuleCatalog {
+ public:
+  ModuleCatalog() = default;
+  explicit ModuleCatalog(const ModelRef& models) {
+    const bool several = models.nn.size() > 1;
+    for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
+  }
+
+  // A module the user named in ScopedModuleDump: only it, under the given name.
+  void add_named(const torch::nn::Module& m, const std::string& name) {
+    auto info = describe(m, name, "");
+    info->leaf = true;
+    index(std::move(info));
+  }
+
+  const ModuleInfo* find(const torch::nn::Module* m) const {
+    auto it = by_module_.find(m);
+    return it == by_module_.end() ? nullptr : it->second.get();
+  }
+  // The leaf module that owns this parameter tensor, if any: how ops are attributed to
+  // Linear, Conv, norms, Embedding, RNNs without any hook in the module.
+  const ModuleInfo* owner_of(const c10::TensorImpl* p) const {
+    auto it = param_owner_.find(p);
+    return it == param_owner_.end() ? nullptr : it->second;
+  }
+  bool empty() const { return by_module_.empty(); }
+  std::vector<const ModuleInfo*> all() const {
+    std::vector<const ModuleInfo*> v;
+    for (const auto& kv : by_module_) v.push_back(kv.second.get());
+    return v;
+  }
+
+ private:
+  void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
+    // The root given to start() is not dumped (msprobe skips it), only its descendants.
+    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false))
+      index(describe(*item.value(), item.key(), index_prefix));
+  }
+
+  static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
+    auto info = std::make_unique<ModuleInfo>();
+    info->module = &m;
+    info->path = path;
+    info->cls = module_class_name(m.name());
+    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
+    info->leaf = m.children().empty();
+    return info;
+  }
+
+  void index(std::unique_ptr<ModuleInfo> info) {
+    ModuleInfo* raw = info.get();
+    if (raw->leaf)
+      for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
+    by_module_[raw->module] = std::move(info);
+  }
+
+  std::unordered_map<const torch::nn::Module*, std::unique_ptr<ModuleInfo>> by_module_;
+  std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
+};
+
+}  // namespace torchprobe::capture

@@ -1,0 +1,23 @@
+#pragma once
+// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
+#include <ATen/core/ivalue.h>
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+namespace torchprobe::capture {
+
+class ModuleEvents {
+ public:
+  virtual ~ModuleEvents() = default;
+  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
+  // only this module, under that name, and nothing else on this thread until it ends.
+  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
+  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                             std::vector<c10::IValue> inputs) = 0;
+  // `outputs` null: the module's output is that of the last outermost call made inside it.
+  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+};
+
+}  // namespace torchprobe::capture

@@ -1,0 +1,4667 @@
+// TorchProbe 0.1.0 -- single-header edition
+//
+// GENERATED FILE, DO NOT EDIT. tools/make_single_include.py writes it from include/torchprobe/;
+// change those headers and run `python3 tools/make_single_include.py` (CI runs it with --check).
+//
+// Needs the same as the multi-file headers: C++17, -DNDEBUG, -fopenmp, libtorch, nlohmann_json,
+// xsimd and zlib on the include/link line, and -rdynamic for named frames in stack.json
+// (docs/packaging.md). Licensed under the Apache License 2.0 (LICENSE in the repository).
+#pragma once
+// TorchProbe: msprobe-compatible precision dumps for libtorch programs.
+//
+//   #include <torchprobe/torchprobe.hpp>
+//   torchprobe::Debugger<torchprobe::Level::L1, torchprobe::Task::Statistics> dbg(
+//       torchprobe::Options().dump_path("./dump"));
+//   { torchprobe::ScopedDump scope(dbg, model); auto loss = model->forward(x).sum(); loss.backward(); }
+//   dbg.step();
+
+#if __cplusplus < 201703L
+#error "TorchProbe needs C++17 (-std=c++17); the CMake target torchprobe::torchprobe sets it"
+#endif
+// libtorch ships as an NDEBUG build. Without NDEBUG its inline RecordFunction::inputs() asserts on a
+// flag the library never sets, so every capture would fail, and the struct layout differs.
+#ifndef NDEBUG
+#error "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
+#endif
+// at::parallel_for is an inline OpenMP template: without -fopenmp the statistics of large tensors
+// silently run on one thread. Define TORCHPROBE_NO_OPENMP to accept that.
+#if !defined(_OPENMP) && !defined(TORCHPROBE_NO_OPENMP)
+#error "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
+#endif
+
+// ---- begin torchprobe/version.hpp ----
+#define TORCHPROBE_VERSION_MAJOR 0
+#define TORCHPROBE_VERSION_MINOR 1
+#define TORCHPROBE_VERSION_PATCH 0
+#define TORCHPROBE_VERSION_STRING "0.1.0"
+// ---- end torchprobe/version.hpp ----
+// ---- begin torchprobe/level/level.hpp ----
+// Capture level: which kinds of calls a Debugger records (msprobe's "level").
+#include <string_view>
+
+namespace torchprobe {
+
+enum class Level { L0, L1, Mix, L2 };
+
+// Compile-time facts about a level, used by Debugger to pick the capture mechanisms.
+template <Level L>
+struct LevelTraits {
+  static constexpr bool captures_apis = (L == Level::L1 || L == Level::Mix || L == Level::L2);
+  static constexpr bool captures_modules = (L == Level::L0 || L == Level::Mix);
+  static constexpr bool nested_apis = (L == Level::L2);
+};
+
+// The spelling msprobe uses in config.json and in dump.json's "level" field.
+constexpr std::string_view level_name(Level l) {
+  switch (l) {
+    case Level::L0: return "L0";
+    case Level::L1: return "L1";
+    case Level::Mix: return "mix";
+    case Level::L2: return "L2";
+  }
+  return "?";
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/level/level.hpp ----
+// ---- begin torchprobe/task/task.hpp ----
+// Task: what a Debugger does with each captured tensor (msprobe's "task").
+
+namespace torchprobe {
+
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+
+// The spelling msprobe uses in config.json and in dump.json's "task" field.
+constexpr std::string_view task_name(Task t) {
+  switch (t) {
+    case Task::Statistics: return "statistics";
+    case Task::Tensor: return "tensor";
+    case Task::OverflowCheck: return "overflow_check";
+    case Task::FreeBenchmark: return "free_benchmark";
+    case Task::Structure: return "structure";
+  }
+  return "?";
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/task.hpp ----
+// ---- begin torchprobe/config/config.hpp ----
+// The validated TorchProbe configuration: msprobe's config.json schema (msprobe-reference §5) cut down
+// to what TorchProbe implements. parse_config() is the only place a configuration is checked; the file
+// loader below and Options::resolve (options.hpp) both end there, so every entry point rejects the same
+// values with the same messages.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+
+namespace torchprobe {
+
+// Thrown for every invalid configuration; the message names the key, the bad value and what is allowed.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class SummaryMode { Statistics, Md5, Xor };
+enum class RiskLevel { All, Focus, Core };
+
+// Spellings used in config.json.
+constexpr std::string_view summary_mode_name(SummaryMode m) {
+  switch (m) {
+    case SummaryMode::Statistics: return "statistics";
+    case SummaryMode::Md5: return "md5";
+    case SummaryMode::Xor: return "xor";
+  }
+  return "?";
+}
+
+constexpr std::string_view risk_level_name(RiskLevel r) {
+  switch (r) {
+    case RiskLevel::All: return "ALL";
+    case RiskLevel::Focus: return "FOCUS";
+    case RiskLevel::Core: return "CORE";
+  }
+  return "?";
+}
+
+// msprobe's data_mode (reference §5.4): which directions (forward/backward) and which sides
+// (input/output) of an entry are dumped. A key is dumped iff both its direction and its side are allowed.
+struct DataMode {
+  bool forward = true, backward = true, input = true, output = true;
+
+  bool allows(bool is_forward, bool is_input) const {
+    return (is_forward ? forward : backward) && (is_input ? input : output);
+  }
+  // Module "parameters" ride on the forward output (msprobe collects them with it).
+  bool allows_parameters() const { return allows(true, false); }
+  // parameters_grad entries: msprobe registers the grad hooks only when backward is dumped.
+  bool allows_parameter_grads() const { return backward; }
+
+  static DataMode parse(const std::vector<std::string>& modes);  // throws ConfigError
+};
+
+// A step or rank selection. Empty means "every step / every rank", as in msprobe.
+class IndexSet {
+ public:
+  static constexpr int64_t kMax = 1000000;  // msprobe's bound for indices and for the list length
+
+  bool all() const { return values_.empty(); }
+  bool contains(int64_t v) const { return all() || std::binary_search(values_.begin(), values_.end(), v); }
+  const std::vector<int64_t>& values() const { return values_; }  // sorted, without duplicates
+  std::optional<int64_t> max() const {
+    if (values_.empty()) return std::nullopt;
+    return values_.back();
+  }
+
+  // A JSON list of integers and "a" / "a-b" strings (reference §5.3); null counts as [].
+  static IndexSet parse(const nlohmann::json& value, const std::string& key);
+
+ private:
+  std::vector<int64_t> values_;
+};
+
+struct Config {
+  Task task = Task::Statistics;
+  Level level = Level::L1;
+  std::string dump_path;
+  IndexSet step, rank;
+  bool async_dump = false;
+  bool extra_info = true;
+  std::string precision = "low";
+  // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
+  RiskLevel risk_level = RiskLevel::All;
+
+  // Keys of the task's own section ("statistics": {...}, "tensor": {...}, ...).
+  std::vector<std::string> scope, list, tensor_list;
+  DataMode data_mode;
+  SummaryMode summary_mode = SummaryMode::Statistics;
+  int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
+
+  // Unknown keys, ignored keys and forced values: one readable sentence each.
+  std::vector<std::string> warnings;
+};
+
+namespace detail {
+
+using json = nlohmann::json;
+
+// A value as the user wrote it, cut short so that a huge list cannot flood the message.
+inline std::string show(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 160) text = text.substr(0, 150) + " ...";
+  return text;
+}
+
+inline std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+[[noreturn]] inline void reject(const std::string& key, const json& value, const std::string& reason,
+                                const std::string& allowed) {
+  throw ConfigError("config key " + quote(key) + ": " + show(value) + " is invalid: " + reason +
+                    " (allowed: " + allowed + ")");
+}
+
+inline const json* find(const json& object, const std::string& key) {
+  auto it = object.find(key);
+  return (it == object.end() || it->is_null()) ? nullptr : &*it;  // null reads as "not given"
+}
+
+inline bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+inline bool strip_suffix(std::string_view& s, std::string_view suffix) {
+  if (s.size() < suffix.size() || s.substr(s.size() - suffix.size()) != suffix) return false;
+  s.remove_suffix(suffix.size());
+  return true;
+}
+
+// Text after the last '.' is a non-empty run of digits (and a '.' exists).
+inline bool strip_dot_number(std::string_view& s) {
+  const auto dot = s.rfind('.');
+  if (dot == std::string_view::npos || !is_digits(s.substr(dot + 1))) return false;
+  s = s.substr(0, dot);
+  return true;
+}
+
+// ^(Distributed|Functional|Torch|Tensor|Aten|VF|NPU|Jit)\..*\.\d+\.(forward|backward)$
+inline bool is_api_name(std::string_view name) {
+  static constexpr std::string_view kPrefixes[] = {"Distributed.", "Functional.", "Torch.", "Tensor.",
+                                                   "Aten.",        "VF.",         "NPU.",   "Jit."};
+  for (std::string_view prefix : kPrefixes) {
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string_view rest = name.substr(prefix.size());
+    if (!strip_suffix(rest, ".forward") && !strip_suffix(rest, ".backward")) return false;
+    return strip_dot_number(rest);
+  }
+  return false;
+}
+
+// ^(Cell|Module)\..*\.(forward|backward)\.\d+$
+inline bool is_module_name(std::string_view name) {
+  for (std::string_view prefix : {std::string_view("Module."), std::string_view("Cell.")}) {
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string_view rest = name.substr(prefix.size());
+    if (!strip_dot_number(rest)) return false;
+    return strip_suffix(rest, ".forward") || strip_suffix(rest, ".backward");
+  }
+  return false;
+}
+
+inline DataMode parse_data_mode(const std::vector<std::string>& modes, const std::string& key) {
+  const std::string allowed =
+      "a list of up to 4 of \"all\", \"input\", \"output\", \"forward\", \"backward\", with \"all\" only on its own";
+  const json shown = modes;
+  if (modes.size() >= 5) reject(key, shown, "it has " + std::to_string(modes.size()) + " modes", allowed);
+  bool all = false, fwd = false, bwd = false, in = false, out = false;
+  for (const std::string& m : modes) {
+    if (m == "all") all = true;
+    else if (m == "forward") fwd = true;
+    else if (m == "backward") bwd = true;
+    else if (m == "input") in = true;
+    else if (m == "output") out = true;
+    else reject(key, shown, quote(m) + " is not a data mode", allowed);
+  }
+  if (all && modes.size() > 1) reject(key, shown, "\"all\" cannot be combined with other modes", allowed);
+  DataMode mode;  // everything allowed: "all" or an empty list
+  // Naming neither direction (or neither side) means both, as in msprobe.
+  if (fwd || bwd) {
+    mode.forward = fwd;
+    mode.backward = bwd;
+  }
+  if (in || out) {
+    mode.input = in;
+    mode.output = out;
+  }
+  return mode;
+}
+
+// Reads "a" or "a-b" into [first, last]; throws with the element itself as the bad value.
+inline std::pair<int64_t, int64_t> parse_index_text(const std::string& text, const std::string& key,
+                                                    const std::string& allowed) {
+  auto bounded = [&](std::string_view digits) {
+    const auto nonzero = digits.find_first_not_of('0');
+    const std::string_view significant = nonzero == std::string_view::npos ? "0" : digits.substr(nonzero);
+    int64_t v = IndexSet::kMax + 1;  // more than 7 significant digits is out of range (and would overflow)
+    if (significant.size() <= 7) {
+      v = 0;
+      for (char c : significant) v = v * 10 + (c - '0');
+    }
+    if (v > IndexSet::kMax)
+      reject(key, text, "the boundary " + std::string(digits) + " is outside [0, 1000000]", allowed);
+    return v;
+  };
+  const auto dash = text.find('-');
+  if (dash == std::string::npos) {
+    if (!is_digits(text)) reject(key, text, "it is not a decimal number", allowed);
+    const int64_t v = bounded(text);
+    return {v, v};
+  }
+  const std::string_view left = std::string_view(text).substr(0, dash), right = std::string_view(text).substr(dash + 1);
+  if (!is_digits(left) || !is_digits(right))
+    reject(key, text, "a range must be two decimal numbers joined by one hyphen", allowed);
+  const int64_t a = bounded(left), b = bounded(right);
+  if (a > b)
+    reject(key, text, "the left boundary " + std::to_string(a) + " is greater than the right boundary " + std::to_string(b),
+           allowed);
+  return {a, b};
+}
+
+}  // namespace detail
+
+inline DataMode DataMode::parse(const std::vector<std::string>& modes) { return detail::parse_data_mode(modes, "data_mode"); }
+
+inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& key) {
+  const std::string allowed = "integers or \"a-b\" ranges with 0 <= a <= b <= 1000000";
+  IndexSet set;
+  if (value.is_null()) return set;
+  if (!value.is_array()) detail::reject(key, value, "it should be a list", "a list of " + allowed);
+  if (value.size() > static_cast<size_t>(kMax))
+    detail::reject(key, value, "it has more than 1000000 elements", "a list of " + allowed);
+  for (const auto& item : value) {
+    int64_t first = 0, last = 0;
+    if (item.is_boolean()) {
+      detail::reject(key, item, "booleans are not indices", allowed);
+    } else if (item.is_number_integer()) {
+      const bool in_range = item.is_number_unsigned() ? item.get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                                                      : (item.get<int64_t>() >= 0 && item.get<int64_t>() <= kMax);
+      if (!in_range) detail::reject(key, item, "it is outside [0, 1000000]", allowed);
+      first = last = item.get<int64_t>();
+    } else if (item.is_string()) {
+      std::tie(first, last) = detail::parse_index_text(item.get<std::string>(), key, allowed);
+    } else {
+      detail::reject(key, item, "it is neither an integer nor a string", allowed);
+    }
+    for (int64_t v = first; v <= last; ++v) set.values_.push_back(v);
+  }
+  std::sort(set.values_.begin(), set.values_.end());
+  set.values_.erase(std::unique(set.values_.begin(), set.values_.end()), set.values_.end());
+  return set;
+}
+
+namespace detail {
+
+// ---- Which keys exist. Kept in one place: parse_config warns with it, Options routes keys with it. ----
+
+inline bool contains(std::initializer_list<std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+inline bool is_common_key(std::string_view k) {
+  return contains({"task", "level", "dump_path", "rank", "step", "async_dump", "extra_info", "precision", "risk_level"}, k);
+}
+
+inline bool is_task_section_name(std::string_view k) {
+  return contains({"statistics", "tensor", "overflow_check", "free_benchmark", "structure"}, k);
+}
+
+// msprobe tasks TorchProbe does not have; their sections are warned about, naming them as a task is an error.
+inline bool is_foreign_task(std::string_view k) {
+  return contains({"acc_check", "run_ut", "grad_probe", "diff_check", "nan_check", "exception_dump"}, k);
+}
+
+// Top-level msprobe keys TorchProbe knows but does not implement yet.
+inline bool is_unsupported_common_key(std::string_view k) {
+  return contains({"enable_dataloader", "dump_enable", "custom_op_namespaces"}, k);
+}
+
+// Section keys TorchProbe reads, and the tasks that use them.
+inline bool is_section_key_used(std::string_view k, Task task) {
+  if (contains({"scope", "list", "data_mode"}, k)) return true;
+  if (k == "summary_mode") return task == Task::Statistics || task == Task::Tensor;
+  if (k == "tensor_list") return task == Task::Statistics;
+  if (k == "overflow_nums") return task == Task::OverflowCheck;
+  return false;
+}
+
+// Section keys msprobe has and TorchProbe does not implement yet (slicing, diff dumps, free_benchmark knobs).
+inline bool is_unsupported_section_key(std::string_view k) {
+  return contains({"slice", "request_id", "bench_path", "diff_nums", "file_format", "check_mode", "fuzz_device",
+                   "pert_mode", "handler_type", "fuzz_level", "fuzz_stage", "if_preheat", "preheat_step", "max_sample"},
+                  k);
+}
+
+// Whether a key lives in the task section (Options uses this to put its overrides in the right place).
+inline bool is_section_key(std::string_view k) {
+  return contains({"scope", "list", "data_mode", "summary_mode", "tensor_list", "overflow_nums"}, k) ||
+         is_unsupported_section_key(k);
+}
+
+// A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
+inline bool asks_for_something(const json& v) {
+  return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
+}
+
+// ---- Readers for single keys. ----
+
+inline bool read_bool(const json& object, const std::string& key, bool fallback) {
+  const json* v = find(object, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) reject(key, *v, "it should be a boolean", "true or false");
+  return v->get<bool>();
+}
+
+template <class E>
+struct Choice {
+  std::string_view name;
+  E value;
+};
+
+template <class E, size_t N>
+E read_choice(const json& object, const std::string& key, const std::string& label, const Choice<E> (&choices)[N],
+              E fallback) {
+  const json* v = find(object, key);
+  if (!v) return fallback;
+  std::string allowed;
+  for (const auto& c : choices) allowed += (allowed.empty() ? "" : ", ") + quote(c.name);
+  if (!v->is_string()) reject(label, *v, "it should be a string", allowed);
+  for (const auto& c : choices)
+    if (c.name == v->get_ref<const std::string&>()) return c.value;
+  reject(label, *v, "it is not one of the allowed values (they are case-sensitive)", allowed);
+}
+
+inline std::vector<std::string> read_string_list(const json& object, const std::string& key, const std::string& label,
+                                                 const std::string& allowed = "a list of strings") {
+  const json* v = find(object, key);
+  if (!v) return {};
+  const bool ok = v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_string(); });
+  if (!ok) reject(label, *v, "it should be a list of strings", allowed);
+  return v->get<std::vector<std::string>>();
+}
+
+inline Task parse_task(const json& v) {
+  const std::string allowed = "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\"";
+  if (!v.is_string()) reject("task", v, "it should be a string", allowed);
+  const std::string& name = v.get_ref<const std::string&>();
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+    if (task_name(t) == name) return t;
+  if (is_foreign_task(name)) reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
+  reject("task", v, "it is not a task (names are case-sensitive)", allowed);
+}
+
+inline Level parse_level(const json& v) {
+  const std::string allowed = "\"L0\", \"L1\", \"mix\", \"L2\"";
+  if (!v.is_string()) reject("level", v, "it should be a string", allowed);
+  const std::string& name = v.get_ref<const std::string&>();
+  for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2})
+    if (level_name(l) == name) return l;
+  if (name == "debug") reject("level", v, "level \"debug\" (single-point save) is not supported by TorchProbe yet", allowed);
+  reject("level", v, "it is not a level (names are case-sensitive)", allowed);
+}
+
+inline std::string parse_dump_path(const json& doc) {
+  const std::string allowed = "a non-empty string naming the dump directory";
+  const json* v = find(doc, "dump_path");
+  if (!v) throw ConfigError("config key \"dump_path\" is missing: it is required (allowed: " + allowed + ")");
+  if (!v->is_string()) reject("dump_path", *v, "it should be a string", allowed);
+  if (v->get_ref<const std::string&>().empty()) reject("dump_path", *v, "it is empty", allowed);
+  return v->get<std::string>();
+}
+
+inline int64_t parse_overflow_nums(const json& section, const std::string& label) {
+  const std::string allowed = "-1 (no limit) or an integer greater than 0";
+  const json* v = find(section, "overflow_nums");
+  if (!v) return 1;
+  if (!v->is_number_integer()) reject(label, *v, "it should be an integer", allowed);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    reject(label, *v, "it is too large", allowed);
+  const int64_t n = v->get<int64_t>();
+  if (n == 0 || n < -1) reject(label, *v, "it is neither -1 nor positive", allowed);
+  return n;
+}
+
+inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
+  for (const auto& item : doc.items()) {
+    const std::string& k = item.key();
+    if (is_common_key(k) || is_task_section_name(k)) continue;  // other tasks' sections: silently ignored
+    if (is_foreign_task(k))
+      warnings.push_back("config section " + quote(k) + " is not supported by TorchProbe yet and was ignored");
+    else if (is_unsupported_common_key(k)) {
+      if (asks_for_something(item.value()))
+        warnings.push_back("config key " + quote(k) + " is not supported by TorchProbe yet and was ignored");
+    } else {
+      warnings.push_back("unknown config key " + quote(k) + " ignored");
+    }
+  }
+}
+
+inline void warn_about_section_keys(const json& section, Task task, std::vector<std::string>& warnings) {
+  const std::string name(task_name(task));
+  for (const auto& item : section.items()) {
+    const std::string& k = item.key();
+    const std::string label = quote(name + "." + k);
+    if (is_section_key_used(k, task)) continue;
+    if (is_section_key(k) && !is_unsupported_section_key(k))
+      warnings.push_back("config key " + label + " is ignored: task " + quote(name) + " does not use it");
+    else if (k == "check_mode")
+      warnings.push_back("config key " + label + " is ignored: msprobe uses it only for MindSpore");
+    else if (is_unsupported_section_key(k))
+      warnings.push_back("config key " + label + " is not supported by TorchProbe yet and was ignored");
+    else
+      warnings.push_back("unknown config key " + label + " ignored");
+  }
+}
+
+// Scope names must name entries of the configured level (reference §5.3, msprobe's scope.py).
+inline void check_scope(const Config& c, const std::string& label) {
+  if (c.scope.empty()) return;
+  const json shown = c.scope;
+  if (c.task == Task::FreeBenchmark) {  // msprobe's ListScope: a set of exact names, exclusive with list
+    if (!c.list.empty())
+      reject(label, shown, "task \"free_benchmark\" takes either scope or list, not both",
+             "scope (exact API names) or list, one of them empty");
+    return;
+  }
+  if (c.level == Level::L2)
+    reject(label, shown, "level \"L2\" does not take a scope", "[] when level is \"L2\" (follow one API with \"list\")");
+  if (c.scope.size() != 2)
+    reject(label, shown, "a scope is a [start, end] pair, this one has " + std::to_string(c.scope.size()) + " names",
+           "[] or exactly 2 names: [start_name, end_name]");
+  const std::string api_rule =
+      "API names like \"Aten.relu.0.forward\" matching "
+      "^(Distributed|Functional|Torch|Tensor|Aten|VF|NPU|Jit)\\..*\\.\\d+\\.(forward|backward)$";
+  const std::string module_rule =
+      "module names like \"Module.fc.Linear.forward.0\" matching ^(Cell|Module)\\..*\\.(forward|backward)\\.\\d+$";
+  for (const std::string& name : c.scope) {
+    const bool api = is_api_name(name), module = is_module_name(name);
+    if (c.level == Level::L1 && !api) reject(label, name, "level \"L1\" scopes are API names", api_rule);
+    if (c.level == Level::L0 && !module) reject(label, name, "level \"L0\" scopes are module names", module_rule);
+    if (c.level == Level::Mix && !api && !module)
+      reject(label, name, "it is neither an API nor a module name", api_rule + ", or " + module_rule);
+  }
+  // With the per-level patterns above, L0 and L1 scopes are necessarily of one kind; mix may combine both.
+}
+
+}  // namespace detail
+
+inline Config parse_config(const nlohmann::json& doc) {
+  using namespace detail;
+  if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
+  Config c;
+  warn_about_top_level_keys(doc, c.warnings);
+
+  if (const json* v = find(doc, "task")) c.task = parse_task(*v);
+  if (const json* v = find(doc, "level")) c.level = parse_level(*v);
+  c.dump_path = parse_dump_path(doc);
+  if (const json* v = find(doc, "rank")) c.rank = IndexSet::parse(*v, "rank");
+  if (const json* v = find(doc, "step")) c.step = IndexSet::parse(*v, "step");
+  c.async_dump = read_bool(doc, "async_dump", false);
+  c.extra_info = read_bool(doc, "extra_info", true);
+  static constexpr Choice<std::string_view> kPrecisions[] = {{"low", "low"}, {"high", "high"}};
+  c.precision = std::string(read_choice(doc, "precision", "precision", kPrecisions, std::string_view("low")));
+  static constexpr Choice<RiskLevel> kRisks[] = {
+      {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
+  c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
+
+  // structure records the module tree, which only L0 and mix capture (msprobe forces mix the same way).
+  if (c.task == Task::Structure && c.level != Level::L0 && c.level != Level::Mix) {
+    c.warnings.push_back("task \"structure\" needs level \"L0\" or \"mix\": level " + quote(level_name(c.level)) +
+                         " was changed to \"mix\"");
+    c.level = Level::Mix;
+  }
+  if (c.level == Level::L2 && c.task != Task::Tensor)
+    reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
+           "\"tensor\" when level is \"L2\"");
+
+  // The task's own section; sections of other tasks are not read.
+  const std::string section_name(task_name(c.task));
+  const json empty = json::object();
+  const json* section = find(doc, section_name);
+  if (section && !section->is_object())
+    reject(section_name, *section, "a task section should be a JSON object", "an object such as {\"list\": [\"relu\"]}");
+  if (!section) section = &empty;
+  auto label = [&](const char* key) { return section_name + "." + key; };
+  warn_about_section_keys(*section, c.task, c.warnings);
+
+  c.scope = read_string_list(*section, "scope", label("scope"), "[] or a list of 2 entry names [start, end]");
+  c.list = read_string_list(*section, "list", label("list"));
+  c.data_mode = parse_data_mode(
+      read_string_list(*section, "data_mode", label("data_mode"),
+                       "a list of strings from \"all\", \"input\", \"output\", \"forward\", \"backward\""),
+      label("data_mode"));
+  if (is_section_key_used("tensor_list", c.task)) c.tensor_list = read_string_list(*section, "tensor_list", label("tensor_list"));
+  if (is_section_key_used("summary_mode", c.task)) {
+    static constexpr Choice<SummaryMode> kModes[] = {
+        {"statistics", SummaryMode::Statistics}, {"md5", SummaryMode::Md5}, {"xor", SummaryMode::Xor}};
+    c.summary_mode = read_choice(*section, "summary_mode", label("summary_mode"), kModes, SummaryMode::Statistics);
+  }
+  if (is_section_key_used("overflow_nums", c.task)) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
+  check_scope(c, label("scope"));
+
+  // Rules that tie keys together (reference §5.3).
+  if (c.level == Level::L2 && c.list.size() != 1)
+    reject(label("list"), c.list, "level \"L2\" follows exactly one API", "a list with exactly one name when level is \"L2\"");
+  if (c.async_dump && c.summary_mode == SummaryMode::Md5)
+    reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
+           "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
+  if (c.async_dump && c.task == Task::Tensor && c.list.empty())
+    reject(label("list"), c.list, "task \"tensor\" with async_dump true must name the APIs to save",
+           "a non-empty list with async_dump true, or async_dump false");
+  return c;
+}
+
+namespace detail {
+
+// The raw JSON object of a config file; every failure names the path.
+inline nlohmann::json read_config_json(const std::string& path) {
+  const std::string where = "config file " + quote(path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ConfigError(where + " does not exist");
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(where + " is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(where + " cannot be read");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(where + " is not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) throw ConfigError(where + " should hold a JSON object, not " + show(doc));
+  return doc;
+}
+
+}  // namespace detail
+
+inline Config load_config_file(const std::string& path) {
+  const nlohmann::json doc = detail::read_config_json(path);
+  try {
+    return parse_config(doc);
+  } catch (const ConfigError& e) {
+    throw ConfigError("config file " + detail::quote(path) + ": " + e.what());
+  }
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/config.hpp ----
+// ---- begin torchprobe/config/options.hpp ----
+// Options: the fluent builder a C++ user writes instead of (or on top of) msprobe's config.json.
+//
+//   torchprobe::Options().config_file("config.json").dump_path("./dump").step({0, "4-6"}).list({"relu"})
+//
+// It only records overrides, as config.json keys; resolve() merges them over the file (or over msprobe's
+// shipped defaults) and validates the result with parse_config, so a value set here is checked exactly
+// like the same value in a file.
+#include <initializer_list>
+
+
+
+namespace torchprobe {
+
+class Options {
+ public:
+  Options& config_file(std::string path) {
+    config_file_ = std::move(path);
+    return *this;
+  }
+  Options& dump_path(std::string path) { return set("dump_path", std::move(path)); }
+  // Steps and ranks mix integers and "a-b" ranges: step({0, "4-6"}).
+  Options& step(std::initializer_list<nlohmann::json> items) { return set("step", nlohmann::json::array_t(items)); }
+  Options& step(const std::vector<nlohmann::json>& items) { return set("step", items); }
+  Options& rank(std::initializer_list<nlohmann::json> items) { return set("rank", nlohmann::json::array_t(items)); }
+  Options& rank(const std::vector<nlohmann::json>& items) { return set("rank", items); }
+  Options& async_dump(bool on) { return set("async_dump", on); }
+  Options& extra_info(bool on) { return set("extra_info", on); }
+  Options& precision(std::string p) { return set("precision", std::move(p)); }
+  Options& risk_level(std::string level) { return set("risk_level", std::move(level)); }
+  // Keys of the task section; resolve() files them under the effective task.
+  Options& scope(std::vector<std::string> names) { return set("scope", std::move(names)); }
+  Options& list(std::vector<std::string> names) { return set("list", std::move(names)); }
+  Options& tensor_list(std::vector<std::string> names) { return set("tensor_list", std::move(names)); }
+  Options& data_mode(std::vector<std::string> modes) { return set("data_mode", std::move(modes)); }
+  Options& summary_mode(std::string mode) { return set("summary_mode", std::move(mode)); }
+  Options& overflow_nums(int64_t n) { return set("overflow_nums", n); }
+
+  // Any config.json key (e.g. set("level", "mix")); the last value set for a key wins.
+  Options& set(std::string key, nlohmann::json value) {
+    overrides_[std::move(key)] = std::move(value);
+    return *this;
+  }
+
+  const nlohmann::json& overrides() const { return overrides_; }
+  const std::optional<std::string>& config_path() const { return config_file_; }
+
+  // The configuration to run with. `level` / `task` come from a Debugger's template arguments and win
+  // over the file and over set("level"/"task"); a disagreement is reported in Config::warnings.
+  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {}) const;
+
+  // msprobe's shipped config.json (reference §5.1) without its "acc_check" section, which TorchProbe lacks.
+  static nlohmann::json msprobe_defaults() {
+    return nlohmann::json::parse(R"({
+      "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
+      "extra_info": true, "async_dump": false,
+      "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+      "tensor": {"scope": [], "list": [], "data_mode": ["all"]}})");
+  }
+
+ private:
+  std::optional<std::string> config_file_;
+  nlohmann::json overrides_ = nlohmann::json::object();
+};
+
+inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task) const {
+  using nlohmann::json;
+  using detail::quote;
+  json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+  std::vector<std::string> notes;
+
+  // Who named level/task, for the warning when the Debugger disagrees (the shipped defaults name nobody).
+  auto source_of = [&](const char* key) -> std::string {
+    if (overrides_.contains(key)) return "Options";
+    if (config_file_ && doc.contains(key)) return "config file " + quote(*config_file_);
+    return "";
+  };
+  const std::string level_source = source_of("level"), task_source = source_of("task");
+
+  // Common keys go to the top level; a whole task section given with set() is merged key by key.
+  for (const auto& item : overrides_.items()) {
+    if (detail::is_section_key(item.key())) continue;
+    json& slot = doc[item.key()];
+    if (detail::is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
+      slot.update(item.value());
+    else
+      slot = item.value();
+  }
+
+  auto impose = [&](const char* key, std::string_view wanted, const std::string& source) {
+    json& slot = doc[key];
+    if (!source.empty() && slot != json(std::string(wanted))) {
+      std::string note = source + " says " + key + " " + detail::show(slot) + ", this Debugger is " + quote(wanted) +
+                         ": using " + quote(wanted);
+      if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
+        note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
+      notes.push_back(note);
+    }
+    slot = std::string(wanted);
+  };
+  if (level) impose("level", level_name(*level), level_source);
+  if (task) impose("task", task_name(*task), task_source);
+
+  // Section keys go into the section of the task that will actually run.
+  const json* task_value = detail::find(doc, "task");
+  const std::string section = (task_value && task_value->is_string()) ? task_value->get<std::string>() : "statistics";
+  for (const auto& item : overrides_.items()) {
+    if (!detail::is_section_key(item.key())) continue;
+    json& slot = doc[section];
+    if (slot.is_null()) slot = json::object();
+    if (slot.is_object()) slot[item.key()] = item.value();  // otherwise parse_config rejects the section itself
+  }
+
+  Config config = parse_config(doc);
+  config.warnings.insert(config.warnings.begin(), notes.begin(), notes.end());
+  return config;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/options.hpp ----
+// ---- begin torchprobe/sink/directory_sink.hpp ----
+// The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
+// construct}.json. Each flush rewrites the files atomically (temporary file + rename), so a
+// reader never sees a half-written file and a failed write leaves the previous one intact.
+
+// ---- begin torchprobe/io/files.hpp ----
+// File-system helpers for the dump writer (POSIX).
+//
+// Dump files are rewritten while the program runs, often on shared or nearly full disks. The rules
+// here exist so that a failure is loud and harmless: every error names the path and the OS reason,
+// and a file that is being replaced keeps its old content until the new content is fully on disk.
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+namespace torchprobe::io {
+
+namespace detail {
+// strerror() is not thread-safe and strerror_r has two incompatible signatures (GNU returns the
+// text, XSI fills the buffer); overloads on the result type accept either.
+inline std::string strerror_text(const char* gnu_result, const char* /*buf*/) {
+  return gnu_result != nullptr ? gnu_result : "Unknown error";
+}
+inline std::string strerror_text(int xsi_rc, const char* buf) {
+  return xsi_rc == 0 ? buf : "Unknown error";
+}
+}  // namespace detail
+
+// The OS's words for an errno value (e.g. "No space left on device").
+inline std::string errno_text(int err) {
+  char buf[256];
+  buf[0] = '\0';
+  return detail::strerror_text(strerror_r(err, buf, sizeof buf), buf);
+}
+
+// A failed file-system operation. what() reads "torchprobe: cannot <action> '<path>': <reason>".
+class IoError : public std::runtime_error {
+ public:
+  IoError(const std::string& action, std::string path, int err)
+      : std::runtime_error("torchprobe: cannot " + action + " '" + path + "': " + errno_text(err)),
+        path_(std::move(path)),
+        err_(err) {}
+  const std::string& path() const noexcept { return path_; }
+  int error_code() const noexcept { return err_; }  // the errno value
+
+ private:
+  std::string path_;
+  int err_;
+};
+
+// mkdir -p. New directories get `mode` (minus the umask, as for any mkdir); existing ones, and the
+// path itself if it already exists as a directory (or a link to one), are left as they are.
+inline void create_directories(const std::string& path, mode_t mode = 0750) {
+  if (path.empty()) throw IoError("create directory", path, ENOENT);
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    const std::string prefix = path.substr(0, pos);
+    if (prefix.empty() || prefix.back() == '/') continue;  // leading or doubled slashes
+    if (::mkdir(prefix.c_str(), mode) == 0) continue;
+    const int err = errno;
+    struct stat st;
+    if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) continue;
+      throw IoError("create directory", prefix, ENOTDIR);
+    }
+    throw IoError("create directory", prefix, err);
+  }
+}
+
+// Replaces `path` with `content` so that readers (and a crash at any moment) see either the old or
+// the new file, never a prefix: the data goes to a temporary file in the same directory, is
+// flushed with fsync (skipped when sync is false: then a process crash is still safe, a power loss
+// is not) and is renamed over the target. On any error the temporary file is removed, the target is
+// untouched and IoError says which path failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link
+// at `path` is replaced by a regular file. The new file gets `mode` minus the umask.
+inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640,
+                              bool sync = true) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..") throw IoError("write file", path, EISDIR);
+
+  // Hidden, unique per process and call; the base name is shortened so the temporary name stays
+  // under NAME_MAX even when the target's name is near it.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) +
+                          "." + std::to_string(counter.fetch_add(1));
+
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) throw IoError("write file", path, errno);  // the caller knows `path`, not `tmp`
+
+  auto fail = [&](int err, bool fd_open) {
+    if (fd_open) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IoError("write file", path, err);
+  };
+
+  const char* p = content.data();
+  std::size_t left = content.size();
+  while (left > 0) {
+    // Short writes happen on signals, pipes and when a size limit or the disk fills up mid-way;
+    // the next call then reports the reason (ENOSPC/EFBIG).
+    const std::size_t chunk = left < (std::size_t{1} << 30) ? left : (std::size_t{1} << 30);
+    const ssize_t n = ::write(fd, p, chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(errno, true);
+    }
+    if (n == 0) fail(ENOSPC, true);  // no progress and no error: treat as a full device
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (sync) {
+    int rc;
+    do rc = ::fsync(fd);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) fail(errno, true);
+  }
+  // close() can report delayed write errors (NFS, quotas). It must not be retried on EINTR: Linux
+  // has released the descriptor already.
+  if (::close(fd) != 0 && errno != EINTR) fail(errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(errno, false);
+
+  if (sync) {  // make the rename itself durable; best effort, the data is already safe
+    const std::string dir = dir_prefix.empty() ? std::string(".") : dir_prefix;
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+}
+
+// Turns an op- or module-derived name into one safe path component. Ordinary msprobe names such as
+// "Aten.add_.0.forward.input.0.pt" or "Module.layers.0.Linear.forward.0.input.0.pt" come back
+// unchanged. Otherwise: '/' and NUL become '_' (a name must not reach into another directory or cut
+// the C string short), a leading '-' gets a '_' in front (not an option to shell tools), "", "." and
+// ".." become "_", "_." and "_..". Names longer than NAME_MAX (255 bytes) are shortened to a prefix
+// plus a hash of the whole name, keeping a short extension such as ".pt", so distinct long names
+// stay distinct and open() does not fail with ENAMETOOLONG.
+inline std::string safe_component(std::string_view name) {
+  std::string out;
+  out.reserve(name.size() + 1);
+  if (name.empty() || name == "." || name == ".." || name.front() == '-') out.push_back('_');
+  if (name.empty()) return out;
+  if (name == "." || name == "..") {
+    out.append(name);  // "_." / "_.."
+    return out;
+  }
+  for (char c : name) out.push_back(c == '/' || c == '\0' ? '_' : c);
+
+  constexpr std::size_t kNameMax = 255;
+  if (out.size() > kNameMax) {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a of the original name
+    for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    char tag[20];
+    std::snprintf(tag, sizeof tag, "~%016llx", static_cast<unsigned long long>(h));
+    std::string ext;
+    const std::size_t dot = out.rfind('.');
+    if (dot != std::string::npos && out.size() - dot <= 16) ext = out.substr(dot);
+    out.resize(kNameMax - ext.size() - 17);
+    out += tag;
+    out += ext;
+  }
+  return out;
+}
+
+// True when `path` is an existing directory this process may create files in. Otherwise false, with
+// the reason in *why (if given), e.g. "'/data/dump' is not a directory".
+inline bool path_is_writable_dir(const std::string& path, std::string* why = nullptr) {
+  auto no = [&](const std::string& reason) {
+    if (why != nullptr) *why = "'" + path + "' " + reason;
+    return false;
+  };
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return no("cannot be used: " + errno_text(errno));
+  if (!S_ISDIR(st.st_mode)) return no("is not a directory");
+  // access() checks the real ids, which is what matters for an ordinary (non-setuid) program, and
+  // reports EROFS for read-only mounts even to root.
+  if (::access(path.c_str(), W_OK | X_OK) != 0) return no("is not writable: " + errno_text(errno));
+  if (why != nullptr) why->clear();
+  return true;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/files.hpp ----
+// ---- begin torchprobe/io/python_json.hpp ----
+// JSON text exactly as Python's json module writes it.
+//
+// msprobe writes dump.json with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
+// compare, diff scripts, people running `diff` on two dump.json files) see the same bytes only if we
+// reproduce that writer: float repr (shortest round trip, Python's fixed/scientific switch), bare
+// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators. nlohmann's own
+// dump() differs (NaN becomes null, its own float layout and indentation), so we walk the tree.
+
+#include <charconv>
+#include <cmath>
+#include <ostream>
+#include <type_traits>
+
+namespace torchprobe::io {
+
+// Python's float.__repr__ as used by json.dumps (NaN/Infinity spelled the way json writes them).
+inline std::string python_float_repr(double v) {
+  if (std::isnan(v)) return "NaN";  // json checks `o != o`, so a negative NaN is "NaN" as well
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+
+  // to_chars without a precision gives the shortest digit string that round-trips, which is what
+  // Python's repr uses (David Gay's mode 0). Scientific form makes digits and exponent easy to split.
+  char sci[64];
+  auto res = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific);
+  const char* p = sci;
+  const char* end = res.ptr;
+  std::string out;
+  out.reserve(32);
+  if (*p == '-') {  // keeps the sign of -0.0, as Python does
+    out.push_back('-');
+    ++p;
+  }
+  std::string digits;
+  while (p != end && *p != 'e') {
+    if (*p != '.') digits.push_back(*p);
+    ++p;
+  }
+  int exp10 = 0;
+  if (p != end) std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), end, exp10);
+
+  // Python (float_repr_style 'short'): scientific when the decimal exponent is < -4 or >= 16.
+  if (exp10 < -4 || exp10 >= 16) {
+    out.push_back(digits[0]);
+    if (digits.size() > 1) {
+      out.push_back('.');
+      out.append(digits, 1, std::string::npos);
+    }
+    out.push_back('e');
+    out.push_back(exp10 < 0 ? '-' : '+');
+    int mag = exp10 < 0 ? -exp10 : exp10;
+    if (mag < 10) out.push_back('0');  // at least two exponent digits: 1e-05, 1e+16
+    out += std::to_string(mag);
+  } else if (exp10 >= 0) {
+    const std::size_t int_len = static_cast<std::size_t>(exp10) + 1;
+    if (digits.size() <= int_len) {
+      out += digits;
+      out.append(int_len - digits.size(), '0');
+      out += ".0";  // Python always marks an integral float
+    } else {
+      out.append(digits, 0, int_len);
+      out.push_back('.');
+      out.append(digits, int_len, std::string::npos);
+    }
+  } else {
+    out += "0.";
+    out.append(static_cast<std::size_t>(-exp10 - 1), '0');
+    out += digits;
+  }
+  return out;
+}
+
+namespace detail {
+
+// Streams one JSON tree. Output goes into a string buffer that is handed to the ostream in large
+// chunks (or kept whole for to_python_json), so a 100k-entry dump costs no per-node allocations.
+template <class Json>
+class PythonJsonWriter {
+ public:
+  PythonJsonWriter(std::string& buf, std::ostream* os, int indent)
+      : buf_(buf), os_(os), indent_(indent) {}
+
+  void write(const Json& j) {
+    value(j, 0);
+    flush();
+  }
+
+ private:
+  static constexpr std::size_t kFlushAt = 1 << 16;
+
+  void flush() {
+    if (os_ != nullptr && !buf_.empty()) {
+      os_->write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+      buf_.clear();
+    }
+  }
+  void maybe_flush() {
+    if (os_ != nullptr && buf_.size() >= kFlushAt) flush();
+  }
+
+  // Python: with an indent, items are separated by ",\n" + indentation; without, by ", ".
+  void open_item(std::size_t index, int depth) {
+    if (indent_ >= 0) {
+      buf_.append(index == 0 ? "\n" : ",\n");
+      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
+    } else if (index != 0) {
+      buf_.append(", ");
+    }
+  }
+  void close_container(int depth, char closer) {
+    if (indent_ >= 0) {
+      buf_.push_back('\n');
+      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
+    }
+    buf_.push_back(closer);
+  }
+
+  template <class Int>
+  void integer(Int v) {
+    char tmp[24];
+    auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
+    buf_.append(tmp, r.ptr);
+  }
+
+  void value(const Json& j, int depth) {
+    using T = nlohmann::detail::value_t;
+    switch (j.type()) {
+      case T::null: buf_.append("null"); break;
+      case T::boolean: buf_.append(j.template get<bool>() ? "true" : "false"); break;
+      case T::number_integer: integer(j.template get<std::int64_t>()); break;
+      case T::number_unsigned: integer(j.template get<std::uint64_t>()); break;
+      case T::number_float: buf_.append(python_float_repr(j.template get<double>())); break;
+      case T::string: string(j.template get_ref<const std::string&>()); break;
+      case T::array: {
+        if (j.empty()) {
+          buf_.append("[]");
+          break;
+        }
+        buf_.push_back('[');
+        std::size_t i = 0;
+        for (const auto& item : j) {
+          open_item(i++, depth + 1);
+          value(item, depth + 1);
+          maybe_flush();
+        }
+        close_container(depth, ']');
+        break;
+      }
+      case T::object: {
+        if (j.empty()) {
+          buf_.append("{}");
+          break;
+        }
+        buf_.push_back('{');
+        std::size_t i = 0;
+        for (auto it = j.begin(); it != j.end(); ++it) {
+          open_item(i++, depth + 1);
+          string(it.key());
+          buf_.append(": ");
+          value(it.value(), depth + 1);
+          maybe_flush();
+        }
+        close_container(depth, '}');
+        break;
+      }
+      case T::binary:
+        // Python has no such value; silently inventing a layout would make files no reader expects.
+        throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
+      case T::discarded:
+        throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+    }
+  }
+
+  void hex4(unsigned cp) {
+    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
+    const char esc[6] = {'\\', 'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF],
+                         kHex[(cp >> 4) & 0xF], kHex[cp & 0xF]};
+    buf_.append(esc, 6);
+  }
+
+  // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
+  // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
+  // become U+FFFD rather than aborting a dump.
+  void string(const std::string& s) {
+    buf_.push_back('"');
+    const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    std::size_t i = 0;
+    while (i < n) {
+      std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
+      while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
+      if (run != i) {
+        buf_.append(s, i, run - i);
+        i = run;
+        if (i == n) break;
+      }
+      const unsigned c = b[i];
+      if (c < 0x80) {
+        switch (c) {
+          case '"': buf_.append("\\\""); break;
+          case '\\': buf_.append("\\\\"); break;
+          case '\n': buf_.append("\\n"); break;
+          case '\r': buf_.append("\\r"); break;
+          case '\t': buf_.append("\\t"); break;
+          case '\b': buf_.append("\\b"); break;
+          case '\f': buf_.append("\\f"); break;
+          default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
+        }
+        ++i;
+        continue;
+      }
+      unsigned cp = 0;
+      std::size_t len = utf8_decode(b + i, n - i, cp);
+      if (len == 0) {
+        hex4(0xFFFD);
+        ++i;
+        continue;
+      }
+      i += len;
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        hex4(0xD800 + (cp >> 10));
+        hex4(0xDC00 + (cp & 0x3FF));
+      } else {
+        hex4(cp);
+      }
+    }
+    buf_.push_back('"');
+  }
+
+  // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
+  // surrogates are accepted: Python would print a lone surrogate as \udXXX too.
+  static std::size_t utf8_decode(const unsigned char* p, std::size_t avail, unsigned& cp) {
+    std::size_t len;
+    unsigned min;
+    if ((p[0] & 0xE0) == 0xC0) {
+      len = 2, cp = p[0] & 0x1F, min = 0x80;
+    } else if ((p[0] & 0xF0) == 0xE0) {
+      len = 3, cp = p[0] & 0x0F, min = 0x800;
+    } else if ((p[0] & 0xF8) == 0xF0) {
+      len = 4, cp = p[0] & 0x07, min = 0x10000;
+    } else {
+      return 0;
+    }
+    if (avail < len) return 0;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[k] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF) return 0;
+    return len;
+  }
+
+  std::string& buf_;
+  std::ostream* os_;
+  int indent_;
+};
+
+template <class Json>
+void write_python_json_impl(std::ostream& os, const Json& j, int indent) {
+  std::string buf;
+  buf.reserve(1 << 16);
+  PythonJsonWriter<Json>(buf, &os, indent).write(j);
+}
+
+template <class Json>
+std::string to_python_json_impl(const Json& j, int indent) {
+  std::string buf;
+  PythonJsonWriter<Json>(buf, nullptr, indent).write(j);
+  return buf;
+}
+
+}  // namespace detail
+
+// Same bytes as Python's json.dump(obj, f, indent=indent) (no trailing newline, like Python).
+// indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
+// stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+inline void write_python_json(std::ostream& os, const nlohmann::ordered_json& j, int indent = 1) {
+  detail::write_python_json_impl(os, j, indent);
+}
+// Other nlohmann::basic_json flavours (e.g. nlohmann::json); exact types only, so that values that
+// merely convert to JSON pick the ordered_json overload above instead of being ambiguous.
+template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
+void write_python_json(std::ostream& os, const Json& j, int indent = 1) {
+  detail::write_python_json_impl(os, j, indent);
+}
+
+inline std::string to_python_json(const nlohmann::ordered_json& j, int indent = 1) {
+  return detail::to_python_json_impl(j, indent);
+}
+template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
+std::string to_python_json(const Json& j, int indent = 1) {
+  return detail::to_python_json_impl(j, indent);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/python_json.hpp ----
+// ---- begin torchprobe/sink/step_dump.hpp ----
+// What a sink receives when a step is flushed: the step's records, already in dump order and
+// with every statistic resolved, plus the facts of the step needed for the file headers.
+
+
+// ---- begin torchprobe/sink/record.hpp ----
+// One dump.json entry on its way from a capture callback to a sink.
+#include <ATen/ATen.h>
+
+
+// ---- begin torchprobe/io/stack_trace.hpp ----
+// C++ call sites for stack.json.
+//
+// msprobe records, for every forward call, the Python stack that led to it. Our equivalent is the
+// native stack. Capturing must be cheap because it happens on every recorded op, so the hot path
+// only stores return addresses (backtrace()); turning them into names and lines happens once per
+// distinct address when stack.json is written, and is cached.
+//
+// Function names of an executable come from its dynamic symbol table, which only lists them when it
+// is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
+// program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+namespace torchprobe::io {
+
+// Raw return addresses, innermost first. Cheap to copy, compare and hash, so identical call sites
+// can be grouped before anything is symbolized.
+struct CallStack {
+  std::vector<void*> frames;
+
+  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
+  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
+};
+
+struct CallStackHash {
+  std::size_t operator()(const CallStack& s) const noexcept {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
+    for (void* f : s.frames) {
+      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 32));
+  }
+};
+
+// Up to max_frames return addresses of the current thread (at most 256). No symbol lookup, no lock;
+// the only cost is the unwind itself. The first call in a process loads the unwinder (libgcc_s), so
+// it allocates and must not happen inside a signal handler.
+inline CallStack capture_call_stack(int max_frames = 48) {
+  constexpr int kLimit = 256;
+  CallStack out;
+  if (max_frames <= 0) return out;
+  if (max_frames > kLimit) max_frames = kLimit;
+  void* buf[kLimit];
+  const int n = ::backtrace(buf, max_frames);
+  if (n > 0) out.frames.assign(buf, buf + n);
+  return out;
+}
+
+namespace detail {
+
+// Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
+// named "f(int) [clone .constprop.0]"; the user knows them as f(int).
+inline std::string strip_clone_suffix(std::string name) {
+  const std::size_t clone = name.find(" [clone ");
+  if (clone != std::string::npos) name.resize(clone);
+  return name;
+}
+
+inline std::string demangle(const char* sym) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(sym, nullptr, nullptr, &status);
+  std::string out = (status == 0 && d != nullptr) ? d : sym;
+  std::free(d);
+  return strip_clone_suffix(std::move(out));
+}
+
+inline std::string_view base_name(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+inline bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// Objects whose frames are never the user's: the torch runtime, the OpenMP runtime, the C and C++
+// runtimes, the dynamic loader, the unwinder and sanitizer runtimes (which intercept backtrace()).
+inline bool is_runtime_module(std::string_view path) {
+  const std::string_view b = base_name(path);
+  for (std::string_view p : {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so",
+                             "libstdc++", "libgcc_s", "libpthread", "libdl.", "libasan", "libubsan",
+                             "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
+    if (starts_with(b, p)) return true;
+  }
+  return false;
+}
+
+// The qualified function name without the return type that demangled template functions carry
+// ("void torchprobe::f<int>(int)" -> "torchprobe::f<int>(int)"): the last top-level space before
+// the parameter list ends the return type.
+inline std::string_view qualified_name(std::string_view s) {
+  std::size_t start = 0;
+  int angle = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '<') {
+      ++angle;
+    } else if (c == '>') {
+      if (angle > 0) --angle;
+    } else if (c == '(' && angle == 0) {
+      constexpr std::string_view kAnon = "(anonymous namespace)";
+      if (s.substr(i, kAnon.size()) == kAnon) {
+        i += kAnon.size() - 1;
+        continue;
+      }
+      break;  // the parameter list (or a lambda's) starts here
+    } else if (c == ' ' && angle == 0) {
+      start = i + 1;
+    }
+  }
+  return s.substr(start);
+}
+
+// Frames of torchprobe itself, of the dispatcher and of process start-up.
+inline bool is_internal_function(std::string_view demangled) {
+  for (std::string_view exact : {"backtrace", "_start", "__libc_start_main", "__libc_start_call_main"}) {
+    if (demangled == exact) return true;
+  }
+  const std::string_view q = qualified_name(demangled);
+  for (std::string_view p : {"torchprobe::", "c10::", "at::_ops::", "at::RecordFunction"}) {
+    if (starts_with(q, p)) return true;
+  }
+  // std::function glue instantiated for torchprobe's callbacks (compiled into the user's binary,
+  // so the module rule does not catch it), e.g. std::_Function_handler<..., torchprobe::...>.
+  return starts_with(q, "std::") && q.find("torchprobe::") != std::string_view::npos;
+}
+
+inline std::string hex(std::uintptr_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+inline std::string frame_text(const std::string& path, long line, const std::string& func,
+                              const std::string& text) {
+  return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
+}
+
+// Resolves addresses to stack.json frame strings; one process-wide instance, guarded by a mutex
+// (symbolizing happens when files are written, never per op).
+class Symbolizer {
+ public:
+  static Symbolizer& instance() {
+    static Symbolizer* s = new Symbolizer();  // leaked: stays usable from static destructors
+    return *s;
+  }
+
+  // For tests and for programs that want to control the cost: addr2line on/off, and forgetting
+  // everything resolved so far (e.g. after dlclose of a library whose addresses may be reused).
+  void set_use_addr2line(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    use_addr2line_ = on;
+  }
+  void clear_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.clear();
+    sources_.clear();
+  }
+
+  std::vector<std::string> symbolize(const CallStack& stack) {
+    return symbolize_many({&stack}).front();
+  }
+
+  // All addresses that are new are resolved together, so addr2line runs once per module.
+  std::vector<std::vector<std::string>> symbolize_many(const std::vector<const CallStack*>& stacks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<void*> fresh;
+    for (const CallStack* s : stacks)
+      for (void* a : s->frames)
+        if (cache_.find(a) == cache_.end()) {
+          cache_.emplace(a, std::vector<std::string>{});  // placeholder, also dedups `fresh`
+          fresh.push_back(a);
+        }
+    try {
+      resolve(fresh);
+    } catch (...) {  // (out of memory) do not leave placeholders that would read as "dropped"
+      for (void* a : fresh) cache_.erase(a);
+      throw;
+    }
+
+    std::vector<std::vector<std::string>> out;
+    out.reserve(stacks.size());
+    for (const CallStack* s : stacks) {
+      std::vector<std::string> frames;
+      for (void* a : s->frames) {
+        const auto& f = cache_[a];
+        frames.insert(frames.end(), f.begin(), f.end());
+      }
+      if (frames.empty()) frames.push_back("The call stack retrieval failed.");  // msprobe's text
+      out.push_back(std::move(frames));
+    }
+    return out;
+  }
+
+ private:
+  struct Location {  // one (possibly inlined) function at an address, as addr2line -i reports it
+    std::string func;
+    std::string file;  // empty when unknown
+    long line = 0;
+  };
+  struct Pending {
+    void* addr;
+    std::string module;      // object file path
+    std::uintptr_t offset;   // address relative to the object's load bias (what addr2line wants)
+    std::string dl_func;     // demangled dladdr name, empty if none
+  };
+
+  Symbolizer() {
+    const char* env = std::getenv("TORCHPROBE_ADDR2LINE");  // "0" turns the addr2line step off
+    use_addr2line_ = !(env != nullptr && std::string_view(env) == "0");
+  }
+
+  static const std::string& self_exe() {
+    static const std::string path = [] {
+      char buf[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+      return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("??");
+    }();
+    return path;
+  }
+
+  void resolve(const std::vector<void*>& addrs) {
+    std::map<std::string, std::vector<Pending>> by_module;  // map: deterministic addr2line order
+    for (void* a : addrs) {
+      Dl_info info{};
+      link_map* lm = nullptr;
+      // dladdr1 also gives the link map, whose l_addr is the load bias: address - bias is the
+      // address inside the file for executables (PIE or not) and shared objects alike.
+      if (::dladdr1(a, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) == 0 || lm == nullptr) {
+        cache_[a] = {frame_text("??", 0, "??", hex(reinterpret_cast<std::uintptr_t>(a)))};
+        continue;
+      }
+      std::string module = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : self_exe();
+      if (is_runtime_module(module)) continue;  // stays empty: dropped
+      Pending p{a, std::move(module), reinterpret_cast<std::uintptr_t>(a) - lm->l_addr,
+                info.dli_sname != nullptr ? demangle(info.dli_sname) : std::string()};
+      by_module[p.module].push_back(std::move(p));
+    }
+    for (auto& [module, pending] : by_module) {
+      std::vector<std::vector<Location>> locs;
+      if (use_addr2line_) locs = run_addr2line(module, pending);
+      for (std::size_t i = 0; i < pending.size(); ++i)
+        finish(pending[i], i < locs.size() ? locs[i] : std::vector<Location>{});
+    }
+  }
+
+  // Builds the cached frame strings of one address from addr2line's inline chain (innermost
+  // first), or from dladdr alone when addr2line had nothing.
+  void finish(const Pending& p, std::vector<Location> chain) {
+    const std::string fallback_text = std::string(base_name(p.module)) + "+" + hex(p.offset);
+    if (chain.empty()) chain.push_back(Location{});
+    // The outermost entry is the real (non-inlined) function, which dladdr names too.
+    if ((chain.back().func.empty() || chain.back().func == "??") && !p.dl_func.empty())
+      chain.back().func = p.dl_func;
+    std::vector<std::string> frames;
+    for (const Location& l : chain) {
+      const std::string func = l.func.empty() ? "??" : l.func;
+      if (is_internal_function(func)) continue;
+      if (l.file.empty() || l.line <= 0) {
+        frames.push_back(frame_text(p.module, 0, func, fallback_text));
+      } else {
+        std::string src = source_line(l.file, l.line);
+        frames.push_back(frame_text(l.file, l.line, func, src.empty() ? fallback_text : src));
+      }
+    }
+    cache_[p.addr] = std::move(frames);
+  }
+
+  // Runs `addr2line -a -f -C -i -e module addr...` (no shell) and parses its answer per address.
+  // Any failure (not installed, no debug info, odd output) gives empty results: dladdr is used.
+  std::vector<std::vector<Location>> run_addr2line(const std::string& module,
+                                                   const std::vector<Pending>& pending) {
+    std::vector<std::vector<Location>> result(pending.size());
+    constexpr std::size_t kBatch = 2000;  // keeps the argument list far below ARG_MAX
+    for (std::size_t first = 0; first < pending.size(); first += kBatch) {
+      const std::size_t last = std::min(pending.size(), first + kBatch);
+      std::vector<std::string> args = {"addr2line", "-a", "-f", "-C", "-i", "-e", module};
+      std::vector<std::uintptr_t> queried;
+      for (std::size_t i = first; i < last; ++i) {
+        // Return addresses point after the call; one byte back lies inside the call instruction,
+        // so the reported line is the call's, not the next statement's.
+        queried.push_back(pending[i].offset > 0 ? pending[i].offset - 1 : 0);
+        args.push_back(hex(queried.back()));
+      }
+      std::string text;
+      const Spawn r = spawn_and_read(args, text);
+      if (r == Spawn::kUnavailable) use_addr2line_ = false;  // not installed: stop trying
+      if (r != Spawn::kOk) return result;
+      parse_addr2line(text, queried, result, first);
+    }
+    return result;
+  }
+
+  static void parse_addr2line(const std::string& text, const std::vector<std::uintptr_t>& queried,
+                              std::vector<std::vector<Location>>& result, std::size_t first) {
+    std::vector<std::string> lines;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      lines.emplace_back(text, pos, nl - pos);
+      pos = nl + 1;
+    }
+    std::size_t next = 0;  // index into `queried` of the next expected address line
+    std::vector<Location>* cur = nullptr;
+    for (std::size_t i = 0; i < lines.size();) {
+      // With -a every group starts with the queried address; matching it against what we asked
+      // for keeps the parse in step even if a function name looked like an address.
+      if (next < queried.size() && starts_with(lines[i], "0x") &&
+          std::strtoull(lines[i].c_str(), nullptr, 16) == queried[next]) {
+        cur = &result[first + next];
+        ++next;
+        ++i;
+        continue;
+      }
+      if (cur == nullptr || i + 1 >= lines.size()) break;
+      Location l;
+      l.func = strip_clone_suffix(lines[i]);
+      std::string loc = lines[i + 1];
+      const std::size_t disc = loc.find(" (discriminator");
+      if (disc != std::string::npos) loc.resize(disc);
+      const std::size_t colon = loc.rfind(':');
+      if (colon != std::string::npos) {
+        const std::string file = loc.substr(0, colon);
+        const long line = std::strtol(loc.c_str() + colon + 1, nullptr, 10);
+        if (file != "??" && line > 0) {
+          l.file = file;
+          l.line = line;
+        }
+      }
+      cur->push_back(std::move(l));
+      i += 2;
+    }
+  }
+
+  enum class Spawn { kOk, kFailed, kUnavailable };
+
+  static Spawn spawn_and_read(const std::vector<std::string>& args, std::string& out) {
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) return Spawn::kFailed;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = ::posix_spawnp(&pid, "addr2line", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(pipefd[1]);
+    if (rc != 0) {
+      ::close(pipefd[0]);
+      return rc == ENOENT ? Spawn::kUnavailable : Spawn::kFailed;
+    }
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+      if (n > 0) {
+        out.append(buf, static_cast<std::size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        break;
+      }
+    }
+    ::close(pipefd[0]);
+    int status = 0;
+    pid_t w;
+    do w = ::waitpid(pid, &status, 0);
+    while (w < 0 && errno == EINTR);
+    // 127: the spawned child could not exec addr2line. A program that reaps every child itself
+    // (SIGCHLD handler) leaves us ECHILD; the output read so far is still good then.
+    if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 127) return Spawn::kUnavailable;
+    return out.empty() ? Spawn::kFailed : Spawn::kOk;
+  }
+
+  // The stripped text of a source line, as msprobe shows it; "" when the file is not readable.
+  std::string source_line(const std::string& file, long line) {
+    auto it = sources_.find(file);
+    if (it == sources_.end()) {
+      std::vector<std::string> lines;
+      std::ifstream in(file);
+      std::string s;
+      std::size_t bytes = 0;
+      while (in && bytes < (std::size_t{16} << 20) && std::getline(in, s)) {
+        bytes += s.size();
+        lines.push_back(std::move(s));
+      }
+      it = sources_.emplace(file, std::move(lines)).first;
+    }
+    if (line < 1 || static_cast<std::size_t>(line) > it->second.size()) return {};
+    const std::string& s = it->second[static_cast<std::size_t>(line) - 1];
+    const char* ws = " \t\r\n\f\v";
+    const std::size_t b = s.find_first_not_of(ws);
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(ws) - b + 1);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<void*, std::vector<std::string>> cache_;  // kept frames per address
+  std::unordered_map<std::string, std::vector<std::string>> sources_;
+  bool use_addr2line_ = true;
+};
+
+}  // namespace detail
+
+// The frames of `stack` as stack.json strings, innermost first:
+//   "File {path}, line {line}, in {function}, \n {source text}"
+// With addr2line on PATH and debug info in the object, one return address can give several frames
+// (its inlined calls), with the source file, line and stripped source text. Otherwise path is the
+// object file (executable or .so), line 0 and the text "{object}+0x{offset}". Frames of torchprobe,
+// the dispatcher (c10::, at::_ops::, at::RecordFunction), libtorch/libc10, OpenMP, the C/C++
+// runtimes and process start-up are dropped. Set TORCHPROBE_ADDR2LINE=0 to skip addr2line.
+// If nothing remains the result is {"The call stack retrieval failed."}, as msprobe writes.
+inline std::vector<std::string> symbolize(const CallStack& stack) {
+  return detail::Symbolizer::instance().symbolize(stack);
+}
+
+// stack.json: {"0": [[names...], [frames...]], "1": ...}. Names whose symbolized stacks are equal
+// share one group (msprobe compares the final frame lists too, so calls from one source line through
+// different internal paths still group); groups and names keep first-appearance order.
+inline nlohmann::ordered_json build_stack_json(
+    const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
+  // Symbolize each distinct raw stack once, all in one batch.
+  std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
+  std::vector<const CallStack*> unique;
+  std::vector<std::size_t> entry_raw;
+  entry_raw.reserve(forward_entries.size());
+  for (const auto& e : forward_entries) {
+    auto [it, added] = raw_index.emplace(e.second, unique.size());
+    if (added) unique.push_back(&e.second);
+    entry_raw.push_back(it->second);
+  }
+  const auto frames = detail::Symbolizer::instance().symbolize_many(unique);
+
+  std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
+  std::vector<std::pair<std::vector<std::string>, std::size_t>> groups;  // names, frames index
+  for (std::size_t i = 0; i < forward_entries.size(); ++i) {
+    const std::size_t r = entry_raw[i];
+    auto [it, added] = group_of.emplace(frames[r], groups.size());
+    if (added) groups.push_back({{}, r});
+    groups[it->second].first.push_back(forward_entries[i].first);
+  }
+
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  // ordered_map's own insert searches the keys linearly; these keys are unique by construction, so
+  // append to the underlying vector directly and keep the build linear.
+  auto& obj = out.get_ref<nlohmann::ordered_json::object_t&>();
+  using Base = nlohmann::ordered_json::object_t::Container;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    static_cast<Base&>(obj).emplace_back(
+        std::to_string(g), nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
+  return out;
+}
+
+}  // namespace torchprobe::io
+
+namespace std {
+template <>
+struct hash<torchprobe::io::CallStack> : torchprobe::io::CallStackHash {};
+}  // namespace std
+// ---- end torchprobe/io/stack_trace.hpp ----
+
+namespace torchprobe {
+
+// Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
+// `pointer` (a JSON pointer into Record::body) is the tensor item whose four keys it fills.
+struct PendingStats {
+  std::string pointer;
+  at::Tensor values;
+  at::ScalarType dtype;
+  bool zero_dim;
+};
+
+struct Record {
+  std::string name;              // "Aten.addmm.0.forward"
+  std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
+  nlohmann::ordered_json body = nlohmann::ordered_json::object();
+  std::vector<PendingStats> pending;
+  std::optional<io::CallStack> stack;   // forward entries: where the user made the call
+  // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
+  std::optional<std::string> parent;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/record.hpp ----
+
+namespace torchprobe {
+
+struct StepDump {
+  std::string task;                  // "statistics"
+  std::string level;                 // "L1"
+  std::string directory;             // {dump_path}/step{N}/{rank dir}
+  std::int64_t step = 0;
+  nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
+  bool extra_info = true;            // write stack.json and construct.json
+  const std::vector<Record>* records = nullptr;
+  nlohmann::ordered_json construct = nlohmann::ordered_json::object();
+
+  // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
+  nlohmann::ordered_json dump_json() const {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    j["task"] = task;
+    j["level"] = level;
+    j["framework"] = "pytorch";
+    j["dump_data_dir"] = dump_data_dir;
+    nlohmann::ordered_json data = nlohmann::ordered_json::object();
+    if (records)
+      for (const Record& r : *records) data[r.name] = r.body;
+    j["data"] = std::move(data);
+    return j;
+  }
+
+  nlohmann::ordered_json stack_json() const {
+    std::vector<std::pair<std::string, io::CallStack>> forward;
+    if (records)
+      for (const Record& r : *records)
+        if (r.stack) forward.emplace_back(r.name, *r.stack);
+    return io::build_stack_json(forward);
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/step_dump.hpp ----
+
+namespace torchprobe {
+
+class DirectorySink {
+ public:
+  // Called by start(): the step's directory must exist and be writable, or the user hears now,
+  // with the path and the OS's reason.
+  void open(const std::string& directory) {
+    try {
+      io::create_directories(directory);
+    } catch (const io::IoError& e) {
+      throw io::IoError("create the dump directory", directory, e.error_code());
+    }
+  }
+
+  void write_step(const StepDump& d) {
+    io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()));
+    if (!d.extra_info) return;
+    io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()));
+    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct));
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/directory_sink.hpp ----
+// ---- begin torchprobe/sink/memory_sink.hpp ----
+// Keeps each flushed step in memory as JSON documents: for tests, and for trainers that want to
+// inspect statistics themselves instead of reading files.
+
+
+namespace torchprobe {
+
+class MemorySink {
+ public:
+  struct Files {
+    nlohmann::ordered_json dump, stack, construct;
+  };
+
+  void open(const std::string&) {}
+
+  void write_step(const StepDump& d) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Files& f = steps_[d.step];
+    f.dump = d.dump_json();
+    f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
+    f.construct = d.construct;
+  }
+
+  // The last flush of each step, keyed by step number.
+  std::map<std::int64_t, Files> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_;
+  }
+  const Files& step(std::int64_t n) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_.at(n);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::int64_t, Files> steps_;
+};
+
+// Records nothing: for measuring the cost of capture alone.
+class NullSink {
+ public:
+  void open(const std::string&) {}
+  void write_step(const StepDump&) {}
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/memory_sink.hpp ----
+// ---- begin torchprobe/debugger.hpp ----
+// Debugger<Level, Task, Sink>: the composition of the three policies.
+//
+//   Level  which calls are captured (capture/: the ATen observer for APIs)
+//   Task   what is written for each tensor (task/: statistics, ...)
+//   Sink   where a flushed step goes (sink/: msprobe's directory layout, memory, nowhere)
+//
+// Not started, it registers nothing and costs nothing. start() registers the capture; stop()
+// removes it and writes the step's files; step() moves to the next step{N}/ directory.
+#include <iostream>
+
+// ---- begin torchprobe/capture/api_observer.hpp ----
+// The one RecordFunction observer through which the probe sees ATen calls.
+//
+// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
+// in a process-wide slot. The callback is global (not thread-local) because autograd runs
+// backward on its own threads and users run models on several; it is registered only between
+// attach() and detach(), so a debugger that is not started costs nothing at all.
+#include <ATen/record_function.h>
+
+
+// ---- begin torchprobe/capture/op_registry.hpp ----
+// What the probe knows about an operator, looked up once per operator (overload) and cached.
+//
+// RecordFunction hands the observer the operator's name as a `const char*` that points into the
+// operator's schema, so the pointer identifies the overload for the life of the process; the
+// cache is keyed by it and the schema is read only on the first call.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <unordered_set>
+
+namespace torchprobe::capture {
+
+// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
+// ints, so only the schema says that an int is really a dtype.
+enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
+
+struct ArgInfo {
+  std::string name;
+  bool kwarg_only = false;
+  ArgKind kind = ArgKind::Generic;
+};
+
+struct OpInfo {
+  std::string qualified;   // "aten::add"
+  std::string api;         // "add": the ATen name without namespace and overload
+  std::string key;         // "Aten.add.": the per-API counter key and name prefix
+  bool user_api = false;   // an aten:: op that is not on the infrastructure list
+  bool schema_known = false;
+  std::vector<ArgInfo> args;
+};
+
+// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
+// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
+// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
+inline const std::unordered_set<std::string_view>& infrastructure_ops() {
+  static const std::unordered_set<std::string_view> ops = {
+      "detach", "detach_", "alias", "lift", "lift_fresh", "lift_fresh_copy",
+      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+      "ones_like", "zero_", "set_", "resize_", "resize_as_", "record_stream",
+      "_version", "data", "set_data", "is_leaf", "output_nr", "requires_grad_", "retain_grad",
+      "retains_grad", "_backward", "_fw_primal", "_make_dual", "_has_compatible_shallow_copy_type"};
+  return ops;
+}
+
+namespace detail {
+
+inline ArgKind kind_of(const c10::TypePtr& declared) {
+  c10::TypePtr t = declared;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
+    case c10::TypeKind::LayoutType: return ArgKind::Layout;
+    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
+    default: return ArgKind::Generic;
+  }
+}
+
+inline std::unique_ptr<OpInfo> describe(const at::RecordFunction& fn) {
+  auto info = std::make_unique<OpInfo>();
+  info->qualified = fn.name();
+  constexpr std::string_view ns = "aten::";
+  const std::string_view q = info->qualified;
+  if (q.substr(0, ns.size()) == ns) {
+    info->api = std::string(q.substr(ns.size()));
+    info->key = "Aten." + info->api + ".";
+    info->user_api = infrastructure_ops().count(info->api) == 0;
+  }
+  if (const auto opname = fn.operator_name()) {
+    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
+      info->schema_known = true;
+      for (const auto& a : handle->schema().arguments())
+        info->args.push_back({a.name(), a.kwarg_only(), kind_of(a.real_type())});
+    }
+  }
+  return info;
+}
+
+}  // namespace detail
+
+// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
+// the process), so a returned reference stays valid.
+class OpRegistry {
+ public:
+  static const OpInfo& lookup(const at::RecordFunction& fn) {
+    const char* key = fn.name();
+    // Records that are not ATen operators (autograd's evaluate_function, user scopes) carry
+    // names in short-lived strings: never cache those pointers.
+    if (std::strncmp(key, "aten::", 6) != 0) return not_an_api();
+    thread_local std::unordered_map<const char*, const OpInfo*> local;
+    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
+    const OpInfo& info = instance().find_or_add(fn, key);
+    local[key] = &info;
+    return info;
+  }
+
+ private:
+  static OpRegistry& instance() {
+    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
+    return *r;
+  }
+  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = ops_[key];
+    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
+    if (!slot) slot = detail::describe(fn);
+    return *slot;
+  }
+  static const OpInfo& not_an_api() {
+    static const OpInfo none{};
+    return none;
+  }
+  std::mutex mutex_;
+  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
+  std::vector<std::unique_ptr<OpInfo>> retired_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/op_registry.hpp ----
+
+namespace torchprobe::capture {
+
+// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
+// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
+// returns comes back to `on_api_end` with the outputs.
+class ApiHandler;
+
+// A call in flight. It owns a reference to its handler, so a call that is still running when
+// the debugger stops (a backward thread, say) finishes safely.
+struct CallContext : at::ObserverContext {
+  std::shared_ptr<ApiHandler> handler;
+};
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
+  // autograd's own records, which a module tracker needs to see as boundaries.
+  // Return nullptr to ignore the call.
+  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
+  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+};
+
+class ApiObserver {
+ public:
+  ApiObserver() = default;
+  ApiObserver(const ApiObserver&) = delete;
+  ApiObserver& operator=(const ApiObserver&) = delete;
+  ~ApiObserver() { detach(); }
+
+  void attach(std::shared_ptr<ApiHandler> handler) {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ != 0) return;
+    if (std::atomic_load(&slot()))
+      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
+    // A new epoch makes every thread forget a nesting depth left over from an earlier session
+    // (a call that was in flight when the previous session detached never saw its end).
+    epoch().fetch_add(1, std::memory_order_relaxed);
+    std::atomic_store(&slot(), std::move(handler));
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .needsOutputs(true)
+                                        .scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    // Calls already in flight keep their handler alive through the context they hold.
+    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+  }
+
+  bool attached() const { return handle_ != 0; }
+
+  // The handler of the running capture, or null: how RAII module guards find it.
+  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
+
+ private:
+  struct Depth {
+    int value = 0;
+    std::uint64_t epoch = 0;
+  };
+
+  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
+  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
+  // inside a backward node from being mistaken for user calls.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    Depth& d = depth();
+    const std::uint64_t e = epoch().load(std::memory_order_relaxed);
+    if (d.epoch != e) d = Depth{0, e};
+    if (d.value++ != 0) return nullptr;
+    const OpInfo& op = OpRegistry::lookup(fn);
+    std::shared_ptr<ApiHandler> h = std::atomic_load(&slot());
+    if (!h) return nullptr;
+    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
+    if (ctx) ctx->handler = std::move(h);
+    return ctx;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Depth& d = depth();
+    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    if (ctx == nullptr) return;
+    // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  static Depth& depth() {
+    thread_local Depth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<ApiHandler>& slot() {
+    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& registration_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/api_observer.hpp ----
+// ---- begin torchprobe/capture/call_capture.hpp ----
+// What the probe makes of each outermost ATen call:
+//  - the API entry "Aten.{op}.{n}.forward" and, through its autograd nodes, ".backward" (L1, mix);
+//  - which module the call belongs to (L0, mix): a parameter-owning leaf module (Linear, Conv,
+//    norms, Embedding, RNNs) is recognised by its parameters among the call's inputs, a call of it
+//    being the run of consecutive calls that use them (its "episode"); other modules are marked
+//    by a ModuleGuard in their forward;
+//  - the module entries "Module.{path}.{Class}.forward.{n}", ".backward.{n}" and
+//    ".parameters_grad.{k}", and construct.json's parent of every entry (mix, L0).
+#include <ATen/SequenceNumber.h>
+#include <c10/core/GradMode.h>
+
+#include <deque>
+#include <exception>
+#include <thread>
+
+// ---- begin torchprobe/details/dump_core.hpp ----
+// The state a running capture needs, owned jointly by the Debugger and by every call in flight:
+// a backward thread may still be finishing a call after the Debugger stopped or went away.
+
+// ---- begin torchprobe/io/error_log.hpp ----
+// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
+// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
+//
+// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
+//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
+//   <message>
+//   <blank line>
+// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
+// written once until reset() (the dumper calls it at every step). Logging must never make things
+// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+#include <ctime>
+#include <set>
+#include <typeinfo>
+
+
+
+namespace torchprobe::io {
+
+class ErrorLog {
+ public:
+  static constexpr const char* kFileName = "dump_error_info.log";
+
+  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
+
+  // The directory the log goes to (the current rank directory); takes effect for the next entry.
+  void set_directory(std::string directory) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      dir_ = std::move(directory);
+    } catch (...) {
+    }
+  }
+  std::string directory() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return file_path_locked();
+  }
+
+  // Writes one entry unless this (what, kind) was already written since the last reset().
+  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
+  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
+  // Returns true when the entry was written (to the file, or to stderr as a fallback).
+  bool log(std::string_view what, std::string_view name, std::string_view kind,
+           std::string_view message) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
+      std::string entry = "[" + timestamp() + "] [ERROR] ";
+      entry.append(what).append(" failed: name=").append(name);
+      entry += ", pid=" + std::to_string(::getpid()) + "\n";
+      entry.append(message).append("\n\n");
+      const std::string file = file_path_locked();
+      const int err = append(file, entry);
+      if (err != 0) fallback(file, err, what, name);
+      return true;
+    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
+  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
+    try {
+      return log(what, name, type_name(e), e.what());
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // Forget which failures were reported, so that the next step reports them again.
+  void reset() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.clear();
+    } catch (...) {
+    }
+  }
+
+ private:
+  std::string file_path_locked() const {
+    if (dir_.empty()) return kFileName;
+    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
+  }
+
+  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
+  static std::string timestamp() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    char buf[64];
+    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+      return "0000-00-00 00:00:00 +0000";
+    return buf;
+  }
+
+  static std::string type_name(const std::exception& e) {
+    const char* raw = typeid(e).name();
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
+    std::free(demangled);
+    return out;
+  }
+
+  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
+  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
+  static int append(const std::string& file, const std::string& entry) {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0 && errno == ENOENT) {
+      const std::size_t slash = file.rfind('/');
+      if (slash != std::string::npos && slash != 0) {
+        try {
+          create_directories(file.substr(0, slash));
+        } catch (const IoError& e) {
+          return e.error_code();
+        }
+        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+      }
+    }
+    if (fd < 0) return errno;
+    const char* p = entry.data();
+    std::size_t left = entry.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : ENOSPC;
+        ::close(fd);
+        return err;
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
+  }
+
+  // One line on stderr; written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name) {
+    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
+                       std::string(what) + " failed: name=" + std::string(name) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  mutable std::mutex mu_;
+  std::string dir_;
+  std::set<std::pair<std::string, std::string>> seen_;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/error_log.hpp ----
+// ---- begin torchprobe/details/step_state.hpp ----
+// What one step has captured so far, shared by every thread that records into it.
+
+// ---- begin torchprobe/capture/tensor_json.hpp ----
+// The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
+// statistics slots and requires_grad, in msprobe's key order.
+
+
+// ---- begin torchprobe/stats/tensor_stats.hpp ----
+// The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
+
+namespace torchprobe {
+
+// One statistic. Max/Min keep the tensor's own kind (an int64 max stays a JSON integer, a bool
+// tensor's max is `true`), Mean/Norm are doubles, and anything undefined is JSON null.
+struct StatValue {
+  enum class Kind : std::uint8_t { Null, Bool, Int, Float };
+  Kind kind = Kind::Null;
+  bool b = false;
+  std::int64_t i = 0;
+  double d = 0.0;
+
+  static StatValue null() { return {}; }
+  static StatValue boolean(bool v) { StatValue s; s.kind = Kind::Bool; s.b = v; return s; }
+  static StatValue integer(std::int64_t v) { StatValue s; s.kind = Kind::Int; s.i = v; return s; }
+  static StatValue real(double v) { StatValue s; s.kind = Kind::Float; s.d = v; return s; }
+
+  bool is_null() const { return kind == Kind::Null; }
+  // The value as a double (NaN for null), for comparisons and overflow checks.
+  double as_double() const {
+    switch (kind) {
+      case Kind::Bool: return b ? 1.0 : 0.0;
+      case Kind::Int: return static_cast<double>(i);
+      case Kind::Float: return d;
+      case Kind::Null: break;
+    }
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+inline void to_json(nlohmann::ordered_json& j, const StatValue& v) {
+  switch (v.kind) {
+    case StatValue::Kind::Null: j = nullptr; return;
+    case StatValue::Kind::Bool: j = v.b; return;
+    case StatValue::Kind::Int: j = v.i; return;
+    case StatValue::Kind::Float: j = v.d; return;
+  }
+}
+
+struct TensorStats {
+  StatValue max, min, mean, norm;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/stats/tensor_stats.hpp ----
+
+namespace torchprobe {
+
+// Python's str(torch.dtype) for each ATen scalar type.
+inline std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kQInt8: return "torch.qint8";
+    case at::kQUInt8: return "torch.quint8";
+    case at::kQInt32: return "torch.qint32";
+    case at::kQUInt4x2: return "torch.quint4x2";
+    default: {
+      // Newer dtypes (float8 variants, unsigned ints of torch 2.x): ATen's name, lower-cased.
+      std::string s = c10::toString(t);
+      for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return "torch." + s;
+    }
+  }
+}
+
+// {"type", "dtype", "shape"}: the keys that lead every tensor item.
+inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["type"] = "torch.Tensor";
+  j["dtype"] = dtype_name(t.scalar_type());
+  j["shape"] = t.sizes().vec();
+  return j;
+}
+
+inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
+  j["Max"] = s.max;
+  j["Min"] = s.min;
+  j["Mean"] = s.mean;
+  j["Norm"] = s.norm;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/capture/tensor_json.hpp ----
+// ---- begin torchprobe/config/name_filter.hpp ----
+// NameFilter: which entries a run dumps, decided name by name in execution order from the config's
+// scope and list (msprobe-reference §5.4, msprobe's core/dump/data_dump/scope.py), plus which ATen ops
+// risk_level lets through. step, rank and data_mode are plain lookups on Config and are not here.
+//
+// A filter is stateful (the scope range is on or off) and not thread-safe: one per capturing thread.
+
+
+namespace torchprobe {
+
+namespace detail {
+
+// "aten::add_.Tensor" -> "add_": risk tables are keyed by the short name that API entries use.
+inline std::string_view aten_short_name(std::string_view op) {
+  if (const auto p = op.rfind("::"); p != std::string_view::npos) op.remove_prefix(p + 2);
+  if (const auto p = op.find('.'); p != std::string_view::npos) op = op.substr(0, p);
+  return op;
+}
+
+// "unsqueeze_" -> "unsqueeze": an in-place variant carries the risk of its op. Dunders ("__and__") stay.
+inline std::string_view without_inplace_mark(std::string_view op) {
+  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1);
+  return op;
+}
+
+// Ops that FOCUS drops: they move, reshape, copy, cast or create data without arithmetic that could
+// differ between devices, so their dumps rarely explain an accuracy problem and mostly add volume.
+// Adapted from msprobe's LOW_RISK_API_SET (Python API names) to the ATen names TorchProbe records,
+// adding ATen-only spellings (_reshape_alias, _unsafe_view, _to_copy, slice, select, copy_, fill_, ...).
+inline bool is_low_risk_op(std::string_view op) {
+  static const std::unordered_set<std::string_view> kLowRisk = {
+      // views and shape changes
+      "view", "view_as", "_unsafe_view", "reshape", "reshape_as", "_reshape_alias", "flatten", "unflatten", "ravel",
+      "squeeze", "unsqueeze", "expand", "expand_as", "transpose", "t", "permute", "movedim", "moveaxis", "swapaxes",
+      "swapdims", "unfold", "as_strided", "alias", "narrow", "slice", "select", "contiguous", "detach", "lift_fresh",
+      "align_as", "align_to", "atleast_1d", "atleast_2d", "atleast_3d",
+      // copies, gathers by index, repeats
+      "clone", "copy", "_copy_from", "_copy_from_and_resize", "index_select", "repeat", "repeat_interleave", "tile",
+      // joins and splits
+      "cat", "_cat", "concat", "concatenate", "stack", "_stack", "hstack", "vstack", "dstack", "column_stack",
+      "row_stack", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "tensor_split", "hsplit",
+      "vsplit", "dsplit", "chunk", "unsafe_chunk", "unbind",
+      // dtype and device conversion
+      "to", "_to_copy", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "byte", "char",
+      "bool", "cfloat",
+      // creation and filling
+      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+      "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "arange", "linspace",
+      "logspace", "eye", "scalar_tensor", "resize", "resize_as", "set", "diag", "diagflat", "diag_embed", "triu",
+      "tril", "triu_indices", "tril_indices",
+      // clamping (a comparison, no rounding) and reading scalars or metadata
+      "clamp", "clamp_min", "clamp_max", "clip", "item", "_local_scalar_dense", "is_nonzero", "size", "stride"};
+  op = aten_short_name(op);
+  return kLowRisk.count(op) > 0 || kLowRisk.count(without_inplace_mark(op)) > 0;
+}
+
+// Ops that CORE keeps: the compute-heavy families where accuracy problems usually start. Adapted from
+// msprobe's CORE_API_SET: matmul family, linear, convolution, normalization layers, embedding and
+// attention, plus the softmax family. Families are matched by substring so that ATen's many
+// backend-specific spellings (cudnn_convolution, native_layer_norm, _scaled_dot_product_flash_attention,
+// _log_softmax, embedding_bag, ...) are covered. Plain "norm" (a vector norm), "renorm" and "normal"
+// (random) are deliberately not normalization layers.
+inline bool is_core_op(std::string_view op) {
+  static const std::unordered_set<std::string_view> kCore = {
+      "matmul", "__matmul__", "mm", "bmm", "addmm", "_addmm_activation", "addbmm", "baddbmm", "mv", "addmv", "addr",
+      "dot", "einsum", "tensordot", "chain_matmul", "linalg_matmul", "linalg_multi_dot", "linalg_vecdot", "_scaled_mm",
+      "_fused_adam", "_fused_adamw"};
+  op = without_inplace_mark(aten_short_name(op));
+  if (kCore.count(op) > 0) return true;
+  auto has = [op](std::string_view part) { return op.find(part) != std::string_view::npos; };
+  if (has("conv") && !has("convert")) return true;         // conv1d.., conv_transpose*, convolution, _convolution
+  if (has("linear") && !has("upsample")) return true;      // linear, bilinear, mkldnn_linear (not interpolation)
+  for (std::string_view family : {"batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm",
+                                  "local_response_norm", "weight_norm", "embedding", "attention", "softmax"})
+    if (has(family)) return true;
+  return false;
+}
+
+}  // namespace detail
+
+class NameFilter {
+ public:
+  explicit NameFilter(const Config& config)
+      : level_(config.level),
+        risk_level_(config.risk_level),
+        exact_scope_(config.task == Task::FreeBenchmark),
+        scope_(config.scope),
+        list_(config.list) {}
+
+  // Called once per entry name in execution order (API names like "Aten.relu.0.forward", their backward
+  // names, module names like "Module.fc.Linear.forward.0"); returns whether the entry is dumped.
+  // scope is an inclusive [start, end] range: on when start is seen, off after end. list keeps names that
+  // contain any of its strings; with a scope it filters inside the range.
+  bool admit(const std::string& name) {
+    if (exact_scope_)  // free_benchmark: scope is a set of exact names (msprobe's ListScope)
+      return (scope_.empty() || std::find(scope_.begin(), scope_.end(), name) != scope_.end()) && in_list(name);
+    if (scope_.empty()) return in_list(name);
+    if (name == scope_.front()) in_range_ = true;
+    const bool admitted = in_range_ && in_list(name);
+    // An L0 module range stays open until the end module's forward finishes, when exit_module says so.
+    if (name == scope_.back() && !end_module_open_) in_range_ = false;
+    return admitted;
+  }
+
+  // Optional module lifetime notifications (forward pre-hook / forward end, with the module's forward
+  // name). Without them admit() works on names alone; with them the module-scoped rules of msprobe hold:
+  //  - L0: a scope ending at a module covers everything executed inside that module;
+  //  - mix: a module whose name matches the list switches on everything executed inside it.
+  void enter_module(const std::string& name) {
+    if (exact_scope_) return;
+    if (!scope_.empty() && name == scope_.front()) in_range_ = true;
+    if (level_ == Level::L0 && !scope_.empty() && name == scope_.back()) end_module_open_ = true;
+    if (level_ == Level::Mix && matches_list(name)) open_list_modules_.push_back(name);
+  }
+  void exit_module(const std::string& name) {
+    if (exact_scope_) return;
+    if (!scope_.empty() && name == scope_.back()) {
+      in_range_ = false;
+      end_module_open_ = false;
+    }
+    auto it = std::find(open_list_modules_.begin(), open_list_modules_.end(), name);
+    if (it != open_list_modules_.end()) open_list_modules_.erase(it);
+  }
+
+  // risk_level for an ATen op ("addmm", "aten::view.default", ...). It only applies at L1 and mix, and
+  // only when neither scope nor list is set: naming what to dump overrides the risk table (as in msprobe).
+  bool admits_op(std::string_view aten_op) const {
+    if ((level_ != Level::L1 && level_ != Level::Mix) || !scope_.empty() || !list_.empty()) return true;
+    switch (risk_level_) {
+      case RiskLevel::All: return true;
+      case RiskLevel::Focus: return !detail::is_low_risk_op(aten_op);
+      case RiskLevel::Core: return detail::is_core_op(aten_op);
+    }
+    return true;
+  }
+
+  // At step(): the range closes, as entry numbering restarts.
+  void reset() {
+    in_range_ = false;
+    end_module_open_ = false;
+    open_list_modules_.clear();
+  }
+
+ private:
+  bool matches_list(const std::string& name) const {
+    return std::any_of(list_.begin(), list_.end(),
+                       [&](const std::string& part) { return name.find(part) != std::string::npos; });
+  }
+  bool in_list(const std::string& name) const {
+    return list_.empty() || !open_list_modules_.empty() || matches_list(name);
+  }
+
+  Level level_;
+  RiskLevel risk_level_;
+  bool exact_scope_;
+  std::vector<std::string> scope_, list_;
+  bool in_range_ = false;
+  bool end_module_open_ = false;                // L0: the scope's end module has entered and not yet exited
+  std::vector<std::string> open_list_modules_;  // mix: modules matching the list that are still running
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/name_filter.hpp ----
+// ---- begin torchprobe/stats/device_stats.hpp ----
+// Statistics of a tensor on an accelerator, reduced where the tensor lives.
+//
+// Reading each statistic back with .item() would synchronise the host with the device four
+// times per tensor. Instead the four values are reduced on the device into one small float64
+// tensor that stays there; the step's pending tensors are copied to the host in one batch when
+// the step is flushed (see DeferredStats).
+
+
+// ---- begin torchprobe/details/probe_guard.hpp ----
+// Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
+// the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
+// probe never adds nodes to the user's autograd graph.
+
+namespace torchprobe {
+
+class ProbeGuard {
+ public:
+  ProbeGuard() = default;
+  ProbeGuard(const ProbeGuard&) = delete;
+  ProbeGuard& operator=(const ProbeGuard&) = delete;
+
+ private:
+  at::DisableRecordFunctionGuard no_record_;
+  c10::NoGradGuard no_grad_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/details/probe_guard.hpp ----
+
+namespace torchprobe::stats {
+
+// Reduce `t` on its own device into a float64 tensor [max, min, mean, norm]. No host sync.
+// bool: [any, all, -, -]; complex: statistics of |z|. Callers check numel() > 0 first.
+inline at::Tensor device_stats_tensor(const at::Tensor& t) {
+  ProbeGuard guard;
+  if (t.scalar_type() == at::kBool) {
+    const at::Tensor any = t.any().to(at::kDouble);
+    const at::Tensor all = t.all().to(at::kDouble);
+    return at::stack({any, all, any, any});
+  }
+  const at::Tensor x = t.is_complex() ? t.to(at::kComplexDouble).abs() : t.to(at::kDouble);
+  // norm of |z| equals the complex tensor's L2 norm.
+  return at::stack({x.max(), x.min(), x.mean(), x.norm()});
+}
+
+// Turn the four reduced values back into statistics with the rules of cpu_stats: Max/Min keep
+// the dtype's kind, bool has null Mean/Norm, a 0-d tensor shows its value in all four.
+inline TensorStats decode_device_stats(const double* v, at::ScalarType dtype, bool zero_dim) {
+  TensorStats s;
+  if (dtype == at::kBool) {
+    s.max = StatValue::boolean(v[0] != 0.0);
+    s.min = StatValue::boolean(v[1] != 0.0);
+    return s;
+  }
+  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
+    s.max = StatValue::integer(static_cast<std::int64_t>(v[0]));
+    s.min = StatValue::integer(static_cast<std::int64_t>(v[1]));
+  } else {
+    s.max = StatValue::real(v[0]);
+    s.min = StatValue::real(v[1]);
+  }
+  s.mean = StatValue::real(zero_dim ? v[0] : v[2]);
+  s.norm = StatValue::real(zero_dim ? v[0] : v[3]);
+  return s;
+}
+
+// Statistics waiting on the device. `add` keeps the reduced tensor; `resolve` copies them all to
+// the host with one transfer and hands each result back in the order they were added.
+class DeferredStats {
+ public:
+  struct Item {
+    at::Tensor values;  // float64 [4] on the device
+    at::ScalarType dtype;
+    bool zero_dim;
+  };
+
+  std::size_t add(const at::Tensor& t) { return add_reduced(device_stats_tensor(t), t.scalar_type(), t.dim() == 0); }
+  // For values already reduced by device_stats_tensor.
+  std::size_t add_reduced(at::Tensor values, at::ScalarType dtype, bool zero_dim) {
+    items_.push_back({std::move(values), dtype, zero_dim});
+    return items_.size() - 1;
+  }
+  bool empty() const { return items_.empty(); }
+  std::size_t size() const { return items_.size(); }
+
+  std::vector<TensorStats> resolve() {
+    std::vector<TensorStats> out;
+    if (items_.empty()) return out;
+    ProbeGuard guard;
+    std::vector<at::Tensor> parts;
+    parts.reserve(items_.size());
+    for (auto& it : items_) parts.push_back(it.values.to(items_.front().values.device()));
+    // One device-to-host copy for the whole batch.
+    const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
+    const double* p = host.data_ptr<double>();
+    out.reserve(items_.size());
+    for (std::size_t k = 0; k < items_.size(); ++k)
+      out.push_back(decode_device_stats(p + 4 * k, items_[k].dtype, items_[k].zero_dim));
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<Item> items_;
+};
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/device_stats.hpp ----
+
+namespace torchprobe::details {
+
+class StepState {
+ public:
+  explicit StepState(const Config& config) : filter_(config) {}
+
+  struct Admission {
+    std::string name;
+    std::uint64_t order = 0;
+    bool admitted = false;
+  };
+
+  // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
+  // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
+  // call keeps its number whatever the filters say.
+  Admission begin_api_call(const std::string& key, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Admission a;
+    a.name = key + std::to_string(counters_[key]++) + ".forward";
+    a.order = next_order_++;
+    a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
+    return a;
+  }
+
+  // For entries that are not API forward calls (backward, modules): their number and admission.
+  std::int64_t next_index(const std::string& counter_key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counters_[counter_key]++;
+  }
+  std::uint64_t next_order() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return next_order_++;
+  }
+  bool admit(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name);
+  }
+  void enter_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.enter_module(forward_name);
+  }
+  void exit_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.exit_module(forward_name);
+  }
+
+  // Commits with the next position in dump order (entries that are complete only at their end).
+  void commit_last(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r.order = next_order_++;
+    records_.push_back(std::move(r));
+  }
+
+  void commit(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.push_back(std::move(r));
+  }
+
+  // Runs f(records) with the records in dump order and every deferred statistic resolved
+  // (one device-to-host copy for all of them).
+  template <class F>
+  void with_records(F&& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    resolve_pending();
+    std::stable_sort(records_.begin(), records_.end(),
+                     [](const Record& a, const Record& b) { return a.order < b.order; });
+    f(static_cast<const std::vector<Record>&>(records_));
+  }
+
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+
+  // step(): a new step starts with no records, counters at 0, and the scope range closed.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.clear();
+    counters_.clear();
+    next_order_ = 0;
+    filter_.reset();
+  }
+
+ private:
+  void resolve_pending() {
+    std::vector<std::pair<Record*, std::size_t>> where;
+    stats::DeferredStats batch;
+    for (auto& r : records_)
+      for (std::size_t k = 0; k < r.pending.size(); ++k) {
+        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
+        where.emplace_back(&r, k);
+      }
+    if (batch.empty()) return;
+    const std::vector<TensorStats> resolved = batch.resolve();
+    for (std::size_t i = 0; i < where.size(); ++i) {
+      Record& r = *where[i].first;
+      nlohmann::ordered_json& item = r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
+      put_stats(item, resolved[i]);
+    }
+    for (auto& r : records_) r.pending.clear();
+  }
+
+  mutable std::mutex mutex_;
+  NameFilter filter_;
+  std::vector<Record> records_;
+  std::unordered_map<std::string, std::int64_t> counters_;
+  std::uint64_t next_order_ = 0;
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/step_state.hpp ----
+
+namespace torchprobe::details {
+
+template <class TaskT>
+struct DumpCore {
+  explicit DumpCore(Config c) : config(std::move(c)), task(config), state(config), errors(std::string()) {}
+  const Config config;
+  TaskT task;
+  StepState state;
+  io::ErrorLog errors;
+  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
+  std::atomic<bool> capturing{false};
+  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
+  std::atomic<std::uint64_t> generation{0};
+
+  bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/dump_core.hpp ----
+// ---- begin torchprobe/capture/backward_probe.hpp ----
+// Gradients of one forward region (an ATen call, or a module's forward): the gradients flowing
+// into it (w.r.t. its outputs) and out of it (w.r.t. its tensor inputs).
+//
+// The autograd nodes a region created are those whose sequence numbers fall in
+// [sequence at its start, sequence at its end). A pre-hook on the nodes that produced the
+// region's outputs sees the gradients w.r.t. those outputs; a post-hook on the nodes whose next
+// edges are the region's inputs' gradient edges sees the gradients w.r.t. those inputs. This works
+// for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
+// and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <iterator>
+
+
+namespace torchprobe::capture {
+
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// Where the gradient of a forward input will go; an invalid edge for inputs that need none.
+inline Edge gradient_edge_of(const at::Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return Edge();
+  return torch::autograd::impl::gradient_edge(t);
+}
+
+// Receives the gradients as they arrive (on autograd's threads) and the end of the region's
+// backward. Calls for one probe never overlap.
+class GradientReceiver {
+ public:
+  virtual ~GradientReceiver() = default;
+  virtual void grad_output(std::size_t output_index, const at::Tensor& grad) = 0;  // w.r.t. forward output i
+  virtual void grad_input(std::size_t input_index, const at::Tensor& grad) = 0;    // w.r.t. forward input k
+  virtual void backward_done() = 0;
+};
+
+class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
+ public:
+  // Hooks the region. Returns false (and hooks nothing) when no output takes part in autograd.
+  static bool attach(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
+                     std::uint64_t seq_end, std::shared_ptr<GradientReceiver> receiver) {
+    auto probe = std::shared_ptr<BackwardProbe>(new BackwardProbe(std::move(receiver)));
+    return probe->hook(outputs, inputs, seq_begin, seq_end);
+  }
+
+ private:
+  explicit BackwardProbe(std::shared_ptr<GradientReceiver> r) : receiver_(std::move(r)) {}
+
+  struct Slot {
+    std::size_t node_index;  // which of the node's inputs/outputs
+    std::size_t region_index;
+  };
+
+  class PreHook final : public torch::autograd::FunctionPreHook {
+   public:
+    PreHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
+    variable_list operator()(const variable_list& grads) override {
+      probe_->arrived_outputs(slots_, grads);
+      return grads;  // read only: the gradients flow on unchanged
+    }
+
+   private:
+    std::shared_ptr<BackwardProbe> probe_;
+    std::vector<Slot> slots_;
+  };
+
+  class PostHook final : public torch::autograd::FunctionPostHook {
+   public:
+    PostHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
+    variable_list operator()(const variable_list& grad_inputs, const variable_list& /*grad_outputs*/) override {
+      probe_->arrived_inputs(slots_, grad_inputs);
+      return grad_inputs;
+    }
+
+   private:
+    std::shared_ptr<BackwardProbe> probe_;
+    std::vector<Slot> slots_;
+  };
+
+  bool hook(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
+            std::uint64_t seq_end) {
+    // Roots: the nodes that produced the outputs, each with the outputs it carries.
+    std::vector<std::pair<Node*, std::vector<Slot>>> roots;
+    std::vector<std::shared_ptr<Node>> keep;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const at::Tensor& out = outputs[i];
+      if (!out.defined() || !out.requires_grad()) continue;
+      const std::shared_ptr<Node>& fn = out.grad_fn();
+      if (!fn) continue;  // a leaf returned as is: no gradient flows through this region for it
+      auto it = std::find_if(roots.begin(), roots.end(), [&](const auto& r) { return r.first == fn.get(); });
+      if (it == roots.end()) {
+        roots.emplace_back(fn.get(), std::vector<Slot>{});
+        keep.push_back(fn);
+        it = std::prev(roots.end());
+      }
+      it->second.push_back({static_cast<std::size_t>(out.output_nr()), i});
+    }
+    if (roots.empty()) return false;
+
+    // The region's nodes: the roots and everything reachable from them inside the sequence range.
+    std::vector<Node*> nodes;
+    std::unordered_set<Node*> seen;
+    for (auto& r : roots)
+      if (seen.insert(r.first).second) nodes.push_back(r.first);
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      for (const Edge& e : nodes[k]->next_edges()) {
+        Node* f = e.function.get();
+        if (!f || seen.count(f)) continue;
+        const std::uint64_t s = f->sequence_nr();
+        if (s >= seq_begin && s < seq_end) {
+          seen.insert(f);
+          nodes.push_back(f);
+        }
+      }
+
+    // Each input's gradient leaves through the first unused next-edge equal to its gradient edge
+    // (an input passed twice, as in p * p, uses two edges to the same place).
+    std::vector<std::pair<Node*, std::vector<Slot>>> posts;
+    std::unordered_set<const Edge*> used;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      if (!inputs[k].is_valid()) continue;
+      bool matched = false;
+      for (Node* n : nodes) {
+        const auto& edges = n->next_edges();
+        for (std::size_t j = 0; j < edges.size() && !matched; ++j) {
+          if (edges[j] == inputs[k] && !used.count(&edges[j])) {
+            used.insert(&edges[j]);
+            auto it = std::find_if(posts.begin(), posts.end(), [&](const auto& p) { return p.first == n; });
+            if (it == posts.end()) {
+              posts.emplace_back(n, std::vector<Slot>{});
+              it = std::prev(posts.end());
+            }
+            it->second.push_back({j, k});
+            matched = true;
+          }
+        }
+        if (matched) break;
+      }
+    }
+
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ = roots.size() + posts.size();
+    }
+    auto self = shared_from_this();
+    for (auto& r : roots) r.first->add_pre_hook(std::make_unique<PreHook>(self, std::move(r.second)));
+    for (auto& p : posts) p.first->add_post_hook(std::make_unique<PostHook>(self, std::move(p.second)));
+    return true;
+  }
+
+  void arrived_outputs(const std::vector<Slot>& slots, const variable_list& grads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    ProbeGuard guard;
+    for (const Slot& s : slots)
+      if (s.node_index < grads.size()) receiver_->grad_output(s.region_index, grads[s.node_index]);
+    step_locked();
+  }
+
+  void arrived_inputs(const std::vector<Slot>& slots, const variable_list& grads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    ProbeGuard guard;
+    for (const Slot& s : slots)
+      if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
+    step_locked();
+  }
+
+  // The region's backward is over when every hooked node has run once. A second backward
+  // through a retained graph is not reported again.
+  void step_locked() {
+    if (--pending_ > 0) return;
+    receiver_->backward_done();
+    finished_ = true;
+  }
+
+  std::shared_ptr<GradientReceiver> receiver_;
+  std::mutex mutex_;
+  std::size_t pending_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/backward_probe.hpp ----
+// ---- begin torchprobe/capture/gradient_recorder.hpp ----
+// Builds a backward entry ({"input": grads w.r.t. outputs, "output": grads w.r.t. inputs}) from
+// the gradients a BackwardProbe reports, and hands it on when the region's backward is over.
+
+// ---- begin torchprobe/capture/value_encoder.hpp ----
+// Turns the boxed arguments and results of an ATen call into msprobe's JSON (reference §2.4).
+// Tensors are handed to the task's describer; everything else is encoded here.
+#include <ATen/core/ivalue.h>
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+
+
+
+namespace torchprobe::capture {
+
+inline std::string layout_name(c10::Layout l) {
+  switch (l) {
+    case c10::kStrided: return "torch.strided";
+    case c10::kSparse: return "torch.sparse_coo";
+    case c10::kMkldnn: return "torch._mkldnn";
+    default: return "torch.layout";
+  }
+}
+
+// Python's str of a torch.memory_format without the "torch." prefix, as msprobe writes it.
+inline std::string memory_format_name(c10::MemoryFormat f) {
+  switch (f) {
+    case c10::MemoryFormat::Contiguous: return "contiguous_format";
+    case c10::MemoryFormat::Preserve: return "preserve_format";
+    case c10::MemoryFormat::ChannelsLast: return "channels_last";
+    case c10::MemoryFormat::ChannelsLast3d: return "channels_last_3d";
+    default: return "unknown_format";
+  }
+}
+
+inline nlohmann::ordered_json typed(const char* type, nlohmann::ordered_json value) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["type"] = type;
+  j["value"] = std::move(value);
+  return j;
+}
+
+// A JSON pointer reference token: '~' and '/' must be escaped inside keys.
+inline std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+// Where a value sits: its JSON pointer inside the entry (for deferred statistics) and its
+// msprobe file key ("input.0", "input.1.0", "kwargs.bias", "output.0") for saved tensors.
+struct Site {
+  std::string pointer;
+  std::string file_key;
+  Site child(const std::string& token) const { return {pointer + "/" + pointer_token(token), file_key + "." + token}; }
+};
+
+// DescribeTensor: callable(const at::Tensor&, const Site&) -> nlohmann::ordered_json
+template <class DescribeTensor>
+class ValueEncoder {
+ public:
+  explicit ValueEncoder(DescribeTensor& describe) : describe_(describe) {}
+
+  nlohmann::ordered_json encode(const c10::IValue& v, ArgKind kind, const Site& site, int depth = 0) {
+    if (depth > kMaxDepth) return nullptr;  // msprobe's DUMP_MAX_DEPTH
+    if (v.isNone()) return nullptr;
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) return nullptr;
+      return describe_(t, site);
+    }
+    if (v.isBool()) return typed("bool", v.toBool());
+    if (v.isInt()) return encode_int(v.toInt(), kind);
+    if (v.isDouble()) return typed("float", v.toDouble());
+    if (v.isString()) return typed("str", v.toStringRef());
+    if (v.isDevice()) return typed("torch.device", v.toDevice().str());
+    if (v.isList()) return encode_sequence(v.toListRef(), kind, site, depth);
+    if (v.isTuple()) return encode_sequence(v.toTupleRef().elements(), kind, site, depth);
+    if (v.isGenericDict()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (const auto& kv : v.toGenericDict()) {
+        const std::string key = kv.key().isString() ? kv.key().toStringRef() : c10::IValue(kv.key()).tagKind();
+        out[key] = encode(kv.value(), ArgKind::Generic, site.child(key), depth + 1);
+      }
+      return out;
+    }
+    return nullptr;  // generators, objects, storages...: msprobe writes null for what it cannot analyse
+  }
+
+ private:
+  static constexpr int kMaxDepth = 400;
+
+  template <class Elements>
+  nlohmann::ordered_json encode_sequence(const Elements& elements, ArgKind kind, const Site& site, int depth) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    std::size_t k = 0;
+    for (const c10::IValue& e : elements) out.push_back(encode(e, kind, site.child(std::to_string(k++)), depth + 1));
+    return out;
+  }
+
+  static nlohmann::ordered_json encode_int(std::int64_t i, ArgKind kind) {
+    switch (kind) {
+      case ArgKind::ScalarType: return typed("torch.dtype", dtype_name(static_cast<at::ScalarType>(i)));
+      case ArgKind::Layout: return typed("torch.layout", layout_name(static_cast<c10::Layout>(i)));
+      case ArgKind::MemoryFormat: {
+        nlohmann::ordered_json j = nlohmann::ordered_json::object();
+        j["type"] = "torch.memory_format";
+        j["format"] = memory_format_name(static_cast<c10::MemoryFormat>(i));
+        return j;
+      }
+      case ArgKind::Generic: break;
+    }
+    return typed("int", i);
+  }
+
+  DescribeTensor& describe_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/value_encoder.hpp ----
+
+namespace torchprobe::capture {
+
+template <class TaskT>
+class GradientRecorder final : public GradientReceiver {
+ public:
+  using Core = details::DumpCore<TaskT>;
+  using Done = std::function<void(Core&, Record&&)>;
+
+  // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a
+  // gradient stay null (an input that needs none, an output that got none).
+  GradientRecorder(const std::shared_ptr<Core>& core, std::string name, std::size_t outputs, std::size_t inputs,
+                   std::optional<std::string> parent, Done done)
+      : core_(core), generation_(core->generation.load()), done_(std::move(done)) {
+    record_.name = std::move(name);
+    record_.parent = std::move(parent);
+    const DataMode& mode = core->config.data_mode;
+    want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
+    want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
+    if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
+    if (want_out_) record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
+  }
+
+  void grad_output(std::size_t i, const at::Tensor& grad) override { put(want_in_, "input", i, grad); }
+  void grad_input(std::size_t k, const at::Tensor& grad) override { put(want_out_, "output", k, grad); }
+
+  void backward_done() override {
+    auto core = live_core();
+    if (!core) return;
+    const std::string name = record_.name;
+    try {
+      done_(*core, std::move(record_));
+    } catch (const std::exception& e) {
+      core->errors.log("backward_data_collect", name, e);
+    }
+  }
+
+ private:
+  std::shared_ptr<Core> live_core() const {
+    auto core = core_.lock();
+    return core && core->live(generation_) ? core : nullptr;
+  }
+
+  void put(bool wanted, const char* key, std::size_t index, const at::Tensor& grad) {
+    if (!wanted || !grad.defined()) return;
+    auto core = live_core();
+    if (!core) return;
+    try {
+      const std::string idx = std::to_string(index);
+      record_.body[key][index] =
+          core->task.describe(grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
+    } catch (const std::exception& e) {
+      core->errors.log("backward_data_collect", record_.name, e);
+    }
+  }
+
+  std::weak_ptr<Core> core_;  // a retained graph must not keep a finished debugger alive
+  std::uint64_t generation_;
+  Done done_;
+  Record record_;
+  bool want_in_ = true, want_out_ = true;
+};
+
+// The usual end of a backward entry: filtered by name like any entry, placed in dump order
+// when it completes.
+template <class Core>
+void commit_if_admitted(Core& core, Record&& r) {
+  if (core.state.admit(r.name)) core.state.commit_last(std::move(r));
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/gradient_recorder.hpp ----
+// ---- begin torchprobe/capture/module_catalog.hpp ----
+// The modules of the model(s) given to start(model): their dotted paths, msprobe class names,
+// entry-name prefixes and own parameters, and which module owns each parameter tensor.
+#include <torch/nn/module.h>
+
+
+// ---- begin torchprobe/capture/model_ref.hpp ----
+// Whatever the user passes to start(model): a torch::nn module holder (`Net`, `torch::nn::Linear`),
+// a std::shared_ptr to a module, a torch::jit::Module, or a list of them (msprobe's list of models).
+#include <torch/nn/pimpl.h>
+#include <torch/csrc/jit/api/module.h>
+
+
+namespace torchprobe {
+
+struct ModelRef {
+  std::vector<std::shared_ptr<torch::nn::Module>> nn;
+  std::vector<torch::jit::Module> jit;
+  bool empty() const { return nn.empty() && jit.empty(); }
+  std::size_t size() const { return nn.size() + jit.size(); }
+};
+
+namespace details {
+
+template <class T, class = void>
+struct is_module_holder : std::false_type {};
+template <class T>
+struct is_module_holder<T, std::void_t<typename T::ContainedType>>
+    : std::is_base_of<torch::nn::Module, typename T::ContainedType> {};
+
+template <class T>
+struct is_shared_module : std::false_type {};
+template <class T>
+struct is_shared_module<std::shared_ptr<T>> : std::is_base_of<torch::nn::Module, T> {};
+
+template <class T>
+struct is_model_list : std::false_type {};
+template <class T, class A>
+struct is_model_list<std::vector<T, A>> : std::true_type {};
+
+template <class M>
+void add_model(ModelRef& ref, const M& m) {
+  using T = std::decay_t<M>;
+  if constexpr (std::is_same_v<T, torch::jit::Module>) {
+    ref.jit.push_back(m);
+  } else if constexpr (is_shared_module<T>::value) {
+    ref.nn.push_back(m);
+  } else if constexpr (is_module_holder<T>::value) {
+    ref.nn.push_back(m.ptr());
+  } else if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
+    ref.nn.push_back(const_cast<T&>(m).shared_from_this());
+  } else if constexpr (is_model_list<T>::value) {
+    for (const auto& item : m) add_model(ref, item);
+  } else {
+    static_assert(!std::is_same_v<T, T>, "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a std::vector of them");
+  }
+}
+
+}  // namespace details
+
+template <class M>
+ModelRef to_model_ref(const M& model) {
+  ModelRef ref;
+  details::add_model(ref, model);
+  return ref;
+}
+inline ModelRef to_model_ref(const ModelRef& ref) { return ref; }
+
+}  // namespace torchprobe
+// ---- end torchprobe/capture/model_ref.hpp ----
+
+namespace torchprobe::capture {
+
+// msprobe's class name for a C++ module: no namespace, no trailing "Impl"
+// ("torch::nn::LinearImpl" -> "Linear", "NetImpl" -> "Net").
+inline std::string module_class_name(const std::string& cpp_name) {
+  std::string s = cpp_name;
+  const auto lt = s.find('<');  // templates: keep the outer name only
+  if (lt != std::string::npos) s.erase(lt);
+  const auto colon = s.rfind("::");
+  if (colon != std::string::npos) s.erase(0, colon + 2);
+  constexpr const char* kImpl = "Impl";
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, kImpl) == 0) s.erase(s.size() - 4);
+  return s;
+}
+
+struct ModuleInfo {
+  const torch::nn::Module* module = nullptr;
+  std::string path;    // "fc", "layer.0"
+  std::string cls;     // "Linear"
+  std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
+  std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
+  bool leaf = false;   // no child modules
+
+  std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
+  std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
+  std::string counter_key() const { return prefix; }
+  bool has_trainable_params() const {
+    for (const auto& p : params)
+      if (p.second.requires_grad()) return true;
+    return false;
+  }
+};
+
+class ModuleCatalog {
+ public:
+  ModuleCatalog() = default;
+  explicit ModuleCatalog(const ModelRef& models) {
+    const bool several = models.nn.size() > 1;
+    for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
+  }
+
+  // A module the user named in ScopedModuleDump: only it, under the given name.
+  void add_named(const torch::nn::Module& m, const std::string& name) {
+    auto info = describe(m, name, "");
+    info->leaf = true;
+    index(std::move(info));
+  }
+
+  const ModuleInfo* find(const torch::nn::Module* m) const {
+    auto it = by_module_.find(m);
+    return it == by_module_.end() ? nullptr : it->second.get();
+  }
+  // The leaf module that owns this parameter tensor, if any: how ops are attributed to
+  // Linear, Conv, norms, Embedding, RNNs without any hook in the module.
+  const ModuleInfo* owner_of(const c10::TensorImpl* p) const {
+    auto it = param_owner_.find(p);
+    return it == param_owner_.end() ? nullptr : it->second;
+  }
+  bool empty() const { return by_module_.empty(); }
+  std::vector<const ModuleInfo*> all() const {
+    std::vector<const ModuleInfo*> v;
+    for (const auto& kv : by_module_) v.push_back(kv.second.get());
+    return v;
+  }
+
+ private:
+  void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
+    // The root given to start() is not dumped (msprobe skips it), only its descendants.
+    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false))
+      index(describe(*item.value(), item.key(), index_prefix));
+  }
+
+  static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
+    auto info = std::make_unique<ModuleInfo>();
+    info->module = &m;
+    info->path = path;
+    info->cls = module_class_name(m.name());
+    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
+    info->leaf = m.children().empty();
+    return info;
+  }
+
+  void index(std::unique_ptr<ModuleInfo> info) {
+    ModuleInfo* raw = info.get();
+    if (raw->leaf)
+      for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
+    by_module_[raw->module] = std::move(info);
+  }
+
+  std::unordered_map<const torch::nn::Module*, std::unique_ptr<ModuleInfo>> by_module_;
+  std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_catalog.hpp ----
+// ---- begin torchprobe/capture/module_events.hpp ----
+// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
+
+
+namespace torchprobe::capture {
+
+class ModuleEvents {
+ public:
+  virtual ~ModuleEvents() = default;
+  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
+  // only this module, under that name, and nothing else on this thread until it ends.
+  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
+  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                             std::vector<c10::IValue> inputs) = 0;
+  // `outputs` null: the module's output is that of the last outermost call made inside it.
+  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_events.hpp ----
+
+namespace torchprobe::capture {
+
+namespace detail {
+
+// Every tensor among boxed values, lists and tuples flattened, in order.
+inline void collect_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) collect_tensors(e, out);
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements()) collect_tensors(e, out);
+  }
+}
+
+template <class Values>
+std::vector<at::Tensor> tensors_of(const Values& values) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : values) collect_tensors(v, out);
+  return out;
+}
+
+// Does any of these tensors carry autograd history that a backward pass could run through?
+inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& t : tensors)
+    if (t.defined() && t.requires_grad() && t.grad_fn()) return true;
+  return false;
+}
+
+inline bool is_inplace(const std::string& api) {
+  return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
+}
+
+}  // namespace detail
+
+template <class TaskT, Level L>
+class CallCapture final : public ApiHandler, public ModuleEvents, public std::enable_shared_from_this<CallCapture<TaskT, L>> {
+  static constexpr bool kApis = LevelTraits<L>::captures_apis;
+  static constexpr bool kModules = LevelTraits<L>::captures_modules;
+  using Core = details::DumpCore<TaskT>;
+
+ public:
+  explicit CallCapture(std::shared_ptr<Core> core) : core_(std::move(core)), serial_(next_serial()) {}
+
+  // start(model): the modules to recognise. Kept while the same models are passed again, so
+  // parameter-gradient hooks are registered once per parameter.
+  void set_models(const ModelRef& models) {
+    if (!kModules) return;
+    if (same_models(models)) return;
+    models_ = models;
+    catalog_ = std::make_shared<ModuleCatalog>(models);
+    std::lock_guard<std::mutex> lock(grads_mutex_);
+    grad_state_.clear();
+    for (const ModuleInfo* info : catalog_->all())
+      for (const auto& p : info->params) hook_parameter(p.second);
+  }
+
+  // ---- the observer's callbacks -------------------------------------------------------------
+
+  std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    ThreadModules& tm = thread_modules();
+    try {
+      if (!op.user_api) {  // infrastructure and autograd's own records end a module's episode
+        if (tm.episode) close_episode(tm);
+        return nullptr;
+      }
+      auto call = std::make_unique<Call>();
+      const auto inputs = fn.inputs();
+      const bool modules = tracks_modules(tm);
+      if (modules) track_module_call(tm, op, inputs, *call);
+      if (kApis && !tm.dump_only) start_api_entry(fn, op, inputs, tm, *call);
+      if (!call->api && !call->backward && !modules) return nullptr;
+      return call;
+    } catch (const std::exception& e) {
+      core_->errors.log("forward_input_data_collect", op.qualified, e);
+      return nullptr;
+    }
+  }
+
+  void on_api_end(const at::RecordFunction& fn, CallContext& ctx) override {
+    Call& call = static_cast<Call&>(ctx);
+    ThreadModules& tm = thread_modules();
+    try {
+      const auto& outputs = fn.outputs();
+      tm.last_outputs.assign(outputs.begin(), outputs.end());
+      ++tm.calls;
+      if (call.in_episode && tm.episode) {
+        OpenModule& ep = *tm.episode;
+        ep.last_outputs.assign(outputs.begin(), outputs.end());
+        for (const at::Tensor& t : detail::tensors_of(outputs)) {
+          ep.produced.insert(t.unsafeGetTensorImpl());
+          if (call.param_only) ep.derived.insert(t.unsafeGetTensorImpl());  // W.t() and the like
+        }
+      }
+      if (call.api) finish_api_entry(outputs, call);
+      if (call.backward) attach_api_backward(outputs, call);
+    } catch (const std::exception& e) {
+      core_->errors.log("forward_output_data_collect", call.record.name, e);
+    }
+  }
+
+  // ---- module guards ------------------------------------------------------------------------
+
+  void* module_enter(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs) override {
+    ThreadModules& tm = thread_modules();
+    try {
+      const ModuleInfo* info = nullptr;
+      if (dump_name) {
+        if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
+        auto named = std::make_unique<ModuleInfo>();
+        named->module = &module;
+        named->cls = module_class_name(module.name());
+        named->path = *dump_name;
+        named->prefix = "Module." + *dump_name + "." + named->cls + ".";
+        for (const auto& p : module.named_parameters(/*recurse=*/false)) named->params.emplace_back(p.key(), p.value());
+        named->leaf = module.children().empty();
+        tm.dump_only = std::move(named);
+        info = tm.dump_only.get();
+        // A parameter-owning leaf is recognised by its parameters, call by call; the scope
+        // then only switches the capture to this module.
+        if (info->leaf && !info->params.empty()) return tm.dump_only.get();
+      } else {
+        if (!kModules || tm.dump_only || !catalog_) return nullptr;
+        info = catalog_->find(&module);
+        if (!info) return nullptr;
+      }
+      if (tm.episode) close_episode(tm);
+      auto m = std::make_unique<OpenModule>();
+      open_module(tm, *info, *m);
+      if (m->admitted && core_->config.data_mode.allows(true, true)) {
+        auto describe = describer(m->record);
+        ValueEncoder<decltype(describe)> encode(describe);
+        for (const c10::IValue& v : inputs) {
+          const std::string idx = std::to_string(m->record.body["input_args"].size());
+          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+        }
+      }
+      for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+      m->calls_at_start = tm.calls;
+      tm.guards.push_back(std::move(m));
+      return tm.guards.back().get();
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward_pre", module.name(), e);
+      return nullptr;
+    }
+  }
+
+  void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
+    ThreadModules& tm = thread_modules();
+    try {
+      if (tm.dump_only && token == tm.dump_only.get()) {  // a ScopedModuleDump of a parameter-owning leaf
+        if (tm.episode) close_episode(tm);
+        tm.dump_only.reset();
+        return;
+      }
+      if (tm.episode) close_episode(tm);
+      while (!tm.guards.empty()) {
+        std::unique_ptr<OpenModule> m = std::move(tm.guards.back());
+        tm.guards.pop_back();
+        const bool mine = m.get() == token;
+        std::vector<c10::IValue> out;
+        if (mine && outputs) out = *outputs;
+        else if (mine && tm.calls > m->calls_at_start) out = tm.last_outputs;
+        finish_module(*m, out, /*with_backward=*/mine && !unwinding);
+        if (mine) break;
+      }
+      if (tm.dump_only && tm.guards.empty()) tm.dump_only.reset();
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward", "module", e);
+    }
+  }
+
+  // ---- the Debugger's calls at stop() and step() --------------------------------------------
+
+  // Ends the episodes still open on every thread (a model's last module ends only when the
+  // next call starts, and there may be none before stop()).
+  void close_open_episodes() {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    for (auto& kv : threads_)
+      if (kv.second->episode) close_episode(*kv.second);
+  }
+
+  // Before a flush: module backward entries still waiting for their parameter gradients, and
+  // parameter gradients that arrived only in part, are written as they are.
+  void release_pending() {
+    std::lock_guard<std::mutex> lock(grads_mutex_);
+    for (auto& kv : grad_state_) {
+      GradState& gs = kv.second;
+      if (!gs.arrival.empty()) complete_param_grads(*kv.first, gs);
+      while (!gs.stashed.empty()) {
+        core_->state.commit_last(std::move(gs.stashed.front()));
+        gs.stashed.pop_front();
+      }
+      gs.params_done = gs.backwards_done = 0;
+    }
+  }
+
+  void on_step() {
+    std::lock_guard<std::mutex> lock(grads_mutex_);
+    for (auto& kv : grad_state_) kv.second = GradState{};
+  }
+
+ private:
+  // ---- per-call and per-thread state --------------------------------------------------------
+
+  struct OpenModule {
+    const ModuleInfo* info = nullptr;
+    Record record;
+    std::int64_t index = 0;
+    bool admitted = false;
+    bool grad_enabled = false;
+    std::uint64_t seq_begin = 0;
+    std::string parent_backward;  // the enclosing module's backward entry, "" at top level
+    std::vector<Edge> input_edges;
+    std::unordered_set<const c10::TensorImpl*> inputs_seen, produced, derived;
+    std::vector<c10::IValue> last_outputs;
+    bool has_main = false;  // a call with a non-parameter input ran in it
+    std::uint64_t calls_at_start = 0;
+  };
+
+  struct ThreadModules {
+    std::optional<OpenModule> episode;
+    std::vector<std::unique_ptr<OpenModule>> guards;  // innermost last
+    std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
+    std::vector<c10::IValue> last_outputs;            // of the latest outermost call
+    std::uint64_t calls = 0;
+  };
+
+  struct Call : CallContext {
+    Record record;
+    bool api = false;       // an API forward entry is being recorded
+    bool backward = false;  // its backward is to be hooked
+    bool in_episode = false;
+    bool param_only = false;
+    bool grad_enabled = false;
+    std::uint64_t seq_begin = 0;
+    std::vector<Edge> input_edges;
+    std::string backward_name;
+    std::optional<std::string> backward_parent;
+  };
+
+  struct GradState {
+    std::vector<bool> fired;
+    std::vector<std::size_t> arrival;  // parameter indices in the order their gradients arrived
+    std::int64_t k = 0;                // parameters_grad.{k}
+    std::int64_t params_done = 0, backwards_done = 0;
+    std::deque<Record> stashed;        // module backward entries waiting for parameters_grad
+  };
+
+  ThreadModules& thread_modules() {
+    struct Cache {
+      std::uint64_t serial = 0;
+      ThreadModules* tm = nullptr;
+    };
+    thread_local Cache cache;
+    if (cache.serial == serial_ && cache.tm) return *cache.tm;
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    auto& slot = threads_[std::this_thread::get_id()];
+    if (!slot) slot = std::make_unique<ThreadModules>();
+    cache = {serial_, slot.get()};
+    return *slot;
+  }
+
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> s{1};
+    return s.fetch_add(1);
+  }
+
+  bool tracks_modules(const ThreadModules& tm) const { return tm.dump_only || (kModules && catalog_ && !catalog_->empty()); }
+
+  auto describer(Record& record) const {
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task.describe(t, site, record); };
+  }
+
+  std::optional<std::string> construct_parent(const ThreadModules& tm, bool in_episode) const {
+    if (!kModules && !tm.dump_only) return std::nullopt;  // L1: construct.json stays {}
+    if (in_episode && tm.episode) return tm.episode->record.name;
+    if (!tm.guards.empty()) return tm.guards.back()->record.name;
+    return std::string();
+  }
+  std::optional<std::string> backward_parent(const ThreadModules& tm, bool in_episode) const {
+    if (!kModules && !tm.dump_only) return std::nullopt;
+    if (in_episode && tm.episode) return tm.episode->info->backward_name(tm.episode->index);
+    if (!tm.guards.empty()) return tm.guards.back()->info->backward_name(tm.guards.back()->index);
+    return std::string();
+  }
+
+  // ---- API entries --------------------------------------------------------------------------
+
+  template <class Inputs>
+  void start_api_entry(const at::RecordFunction& fn, const OpInfo& op, const Inputs& inputs, ThreadModules& tm, Call& call) {
+    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.api);
+    const DataMode& mode = core_->config.data_mode;
+    if (a.admitted) {
+      call.api = true;
+      call.record.name = a.name;
+      call.record.order = a.order;
+      call.record.parent = construct_parent(tm, call.in_episode);
+      if (mode.allows(/*forward=*/true, /*input=*/true)) encode_inputs(op, inputs, call.record);
+      if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
+    }
+    // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled()) {
+      call.backward = true;
+      call.grad_enabled = true;
+      call.seq_begin = at::sequence_number::peek();
+      // Edges are taken now: an in-place op is about to move its input's history.
+      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
+      call.backward_name = a.name.substr(0, a.name.size() - std::string("forward").size()) + "backward";
+      call.backward_parent = backward_parent(tm, call.in_episode);
+    }
+    (void)fn;
+  }
+
+  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
+  template <class Inputs>
+  void encode_inputs(const OpInfo& op, const Inputs& inputs, Record& record) const {
+    ProbeGuard guard;
+    auto describe = describer(record);
+    ValueEncoder<decltype(describe)> encode(describe);
+    nlohmann::ordered_json args = nlohmann::ordered_json::array();
+    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
+      const ArgKind kind = info ? info->kind : ArgKind::Generic;
+      if (info && info->kwarg_only) {
+        kwargs[info->name] = encode.encode(inputs[k], kind, Site{"/input_kwargs/" + pointer_token(info->name), "kwargs." + info->name});
+      } else {
+        const std::string idx = std::to_string(args.size());
+        args.push_back(encode.encode(inputs[k], kind, Site{"/input_args/" + idx, "input." + idx}));
+      }
+    }
+    record.body["input_args"] = std::move(args);
+    record.body["input_kwargs"] = std::move(kwargs);
+  }
+
+  template <class Outputs>
+  void finish_api_entry(const Outputs& outputs, Call& call) {
+    if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
+      ProbeGuard guard;
+      auto describe = describer(call.record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+      call.record.body["output"] = std::move(out);
+    }
+    if (!call.record.body.empty()) core_->state.commit(std::move(call.record));
+  }
+
+  template <class Outputs>
+  void attach_api_backward(const Outputs& outputs, const Call& call) {
+    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
+                                                              call.backward_parent, &commit_if_admitted<Core>);
+    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+  // ---- module episodes ----------------------------------------------------------------------
+
+  const ModuleInfo* owner_of(const ThreadModules& tm, const c10::TensorImpl* impl) const {
+    if (tm.dump_only) {  // ScopedModuleDump: only that module's parameters count
+      for (const auto& p : tm.dump_only->params)
+        if (p.second.unsafeGetTensorImpl() == impl) return tm.dump_only.get();
+      return nullptr;
+    }
+    return catalog_ ? catalog_->owner_of(impl) : nullptr;
+  }
+
+  template <class Inputs>
+  void track_module_call(ThreadModules& tm, const OpInfo& op, const Inputs& inputs, Call& call) {
+    const std::vector<at::Tensor> tensors = detail::tensors_of(inputs);
+    const ModuleInfo* owner = nullptr;
+    bool param_only = true;
+    std::vector<const at::Tensor*> plain;
+    for (const at::Tensor& t : tensors) {
+      if (!t.defined()) continue;
+      const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+      const ModuleInfo* o = owner_of(tm, impl);
+      if (!o && tm.episode && tm.episode->derived.count(impl)) o = tm.episode->info;
+      if (o) {
+        if (!owner) owner = o;
+      } else {
+        param_only = false;
+        plain.push_back(&t);
+      }
+    }
+    // A guarded module's own parameters are covered by its guard.
+    if (owner && !tm.guards.empty() && tm.guards.back()->info == owner) owner = nullptr;
+
+    if (tm.episode) {
+      OpenModule& ep = *tm.episode;
+      bool continues = owner == ep.info;
+      if (continues && ep.has_main) {
+        // After the main call, only an in-place update of the episode's own result (Linear's
+        // `output += bias`) continues it; anything else is the module's next call.
+        bool on_result = !plain.empty() && detail::is_inplace(op.api);
+        for (const at::Tensor* t : plain) on_result = on_result && ep.produced.count(t->unsafeGetTensorImpl());
+        continues = on_result;
+      }
+      if (!continues) close_episode(tm);
+    }
+    if (!owner) return;
+    if (!tm.episode) {
+      tm.episode.emplace();
+      open_module(tm, *owner, *tm.episode);
+    }
+    OpenModule& ep = *tm.episode;
+    call.in_episode = true;
+    call.param_only = param_only;
+    if (!param_only) ep.has_main = true;
+    for (const at::Tensor* t : plain) {
+      const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
+      if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
+      ep.input_edges.push_back(gradient_edge_of(*t));
+      if (ep.admitted && core_->config.data_mode.allows(true, true)) {
+        const std::string idx = std::to_string(ep.record.body["input_args"].size());
+        ep.record.body["input_args"].push_back(core_->task.describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
+      }
+    }
+  }
+
+  // A module forward begins: its name, number, parameters and where its backward will start.
+  void open_module(ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
+    m.info = &info;
+    m.index = core_->state.next_index(info.counter_key());
+    m.record.name = info.forward_name(m.index);
+    m.record.parent = construct_parent(tm, /*in_episode=*/false);
+    if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
+    core_->state.enter_module(m.record.name);
+    m.admitted = core_->state.admit(m.record.name);
+    m.grad_enabled = c10::GradMode::is_enabled();
+    m.seq_begin = at::sequence_number::peek();
+    if (!m.admitted) return;
+    const DataMode& mode = core_->config.data_mode;
+    if (mode.allows(true, true)) {
+      m.record.body["input_args"] = nlohmann::ordered_json::array();
+      m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
+    }
+    if (mode.allows(true, false) && !info.params.empty()) {
+      ProbeGuard guard;
+      nlohmann::ordered_json params = nlohmann::ordered_json::object();
+      for (const auto& p : info.params)
+        params[p.first] = core_->task.describe(p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
+      m.record.body["parameters"] = std::move(params);
+    }
+    if (core_->config.extra_info) m.record.stack = io::capture_call_stack();
+  }
+
+  void close_episode(ThreadModules& tm) {
+    OpenModule ep = std::move(*tm.episode);
+    tm.episode.reset();
+    const std::vector<c10::IValue> outputs = std::move(ep.last_outputs);
+    finish_module(ep, outputs, /*with_backward=*/true);
+  }
+
+  // A module forward ends: its entry goes into dump order now (after the calls made inside
+  // it, as msprobe orders them), and its backward is hooked.
+  void finish_module(OpenModule& m, const std::vector<c10::IValue>& outputs, bool with_backward) {
+    core_->state.exit_module(m.record.name);
+    const DataMode& mode = core_->config.data_mode;
+    if (m.admitted) {
+      Record r;
+      r.name = m.record.name;
+      r.stack = std::move(m.record.stack);
+      r.parent = m.record.parent;
+      r.pending = std::move(m.record.pending);
+      nlohmann::ordered_json& body = m.record.body;
+      if (body.contains("input_args")) {
+        r.body["input_args"] = std::move(body["input_args"]);
+        r.body["input_kwargs"] = std::move(body["input_kwargs"]);
+      }
+      if (mode.allows(true, false)) {
+        ProbeGuard guard;
+        auto describe = describer(r);
+        ValueEncoder<decltype(describe)> encode(describe);
+        nlohmann::ordered_json out = nlohmann::ordered_json::array();
+        for (std::size_t k = 0; k < outputs.size(); ++k)
+          out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+        r.body["output"] = std::move(out);
+        if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
+      }
+      if (!r.body.empty()) core_->state.commit_last(std::move(r));
+    }
+    if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
+    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    if (!detail::any_in_graph(tensors)) return;
+    const ModuleInfo* info = m.info;
+    std::weak_ptr<CallCapture> self = this->shared_from_this();
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
+        core_, info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
+        [self, info](Core& core, Record&& r) {
+          if (auto capture = self.lock()) capture->module_backward_done(*info, std::move(r));
+          else commit_if_admitted(core, std::move(r));
+        });
+    BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+  // ---- module backward and parameter gradients ----------------------------------------------
+
+  // msprobe writes a module's parameters_grad before its backward entry: a module's backward is
+  // complete once the gradients of its parameters have been accumulated too.
+  void module_backward_done(const ModuleInfo& info, Record&& r) {
+    if (!core_->state.admit(r.name)) return;
+    std::lock_guard<std::mutex> lock(grads_mutex_);
+    GradState& gs = grad_state_[&info];
+    if (!info.has_trainable_params() || gs.backwards_done < gs.params_done) {
+      ++gs.backwards_done;
+      core_->state.commit_last(std::move(r));
+    } else {
+      gs.stashed.push_back(std::move(r));
+    }
+  }
+
+  class ParamGradHook final : public torch::autograd::FunctionPostHook {
+   public:
+    ParamGradHook(std::weak_ptr<CallCapture> c, const c10::TensorImpl* p) : capture_(std::move(c)), param_(p) {}
+    variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+      if (auto c = capture_.lock()) c->param_grad_arrived(param_);
+      return outputs;
+    }
+
+   private:
+    std::weak_ptr<CallCapture> capture_;
+    const c10::TensorImpl* param_;
+  };
+
+  // A post-hook on the parameter's AccumulateGrad node runs once its .grad is updated. The node
+  // is kept alive here, so every later graph accumulates through this same node and hook.
+  void hook_parameter(const at::Tensor& p) {
+    if (!p.requires_grad() || !p.is_leaf()) return;
+    const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
+    if (hooked_.count(impl)) return;
+    std::shared_ptr<Node> acc = torch::autograd::impl::grad_accumulator(p);
+    if (!acc) return;
+    acc->add_post_hook(std::make_unique<ParamGradHook>(this->weak_from_this(), impl));
+    hooked_[impl] = std::move(acc);
+  }
+
+  void param_grad_arrived(const c10::TensorImpl* impl) {
+    if (!core_->capturing.load() || !catalog_) return;
+    if (!core_->config.data_mode.backward) return;
+    std::lock_guard<std::mutex> lock(grads_mutex_);
+    for (const ModuleInfo* info : catalog_->all()) {
+      for (std::size_t k = 0; k < info->params.size(); ++k) {
+        if (info->params[k].second.unsafeGetTensorImpl() != impl) continue;
+        GradState& gs = grad_state_[info];
+        gs.fired.resize(info->params.size(), false);
+        if (gs.fired[k]) complete_param_grads(*info, gs);  // a new backward pass began
+        gs.fired[k] = true;
+        gs.arrival.push_back(k);
+        std::size_t trainable = 0;
+        for (const auto& p : info->params) trainable += p.second.requires_grad() ? 1 : 0;
+        if (gs.arrival.size() >= trainable) complete_param_grads(*info, gs);
+        return;
+      }
+    }
+  }
+
+  // Module.{path}.{Class}.parameters_grad.{k}: {"weight": [grad], "bias": [grad]}, in the order
+  // the gradients arrived, then the module's backward entries that were waiting for it.
+  void complete_param_grads(const ModuleInfo& info, GradState& gs) {
+    Record r;
+    r.name = info.prefix + "parameters_grad." + std::to_string(gs.k++);
+    if (core_->state.admit(r.name)) {
+      ProbeGuard guard;
+      for (std::size_t k : gs.arrival) {
+        const auto& p = info.params[k];
+        const at::Tensor grad = p.second.grad();
+        nlohmann::ordered_json one = nlohmann::ordered_json::array();
+        one.push_back(grad.defined() ? core_->task.describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first}, r, /*gradient=*/true)
+                                     : nlohmann::ordered_json(nullptr));
+        r.body[p.first] = std::move(one);
+      }
+      core_->state.commit_last(std::move(r));
+    }
+    gs.arrival.clear();
+    std::fill(gs.fired.begin(), gs.fired.end(), false);
+    ++gs.params_done;
+    while (!gs.stashed.empty() && gs.backwards_done < gs.params_done) {
+      ++gs.backwards_done;
+      core_->state.commit_last(std::move(gs.stashed.front()));
+      gs.stashed.pop_front();
+    }
+  }
+
+  bool same_models(const ModelRef& m) const {
+    if (!catalog_ || m.nn.size() != models_.nn.size()) return false;
+    for (std::size_t i = 0; i < m.nn.size(); ++i)
+      if (m.nn[i] != models_.nn[i]) return false;
+    return true;
+  }
+
+  std::shared_ptr<Core> core_;
+  const std::uint64_t serial_;
+  ModelRef models_;
+  std::shared_ptr<ModuleCatalog> catalog_;
+  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<Node>> hooked_;
+  std::mutex threads_mutex_;
+  std::unordered_map<std::thread::id, std::unique_ptr<ThreadModules>> threads_;
+  std::mutex grads_mutex_;
+  std::unordered_map<const ModuleInfo*, GradState> grad_state_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/call_capture.hpp ----
+// ---- begin torchprobe/debugger_interface.hpp ----
+// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
+
+
+namespace torchprobe {
+
+class DebuggerInterface {
+ public:
+  virtual ~DebuggerInterface() = default;
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
+  virtual void stop() noexcept = 0;
+  virtual void step() = 0;
+  virtual void set_init_step(std::int64_t step) = 0;
+  virtual bool running() const = 0;
+  virtual const Config& config() const = 0;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/debugger_interface.hpp ----
+// ---- begin torchprobe/details/session.hpp ----
+// Step numbering, rank, and whether the current step is dumped at all.
+
+
+
+namespace torchprobe::details {
+
+class Session {
+ public:
+  explicit Session(const Config& config) : config_(config) {}
+
+  // Step number = set_init_step() value + number of step() calls since (msprobe's rule).
+  std::int64_t step() const { return init_step_ + loop_; }
+  void advance() { ++loop_; }
+  void set_init_step(std::int64_t s) {
+    if (s < 0) throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
+    init_step_ = s;
+    loop_ = 0;
+  }
+
+  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
+  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
+  void resolve_rank(std::optional<std::int64_t> rank_id) {
+    if (rank_id) {
+      if (*rank_id < 0) throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) + " is invalid; it must be >= 0");
+      rank_ = rank_id;
+      return;
+    }
+    rank_.reset();
+    if (const char* env = std::getenv("RANK")) {
+      char* end = nullptr;
+      const long long v = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0) rank_ = v;
+    }
+  }
+  std::optional<std::int64_t> rank() const { return rank_; }
+
+  std::string rank_dir_name() const {
+    return rank_ ? "rank" + std::to_string(*rank_) : "proc" + std::to_string(::getpid());
+  }
+  std::string step_directory() const {
+    std::string base = config_.dump_path;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    return base + "/step" + std::to_string(step()) + "/" + rank_dir_name();
+  }
+
+  // Past the last configured step nothing is dumped again.
+  bool finished() const {
+    const auto last = config_.step.max();
+    return last && step() > *last;
+  }
+  // Is this step, on this rank, one to dump? A process without a rank counts as rank 0.
+  bool dumps_now() const {
+    return !finished() && config_.step.contains(step()) && config_.rank.contains(rank_.value_or(0));
+  }
+
+ private:
+  const Config& config_;
+  std::int64_t init_step_ = 0;
+  std::int64_t loop_ = 0;
+  std::optional<std::int64_t> rank_;
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/session.hpp ----
+// ---- begin torchprobe/task/task_policy.hpp ----
+// Task -> policy class. Adding a task is one header under task/ and one specialisation here.
+// ---- begin torchprobe/task/statistics.hpp ----
+// Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
+
+// ---- begin torchprobe/stats/checksum.hpp ----
+// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype (reference §5.5).
+#include <zlib.h>
+
+
+
+namespace torchprobe::stats {
+
+// The tensor's bytes as Python's t.numpy().tobytes() sees them: on the host, contiguous.
+inline at::Tensor host_contiguous(const at::Tensor& t) {
+  ProbeGuard guard;
+  at::Tensor h = t.device().is_cpu() ? t : t.to(at::kCPU);
+  return h.is_contiguous() ? h : h.contiguous();
+}
+
+// msprobe's "md5" is really CRC-32 (zlib), as 8 lowercase hex digits.
+inline std::string crc32_hex(const at::Tensor& t) {
+  const at::Tensor h = host_contiguous(t);
+  const auto* p = static_cast<const Bytef*>(h.data_ptr());
+  std::size_t left = h.numel() * h.element_size();
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
+    const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return buf;
+}
+
+// XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
+inline std::uint64_t xor64(const at::Tensor& t) {
+  const at::Tensor h = host_contiguous(t);
+  const auto* p = static_cast<const unsigned char*>(h.data_ptr());
+  const std::size_t n = h.numel() * h.element_size();
+  std::uint64_t acc = 0;
+  std::size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + k, 8);  // x86 and arm64 hosts are little-endian, as msprobe assumes
+    acc ^= w;
+  }
+  if (k < n) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + k, n - k);
+    acc ^= w;
+  }
+  return acc;
+}
+
+inline std::string xor64_hex(const at::Tensor& t) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(xor64(t)));
+  return buf;
+}
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/checksum.hpp ----
+// ---- begin torchprobe/stats/cpu_stats.hpp ----
+// Statistics of a CPU tensor, one pass over its memory.
+//
+// This is the reference kernel: scalar, accumulating in double, exact for Max/Min. The fused SIMD
+// kernels replace the inner loops behind `cpu_stats` without changing its contract.
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/complex.h>
+
+
+
+namespace torchprobe::stats {
+namespace detail {
+
+// Floating dtypes: Max/Min exact in the dtype (every f16/bf16/f32 value is a double exactly),
+// Mean/Norm accumulated in double so fp16/bf16 never round in their own precision.
+// NaN anywhere makes all four NaN, as torch.max/min/mean/norm do.
+template <class T>
+TensorStats floating(const T* p, std::int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  double mn = std::numeric_limits<double>::infinity();
+  double sum = 0.0, sumsq = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = static_cast<double>(static_cast<float>(p[k]));
+    mx = v > mx ? v : mx;
+    mn = v < mn ? v : mn;
+    sum += v;
+    sumsq += v * v;
+  }
+  // A NaN is invisible to the comparisons above but poisons sumsq (x*x is never negative), so
+  // sumsq tells whether one was present without a compare in the loop.
+  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
+  const double nd = static_cast<double>(n);
+  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / nd), StatValue::real(std::sqrt(sumsq))};
+}
+
+template <>
+inline TensorStats floating<double>(const double* p, std::int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  double mn = std::numeric_limits<double>::infinity();
+  double sum = 0.0, sumsq = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = p[k];
+    mx = v > mx ? v : mx;
+    mn = v < mn ? v : mn;
+    sum += v;
+    sumsq += v * v;
+  }
+  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
+  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
+          StatValue::real(std::sqrt(sumsq))};
+}
+
+template <class T>
+TensorStats integral(const T* p, std::int64_t n) {
+  T mx = p[0], mn = p[0];
+  double sum = 0.0, sumsq = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const T v = p[k];
+    mx = v > mx ? v : mx;
+    mn = v < mn ? v : mn;
+    const double dv = static_cast<double>(v);
+    sum += dv;
+    sumsq += dv * dv;
+  }
+  return {StatValue::integer(static_cast<std::int64_t>(mx)), StatValue::integer(static_cast<std::int64_t>(mn)),
+          StatValue::real(sum / static_cast<double>(n)), StatValue::real(std::sqrt(sumsq))};
+}
+
+// bool: Max = any, Min = all; Mean/Norm are not defined (msprobe writes null).
+inline TensorStats boolean(const bool* p, std::int64_t n) {
+  bool any = false, all = true;
+  for (std::int64_t k = 0; k < n; ++k) {
+    any = any || p[k];
+    all = all && p[k];
+  }
+  return {StatValue::boolean(any), StatValue::boolean(all), StatValue::null(), StatValue::null()};
+}
+
+// complex: statistics of |z|; Norm = sqrt(sum |z|^2), the tensor's L2 norm.
+template <class T>
+TensorStats complex_abs(const c10::complex<T>* p, std::int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  double mn = std::numeric_limits<double>::infinity();
+  double sum = 0.0, sumsq = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double re = static_cast<double>(static_cast<float>(p[k].real()));
+    const double im = static_cast<double>(static_cast<float>(p[k].imag()));
+    const double a = std::hypot(re, im);
+    mx = a > mx ? a : mx;
+    mn = a < mn ? a : mn;
+    sum += a;
+    sumsq += re * re + im * im;
+  }
+  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
+  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
+          StatValue::real(std::sqrt(sumsq))};
+}
+
+template <>
+inline TensorStats complex_abs<double>(const c10::complex<double>* p, std::int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  double mn = std::numeric_limits<double>::infinity();
+  double sum = 0.0, sumsq = 0.0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double re = p[k].real(), im = p[k].imag();
+    const double a = std::hypot(re, im);
+    mx = a > mx ? a : mx;
+    mn = a < mn ? a : mn;
+    sum += a;
+    sumsq += re * re + im * im;
+  }
+  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
+  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
+          StatValue::real(std::sqrt(sumsq))};
+}
+
+// msprobe's 0-d rule: the value itself in all four keys (Norm keeps its sign). bool keeps its
+// own rule (any/all, null Mean/Norm), as msprobe checks bool first.
+inline TensorStats zero_dim_rule(TensorStats s) {
+  if (s.max.kind == StatValue::Kind::Bool) return s;
+  s.mean = s.norm = StatValue::real(s.max.as_double());
+  return s;
+}
+
+}  // namespace detail
+
+// Dtypes the probe can summarise; others (quantized, float8, ...) get null statistics.
+inline bool has_cpu_kernel(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kBool: case at::kComplexFloat: case at::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Statistics of a CPU tensor of any layout. Empty tensors and unsupported dtypes give nulls.
+inline TensorStats cpu_stats(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.numel() == 0 || !has_cpu_kernel(tensor.scalar_type()) ||
+      !tensor.has_storage() || tensor.is_meta())
+    return {};
+  ProbeGuard guard;  // a strided input is copied; that copy must not be recorded or tracked
+  const at::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  const std::int64_t n = t.numel();
+  TensorStats s;
+  switch (t.scalar_type()) {
+    case at::kFloat: s = detail::floating(t.data_ptr<float>(), n); break;
+    case at::kDouble: s = detail::floating(t.data_ptr<double>(), n); break;
+    case at::kHalf: s = detail::floating(t.data_ptr<c10::Half>(), n); break;
+    case at::kBFloat16: s = detail::floating(t.data_ptr<c10::BFloat16>(), n); break;
+    case at::kByte: s = detail::integral(t.data_ptr<std::uint8_t>(), n); break;
+    case at::kChar: s = detail::integral(t.data_ptr<std::int8_t>(), n); break;
+    case at::kShort: s = detail::integral(t.data_ptr<std::int16_t>(), n); break;
+    case at::kInt: s = detail::integral(t.data_ptr<std::int32_t>(), n); break;
+    case at::kLong: s = detail::integral(t.data_ptr<std::int64_t>(), n); break;
+    case at::kBool: s = detail::boolean(t.data_ptr<bool>(), n); break;
+    case at::kComplexFloat: s = detail::complex_abs(t.data_ptr<c10::complex<float>>(), n); break;
+    case at::kComplexDouble: s = detail::complex_abs(t.data_ptr<c10::complex<double>>(), n); break;
+    default: return {};
+  }
+  return t.dim() == 0 ? detail::zero_dim_rule(s) : s;
+}
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/cpu_stats.hpp ----
+
+namespace torchprobe {
+
+class StatisticsTask {
+ public:
+  static constexpr Task kind = Task::Statistics;
+
+  explicit StatisticsTask(const Config& config) : mode_(config.summary_mode) {}
+
+  // Tensors whose statistics are reduced where they live and read back in one batch at flush.
+  // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
+  // the device path against the CPU one without a GPU).
+  void force_device_path(bool on) { force_device_ = on; }
+
+  // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
+  // as msprobe does for the gradients it captures.
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
+                                  bool gradient = false) const {
+    nlohmann::ordered_json j = tensor_header(t);
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    if (mode_ == SummaryMode::Xor) {
+      // xor mode writes no statistics; a 0-d tensor shows its value instead of a checksum.
+      if (empty) j["md5"] = nullptr;
+      else if (t.dim() == 0) j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
+      else j["md5"] = stats::xor64_hex(t);
+    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
+      put_stats(j, TensorStats{});
+    } else if (t.device().is_cpu() && !force_device_) {
+      put_stats(j, stats::cpu_stats(t));
+    } else {
+      put_stats(j, TensorStats{});  // placeholders, filled at flush
+      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+    }
+    j["requires_grad"] = gradient ? false : t.requires_grad();
+    if (mode_ == SummaryMode::Md5) j["md5"] = empty ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(stats::crc32_hex(t));
+    return j;
+  }
+
+ private:
+  SummaryMode mode_;
+  bool force_device_ = false;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/statistics.hpp ----
+
+namespace torchprobe {
+
+template <Task T>
+struct TaskPolicy {
+  static_assert(T == Task::Statistics,
+                "torchprobe: this task is not available yet; Task::Statistics is implemented");
+  using type = StatisticsTask;
+};
+
+template <>
+struct TaskPolicy<Task::Statistics> {
+  using type = StatisticsTask;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/task_policy.hpp ----
+
+namespace torchprobe {
+
+template <Level L, Task T, class Sink = DirectorySink>
+class Debugger final : public DebuggerInterface {
+  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
+  using TaskT = typename TaskPolicy<T>::type;
+  using Core = details::DumpCore<TaskT>;
+  using Capture = capture::CallCapture<TaskT, L>;
+
+ public:
+  explicit Debugger(const Options& options = Options())
+      : core_(std::make_shared<Core>(options.resolve(L, T))), session_(core_->config) {
+    for (const std::string& w : core_->config.warnings) std::cerr << "torchprobe: warning: " << w << "\n";
+  }
+  // A msprobe config.json; Options(...).config_file(path) also takes overrides.
+  explicit Debugger(const std::string& config_path) : Debugger(Options().config_file(config_path)) {}
+  explicit Debugger(const char* config_path) : Debugger(std::string(config_path)) {}
+
+  Debugger(const Debugger&) = delete;
+  Debugger& operator=(const Debugger&) = delete;
+  ~Debugger() override { stop(); }
+
+  void start() { start_with(ModelRef{}, std::nullopt); }
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id);
+  }
+
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+    if (running_) return;
+    if (session_.finished()) {
+      if (!told_finished_) std::cerr << "torchprobe: the last configured step has passed; nothing more is dumped\n";
+      told_finished_ = true;
+      return;
+    }
+    session_.resolve_rank(rank_id);
+    rank_id_ = rank_id;
+    model_ = model;
+    if (!session_.dumps_now()) return;
+    directory_ = session_.step_directory();
+    sink_.open(directory_);  // an unwritable dump_path is reported here, with the path and the reason
+    core_->errors.set_directory(directory_);
+    if (!capture_) capture_ = std::make_shared<Capture>(core_);
+    capture_->set_models(model);
+    observer_.attach(capture_);
+    core_->capturing = true;
+    running_ = true;
+    step_has_data_ = true;
+  }
+
+  void stop() noexcept override {
+    if (!running_) return;
+    observer_.detach();
+    try {
+      capture_->close_open_episodes();
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward", "stop", e);
+    }
+    core_->capturing = false;
+    running_ = false;
+    flush();
+  }
+
+  // Writes the step, then numbers the next one; a running capture continues into the new step.
+  void step() override {
+    const bool was_running = running_;
+    stop();  // writes the step's files (a stopped capture wrote them at its stop())
+    session_.advance();
+    core_->generation.fetch_add(1);
+    core_->state.reset();
+    core_->errors.reset();
+    if (capture_) capture_->on_step();
+    step_has_data_ = false;
+    if (was_running) start_with(model_, rank_id_);
+  }
+
+  void set_init_step(std::int64_t step) override { session_.set_init_step(step); }
+  bool running() const override { return running_; }
+  const Config& config() const override { return core_->config; }
+
+  std::int64_t current_step() const { return session_.step(); }
+  // {dump_path}/step{N}/{rank dir} of the last start().
+  const std::string& directory() const { return directory_; }
+  Sink& sink() { return sink_; }
+  TaskT& task() { return core_->task; }
+
+ private:
+  void flush() noexcept {
+    if (!step_has_data_) return;
+    try {
+      if (capture_) capture_->release_pending();
+      core_->state.with_records([&](const std::vector<Record>& records) {
+        StepDump d;
+        d.task = std::string(task_name(T));
+        d.level = std::string(level_name(L));
+        d.directory = directory_;
+        d.step = session_.step();
+        d.extra_info = core_->config.extra_info;
+        d.records = &records;
+        // construct.json: each entry's enclosing module (levels L0 and mix); {} at L1.
+        for (const Record& r : records)
+          if (r.parent) d.construct[r.name] = r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
+        sink_.write_step(d);
+      });
+    } catch (const std::exception& e) {
+      // Never let a full disk or a vanished directory stop training: report and go on.
+      core_->errors.log("write_json", directory_, e);
+      std::cerr << "torchprobe: could not write the dump of step " << session_.step() << ": " << e.what() << "\n";
+    }
+  }
+
+  std::shared_ptr<Core> core_;
+  details::Session session_;
+  Sink sink_;
+  capture::ApiObserver observer_;
+  std::shared_ptr<Capture> capture_;
+  ModelRef model_;
+  std::optional<std::int64_t> rank_id_;
+  std::string directory_;
+  bool running_ = false;
+  bool step_has_data_ = false;
+  bool told_finished_ = false;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/debugger.hpp ----
+// ---- begin torchprobe/scoped_dump.hpp ----
+// RAII: start on construction, stop on destruction, also when an exception unwinds the scope.
+
+
+namespace torchprobe {
+
+class ScopedDump {
+ public:
+  template <class D, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  explicit ScopedDump(D& debugger) : debugger_(debugger) {
+    debugger_.start_with(ModelRef{}, std::nullopt);
+  }
+  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  ScopedDump(D& debugger, const Model& model, std::optional<std::int64_t> rank_id = std::nullopt)
+      : debugger_(debugger) {
+    debugger_.start_with(to_model_ref(model), rank_id);
+  }
+  ScopedDump(const ScopedDump&) = delete;
+  ScopedDump& operator=(const ScopedDump&) = delete;
+  ~ScopedDump() { debugger_.stop(); }
+
+ private:
+  DebuggerInterface& debugger_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/scoped_dump.hpp ----
+// ---- begin torchprobe/module_guard.hpp ----
+// Module entries for modules the probe cannot see by itself.
+//
+// Parameter-owning leaf modules (Linear, Conv, norms, Embedding, RNNs) are found automatically.
+// Parameter-free modules (ReLU, Dropout) and containers (Sequential, your own blocks) have no
+// parameters to recognise them by and torch::nn has no forward hooks, so they take one line:
+//
+//   torch::Tensor BlockImpl::forward(torch::Tensor x) {
+//     torchprobe::ModuleGuard guard(this, x);   // Module.block.Block.forward.{n}, with backward
+//     return proj(x).relu();
+//   }
+//
+// The module's output is the result of the last ATen call made inside it; a forward whose
+// result is something else (an input returned as is, a tuple assembled by hand) says so:
+// `return guard.output(result);`. A guard for a module that is not part of the model given to
+// start(model), or while nothing is being dumped, does nothing.
+
+
+
+namespace torchprobe {
+
+namespace details {
+
+class ModuleScopeBase {
+ protected:
+  ModuleScopeBase(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs)
+      : handler_(capture::ApiObserver::active()), uncaught_(std::uncaught_exceptions()) {
+    events_ = dynamic_cast<capture::ModuleEvents*>(handler_.get());
+    if (events_) token_ = events_->module_enter(module, dump_name, std::move(inputs));
+  }
+  ~ModuleScopeBase() {
+    if (events_ && token_)
+      events_->module_exit(token_, has_outputs_ ? &outputs_ : nullptr, std::uncaught_exceptions() > uncaught_);
+  }
+
+  std::shared_ptr<capture::ApiHandler> handler_;  // keeps the capture alive until the scope ends
+  capture::ModuleEvents* events_ = nullptr;
+  void* token_ = nullptr;
+  int uncaught_;
+  bool has_outputs_ = false;
+  std::vector<c10::IValue> outputs_;
+
+ public:
+  ModuleScopeBase(const ModuleScopeBase&) = delete;
+  ModuleScopeBase& operator=(const ModuleScopeBase&) = delete;
+};
+
+}  // namespace details
+
+class ModuleGuard : public details::ModuleScopeBase {
+ public:
+  template <class... Inputs>
+  explicit ModuleGuard(const torch::nn::Module* module, const Inputs&... inputs)
+      : ModuleScopeBase(*module, nullptr, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
+
+  // The module's result, when it is not simply what the last ATen call returned.
+  template <class T>
+  const T& output(const T& value) {
+    outputs_ = {c10::IValue(value)};
+    has_outputs_ = true;
+    return value;
+  }
+};
+
+// msprobe's module_dump(module, name) ... module_dump_end(): while it lives, this thread records
+// only `module`, as Module.{name}.{Class}.forward.{n} (and its backward), and no API entries.
+// A parameter-owning leaf module is recognised call by call; any other module counts as called
+// once for the scope, with the inputs given here.
+class ScopedModuleDump : public details::ModuleScopeBase {
+ public:
+  template <class Holder, class... Inputs>
+  ScopedModuleDump(const Holder& module, const std::string& name, const Inputs&... inputs)
+      : ModuleScopeBase(as_module(module), &name, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
+
+  template <class T>
+  const T& output(const T& value) {
+    outputs_ = {c10::IValue(value)};
+    has_outputs_ = true;
+    return value;
+  }
+
+ private:
+  template <class Holder>
+  static const torch::nn::Module& as_module(const Holder& m) {
+    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>) return m;
+    else return *m;  // a module holder or a pointer
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/module_guard.hpp ----
+// ---- begin torchprobe/precision_debugger.hpp ----
+// PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
+// the file at run time, so it picks the matching Debugger<Level, Task> instantiation.
+
+
+namespace torchprobe {
+
+class PrecisionDebugger final : public DebuggerInterface {
+ public:
+  explicit PrecisionDebugger(const std::string& config_path, Options overrides = Options())
+      : PrecisionDebugger(overrides.config_file(config_path)) {}
+  explicit PrecisionDebugger(const Options& options) : impl_(make(options)) {}
+
+  void start() { impl_->start_with(ModelRef{}, std::nullopt); }
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
+    impl_->start_with(to_model_ref(model), rank_id);
+  }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override { impl_->start_with(model, rank_id); }
+  void stop() noexcept override { impl_->stop(); }
+  void step() override { impl_->step(); }
+  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  bool running() const override { return impl_->running(); }
+  const Config& config() const override { return impl_->config(); }
+
+ private:
+  // Each (level, task) pair that is implemented gets one line here.
+  static std::unique_ptr<DebuggerInterface> make(const Options& options) {
+    const Config c = options.resolve();
+    if (c.task == Task::Statistics) {
+      switch (c.level) {
+        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Statistics>>(options);
+        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
+        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Statistics>>(options);
+        default: break;
+      }
+    }
+    throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
+                      std::string(task_name(c.task)) +
+                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\" with task \"statistics\")");
+  }
+
+  std::unique_ptr<DebuggerInterface> impl_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/precision_debugger.hpp ----
