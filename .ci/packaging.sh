@@ -9,8 +9,9 @@
 #     prefix; a copy of tests/consumer, outside the repository, finds it with find_package and builds.
 #  4. add_subdirectory: the same consumer adds the repository after find_package(Torch); its
 #     CMakeLists fails if that defined any test/example target or turned the install rules on.
-# Each consumer program then dumps a Linear + relu step, checked by tests/packaging/check_dump.py
-# (dump.json has the relu entry; stack.json names the consumer's function, so -rdynamic arrived).
+# Each consumer must have got NDEBUG, -fopenmp and -rdynamic from the target; its program then dumps
+# a Linear + relu step, checked by tests/packaging/check_dump.py (dump.json has the relu entry and
+# stack.json names the consumer's own function). TORCHPROBE_PACKAGING_KEEP=1 keeps the work folder.
 # Cost: two libtorch TUs, built in parallel (~25-30 s on 2 cores); everything else takes seconds.
 # The single-header test and the examples run in the README's ctest command, not here.
 set -euo pipefail
@@ -25,10 +26,11 @@ pids=()
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
+  if [ "${TORCHPROBE_PACKAGING_KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
+echo "== packaging checks (single header, install + find_package, add_subdirectory)"
 log "1. single header is in sync with include/"
 "$python" tools/make_single_include.py --check
 
@@ -89,7 +91,13 @@ pids=()
 [ "$failed" = 0 ] || exit 1
 
 for mode in package subdirectory; do
-  log "run the $mode consumer and check its dump"
+  log "the $mode consumer got the target's flags, and its dump is right"
+  # What torchprobe::torchprobe promises to carry to its users (docs/packaging.md).
+  dir=$work/consumer-$mode/CMakeFiles/consumer.dir
+  for flag in -DNDEBUG -fopenmp; do
+    grep -q -- "$flag" "$dir/flags.make" || { echo "$mode consumer: $flag missing from its compile flags" >&2; exit 1; }
+  done
+  grep -q -- -rdynamic "$dir/link.txt" || { echo "$mode consumer: -rdynamic missing from its link line" >&2; exit 1; }
   "$python" tests/packaging/check_dump.py "$work/dump-$mode" --entry Aten.relu.0.forward \
     --stack-frame ConsumerNetImpl::forward -- "$work/consumer-$mode/consumer" "$work/dump-$mode"
 done

@@ -1258,6 +1258,7 @@ std::string to_python_json(const Json& j, int indent = 1) {
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 
+#include <unordered_map>
 
 // ---- begin torchprobe/sink/record.hpp ----
 // One dump.json entry on its way from a capture callback to a sink.
@@ -1281,7 +1282,6 @@ std::string to_python_json(const Json& j, int indent = 1) {
 #include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -1779,7 +1779,6 @@ struct StepDump {
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;            // write stack.json and construct.json
   const std::vector<Record>* records = nullptr;
-  nlohmann::ordered_json construct = nlohmann::ordered_json::object();
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -1788,11 +1787,16 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    nlohmann::ordered_json data = nlohmann::ordered_json::object();
-    if (records)
-      for (const Record& r : *records) data[r.name] = r.body;
-    j["data"] = std::move(data);
+    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.body); });
     return j;
+  }
+
+  // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
+  nlohmann::ordered_json construct_json() const {
+    return keyed_by_name([](const Record& r) {
+      if (!r.parent) return std::optional<nlohmann::ordered_json>();
+      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent));
+    });
   }
 
   nlohmann::ordered_json stack_json() const {
@@ -1801,6 +1805,27 @@ struct StepDump {
       for (const Record& r : *records)
         if (r.stack) forward.emplace_back(r.name, *r.stack);
     return io::build_stack_json(forward);
+  }
+
+ private:
+  // {name: value(record)} in record order. ordered_json's operator[] searches keys one by one,
+  // so items are appended directly; a repeated name (a second backward through a retained
+  // graph) replaces the earlier value, as a Python dict would.
+  template <class Value>
+  nlohmann::ordered_json keyed_by_name(Value value) const {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    if (!records) return out;
+    auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
+    std::unordered_map<std::string, std::size_t> where;
+    where.reserve(records->size());
+    for (const Record& r : *records) {
+      std::optional<nlohmann::ordered_json> v = value(r);
+      if (!v) continue;
+      auto [it, fresh] = where.emplace(r.name, items.size());
+      if (fresh) items.emplace_back(r.name, std::move(*v));
+      else (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
+    }
+    return out;
   }
 };
 
@@ -1825,7 +1850,7 @@ class DirectorySink {
     io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()));
     if (!d.extra_info) return;
     io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()));
-    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct));
+    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()));
   }
 };
 
@@ -1851,7 +1876,7 @@ class MemorySink {
     Files& f = steps_[d.step];
     f.dump = d.dump_json();
     f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
-    f.construct = d.construct;
+    f.construct = d.construct_json();
   }
 
   // The last flush of each step, keyed by step number.
@@ -2718,6 +2743,11 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     return filter_.admit(name);
   }
+  // An API's backward entry: its name, and its op under risk_level, as for its forward.
+  bool admit_api(const std::string& name, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name) && filter_.admits_op(api);
+  }
   void enter_module(const std::string& forward_name) {
     std::lock_guard<std::mutex> lock(mutex_);
     filter_.enter_module(forward_name);
@@ -3300,6 +3330,9 @@ struct ModuleInfo {
   }
 };
 
+// The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
+inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
+
 class ModuleCatalog {
  public:
   ModuleCatalog() = default;
@@ -3335,8 +3368,23 @@ class ModuleCatalog {
  private:
   void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
     // The root given to start() is not dumped (msprobe skips it), only its descendants.
-    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false))
-      index(describe(*item.value(), item.key(), index_prefix));
+    // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
+    std::vector<std::string> wrappers;
+    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+      std::string path = item.key();
+      if (item.value()->name() == kWrapperName) {
+        wrappers.push_back(path);
+        continue;
+      }
+      for (const std::string& w : wrappers) {
+        const std::string inner = w + ".inner";
+        if (path.compare(0, inner.size(), inner) == 0 && (path.size() == inner.size() || path[inner.size()] == '.')) {
+          path = w + path.substr(inner.size());
+          break;
+        }
+      }
+      index(describe(*item.value(), path, index_prefix));
+    }
   }
 
   static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
@@ -3624,6 +3672,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     std::uint64_t seq_begin = 0;
     std::vector<Edge> input_edges;
     std::string backward_name;
+    std::string api_name;
     std::optional<std::string> backward_parent;
   };
 
@@ -3695,6 +3744,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
       call.backward_name = a.name.substr(0, a.name.size() - std::string("forward").size()) + "backward";
+      call.api_name = op.api;
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
     (void)fn;
@@ -3740,8 +3790,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
   void attach_api_backward(const Outputs& outputs, const Call& call) {
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
     if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
-    auto recorder = std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
-                                                              call.backward_parent, &commit_if_admitted<Core>);
+    const std::string api = call.api_name;
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
+        core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
+          if (core.state.admit_api(r.name, api)) core.state.commit_last(std::move(r));
+        });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
@@ -4084,55 +4137,250 @@ class Session {
 // Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
 
 // ---- begin torchprobe/stats/checksum.hpp ----
-// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype (reference §5.5).
+// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype (reference §5.5),
+// taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
+// tensor is hashed in place, run by run in logical order, without a contiguous copy.
 #include <zlib.h>
 
 
+// ---- begin torchprobe/stats/layout.hpp ----
+// A strided tensor's elements as runs of equally spaced elements, walked without copying the
+// tensor. Statistics do not depend on element order, so their walk may reorder and merge
+// dimensions freely (a transposed or channels-last tensor becomes one dense run); checksums
+// hash the bytes in logical order, so theirs keeps the dimension order.
+
+
+namespace torchprobe::stats::detail {
+
+struct StridedRuns {
+  const char* base = nullptr;          // the element at index 0, the lowest address (strides are >= 0)
+  std::int64_t element_size = 1;       // bytes
+  std::int64_t run_length = 1;         // elements per run (the innermost dimension)
+  std::int64_t run_stride = 1;         // elements between neighbours within a run
+  std::vector<std::int64_t> outer_sizes;    // the other dimensions, outermost first
+  std::vector<std::int64_t> outer_strides;  // in elements
+  std::int64_t repeat = 1;             // how many times each walked element occurs (statistics only)
+
+  std::int64_t runs() const {
+    std::int64_t r = 1;
+    for (std::int64_t s : outer_sizes) r *= s;
+    return r;
+  }
+  std::int64_t elements() const { return runs() * run_length; }
+  bool dense() const { return outer_sizes.empty() && run_stride == 1; }
+};
+
+// Adjacent dimensions (outer first) merge when the outer one steps exactly over the inner one.
+inline void merge_dimensions(std::vector<std::pair<std::int64_t, std::int64_t>>& dims) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
+  for (const auto& d : dims) {
+    if (!merged.empty() && merged.back().second == d.second * d.first) {
+      merged.back() = {merged.back().first * d.first, d.second};
+    } else {
+      merged.push_back(d);
+    }
+  }
+  dims.swap(merged);
+}
+
+inline StridedRuns runs_from(const at::Tensor& t, std::vector<std::pair<std::int64_t, std::int64_t>> dims) {
+  StridedRuns r;
+  r.base = static_cast<const char*>(t.data_ptr());
+  r.element_size = static_cast<std::int64_t>(t.element_size());
+  merge_dimensions(dims);
+  if (!dims.empty()) {
+    r.run_length = dims.back().first;
+    r.run_stride = dims.back().second;
+    for (std::size_t k = 0; k + 1 < dims.size(); ++k) {
+      r.outer_sizes.push_back(dims[k].first);
+      r.outer_strides.push_back(dims[k].second);
+    }
+  }
+  return r;
+}
+
+// Every element of a contiguous or otherwise dense tensor, in memory order.
+inline StridedRuns dense_runs(const at::Tensor& t) {
+  StridedRuns r;
+  r.base = static_cast<const char*>(t.data_ptr());
+  r.element_size = static_cast<std::int64_t>(t.element_size());
+  r.run_length = t.numel();
+  return r;
+}
+
+// For statistics: dimensions of stride 0 (expanded) are walked once and counted `repeat` times,
+// the rest are sorted by stride and merged, so the innermost run is as long as memory allows.
+inline StridedRuns order_free_runs(const at::Tensor& t) {
+  if (t.is_contiguous() || t.is_non_overlapping_and_dense()) return dense_runs(t);
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (size, stride)
+  std::int64_t repeat = 1;
+  for (std::int64_t k = 0; k < t.dim(); ++k) {
+    const std::int64_t size = t.size(k), stride = t.stride(k);
+    if (size == 1) continue;
+    if (stride == 0) {
+      repeat *= size;
+      continue;
+    }
+    dims.emplace_back(size, stride);
+  }
+  std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  StridedRuns r = runs_from(t, std::move(dims));
+  r.repeat = repeat;
+  return r;
+}
+
+// For checksums: the elements in row-major logical order, as Python's t.contiguous() has them.
+inline StridedRuns logical_runs(const at::Tensor& t) {
+  if (t.is_contiguous()) return dense_runs(t);
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;
+  for (std::int64_t k = 0; k < t.dim(); ++k)
+    if (t.size(k) != 1) dims.emplace_back(t.size(k), t.stride(k));
+  return runs_from(t, std::move(dims));
+}
+
+// Calls visit(first, count) for the runs covering elements [begin, end) of the walk, in walk
+// order; consecutive elements of a run are runs.run_stride elements apart. visit returns false
+// to stop early.
+template <class Visit>
+void for_each_run(const StridedRuns& runs, std::int64_t begin, std::int64_t end, Visit&& visit) {
+  if (begin >= end) return;
+  const std::size_t outer = runs.outer_sizes.size();
+  std::vector<std::int64_t> index(outer, 0);
+  std::int64_t offset = 0;  // in elements, of the current run's first element
+  std::int64_t row = begin / runs.run_length;
+  std::int64_t col = begin % runs.run_length;
+  for (std::size_t d = outer; d-- > 0;) {
+    index[d] = row % runs.outer_sizes[d];
+    row /= runs.outer_sizes[d];
+    offset += index[d] * runs.outer_strides[d];
+  }
+  std::int64_t left = end - begin;
+  while (left > 0) {
+    const std::int64_t count = std::min(runs.run_length - col, left);
+    if (!visit(runs.base + (offset + col * runs.run_stride) * runs.element_size, count)) return;
+    left -= count;
+    col = 0;
+    for (std::size_t d = outer; d-- > 0;) {  // odometer: the last outer dimension moves fastest
+      offset += runs.outer_strides[d];
+      if (++index[d] < runs.outer_sizes[d]) break;
+      offset -= runs.outer_strides[d] * runs.outer_sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace torchprobe::stats::detail
+// ---- end torchprobe/stats/layout.hpp ----
 
 namespace torchprobe::stats {
 
-// The tensor's bytes as Python's t.numpy().tobytes() sees them: on the host, contiguous.
-inline at::Tensor host_contiguous(const at::Tensor& t) {
+// The tensor on the host with the values it represents in memory (lazy conj/neg resolved).
+inline at::Tensor host_values(const at::Tensor& t) {
+  if (t.device().is_cpu() && !t.is_conj() && !t.is_neg()) return t;
   ProbeGuard guard;
   at::Tensor h = t.device().is_cpu() ? t : t.to(at::kCPU);
-  return h.is_contiguous() ? h : h.contiguous();
+  return h.resolve_conj().resolve_neg();
+}
+
+// The tensor's bytes as Python's t.numpy().tobytes() sees them: on the host, contiguous.
+inline at::Tensor host_contiguous(const at::Tensor& t) {
+  const at::Tensor h = host_values(t);
+  if (h.is_contiguous()) return h;
+  ProbeGuard guard;
+  return h.contiguous();
+}
+
+namespace detail {
+
+// Calls consume(bytes, n) over the tensor's bytes in logical order. Long contiguous runs are
+// passed as they lie in memory; short or strided ones are gathered into a small buffer first.
+template <class Consume>
+void for_each_logical_chunk(const at::Tensor& host, Consume&& consume) {
+  const std::size_t element_size = host.element_size();
+  if (host.is_contiguous()) {
+    consume(static_cast<const unsigned char*>(host.data_ptr()), static_cast<std::size_t>(host.numel()) * element_size);
+    return;
+  }
+  constexpr std::size_t kBufferBytes = 1 << 16;  // a multiple of every element size
+  constexpr std::size_t kDirectBytes = 1 << 12;
+  alignas(64) unsigned char buffer[kBufferBytes];
+  std::size_t filled = 0;
+  const StridedRuns runs = logical_runs(host);
+  const std::int64_t stride_bytes = runs.run_stride * static_cast<std::int64_t>(element_size);
+  for_each_run(runs, 0, runs.elements(), [&](const char* first, std::int64_t count) {
+    const auto* p = reinterpret_cast<const unsigned char*>(first);
+    if (runs.run_stride == 1 && static_cast<std::size_t>(count) * element_size >= kDirectBytes) {
+      if (filled > 0) consume(buffer, filled);
+      filled = 0;
+      consume(p, static_cast<std::size_t>(count) * element_size);
+      return true;
+    }
+    for (std::int64_t k = 0; k < count; ++k, p += stride_bytes) {
+      std::memcpy(buffer + filled, p, element_size);
+      filled += element_size;
+      if (filled == kBufferBytes) {
+        consume(buffer, filled);
+        filled = 0;
+      }
+    }
+    return true;
+  });
+  if (filled > 0) consume(buffer, filled);
+}
+
+// XOR of a byte stream read as little-endian 64-bit words, the last one zero-padded. Fed in
+// pieces of any length: each byte lands in the word lane of its position in the stream.
+class Xor64Stream {
+ public:
+  void feed(const unsigned char* p, std::size_t n) {
+    for (; n > 0 && offset_ % 8 != 0; ++p, --n) add_byte(*p);
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);  // x86 and arm64 hosts are little-endian, as msprobe assumes
+      value_ ^= w;
+      offset_ += 8;
+    }
+    for (; n > 0; ++p, --n) add_byte(*p);
+  }
+  std::uint64_t value() const { return value_; }
+
+ private:
+  void add_byte(unsigned char b) {
+    value_ ^= static_cast<std::uint64_t>(b) << (8 * (offset_ % 8));
+    ++offset_;
+  }
+  std::uint64_t value_ = 0;
+  std::uint64_t offset_ = 0;
+};
+
+}  // namespace detail
+
+inline std::uint32_t crc32_of(const at::Tensor& t) {
+  const at::Tensor h = host_values(t);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  detail::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
+    while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
+      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      left -= chunk;
+    }
+  });
+  return static_cast<std::uint32_t>(crc & 0xffffffffUL);
 }
 
 // msprobe's "md5" is really CRC-32 (zlib), as 8 lowercase hex digits.
 inline std::string crc32_hex(const at::Tensor& t) {
-  const at::Tensor h = host_contiguous(t);
-  const auto* p = static_cast<const Bytef*>(h.data_ptr());
-  std::size_t left = h.numel() * h.element_size();
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
-    const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
-    crc = crc32(crc, p, chunk);
-    p += chunk;
-    left -= chunk;
-  }
   char buf[16];
-  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc32_of(t)));
   return buf;
 }
 
 // XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
 inline std::uint64_t xor64(const at::Tensor& t) {
-  const at::Tensor h = host_contiguous(t);
-  const auto* p = static_cast<const unsigned char*>(h.data_ptr());
-  const std::size_t n = h.numel() * h.element_size();
-  std::uint64_t acc = 0;
-  std::size_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + k, 8);  // x86 and arm64 hosts are little-endian, as msprobe assumes
-    acc ^= w;
-  }
-  if (k < n) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p + k, n - k);
-    acc ^= w;
-  }
-  return acc;
+  detail::Xor64Stream x;
+  detail::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
+  return x.value();
 }
 
 inline std::string xor64_hex(const at::Tensor& t) {
@@ -4144,120 +4392,1048 @@ inline std::string xor64_hex(const at::Tensor& t) {
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/checksum.hpp ----
 // ---- begin torchprobe/stats/cpu_stats.hpp ----
-// Statistics of a CPU tensor, one pass over its memory.
+// Statistics of a CPU tensor in one pass over its memory, with fused SIMD kernels.
 //
-// This is the reference kernel: scalar, accumulating in double, exact for Max/Min. The fused SIMD
-// kernels replace the inner loops behind `cpu_stats` without changing its contract.
-#include <c10/util/Half.h>
+// Contract: Max/Min exact in the tensor's dtype (int64 included); Mean/Norm accumulated in double
+// lanes, so fp16/bf16 never round in their own precision; a NaN anywhere makes all four NaN;
+// +-inf behave as in torch (inf and -inf together: Mean NaN; Norm inf); bool gives any/all and
+// null Mean/Norm; complex gives the statistics of |z| with Norm = sqrt(sum |z|^2); a 0-d tensor
+// shows its value in all four; empty tensors and dtypes without a kernel give nulls.
+//
+// Kernels (stats/kernels/): AVX-512 and AVX2 versions chosen at run time on x86-64 with GCC or
+// Clang, xsimd for the architecture of the build elsewhere. Strided tensors are walked in place
+// (stats/layout.hpp); tensors of at least kParallelBytes are split over at::parallel_for.
+// docs/statistics.md explains the choices and gives the measurements.
+#include <ATen/Parallel.h>
+
+
+// ---- begin torchprobe/stats/kernels/dispatch.hpp ----
+// Picks the kernel of one element type for one instruction set. cpu_stats asks once per tensor
+// and calls the returned function for every contiguous run of that tensor.
+// ---- begin torchprobe/stats/kernels/common.hpp ----
+// What every statistics kernel shares: the partial result of scanning a run of elements, how two
+// partial results combine, the value of one element as the kernels see it, and which instruction
+// sets the running CPU offers.
+//
+// Kernels accumulate Sum and Sum of squares in double lanes. fp32 partial sums were measured too
+// (docs/statistics.md): over 64M randn they miss the 1e-9 relative target on the mean of float32
+// (6e-7) and on the norm of float16/bfloat16 (4e-8), while double lanes still run at memory speed.
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <c10/util/complex.h>
 
 
+// Runtime-dispatched x86 kernels need GCC/Clang function attributes (target) and <cpuid.h>.
+#if !defined(TORCHPROBE_STATS_X86_KERNELS)
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(TORCHPROBE_NO_RUNTIME_DISPATCH)
+#define TORCHPROBE_STATS_X86_KERNELS 1
+#else
+#define TORCHPROBE_STATS_X86_KERNELS 0
+#endif
+#endif
+
+#if TORCHPROBE_STATS_X86_KERNELS
+#include <cpuid.h>
+#endif
+
+namespace torchprobe::stats {
+
+// The instruction sets the CPU kernels are written for. Portable is xsimd on whatever the
+// including translation unit was compiled for (SSE2 by default on x86-64, NEON on arm64).
+enum class KernelIsa : std::uint8_t { Portable, Avx2, Avx512 };
+
+inline const char* kernel_isa_name(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::Avx512: return "avx512";
+    case KernelIsa::Avx2: return "avx2";
+    case KernelIsa::Portable: break;
+  }
+  return "portable";
+}
+
+namespace kernels {
+
+// Max/Min/Sum/Sum of squares of a run of elements, as doubles. A NaN element makes sumsq NaN
+// (a square is never negative, so nothing else can), which is how callers detect NaN without
+// a compare in the inner loop.
+struct ScanResult {
+  double max = -std::numeric_limits<double>::infinity();
+  double min = std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  double sumsq = 0.0;
+};
+
+inline void merge(ScanResult& into, const ScanResult& part) {
+  into.max = part.max > into.max ? part.max : into.max;
+  into.min = part.min < into.min ? part.min : into.min;
+  into.sum += part.sum;
+  into.sumsq += part.sumsq;
+}
+
+// int64 keeps Max/Min in its own type: a double cannot hold every int64 exactly.
+struct IntScanResult {
+  std::int64_t max = std::numeric_limits<std::int64_t>::min();
+  std::int64_t min = std::numeric_limits<std::int64_t>::max();
+  double sum = 0.0;
+  double sumsq = 0.0;
+};
+
+inline void merge(IntScanResult& into, const IntScanResult& part) {
+  into.max = part.max > into.max ? part.max : into.max;
+  into.min = part.min < into.min ? part.min : into.min;
+  into.sum += part.sum;
+  into.sumsq += part.sumsq;
+}
+
+// One element as a double, the way the SIMD lanes compute it, so a scalar tail agrees with
+// the vector body. Complex elements are |z|; complex<float> squares its parts in double,
+// which is exact and cannot overflow, so it needs no hypot.
+template <class T>
+inline double element_value(T v) {
+  return static_cast<double>(v);
+}
+template <>
+inline double element_value(c10::Half v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+template <>
+inline double element_value(c10::BFloat16 v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+template <>
+inline double element_value(c10::complex<float> v) {
+  const double re = v.real(), im = v.imag();
+  return std::sqrt(re * re + im * im);
+}
+template <>
+inline double element_value(c10::complex<double> v) {
+  return std::hypot(v.real(), v.imag());  // squares of doubles can overflow or underflow
+}
+
+// The scalar loop: tails of the SIMD kernels, and every dtype the SIMD kernels leave out.
+template <class T>
+inline void scan_scalar_into(const T* p, std::int64_t n, ScanResult& r) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = element_value(p[k]);
+    r.max = v > r.max ? v : r.max;
+    r.min = v < r.min ? v : r.min;
+    r.sum += v;
+    r.sumsq += v * v;
+  }
+}
+
+template <class T>
+inline ScanResult scan_scalar(const T* p, std::int64_t n) {
+  ScanResult r;
+  scan_scalar_into(p, n, r);
+  return r;
+}
+
+inline void scan_int64_scalar_into(const std::int64_t* p, std::int64_t n, IntScanResult& r) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int64_t v = p[k];
+    r.max = v > r.max ? v : r.max;
+    r.min = v < r.min ? v : r.min;
+    const double d = static_cast<double>(v);
+    r.sum += d;
+    r.sumsq += d * d;
+  }
+}
+
+inline IntScanResult scan_int64_scalar(const std::int64_t* p, std::int64_t n) {
+  IntScanResult r;
+  scan_int64_scalar_into(p, n, r);
+  return r;
+}
+
+// ---- which instruction sets this CPU runs ------------------------------------------------------
+
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2 + FMA + F16C, with the OS saving YMM state
+  bool avx512 = false;  // AVX-512 F/BW/DQ/VL on top of that, with the OS saving ZMM state
+};
+
+#if TORCHPROBE_STATS_X86_KERNELS
+// cpuid says what the core implements; XCR0 says whether the OS preserves the wider registers
+// across context switches. Both must agree before a kernel may use them.
+inline CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = (c >> 12) & 1u, osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u, f16c = (c >> 29) & 1u;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;     // SSE and AVX state
+  const bool zmm_saved = (xcr0_lo & 0xE6u) == 0xE6u;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx2 = (b >> 5) & 1u, avx512f = (b >> 16) & 1u, avx512dq = (b >> 17) & 1u,
+             avx512bw = (b >> 30) & 1u, avx512vl = (b >> 31) & 1u;
+  f.avx2 = ymm_saved && avx2 && fma && f16c;
+  f.avx512 = f.avx2 && zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
+  return f;
+}
+#else
+inline CpuFeatures detect_cpu_features() { return {}; }
+#endif
+
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect_cpu_features();
+  return features;
+}
+
+}  // namespace kernels
+
+// Whether this build and this CPU can run the kernels of `isa`.
+inline bool kernel_isa_supported(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::Avx512: return kernels::cpu_features().avx512;
+    case KernelIsa::Avx2: return kernels::cpu_features().avx2;
+    case KernelIsa::Portable: break;
+  }
+  return true;
+}
+
+namespace kernels {
+// The best supported set, lowered by TORCHPROBE_STATS_ISA=portable|avx2 (for comparisons and
+// for ruling out a kernel when diagnosing); a value naming an unsupported set is ignored.
+inline KernelIsa choose_kernel_isa() {
+  KernelIsa best = KernelIsa::Portable;
+  if (kernel_isa_supported(KernelIsa::Avx2)) best = KernelIsa::Avx2;
+  if (kernel_isa_supported(KernelIsa::Avx512)) best = KernelIsa::Avx512;
+  if (const char* cap = std::getenv("TORCHPROBE_STATS_ISA")) {
+    if (std::strcmp(cap, "portable") == 0) return KernelIsa::Portable;
+    if (std::strcmp(cap, "avx2") == 0 && kernel_isa_supported(KernelIsa::Avx2)) return KernelIsa::Avx2;
+  }
+  return best;
+}
+}  // namespace kernels
+
+// The instruction set cpu_stats(tensor) uses, chosen once per process.
+inline KernelIsa best_kernel_isa() {
+  static const KernelIsa isa = kernels::choose_kernel_isa();
+  return isa;
+}
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/kernels/common.hpp ----
+// ---- begin torchprobe/stats/kernels/portable.hpp ----
+// The portable kernels: xsimd batches of the architecture the including translation unit was
+// compiled for (xsimd::default_arch: SSE2 for a plain x86-64 build, AVX2 with -mavx2, NEON on
+// arm64). They run wherever the runtime-dispatched x86 kernels cannot: other CPUs, other
+// compilers, old x86. fp16/bf16 and integers are converted to float/double in small chunks with
+// scalar code first, which is correct everywhere but slow for fp16 (about 1 GB/s, see the notes).
+//
+// Written against the xsimd API common to 8.1 and 13: no hadd/reduce_* (horizontal reductions
+// go through a store), no available_architectures().best.
+
+#include <xsimd/xsimd.hpp>
+
+
+namespace torchprobe::stats::kernels::portable {
+
+#if !defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
+
+template <class Batch>
+inline void fold_into(const Batch& mx, const Batch& mn, ScanResult& r) {
+  alignas(64) typename Batch::value_type lanes[Batch::size];
+  mx.store_unaligned(lanes);
+  for (std::size_t k = 0; k < Batch::size; ++k) r.max = lanes[k] > r.max ? lanes[k] : r.max;
+  mn.store_unaligned(lanes);
+  for (std::size_t k = 0; k < Batch::size; ++k) r.min = lanes[k] < r.min ? lanes[k] : r.min;
+}
+
+inline double lane_sum(const xsimd::batch<double>& v) {
+  alignas(64) double lanes[xsimd::batch<double>::size];
+  v.store_unaligned(lanes);
+  double s = 0.0;
+  for (double x : lanes) s += x;
+  return s;
+}
+
+// float or double elements: Max/Min in their own lanes, sums in double lanes (a float source is
+// widened by xsimd's converting load).
+template <class T>
+inline ScanResult scan_native(const T* p, std::int64_t n) {
+  using Values = xsimd::batch<T>;
+  using Sums = xsimd::batch<double>;
+  constexpr std::int64_t width = Values::size, sum_width = Sums::size;
+  static_assert(std::is_same_v<T, double> || width == 2 * sum_width, "float lanes pair up into double lanes");
+  Values mx(-std::numeric_limits<T>::infinity()), mn(std::numeric_limits<T>::infinity());
+  Sums s0(0.0), s1(0.0), q0(0.0), q1(0.0);
+  std::int64_t i = 0;
+  for (; i + width <= n; i += width) {
+    const Values v = Values::load_unaligned(p + i);
+    mx = xsimd::max(mx, v);
+    mn = xsimd::min(mn, v);
+    if constexpr (std::is_same_v<T, double>) {
+      s0 += v;
+      q0 = xsimd::fma(v, v, q0);
+    } else {
+      for (std::int64_t j = 0; j < width; j += 2 * sum_width) {  // float lanes are twice as many
+        const Sums a = Sums::load_unaligned(p + i + j), b = Sums::load_unaligned(p + i + j + sum_width);
+        s0 += a;
+        s1 += b;
+        q0 = xsimd::fma(a, a, q0);
+        q1 = xsimd::fma(b, b, q1);
+      }
+    }
+  }
+  ScanResult r;
+  fold_into(mx, mn, r);
+  r.sum = lane_sum(s0 + s1);
+  r.sumsq = lane_sum(q0 + q1);
+  scan_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+// Other element types are widened chunk by chunk into a small buffer of T's exact wide type.
+template <class T>
+inline ScanResult scan(const T* p, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return scan_native(p, n);
+  } else if constexpr (std::is_same_v<T, c10::complex<float>>) {
+    return scan_scalar(p, n);
+  } else {
+    using Wide = std::conditional_t<std::is_integral_v<T>, double, float>;
+    constexpr std::int64_t kChunk = 1024;
+    alignas(64) Wide buffer[kChunk];
+    ScanResult r;
+    for (std::int64_t i = 0; i < n; i += kChunk) {
+      const std::int64_t count = n - i < kChunk ? n - i : kChunk;
+      for (std::int64_t k = 0; k < count; ++k) buffer[k] = static_cast<Wide>(p[i + k]);
+      merge(r, scan_native(buffer, count));
+    }
+    return r;
+  }
+}
+
+#else  // xsimd knows no SIMD architecture for this target: plain loops
+
+template <class T>
+inline ScanResult scan(const T* p, std::int64_t n) {
+  return scan_scalar(p, n);
+}
+
+#endif
+
+}  // namespace torchprobe::stats::kernels::portable
+// ---- end torchprobe/stats/kernels/portable.hpp ----
+// ---- begin torchprobe/stats/kernels/x86_avx2.hpp ----
+// AVX2 kernels (with FMA and F16C), for x86-64 CPUs without AVX-512. Same design as
+// x86_avx512.hpp: target attributes, chosen at run time by kernels/dispatch.hpp. With 16 vector
+// registers the loops keep one Max and one Min accumulator and unroll by two, so nothing spills.
+
+#if TORCHPROBE_STATS_X86_KERNELS
+#include <immintrin.h>
+
+#include <type_traits>
+
+#define TORCHPROBE_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define TORCHPROBE_AVX2_INLINE TORCHPROBE_AVX2_TARGET __attribute__((always_inline)) inline
+
+// GCC 12's intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`), which
+// -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace torchprobe::stats::kernels::avx2 {
+
+using Floats = __m256;    // 8 float lanes
+using Doubles = __m256d;  // 4 double lanes
+
+TORCHPROBE_AVX2_INLINE Floats vmax(Floats a, Floats b) { return _mm256_max_ps(a, b); }
+TORCHPROBE_AVX2_INLINE Floats vmin(Floats a, Floats b) { return _mm256_min_ps(a, b); }
+TORCHPROBE_AVX2_INLINE Doubles low_half(Floats v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+TORCHPROBE_AVX2_INLINE Doubles high_half(Floats v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+TORCHPROBE_AVX2_INLINE double reduce_max(Floats v) {
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+}
+TORCHPROBE_AVX2_INLINE double reduce_min(Floats v) {
+  const __m128 m4 = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 m2 = _mm_min_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_min_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+}
+
+TORCHPROBE_AVX2_INLINE Doubles vmax(Doubles a, Doubles b) { return _mm256_max_pd(a, b); }
+TORCHPROBE_AVX2_INLINE Doubles vmin(Doubles a, Doubles b) { return _mm256_min_pd(a, b); }
+TORCHPROBE_AVX2_INLINE Doubles vadd(Doubles a, Doubles b) { return _mm256_add_pd(a, b); }
+TORCHPROBE_AVX2_INLINE Doubles vfma(Doubles a, Doubles b, Doubles c) { return _mm256_fmadd_pd(a, b, c); }
+TORCHPROBE_AVX2_INLINE double reduce_max(Doubles v) {
+  const __m128d m2 = _mm_max_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_max_sd(m2, _mm_unpackhi_pd(m2, m2)));
+}
+TORCHPROBE_AVX2_INLINE double reduce_min(Doubles v) {
+  const __m128d m2 = _mm_min_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_min_sd(m2, _mm_unpackhi_pd(m2, m2)));
+}
+TORCHPROBE_AVX2_INLINE double reduce_add(Doubles v) {
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+TORCHPROBE_AVX2_INLINE Floats splat_floats(float x) { return _mm256_set1_ps(x); }
+TORCHPROBE_AVX2_INLINE Doubles splat_doubles(double x) { return _mm256_set1_pd(x); }
+TORCHPROBE_AVX2_INLINE Doubles zeros() { return _mm256_setzero_pd(); }
+
+TORCHPROBE_AVX2_INLINE void accumulate(Floats v, Doubles& s_lo, Doubles& s_hi, Doubles& q_lo, Doubles& q_hi) {
+  const Doubles lo = low_half(v), hi = high_half(v);
+  s_lo = vadd(s_lo, lo);
+  s_hi = vadd(s_hi, hi);
+  q_lo = vfma(lo, lo, q_lo);
+  q_hi = vfma(hi, hi, q_hi);
+}
+
+// Loaders, as in x86_avx512.hpp (see there for kLaneWeight).
+template <class T>
+struct Loader;
+
+template <>
+struct Loader<float> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+};
+
+template <>
+struct Loader<c10::Half> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const c10::Half* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+
+template <>
+struct Loader<c10::BFloat16> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const c10::BFloat16* p) {
+    const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+  }
+};
+
+template <>
+struct Loader<double> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const double* p) { return _mm256_loadu_pd(p); }
+};
+
+template <>
+struct Loader<std::int8_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const std::int8_t* p) {
+    std::int32_t four;
+    std::memcpy(&four, p, sizeof four);
+    return _mm256_cvtepi32_pd(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+  }
+};
+
+template <>
+struct Loader<std::uint8_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const std::uint8_t* p) {
+    std::int32_t four;
+    std::memcpy(&four, p, sizeof four);
+    return _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(four)));
+  }
+};
+
+template <>
+struct Loader<std::int16_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const std::int16_t* p) {
+    return _mm256_cvtepi32_pd(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+template <>
+struct Loader<std::int32_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX2_INLINE static Vec load(const std::int32_t* p) {
+    return _mm256_cvtepi32_pd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+
+template <>
+struct Loader<c10::complex<float>> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 2;
+  static constexpr double kLaneWeight = 0.5;
+  TORCHPROBE_AVX2_INLINE static Vec load(const c10::complex<float>* p) {
+    const Doubles parts = _mm256_cvtps_pd(_mm_loadu_ps(reinterpret_cast<const float*>(p)));
+    const Doubles squares = _mm256_mul_pd(parts, parts);
+    return _mm256_sqrt_pd(_mm256_add_pd(squares, _mm256_permute_pd(squares, 0x5)));
+  }
+};
+
+template <class T>
+TORCHPROBE_AVX2_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n) {
+  using L = Loader<T>;
+  constexpr std::int64_t step = L::kStep;
+  Floats mx = splat_floats(-INFINITY), mn = splat_floats(INFINITY);
+  Doubles s0 = zeros(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+  std::int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    const Floats a = L::load(p + i), b = L::load(p + i + step);
+    mx = vmax(mx, vmax(a, b));
+    mn = vmin(mn, vmin(a, b));
+    accumulate(a, s0, s1, q0, q1);
+    accumulate(b, s2, s3, q2, q3);
+  }
+  for (; i + step <= n; i += step) {
+    const Floats a = L::load(p + i);
+    mx = vmax(mx, a);
+    mn = vmin(mn, a);
+    accumulate(a, s0, s1, q0, q1);
+  }
+  ScanResult r;
+  r.max = reduce_max(mx);
+  r.min = reduce_min(mn);
+  r.sum = reduce_add(vadd(vadd(s0, s1), vadd(s2, s3)));
+  r.sumsq = reduce_add(vadd(vadd(q0, q1), vadd(q2, q3)));
+  scan_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+template <class T>
+TORCHPROBE_AVX2_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) {
+  using L = Loader<T>;
+  constexpr std::int64_t step = L::kStep;
+  Doubles mx = splat_doubles(-INFINITY), mn = splat_doubles(INFINITY);
+  Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
+  std::int64_t i = 0;
+  for (; i + 4 * step <= n; i += 4 * step) {
+    const Doubles a = L::load(p + i), b = L::load(p + i + step);
+    const Doubles c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
+    mx = vmax(mx, vmax(vmax(a, b), vmax(c, d)));
+    mn = vmin(mn, vmin(vmin(a, b), vmin(c, d)));
+    s0 = vadd(s0, vadd(a, b));
+    s1 = vadd(s1, vadd(c, d));
+    q0 = vfma(a, a, q0);
+    q1 = vfma(b, b, q1);
+    q0 = vfma(c, c, q0);
+    q1 = vfma(d, d, q1);
+  }
+  for (; i + step <= n; i += step) {
+    const Doubles a = L::load(p + i);
+    mx = vmax(mx, a);
+    mn = vmin(mn, a);
+    s0 = vadd(s0, a);
+    q0 = vfma(a, a, q0);
+  }
+  ScanResult r;
+  r.max = reduce_max(mx);
+  r.min = reduce_min(mn);
+  r.sum = reduce_add(vadd(s0, s1)) * L::kLaneWeight;
+  r.sumsq = reduce_add(vadd(q0, q1)) * L::kLaneWeight;
+  scan_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+template <class T>
+ScanResult scan(const T* p, std::int64_t n) {
+  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
+  else return scan_double_lanes(p, n);
+}
+
+}  // namespace torchprobe::stats::kernels::avx2
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // TORCHPROBE_STATS_X86_KERNELS
+// ---- end torchprobe/stats/kernels/x86_avx2.hpp ----
+// ---- begin torchprobe/stats/kernels/x86_avx512.hpp ----
+// AVX-512 kernels (F, BW, DQ, VL, with FMA and F16C). Every function here carries a target
+// attribute instead of relying on -mavx512f, so a default x86-64 build contains them and
+// kernels/dispatch.hpp calls them only on a CPU that has them. xsimd cannot serve here: its
+// batch types refuse any architecture the translation unit's flags do not enable.
+
+#if TORCHPROBE_STATS_X86_KERNELS
+#include <immintrin.h>
+
+#include <type_traits>
+
+#define TORCHPROBE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define TORCHPROBE_AVX512_INLINE TORCHPROBE_AVX512_TARGET __attribute__((always_inline)) inline
+
+// GCC 12's intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`), which
+// -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace torchprobe::stats::kernels::avx512 {
+
+using Floats = __m512;    // 16 float lanes: Max/Min of the fp32, fp16 and bf16 elements
+using Doubles = __m512d;  // 8 double lanes: every Sum, and Max/Min of wider elements
+
+// ---- lane operations, overloaded for the two vector types ---------------------------------------
+TORCHPROBE_AVX512_INLINE Floats vmax(Floats a, Floats b) { return _mm512_max_ps(a, b); }
+TORCHPROBE_AVX512_INLINE Floats vmin(Floats a, Floats b) { return _mm512_min_ps(a, b); }
+TORCHPROBE_AVX512_INLINE double reduce_max(Floats v) { return _mm512_reduce_max_ps(v); }
+TORCHPROBE_AVX512_INLINE double reduce_min(Floats v) { return _mm512_reduce_min_ps(v); }
+TORCHPROBE_AVX512_INLINE Doubles low_half(Floats v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+TORCHPROBE_AVX512_INLINE Doubles high_half(Floats v) { return _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)); }
+
+TORCHPROBE_AVX512_INLINE Doubles vmax(Doubles a, Doubles b) { return _mm512_max_pd(a, b); }
+TORCHPROBE_AVX512_INLINE Doubles vmin(Doubles a, Doubles b) { return _mm512_min_pd(a, b); }
+TORCHPROBE_AVX512_INLINE Doubles vadd(Doubles a, Doubles b) { return _mm512_add_pd(a, b); }
+TORCHPROBE_AVX512_INLINE Doubles vfma(Doubles a, Doubles b, Doubles c) { return _mm512_fmadd_pd(a, b, c); }
+TORCHPROBE_AVX512_INLINE double reduce_max(Doubles v) { return _mm512_reduce_max_pd(v); }
+TORCHPROBE_AVX512_INLINE double reduce_min(Doubles v) { return _mm512_reduce_min_pd(v); }
+TORCHPROBE_AVX512_INLINE double reduce_add(Doubles v) { return _mm512_reduce_add_pd(v); }
+
+TORCHPROBE_AVX512_INLINE Floats splat_floats(float x) { return _mm512_set1_ps(x); }
+TORCHPROBE_AVX512_INLINE Doubles splat_doubles(double x) { return _mm512_set1_pd(x); }
+TORCHPROBE_AVX512_INLINE Doubles zeros() { return _mm512_setzero_pd(); }
+
+// Sum and Sum of squares of 16 float lanes, widened to double before adding.
+TORCHPROBE_AVX512_INLINE void accumulate(Floats v, Doubles& s_lo, Doubles& s_hi, Doubles& q_lo, Doubles& q_hi) {
+  const Doubles lo = low_half(v), hi = high_half(v);
+  s_lo = vadd(s_lo, lo);
+  s_hi = vadd(s_hi, hi);
+  q_lo = vfma(lo, lo, q_lo);
+  q_hi = vfma(hi, hi, q_hi);
+}
+
+// ---- loaders: kStep elements into one vector -----------------------------------------------------
+// kLaneWeight: each element fills 1/kLaneWeight lanes (complex |z| sits in both lanes of a pair).
+template <class T>
+struct Loader;
+
+template <>
+struct Loader<float> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 16;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+};
+
+template <>
+struct Loader<c10::Half> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 16;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const c10::Half* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+
+template <>
+struct Loader<c10::BFloat16> {
+  using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
+  static constexpr int kStep = 16;
+  static constexpr double kLaneWeight = 1.0;
+  // bf16 is the upper half of a float: widen to 32 bits and shift into place.
+  TORCHPROBE_AVX512_INLINE static Vec load(const c10::BFloat16* p) {
+    const __m512i bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+  }
+};
+
+template <>
+struct Loader<double> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const double* p) { return _mm512_loadu_pd(p); }
+};
+
+// Integers up to 32 bits are exact in double lanes, squares of int8/int16 too.
+template <>
+struct Loader<std::int8_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const std::int8_t* p) {
+    return _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+template <>
+struct Loader<std::uint8_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const std::uint8_t* p) {
+    return _mm512_cvtepi32_pd(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+template <>
+struct Loader<std::int16_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const std::int16_t* p) {
+    return _mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+template <>
+struct Loader<std::int32_t> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 8;
+  static constexpr double kLaneWeight = 1.0;
+  TORCHPROBE_AVX512_INLINE static Vec load(const std::int32_t* p) {
+    return _mm512_cvtepi32_pd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+
+// Four complex<float> -> |z| of each, twice: re,im are widened to double (squares exact, no
+// overflow), each pair's squares are added to both lanes of the pair, then sqrt.
+template <>
+struct Loader<c10::complex<float>> {
+  using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
+  static constexpr int kStep = 4;
+  static constexpr double kLaneWeight = 0.5;
+  TORCHPROBE_AVX512_INLINE static Vec load(const c10::complex<float>* p) {
+    const Doubles parts = _mm512_cvtps_pd(_mm256_loadu_ps(reinterpret_cast<const float*>(p)));
+    const Doubles squares = _mm512_mul_pd(parts, parts);
+    return _mm512_sqrt_pd(_mm512_add_pd(squares, _mm512_permute_pd(squares, 0x55)));
+  }
+};
+
+// ---- the fused one-pass scans --------------------------------------------------------------------
+
+// fp32/fp16/bf16: Max/Min in float lanes (exact: every such value is a float), sums in double.
+template <class T>
+TORCHPROBE_AVX512_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n) {
+  using L = Loader<T>;
+  constexpr std::int64_t step = L::kStep;
+  Floats mx0 = splat_floats(-INFINITY), mx1 = mx0;
+  Floats mn0 = splat_floats(INFINITY), mn1 = mn0;
+  Doubles s0 = zeros(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+  std::int64_t i = 0;
+  for (; i + 4 * step <= n; i += 4 * step) {
+    const Floats a = L::load(p + i), b = L::load(p + i + step);
+    const Floats c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
+    mx0 = vmax(mx0, vmax(a, b));
+    mx1 = vmax(mx1, vmax(c, d));
+    mn0 = vmin(mn0, vmin(a, b));
+    mn1 = vmin(mn1, vmin(c, d));
+    accumulate(a, s0, s1, q0, q1);
+    accumulate(b, s2, s3, q2, q3);
+    accumulate(c, s0, s1, q0, q1);
+    accumulate(d, s2, s3, q2, q3);
+  }
+  for (; i + step <= n; i += step) {
+    const Floats a = L::load(p + i);
+    mx0 = vmax(mx0, a);
+    mn0 = vmin(mn0, a);
+    accumulate(a, s0, s1, q0, q1);
+  }
+  ScanResult r;
+  r.max = reduce_max(vmax(mx0, mx1));
+  r.min = reduce_min(vmin(mn0, mn1));
+  r.sum = reduce_add(vadd(vadd(s0, s1), vadd(s2, s3)));
+  r.sumsq = reduce_add(vadd(vadd(q0, q1), vadd(q2, q3)));
+  scan_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+// f64, integers up to 32 bits, complex<float>: everything in double lanes.
+template <class T>
+TORCHPROBE_AVX512_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) {
+  using L = Loader<T>;
+  constexpr std::int64_t step = L::kStep;
+  Doubles mx0 = splat_doubles(-INFINITY), mx1 = mx0;
+  Doubles mn0 = splat_doubles(INFINITY), mn1 = mn0;
+  Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
+  std::int64_t i = 0;
+  for (; i + 4 * step <= n; i += 4 * step) {
+    const Doubles a = L::load(p + i), b = L::load(p + i + step);
+    const Doubles c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
+    mx0 = vmax(mx0, vmax(a, b));
+    mx1 = vmax(mx1, vmax(c, d));
+    mn0 = vmin(mn0, vmin(a, b));
+    mn1 = vmin(mn1, vmin(c, d));
+    s0 = vadd(s0, vadd(a, b));
+    s1 = vadd(s1, vadd(c, d));
+    q0 = vfma(a, a, q0);
+    q1 = vfma(b, b, q1);
+    q0 = vfma(c, c, q0);
+    q1 = vfma(d, d, q1);
+  }
+  for (; i + step <= n; i += step) {
+    const Doubles a = L::load(p + i);
+    mx0 = vmax(mx0, a);
+    mn0 = vmin(mn0, a);
+    s0 = vadd(s0, a);
+    q0 = vfma(a, a, q0);
+  }
+  ScanResult r;
+  r.max = reduce_max(vmax(mx0, mx1));
+  r.min = reduce_min(vmin(mn0, mn1));
+  r.sum = reduce_add(vadd(s0, s1)) * L::kLaneWeight;
+  r.sumsq = reduce_add(vadd(q0, q1)) * L::kLaneWeight;
+  scan_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+template <class T>
+ScanResult scan(const T* p, std::int64_t n) {
+  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
+  else return scan_double_lanes(p, n);
+}
+
+// int64: Max/Min exact in 64-bit integer lanes, sums in double lanes.
+TORCHPROBE_AVX512_TARGET inline IntScanResult scan_int64(const std::int64_t* p, std::int64_t n) {
+  __m512i mx = _mm512_set1_epi64(std::numeric_limits<std::int64_t>::min());
+  __m512i mn = _mm512_set1_epi64(std::numeric_limits<std::int64_t>::max());
+  Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i a = _mm512_loadu_si512(p + i), b = _mm512_loadu_si512(p + i + 8);
+    mx = _mm512_max_epi64(mx, _mm512_max_epi64(a, b));
+    mn = _mm512_min_epi64(mn, _mm512_min_epi64(a, b));
+    const Doubles da = _mm512_cvtepi64_pd(a), db = _mm512_cvtepi64_pd(b);
+    s0 = vadd(s0, da);
+    s1 = vadd(s1, db);
+    q0 = vfma(da, da, q0);
+    q1 = vfma(db, db, q1);
+  }
+  IntScanResult r;
+  r.max = _mm512_reduce_max_epi64(mx);
+  r.min = _mm512_reduce_min_epi64(mn);
+  r.sum = reduce_add(vadd(s0, s1));
+  r.sumsq = reduce_add(vadd(q0, q1));
+  scan_int64_scalar_into(p + i, n - i, r);
+  return r;
+}
+
+}  // namespace torchprobe::stats::kernels::avx512
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // TORCHPROBE_STATS_X86_KERNELS
+// ---- end torchprobe/stats/kernels/x86_avx512.hpp ----
+
+namespace torchprobe::stats::kernels {
+
+template <class T>
+using ScanFunction = ScanResult (*)(const T*, std::int64_t);
+using Int64ScanFunction = IntScanResult (*)(const std::int64_t*, std::int64_t);
+
+// Element types with SIMD kernels: the float types, integers up to 32 bits, complex<float>.
+// complex<double> keeps the scalar loop: squaring its parts in double could overflow, and
+// hypot per element is what keeps it exact.
+template <class T>
+inline ScanFunction<T> scan_function(KernelIsa isa) {
+  if constexpr (std::is_same_v<T, c10::complex<double>>) {
+    (void)isa;
+    return &scan_scalar<T>;
+  } else {
+#if TORCHPROBE_STATS_X86_KERNELS
+    if (isa == KernelIsa::Avx512) return &avx512::scan<T>;
+    if (isa == KernelIsa::Avx2) return &avx2::scan<T>;
+#else
+    (void)isa;
+#endif
+    return &portable::scan<T>;
+  }
+}
+
+inline Int64ScanFunction int64_scan_function(KernelIsa isa) {
+#if TORCHPROBE_STATS_X86_KERNELS
+  if (isa == KernelIsa::Avx512) return &avx512::scan_int64;
+#endif
+  (void)isa;
+  return &scan_int64_scalar;  // AVX2 has no 64-bit integer max/min nor int64->double conversion
+}
+
+}  // namespace torchprobe::stats::kernels
+// ---- end torchprobe/stats/kernels/dispatch.hpp ----
 
 namespace torchprobe::stats {
 namespace detail {
 
-// Floating dtypes: Max/Min exact in the dtype (every f16/bf16/f32 value is a double exactly),
-// Mean/Norm accumulated in double so fp16/bf16 never round in their own precision.
-// NaN anywhere makes all four NaN, as torch.max/min/mean/norm do.
+// Below this many bytes a tensor is scanned on the calling thread: waking a second thread costs
+// a few microseconds, about what one core needs to read 64 KiB.
+inline constexpr std::int64_t kParallelBytes = std::int64_t(1) << 18;
+// Strided runs shorter than this are gathered into a buffer before a kernel sees them, so the
+// kernel's per-call cost (horizontal reductions, scalar tail) is paid per buffer, not per row.
+inline constexpr std::int64_t kDirectRunElements = 1024;
+inline constexpr std::size_t kGatherBytes = 16384;
+
+// Feeds runs to a kernel: long contiguous runs directly, everything else through a small buffer.
+template <class T, class Result, class Scan>
+class RunScanner {
+ public:
+  explicit RunScanner(Scan scan, std::int64_t run_stride) : scan_(scan), stride_(run_stride) {}
+
+  void add(const char* first, std::int64_t count) {
+    const T* p = reinterpret_cast<const T*>(first);
+    if (stride_ == 1 && count >= kDirectRunElements) {
+      merge(scan_(p, count));
+      return;
+    }
+    while (count > 0) {
+      const std::int64_t take = std::min(count, kCapacity - filled_);
+      T* to = buffer() + filled_;
+      if (stride_ == 1) {
+        std::memcpy(to, p, static_cast<std::size_t>(take) * sizeof(T));
+      } else {
+        for (std::int64_t k = 0; k < take; ++k) std::memcpy(to + k, p + k * stride_, sizeof(T));
+      }
+      filled_ += take;
+      p += take * stride_;
+      count -= take;
+      if (filled_ == kCapacity) flush();
+    }
+  }
+
+  Result finish() {
+    flush();
+    return result_;
+  }
+
+ private:
+  static constexpr std::int64_t kCapacity = static_cast<std::int64_t>(kGatherBytes / sizeof(T));
+
+  // Raw bytes, not T[]: c10::complex zero-initialises, which would cost a memset per scanner.
+  T* buffer() { return reinterpret_cast<T*>(storage_); }
+  void flush() {
+    if (filled_ > 0) merge(scan_(buffer(), filled_));
+    filled_ = 0;
+  }
+  void merge(const Result& part) { kernels::merge(result_, part); }
+
+  Scan scan_;
+  std::int64_t stride_;
+  Result result_;
+  std::int64_t filled_ = 0;
+  alignas(64) unsigned char storage_[kGatherBytes];
+};
+
+// Scans elements [begin, end) of the walk.
+template <class T, class Result, class Scan>
+Result scan_range(const StridedRuns& runs, std::int64_t begin, std::int64_t end, Scan scan) {
+  if (runs.dense()) return scan(reinterpret_cast<const T*>(runs.base) + begin, end - begin);
+  RunScanner<T, Result, Scan> scanner(scan, runs.run_stride);
+  for_each_run(runs, begin, end, [&](const char* first, std::int64_t count) {
+    scanner.add(first, count);
+    return true;
+  });
+  return scanner.finish();
+}
+
+// Scans the whole walk: on this thread when small, else in one piece per intra-op thread,
+// merged in piece order (so a given thread count always gives the same rounding).
+template <class T, class Result, class Scan>
+Result scan_all(const StridedRuns& runs, Scan scan) {
+  const std::int64_t total = runs.elements();
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / runs.element_size);
+  if (total < 2 * grain || at::in_parallel_region()) return scan_range<T, Result>(runs, 0, total, scan);
+  const std::int64_t pieces = std::min<std::int64_t>(at::get_num_threads(), total / grain);
+  if (pieces <= 1) return scan_range<T, Result>(runs, 0, total, scan);
+  std::vector<Result> parts(static_cast<std::size_t>(pieces));
+  at::parallel_for(0, pieces, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t k = first; k < last; ++k)
+      parts[k] = scan_range<T, Result>(runs, total / pieces * k + std::min(k, total % pieces),
+                                        total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
+  });
+  Result r = parts[0];
+  for (std::size_t k = 1; k < parts.size(); ++k) kernels::merge(r, parts[k]);
+  return r;
+}
+
+// Mean and Norm from the sums, with torch's rules for NaN and infinities: NaN anywhere makes all
+// four NaN; +inf and -inf together make the mean NaN; any infinity makes the norm inf.
+inline TensorStats finish(const kernels::ScanResult& r, const StridedRuns& runs, bool integral) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (std::isnan(r.sumsq)) {
+    const StatValue nan = StatValue::real(std::numeric_limits<double>::quiet_NaN());
+    return {nan, nan, nan, nan};
+  }
+  TensorStats s;
+  if (integral) {
+    s.max = StatValue::integer(static_cast<std::int64_t>(r.max));
+    s.min = StatValue::integer(static_cast<std::int64_t>(r.min));
+  } else {
+    s.max = StatValue::real(r.max);
+    s.min = StatValue::real(r.min);
+  }
+  if (r.max == inf || r.min == -inf) {
+    s.mean = StatValue::real(r.max == inf && r.min == -inf ? std::numeric_limits<double>::quiet_NaN()
+                                                           : (r.max == inf ? inf : -inf));
+    s.norm = StatValue::real(inf);
+  } else {
+    // Each walked element stands for `repeat` elements: the mean is unchanged, sums scale.
+    s.mean = StatValue::real(r.sum / static_cast<double>(runs.elements()));
+    s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(runs.repeat)));
+  }
+  return s;
+}
+
 template <class T>
-TensorStats floating(const T* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = static_cast<double>(static_cast<float>(p[k]));
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    sum += v;
-    sumsq += v * v;
-  }
-  // A NaN is invisible to the comparisons above but poisons sumsq (x*x is never negative), so
-  // sumsq tells whether one was present without a compare in the loop.
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  const double nd = static_cast<double>(n);
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / nd), StatValue::real(std::sqrt(sumsq))};
+TensorStats real_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::ScanFunction<T> scan = kernels::scan_function<T>(isa);
+  const kernels::ScanResult r = scan_all<T, kernels::ScanResult>(runs, scan);
+  return finish(r, runs, std::is_integral_v<T>);
 }
 
-template <>
-inline TensorStats floating<double>(const double* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = p[k];
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    sum += v;
-    sumsq += v * v;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
+inline TensorStats int64_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::IntScanResult r =
+      scan_all<std::int64_t, kernels::IntScanResult>(runs, kernels::int64_scan_function(isa));
+  TensorStats s;
+  s.max = StatValue::integer(r.max);
+  s.min = StatValue::integer(r.min);
+  s.mean = StatValue::real(r.sum / static_cast<double>(runs.elements()));
+  s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(runs.repeat)));
+  return s;
 }
 
-template <class T>
-TensorStats integral(const T* p, std::int64_t n) {
-  T mx = p[0], mn = p[0];
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const T v = p[k];
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    const double dv = static_cast<double>(v);
-    sum += dv;
-    sumsq += dv * dv;
-  }
-  return {StatValue::integer(static_cast<std::int64_t>(mx)), StatValue::integer(static_cast<std::int64_t>(mn)),
-          StatValue::real(sum / static_cast<double>(n)), StatValue::real(std::sqrt(sumsq))};
-}
-
-// bool: Max = any, Min = all; Mean/Norm are not defined (msprobe writes null).
-inline TensorStats boolean(const bool* p, std::int64_t n) {
-  bool any = false, all = true;
-  for (std::int64_t k = 0; k < n; ++k) {
-    any = any || p[k];
-    all = all && p[k];
-  }
-  return {StatValue::boolean(any), StatValue::boolean(all), StatValue::null(), StatValue::null()};
-}
-
-// complex: statistics of |z|; Norm = sqrt(sum |z|^2), the tensor's L2 norm.
-template <class T>
-TensorStats complex_abs(const c10::complex<T>* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double re = static_cast<double>(static_cast<float>(p[k].real()));
-    const double im = static_cast<double>(static_cast<float>(p[k].imag()));
-    const double a = std::hypot(re, im);
-    mx = a > mx ? a : mx;
-    mn = a < mn ? a : mn;
-    sum += a;
-    sumsq += re * re + im * im;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
-}
-
-template <>
-inline TensorStats complex_abs<double>(const c10::complex<double>* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double re = p[k].real(), im = p[k].imag();
-    const double a = std::hypot(re, im);
-    mx = a > mx ? a : mx;
-    mn = a < mn ? a : mn;
-    sum += a;
-    sumsq += re * re + im * im;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
+// bool: the bytes are 0 or 1, so the uint8 kernel's Max is any() and its Min is all().
+inline TensorStats bool_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::ScanResult r =
+      scan_all<std::uint8_t, kernels::ScanResult>(runs, kernels::scan_function<std::uint8_t>(isa));
+  return {StatValue::boolean(r.max != 0.0), StatValue::boolean(r.min != 0.0), StatValue::null(), StatValue::null()};
 }
 
 // msprobe's 0-d rule: the value itself in all four keys (Norm keeps its sign). bool keeps its
@@ -4282,32 +5458,38 @@ inline bool has_cpu_kernel(at::ScalarType t) {
   }
 }
 
-// Statistics of a CPU tensor of any layout. Empty tensors and unsupported dtypes give nulls.
-inline TensorStats cpu_stats(const at::Tensor& tensor) {
-  if (!tensor.defined() || tensor.numel() == 0 || !has_cpu_kernel(tensor.scalar_type()) ||
-      !tensor.has_storage() || tensor.is_meta())
+// Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
+// see kernel_isa_supported). Tests and benchmarks use it to compare instruction sets.
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) {
+  if (!tensor.defined() || tensor.layout() != at::kStrided || tensor.is_nested() || !tensor.has_storage() ||
+      !tensor.device().is_cpu() || !has_cpu_kernel(tensor.scalar_type()) || tensor.numel() == 0)
     return {};
-  ProbeGuard guard;  // a strided input is copied; that copy must not be recorded or tracked
-  const at::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  const std::int64_t n = t.numel();
+  if (tensor.is_neg()) {  // a lazily negated view: its memory holds the values' negations
+    ProbeGuard guard;
+    return cpu_stats(tensor.resolve_neg(), isa);
+  }
+  const detail::StridedRuns runs = detail::order_free_runs(tensor);
   TensorStats s;
-  switch (t.scalar_type()) {
-    case at::kFloat: s = detail::floating(t.data_ptr<float>(), n); break;
-    case at::kDouble: s = detail::floating(t.data_ptr<double>(), n); break;
-    case at::kHalf: s = detail::floating(t.data_ptr<c10::Half>(), n); break;
-    case at::kBFloat16: s = detail::floating(t.data_ptr<c10::BFloat16>(), n); break;
-    case at::kByte: s = detail::integral(t.data_ptr<std::uint8_t>(), n); break;
-    case at::kChar: s = detail::integral(t.data_ptr<std::int8_t>(), n); break;
-    case at::kShort: s = detail::integral(t.data_ptr<std::int16_t>(), n); break;
-    case at::kInt: s = detail::integral(t.data_ptr<std::int32_t>(), n); break;
-    case at::kLong: s = detail::integral(t.data_ptr<std::int64_t>(), n); break;
-    case at::kBool: s = detail::boolean(t.data_ptr<bool>(), n); break;
-    case at::kComplexFloat: s = detail::complex_abs(t.data_ptr<c10::complex<float>>(), n); break;
-    case at::kComplexDouble: s = detail::complex_abs(t.data_ptr<c10::complex<double>>(), n); break;
+  switch (tensor.scalar_type()) {
+    case at::kFloat: s = detail::real_stats<float>(runs, isa); break;
+    case at::kDouble: s = detail::real_stats<double>(runs, isa); break;
+    case at::kHalf: s = detail::real_stats<c10::Half>(runs, isa); break;
+    case at::kBFloat16: s = detail::real_stats<c10::BFloat16>(runs, isa); break;
+    case at::kByte: s = detail::real_stats<std::uint8_t>(runs, isa); break;
+    case at::kChar: s = detail::real_stats<std::int8_t>(runs, isa); break;
+    case at::kShort: s = detail::real_stats<std::int16_t>(runs, isa); break;
+    case at::kInt: s = detail::real_stats<std::int32_t>(runs, isa); break;
+    case at::kLong: s = detail::int64_stats(runs, isa); break;
+    case at::kBool: s = detail::bool_stats(runs, isa); break;
+    case at::kComplexFloat: s = detail::real_stats<c10::complex<float>>(runs, isa); break;
+    case at::kComplexDouble: s = detail::real_stats<c10::complex<double>>(runs, isa); break;
     default: return {};
   }
-  return t.dim() == 0 ? detail::zero_dim_rule(s) : s;
+  return tensor.dim() == 0 ? detail::zero_dim_rule(s) : s;
 }
+
+// Statistics of a CPU tensor of any layout, with the best kernels this CPU runs.
+inline TensorStats cpu_stats(const at::Tensor& tensor) { return cpu_stats(tensor, best_kernel_isa()); }
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
@@ -4473,9 +5655,6 @@ class Debugger final : public DebuggerInterface {
         d.step = session_.step();
         d.extra_info = core_->config.extra_info;
         d.records = &records;
-        // construct.json: each entry's enclosing module (levels L0 and mix); {} at L1.
-        for (const Record& r : records)
-          if (r.parent) d.construct[r.name] = r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
         sink_.write_step(d);
       });
     } catch (const std::exception& e) {
@@ -4543,6 +5722,8 @@ class ScopedDump {
 // result is something else (an input returned as is, a tuple assembled by hand) says so:
 // `return guard.output(result);`. A guard for a module that is not part of the model given to
 // start(model), or while nothing is being dumped, does nothing.
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
 
 
 
@@ -4615,6 +5796,35 @@ class ScopedModuleDump : public details::ModuleScopeBase {
     else return *m;  // a module holder or a pointer
   }
 };
+
+// A Sequential's children, each wrapped so its forward is a module entry: the one-line way to
+// cover parameter-free children (ReLU, Dropout) of a Sequential, whose forward you cannot edit.
+//
+//   layer = register_module("layer", torchprobe::probe_children(torch::nn::Sequential(
+//       torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2))));
+//
+// The wrappers are invisible in names: the children stay "layer.0", "layer.1", ... Children
+// must map one tensor to one tensor, as a Sequential chains them.
+class ProbedChildImpl : public torch::nn::Module {
+ public:
+  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) { register_module("inner", inner_.ptr()); }
+  torch::Tensor forward(torch::Tensor x) {
+    ModuleGuard guard(inner_.ptr().get(), x);
+    return inner_.forward<torch::Tensor>(std::move(x));
+  }
+
+ private:
+  torch::nn::AnyModule inner_;
+};
+TORCH_MODULE(ProbedChild);
+
+inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
+  torch::nn::Sequential out;
+  const auto names = seq->named_children();
+  std::size_t k = 0;
+  for (const torch::nn::AnyModule& child : *seq) out->push_back(names[k++].key(), ProbedChild(child));
+  return out;
+}
 
 }  // namespace torchprobe
 // ---- end torchprobe/module_guard.hpp ----

@@ -3,7 +3,7 @@
 
     python3 tools/make_single_include.py            # (re)write single_include/torchprobe.hpp
     python3 tools/make_single_include.py --check    # exit 1 when the committed file is stale
-    python3 tools/make_single_include.py --list     # print the headers in the order they are inlined
+    python3 tools/make_single_include.py --list     # print the inlined headers in dependency order
 
 Starting from the umbrella header include/torchprobe/torchprobe.hpp, every include of one of
 TorchProbe's own headers is replaced by that header's text, depth first, so each header appears
@@ -178,7 +178,7 @@ def check(text: str, order: list[Path], output: Path) -> int:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="compare with the existing file instead of writing it")
-    p.add_argument("--list", action="store_true", help="print the inlined headers in output order")
+    p.add_argument("--list", action="store_true", help="print the inlined headers, each after the headers it includes")
     p.add_argument("-o", "--output", type=Path, default=OUTPUT, help="where to write (default: %(default)s)")
     args = p.parse_args(argv)
     output = args.output.resolve()

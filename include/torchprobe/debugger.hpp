@@ -123,9 +123,6 @@ class Debugger final : public DebuggerInterface {
         d.step = session_.step();
         d.extra_info = core_->config.extra_info;
         d.records = &records;
-        // construct.json: each entry's enclosing module (levels L0 and mix); {} at L1.
-        for (const Record& r : records)
-          if (r.parent) d.construct[r.name] = r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
         sink_.write_step(d);
       });
     } catch (const std::exception& e) {

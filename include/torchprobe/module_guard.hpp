@@ -15,6 +15,9 @@
 // `return guard.output(result);`. A guard for a module that is not part of the model given to
 // start(model), or while nothing is being dumped, does nothing.
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
 
 #include <exception>
 #include <memory>
@@ -93,5 +96,34 @@ class ScopedModuleDump : public details::ModuleScopeBase {
     else return *m;  // a module holder or a pointer
   }
 };
+
+// A Sequential's children, each wrapped so its forward is a module entry: the one-line way to
+// cover parameter-free children (ReLU, Dropout) of a Sequential, whose forward you cannot edit.
+//
+//   layer = register_module("layer", torchprobe::probe_children(torch::nn::Sequential(
+//       torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2))));
+//
+// The wrappers are invisible in names: the children stay "layer.0", "layer.1", ... Children
+// must map one tensor to one tensor, as a Sequential chains them.
+class ProbedChildImpl : public torch::nn::Module {
+ public:
+  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) { register_module("inner", inner_.ptr()); }
+  torch::Tensor forward(torch::Tensor x) {
+    ModuleGuard guard(inner_.ptr().get(), x);
+    return inner_.forward<torch::Tensor>(std::move(x));
+  }
+
+ private:
+  torch::nn::AnyModule inner_;
+};
+TORCH_MODULE(ProbedChild);
+
+inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
+  torch::nn::Sequential out;
+  const auto names = seq->named_children();
+  std::size_t k = 0;
+  for (const torch::nn::AnyModule& child : *seq) out->push_back(std::string(names[k++].key()), ProbedChild(child));
+  return out;
+}
 
 }  // namespace torchprobe

@@ -5,7 +5,8 @@
 
 DUMP_DIR is deleted first, so a dump left by an earlier run can never make the check pass. The
 program must exit 0; then every expected step{N}/ must hold one rank/proc directory whose dump.json
-parses (Python's json, which also reads the NaN/Infinity tokens msprobe writes) and has entries.
+parses (Python's json, which also reads the NaN/Infinity tokens msprobe writes) and has entries,
+plus whatever the options ask: named entries, a name filter, skipped steps, a frame in stack.json.
 Used by the example tests and the consumer-project checks; needs only the standard library.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ def main() -> None:
             stack_json = subdirs[0] / "stack.json"
             stack = stack_json.read_text(encoding="utf-8") if stack_json.is_file() else ""
             if args.stack_frame not in stack:
-                fail(f"{stack_json}: no frame names {args.stack_frame!r} (is the program linked with -rdynamic?)")
+                fail(f"{stack_json}: no frame names {args.stack_frame!r} (stripped, or linked without -rdynamic and symbols?)")
         print(f"check_dump: {dump_json}: {len(data)} entries, task {dump.get('task')!r}, level {dump.get('level')!r}")
     for step in args.absent_steps:
         if (args.dump_dir / f"step{step}").exists():

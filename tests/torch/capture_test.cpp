@@ -36,7 +36,7 @@ tp::Options memory_options() { return tp::Options().dump_path("/tmp/torchprobe-m
 TEST_CASE("a Linear + relu step records t, addmm, relu and sum, counted per API and reset by step()") {
   torch::manual_seed(1234);
   Net net;
-  MemoryDebugger dbg(memory_options());
+  MemoryDebugger dbg(memory_options().data_mode({"forward"}));
   const auto x = torch::randn({2, 8}, torch::requires_grad());
   for (int step = 0; step < 2; ++step) {
     {
@@ -121,7 +121,7 @@ TEST_CASE("tensor items carry type, dtype, shape, the four statistics and requir
 }
 
 TEST_CASE("only outermost calls are recorded: ops nested in an op, in backward, and the probe's own are not") {
-  MemoryDebugger dbg(memory_options());
+  MemoryDebugger dbg(memory_options().data_mode({"forward"}));
   dbg.task().force_device_path(true);  // the probe then runs ATen reductions of its own
   auto a = torch::randn({3, 4}, torch::requires_grad());
   auto b = torch::randn({4, 5});

@@ -123,7 +123,8 @@ TEST_CASE("the step directories hold dump.json, stack.json and construct.json th
   REQUIRE(rc == 0);
   CHECK(out ==
         "['task', 'level', 'framework', 'dump_data_dir', 'data']\n"
-        "['Aten.t.0.forward', 'Aten.addmm.0.forward', 'Aten.relu.0.forward', 'Aten.sum.0.forward']\n"
+        "['Aten.t.0.forward', 'Aten.addmm.0.forward', 'Aten.relu.0.forward', 'Aten.sum.0.forward', "
+        "'Aten.sum.0.backward', 'Aten.relu.0.backward', 'Aten.addmm.0.backward', 'Aten.t.0.backward']\n"
         "['input_args', 'input_kwargs', 'output']\n"
         "['type', 'dtype', 'shape', 'Max', 'Min', 'Mean', 'Norm', 'requires_grad']\n"
         "['Aten.addmm.0.forward', 'Aten.relu.0.forward', 'Aten.sum.0.forward', 'Aten.t.0.forward']\n"
@@ -233,11 +234,16 @@ TEST_CASE("scope, list and data_mode select what is written") {
   CHECK(names_with(tp::Options().scope({"Aten.addmm.0.forward", "Aten.relu.0.forward"})) ==
         std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,"});
   CHECK(names_with(tp::Options().list({"relu", "Aten.t.0"})) ==
-        std::vector<std::string>{"Aten.t.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,"});
+        std::vector<std::string>{"Aten.t.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,",
+                                 "Aten.relu.0.backward:input,output,", "Aten.t.0.backward:input,output,"});
   CHECK(names_with(tp::Options().data_mode({"forward", "output"}).list({"sum"})) == std::vector<std::string>{"Aten.sum.0.forward:output,"});
-  CHECK(names_with(tp::Options().data_mode({"input"}).list({"sum"})) == std::vector<std::string>{"Aten.sum.0.forward:input_args,input_kwargs,"});
-  CHECK(names_with(tp::Options().data_mode({"backward"})).empty());
-  CHECK(names_with(tp::Options().risk_level("CORE")) == std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,"});
+  CHECK(names_with(tp::Options().data_mode({"input"}).list({"sum"})) ==
+        std::vector<std::string>{"Aten.sum.0.forward:input_args,input_kwargs,", "Aten.sum.0.backward:input,"});
+  CHECK(names_with(tp::Options().data_mode({"backward"})) ==
+        std::vector<std::string>{"Aten.sum.0.backward:input,output,", "Aten.relu.0.backward:input,output,",
+                                 "Aten.addmm.0.backward:input,output,", "Aten.t.0.backward:input,output,"});
+  CHECK(names_with(tp::Options().risk_level("CORE")) ==
+        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,", "Aten.addmm.0.backward:input,output,"});
 }
 
 TEST_CASE("summary_mode md5 adds the CRC-32 that python's zlib computes; xor replaces the statistics") {
@@ -300,15 +306,17 @@ TEST_CASE("a config.json drives both Debugger and PrecisionDebugger; Options ove
     run_reference_program(dbg, 1);
   }
   const Json d = tptest::read_json(tmp / "from_file/step0/" + proc_dir() + "/dump.json")["data"];
-  CHECK(d.size() == 1);
+  CHECK(d.size() == 2);
   CHECK(d.contains("Aten.relu.0.forward"));
+  CHECK(d.contains("Aten.relu.0.backward"));
   {
     L1Stats dbg(tp::Options().config_file(cfg).dump_path(tmp / "overridden").list({"sum"}));
     run_reference_program(dbg, 1);
   }
   const Json o = tptest::read_json(tmp / "overridden/step0/" + proc_dir() + "/dump.json")["data"];
-  CHECK(o.size() == 1);
+  CHECK(o.size() == 2);
   CHECK(o.contains("Aten.sum.0.forward"));
+  CHECK(o.contains("Aten.sum.0.backward"));
 }
 
 TEST_CASE("a level and task pair that is not implemented yet is refused with the keys and what is available") {

@@ -271,6 +271,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     std::uint64_t seq_begin = 0;
     std::vector<Edge> input_edges;
     std::string backward_name;
+    std::string api_name;
     std::optional<std::string> backward_parent;
   };
 
@@ -342,6 +343,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
       call.backward_name = a.name.substr(0, a.name.size() - std::string("forward").size()) + "backward";
+      call.api_name = op.api;
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
     (void)fn;
@@ -387,8 +389,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
   void attach_api_backward(const Outputs& outputs, const Call& call) {
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
     if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
-    auto recorder = std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
-                                                              call.backward_parent, &commit_if_admitted<Core>);
+    const std::string api = call.api_name;
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
+        core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
+          if (core.state.admit_api(r.name, api)) core.state.commit_last(std::move(r));
+        });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
@@ -521,13 +526,16 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
     if (!detail::any_in_graph(tensors)) return;
-    const ModuleInfo* info = m.info;
+    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
+    // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
+    const ModuleInfo* key = m.info;
+    const bool waits = waits_for_param_grads(*m.info);
     std::weak_ptr<CallCapture> self = this->shared_from_this();
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
-        [self, info](Core& core, Record&& r) {
-          if (auto capture = self.lock()) capture->module_backward_done(*info, std::move(r));
+        [self, key, waits](Core& core, Record&& r) {
+          if (auto capture = self.lock()) capture->module_backward_done(key, waits, std::move(r));
           else commit_if_admitted(core, std::move(r));
         });
     BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
@@ -537,11 +545,17 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   // msprobe writes a module's parameters_grad before its backward entry: a module's backward is
   // complete once the gradients of its parameters have been accumulated too.
-  void module_backward_done(const ModuleInfo& info, Record&& r) {
+  bool waits_for_param_grads(const ModuleInfo& info) const {
+    for (const auto& p : info.params)
+      if (p.second.requires_grad() && hooked_.count(p.second.unsafeGetTensorImpl())) return true;
+    return false;
+  }
+
+  void module_backward_done(const ModuleInfo* key, bool waits, Record&& r) {
     if (!core_->state.admit(r.name)) return;
     std::lock_guard<std::mutex> lock(grads_mutex_);
-    GradState& gs = grad_state_[&info];
-    if (!info.has_trainable_params() || gs.backwards_done < gs.params_done) {
+    GradState& gs = grad_state_[key];
+    if (!waits || gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
       core_->state.commit_last(std::move(r));
     } else {

@@ -44,6 +44,9 @@ struct ModuleInfo {
   }
 };
 
+// The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
+inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
+
 class ModuleCatalog {
  public:
   ModuleCatalog() = default;
@@ -79,8 +82,23 @@ class ModuleCatalog {
  private:
   void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
     // The root given to start() is not dumped (msprobe skips it), only its descendants.
-    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false))
-      index(describe(*item.value(), item.key(), index_prefix));
+    // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
+    std::vector<std::string> wrappers;
+    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+      std::string path = item.key();
+      if (item.value()->name() == kWrapperName) {
+        wrappers.push_back(path);
+        continue;
+      }
+      for (const std::string& w : wrappers) {
+        const std::string inner = w + ".inner";
+        if (path.compare(0, inner.size(), inner) == 0 && (path.size() == inner.size() || path[inner.size()] == '.')) {
+          path = w + path.substr(inner.size());
+          break;
+        }
+      }
+      index(describe(*item.value(), path, index_prefix));
+    }
   }
 
   static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {

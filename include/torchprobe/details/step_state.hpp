@@ -50,6 +50,11 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     return filter_.admit(name);
   }
+  // An API's backward entry: its name, and its op under risk_level, as for its forward.
+  bool admit_api(const std::string& name, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name) && filter_.admits_op(api);
+  }
   void enter_module(const std::string& forward_name) {
     std::lock_guard<std::mutex> lock(mutex_);
     filter_.enter_module(forward_name);

@@ -26,7 +26,7 @@ class DirectorySink {
     io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()));
     if (!d.extra_info) return;
     io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()));
-    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct));
+    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()));
   }
 };
 

@@ -22,7 +22,7 @@ class MemorySink {
     Files& f = steps_[d.step];
     f.dump = d.dump_json();
     f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
-    f.construct = d.construct;
+    f.construct = d.construct_json();
   }
 
   // The last flush of each step, keyed by step number.

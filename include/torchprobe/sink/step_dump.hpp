@@ -3,7 +3,9 @@
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "record.hpp"
@@ -18,7 +20,6 @@ struct StepDump {
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;            // write stack.json and construct.json
   const std::vector<Record>* records = nullptr;
-  nlohmann::ordered_json construct = nlohmann::ordered_json::object();
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -27,11 +28,16 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    nlohmann::ordered_json data = nlohmann::ordered_json::object();
-    if (records)
-      for (const Record& r : *records) data[r.name] = r.body;
-    j["data"] = std::move(data);
+    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.body); });
     return j;
+  }
+
+  // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
+  nlohmann::ordered_json construct_json() const {
+    return keyed_by_name([](const Record& r) {
+      if (!r.parent) return std::optional<nlohmann::ordered_json>();
+      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent));
+    });
   }
 
   nlohmann::ordered_json stack_json() const {
@@ -40,6 +46,27 @@ struct StepDump {
       for (const Record& r : *records)
         if (r.stack) forward.emplace_back(r.name, *r.stack);
     return io::build_stack_json(forward);
+  }
+
+ private:
+  // {name: value(record)} in record order. ordered_json's operator[] searches keys one by one,
+  // so items are appended directly; a repeated name (a second backward through a retained
+  // graph) replaces the earlier value, as a Python dict would.
+  template <class Value>
+  nlohmann::ordered_json keyed_by_name(Value value) const {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    if (!records) return out;
+    auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
+    std::unordered_map<std::string, std::size_t> where;
+    where.reserve(records->size());
+    for (const Record& r : *records) {
+      std::optional<nlohmann::ordered_json> v = value(r);
+      if (!v) continue;
+      auto [it, fresh] = where.emplace(r.name, items.size());
+      if (fresh) items.emplace_back(r.name, std::move(*v));
+      else (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
+    }
+    return out;
   }
 };
 

@@ -1,123 +1,174 @@
 #pragma once
-// Statistics of a CPU tensor, one pass over its memory.
+// Statistics of a CPU tensor in one pass over its memory, with fused SIMD kernels.
 //
-// This is the reference kernel: scalar, accumulating in double, exact for Max/Min. The fused SIMD
-// kernels replace the inner loops behind `cpu_stats` without changing its contract.
+// Contract: Max/Min exact in the tensor's dtype (int64 included); Mean/Norm accumulated in double
+// lanes, so fp16/bf16 never round in their own precision; a NaN anywhere makes all four NaN;
+// +-inf behave as in torch (inf and -inf together: Mean NaN; Norm inf); bool gives any/all and
+// null Mean/Norm; complex gives the statistics of |z| with Norm = sqrt(sum |z|^2); a 0-d tensor
+// shows its value in all four; empty tensors and dtypes without a kernel give nulls.
+//
+// Kernels (stats/kernels/): AVX-512 and AVX2 versions chosen at run time on x86-64 with GCC or
+// Clang, xsimd for the architecture of the build elsewhere. Strided tensors are walked in place
+// (stats/layout.hpp); tensors of at least kParallelBytes are split over at::parallel_for.
+// docs/statistics.md explains the choices and gives the measurements.
 #include <ATen/ATen.h>
-#include <c10/util/Half.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/complex.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
+#include "kernels/dispatch.hpp"
+#include "layout.hpp"
 #include "tensor_stats.hpp"
 #include "../details/probe_guard.hpp"
 
 namespace torchprobe::stats {
 namespace detail {
 
-// Floating dtypes: Max/Min exact in the dtype (every f16/bf16/f32 value is a double exactly),
-// Mean/Norm accumulated in double so fp16/bf16 never round in their own precision.
-// NaN anywhere makes all four NaN, as torch.max/min/mean/norm do.
+// Below this many bytes a tensor is scanned on the calling thread: waking a second thread costs
+// a few microseconds, about what one core needs to read 64 KiB.
+inline constexpr std::int64_t kParallelBytes = std::int64_t(1) << 18;
+// Strided runs shorter than this are gathered into a buffer before a kernel sees them, so the
+// kernel's per-call cost (horizontal reductions, scalar tail) is paid per buffer, not per row.
+inline constexpr std::int64_t kDirectRunElements = 1024;
+inline constexpr std::size_t kGatherBytes = 16384;
+
+// Feeds runs to a kernel: long contiguous runs directly, everything else through a small buffer.
+template <class T, class Result, class Scan>
+class RunScanner {
+ public:
+  explicit RunScanner(Scan scan, std::int64_t run_stride) : scan_(scan), stride_(run_stride) {}
+
+  void add(const char* first, std::int64_t count) {
+    const T* p = reinterpret_cast<const T*>(first);
+    if (stride_ == 1 && count >= kDirectRunElements) {
+      merge(scan_(p, count));
+      return;
+    }
+    while (count > 0) {
+      const std::int64_t take = std::min(count, kCapacity - filled_);
+      T* to = buffer() + filled_;
+      if (stride_ == 1) {
+        std::memcpy(to, p, static_cast<std::size_t>(take) * sizeof(T));
+      } else {
+        for (std::int64_t k = 0; k < take; ++k) std::memcpy(to + k, p + k * stride_, sizeof(T));
+      }
+      filled_ += take;
+      p += take * stride_;
+      count -= take;
+      if (filled_ == kCapacity) flush();
+    }
+  }
+
+  Result finish() {
+    flush();
+    return result_;
+  }
+
+ private:
+  static constexpr std::int64_t kCapacity = static_cast<std::int64_t>(kGatherBytes / sizeof(T));
+
+  // Raw bytes, not T[]: c10::complex zero-initialises, which would cost a memset per scanner.
+  T* buffer() { return reinterpret_cast<T*>(storage_); }
+  void flush() {
+    if (filled_ > 0) merge(scan_(buffer(), filled_));
+    filled_ = 0;
+  }
+  void merge(const Result& part) { kernels::merge(result_, part); }
+
+  Scan scan_;
+  std::int64_t stride_;
+  Result result_;
+  std::int64_t filled_ = 0;
+  alignas(64) unsigned char storage_[kGatherBytes];
+};
+
+// Scans elements [begin, end) of the walk.
+template <class T, class Result, class Scan>
+Result scan_range(const StridedRuns& runs, std::int64_t begin, std::int64_t end, Scan scan) {
+  if (runs.dense()) return scan(reinterpret_cast<const T*>(runs.base) + begin, end - begin);
+  RunScanner<T, Result, Scan> scanner(scan, runs.run_stride);
+  for_each_run(runs, begin, end, [&](const char* first, std::int64_t count) {
+    scanner.add(first, count);
+    return true;
+  });
+  return scanner.finish();
+}
+
+// Scans the whole walk: on this thread when small, else in one piece per intra-op thread,
+// merged in piece order (so a given thread count always gives the same rounding).
+template <class T, class Result, class Scan>
+Result scan_all(const StridedRuns& runs, Scan scan) {
+  const std::int64_t total = runs.elements();
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / runs.element_size);
+  if (total < 2 * grain || at::in_parallel_region()) return scan_range<T, Result>(runs, 0, total, scan);
+  const std::int64_t pieces = std::min<std::int64_t>(at::get_num_threads(), total / grain);
+  if (pieces <= 1) return scan_range<T, Result>(runs, 0, total, scan);
+  std::vector<Result> parts(static_cast<std::size_t>(pieces));
+  at::parallel_for(0, pieces, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t k = first; k < last; ++k)
+      parts[k] = scan_range<T, Result>(runs, total / pieces * k + std::min(k, total % pieces),
+                                        total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
+  });
+  Result r = parts[0];
+  for (std::size_t k = 1; k < parts.size(); ++k) kernels::merge(r, parts[k]);
+  return r;
+}
+
+// Mean and Norm from the sums, with torch's rules for NaN and infinities: NaN anywhere makes all
+// four NaN; +inf and -inf together make the mean NaN; any infinity makes the norm inf.
+inline TensorStats finish(const kernels::ScanResult& r, const StridedRuns& runs, bool integral) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (std::isnan(r.sumsq)) {
+    const StatValue nan = StatValue::real(std::numeric_limits<double>::quiet_NaN());
+    return {nan, nan, nan, nan};
+  }
+  TensorStats s;
+  if (integral) {
+    s.max = StatValue::integer(static_cast<std::int64_t>(r.max));
+    s.min = StatValue::integer(static_cast<std::int64_t>(r.min));
+  } else {
+    s.max = StatValue::real(r.max);
+    s.min = StatValue::real(r.min);
+  }
+  if (r.max == inf || r.min == -inf) {
+    s.mean = StatValue::real(r.max == inf && r.min == -inf ? std::numeric_limits<double>::quiet_NaN()
+                                                           : (r.max == inf ? inf : -inf));
+    s.norm = StatValue::real(inf);
+  } else {
+    // Each walked element stands for `repeat` elements: the mean is unchanged, sums scale.
+    s.mean = StatValue::real(r.sum / static_cast<double>(runs.elements()));
+    s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(runs.repeat)));
+  }
+  return s;
+}
+
 template <class T>
-TensorStats floating(const T* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = static_cast<double>(static_cast<float>(p[k]));
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    sum += v;
-    sumsq += v * v;
-  }
-  // A NaN is invisible to the comparisons above but poisons sumsq (x*x is never negative), so
-  // sumsq tells whether one was present without a compare in the loop.
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  const double nd = static_cast<double>(n);
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / nd), StatValue::real(std::sqrt(sumsq))};
+TensorStats real_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::ScanFunction<T> scan = kernels::scan_function<T>(isa);
+  const kernels::ScanResult r = scan_all<T, kernels::ScanResult>(runs, scan);
+  return finish(r, runs, std::is_integral_v<T>);
 }
 
-template <>
-inline TensorStats floating<double>(const double* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = p[k];
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    sum += v;
-    sumsq += v * v;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
+inline TensorStats int64_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::IntScanResult r =
+      scan_all<std::int64_t, kernels::IntScanResult>(runs, kernels::int64_scan_function(isa));
+  TensorStats s;
+  s.max = StatValue::integer(r.max);
+  s.min = StatValue::integer(r.min);
+  s.mean = StatValue::real(r.sum / static_cast<double>(runs.elements()));
+  s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(runs.repeat)));
+  return s;
 }
 
-template <class T>
-TensorStats integral(const T* p, std::int64_t n) {
-  T mx = p[0], mn = p[0];
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const T v = p[k];
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-    const double dv = static_cast<double>(v);
-    sum += dv;
-    sumsq += dv * dv;
-  }
-  return {StatValue::integer(static_cast<std::int64_t>(mx)), StatValue::integer(static_cast<std::int64_t>(mn)),
-          StatValue::real(sum / static_cast<double>(n)), StatValue::real(std::sqrt(sumsq))};
-}
-
-// bool: Max = any, Min = all; Mean/Norm are not defined (msprobe writes null).
-inline TensorStats boolean(const bool* p, std::int64_t n) {
-  bool any = false, all = true;
-  for (std::int64_t k = 0; k < n; ++k) {
-    any = any || p[k];
-    all = all && p[k];
-  }
-  return {StatValue::boolean(any), StatValue::boolean(all), StatValue::null(), StatValue::null()};
-}
-
-// complex: statistics of |z|; Norm = sqrt(sum |z|^2), the tensor's L2 norm.
-template <class T>
-TensorStats complex_abs(const c10::complex<T>* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double re = static_cast<double>(static_cast<float>(p[k].real()));
-    const double im = static_cast<double>(static_cast<float>(p[k].imag()));
-    const double a = std::hypot(re, im);
-    mx = a > mx ? a : mx;
-    mn = a < mn ? a : mn;
-    sum += a;
-    sumsq += re * re + im * im;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
-}
-
-template <>
-inline TensorStats complex_abs<double>(const c10::complex<double>* p, std::int64_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  double mn = std::numeric_limits<double>::infinity();
-  double sum = 0.0, sumsq = 0.0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double re = p[k].real(), im = p[k].imag();
-    const double a = std::hypot(re, im);
-    mx = a > mx ? a : mx;
-    mn = a < mn ? a : mn;
-    sum += a;
-    sumsq += re * re + im * im;
-  }
-  if (std::isnan(sumsq)) mx = mn = std::numeric_limits<double>::quiet_NaN();
-  return {StatValue::real(mx), StatValue::real(mn), StatValue::real(sum / static_cast<double>(n)),
-          StatValue::real(std::sqrt(sumsq))};
+// bool: the bytes are 0 or 1, so the uint8 kernel's Max is any() and its Min is all().
+inline TensorStats bool_stats(const StridedRuns& runs, KernelIsa isa) {
+  const kernels::ScanResult r =
+      scan_all<std::uint8_t, kernels::ScanResult>(runs, kernels::scan_function<std::uint8_t>(isa));
+  return {StatValue::boolean(r.max != 0.0), StatValue::boolean(r.min != 0.0), StatValue::null(), StatValue::null()};
 }
 
 // msprobe's 0-d rule: the value itself in all four keys (Norm keeps its sign). bool keeps its
@@ -142,31 +193,37 @@ inline bool has_cpu_kernel(at::ScalarType t) {
   }
 }
 
-// Statistics of a CPU tensor of any layout. Empty tensors and unsupported dtypes give nulls.
-inline TensorStats cpu_stats(const at::Tensor& tensor) {
-  if (!tensor.defined() || tensor.numel() == 0 || !has_cpu_kernel(tensor.scalar_type()) ||
-      !tensor.has_storage() || tensor.is_meta())
+// Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
+// see kernel_isa_supported). Tests and benchmarks use it to compare instruction sets.
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) {
+  if (!tensor.defined() || tensor.layout() != at::kStrided || tensor.is_nested() || !tensor.has_storage() ||
+      !tensor.device().is_cpu() || !has_cpu_kernel(tensor.scalar_type()) || tensor.numel() == 0)
     return {};
-  ProbeGuard guard;  // a strided input is copied; that copy must not be recorded or tracked
-  const at::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  const std::int64_t n = t.numel();
+  if (tensor.is_neg()) {  // a lazily negated view: its memory holds the values' negations
+    ProbeGuard guard;
+    return cpu_stats(tensor.resolve_neg(), isa);
+  }
+  const detail::StridedRuns runs = detail::order_free_runs(tensor);
   TensorStats s;
-  switch (t.scalar_type()) {
-    case at::kFloat: s = detail::floating(t.data_ptr<float>(), n); break;
-    case at::kDouble: s = detail::floating(t.data_ptr<double>(), n); break;
-    case at::kHalf: s = detail::floating(t.data_ptr<c10::Half>(), n); break;
-    case at::kBFloat16: s = detail::floating(t.data_ptr<c10::BFloat16>(), n); break;
-    case at::kByte: s = detail::integral(t.data_ptr<std::uint8_t>(), n); break;
-    case at::kChar: s = detail::integral(t.data_ptr<std::int8_t>(), n); break;
-    case at::kShort: s = detail::integral(t.data_ptr<std::int16_t>(), n); break;
-    case at::kInt: s = detail::integral(t.data_ptr<std::int32_t>(), n); break;
-    case at::kLong: s = detail::integral(t.data_ptr<std::int64_t>(), n); break;
-    case at::kBool: s = detail::boolean(t.data_ptr<bool>(), n); break;
-    case at::kComplexFloat: s = detail::complex_abs(t.data_ptr<c10::complex<float>>(), n); break;
-    case at::kComplexDouble: s = detail::complex_abs(t.data_ptr<c10::complex<double>>(), n); break;
+  switch (tensor.scalar_type()) {
+    case at::kFloat: s = detail::real_stats<float>(runs, isa); break;
+    case at::kDouble: s = detail::real_stats<double>(runs, isa); break;
+    case at::kHalf: s = detail::real_stats<c10::Half>(runs, isa); break;
+    case at::kBFloat16: s = detail::real_stats<c10::BFloat16>(runs, isa); break;
+    case at::kByte: s = detail::real_stats<std::uint8_t>(runs, isa); break;
+    case at::kChar: s = detail::real_stats<std::int8_t>(runs, isa); break;
+    case at::kShort: s = detail::real_stats<std::int16_t>(runs, isa); break;
+    case at::kInt: s = detail::real_stats<std::int32_t>(runs, isa); break;
+    case at::kLong: s = detail::int64_stats(runs, isa); break;
+    case at::kBool: s = detail::bool_stats(runs, isa); break;
+    case at::kComplexFloat: s = detail::real_stats<c10::complex<float>>(runs, isa); break;
+    case at::kComplexDouble: s = detail::real_stats<c10::complex<double>>(runs, isa); break;
     default: return {};
   }
-  return t.dim() == 0 ? detail::zero_dim_rule(s) : s;
+  return tensor.dim() == 0 ? detail::zero_dim_rule(s) : s;
 }
+
+// Statistics of a CPU tensor of any layout, with the best kernels this CPU runs.
+inline TensorStats cpu_stats(const at::Tensor& tensor) { return cpu_stats(tensor, best_kernel_isa()); }
 
 }  // namespace torchprobe::stats

@@ -1,6 +1,7 @@
 #pragma once
 // The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace torchprobe {

@@ -13,6 +13,14 @@
 #define TORCHPROBE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define TORCHPROBE_AVX512_INLINE TORCHPROBE_AVX512_TARGET __attribute__((always_inline)) inline
 
+// GCC 12's intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`), which
+// -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace torchprobe::stats::kernels::avx512 {
 
 using Floats = __m512;    // 16 float lanes: Max/Min of the fp32, fp16 and bf16 elements
@@ -21,9 +29,6 @@ using Doubles = __m512d;  // 8 double lanes: every Sum, and Max/Min of wider ele
 // ---- lane operations, overloaded for the two vector types ---------------------------------------
 TORCHPROBE_AVX512_INLINE Floats vmax(Floats a, Floats b) { return _mm512_max_ps(a, b); }
 TORCHPROBE_AVX512_INLINE Floats vmin(Floats a, Floats b) { return _mm512_min_ps(a, b); }
-TORCHPROBE_AVX512_INLINE Floats vadd(Floats a, Floats b) { return _mm512_add_ps(a, b); }
-TORCHPROBE_AVX512_INLINE Floats vmul(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
-TORCHPROBE_AVX512_INLINE Floats vfma(Floats a, Floats b, Floats c) { return _mm512_fmadd_ps(a, b, c); }
 TORCHPROBE_AVX512_INLINE double reduce_max(Floats v) { return _mm512_reduce_max_ps(v); }
 TORCHPROBE_AVX512_INLINE double reduce_min(Floats v) { return _mm512_reduce_min_ps(v); }
 TORCHPROBE_AVX512_INLINE Doubles low_half(Floats v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
@@ -37,11 +42,8 @@ TORCHPROBE_AVX512_INLINE double reduce_max(Doubles v) { return _mm512_reduce_max
 TORCHPROBE_AVX512_INLINE double reduce_min(Doubles v) { return _mm512_reduce_min_pd(v); }
 TORCHPROBE_AVX512_INLINE double reduce_add(Doubles v) { return _mm512_reduce_add_pd(v); }
 
-template <class V>
-TORCHPROBE_AVX512_INLINE V splat(double x) {
-  if constexpr (std::is_same_v<V, Floats>) return _mm512_set1_ps(static_cast<float>(x));
-  else return _mm512_set1_pd(x);
-}
+TORCHPROBE_AVX512_INLINE Floats splat_floats(float x) { return _mm512_set1_ps(x); }
+TORCHPROBE_AVX512_INLINE Doubles splat_doubles(double x) { return _mm512_set1_pd(x); }
 TORCHPROBE_AVX512_INLINE Doubles zeros() { return _mm512_setzero_pd(); }
 
 // Sum and Sum of squares of 16 float lanes, widened to double before adding.
@@ -54,8 +56,6 @@ TORCHPROBE_AVX512_INLINE void accumulate(Floats v, Doubles& s_lo, Doubles& s_hi,
 }
 
 // ---- loaders: kStep elements into one vector -----------------------------------------------------
-// kSumsOfFourInFloat: the sum of four elements, and of their squares, is (all but) exact in fp32
-// (fp16/bf16 have 11/8-bit significands), so four vectors are added in fp32 before one widening.
 // kLaneWeight: each element fills 1/kLaneWeight lanes (complex |z| sits in both lanes of a pair).
 template <class T>
 struct Loader;
@@ -63,8 +63,8 @@ struct Loader;
 template <>
 struct Loader<float> {
   using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
   static constexpr int kStep = 16;
-  static constexpr bool kSumsOfFourInFloat = false;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const float* p) { return _mm512_loadu_ps(p); }
 };
@@ -72,8 +72,8 @@ struct Loader<float> {
 template <>
 struct Loader<c10::Half> {
   using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
   static constexpr int kStep = 16;
-  static constexpr bool kSumsOfFourInFloat = true;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const c10::Half* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -83,8 +83,8 @@ struct Loader<c10::Half> {
 template <>
 struct Loader<c10::BFloat16> {
   using Vec = Floats;
+  static constexpr bool kFloatLanes = true;
   static constexpr int kStep = 16;
-  static constexpr bool kSumsOfFourInFloat = true;
   static constexpr double kLaneWeight = 1.0;
   // bf16 is the upper half of a float: widen to 32 bits and shift into place.
   TORCHPROBE_AVX512_INLINE static Vec load(const c10::BFloat16* p) {
@@ -96,6 +96,7 @@ struct Loader<c10::BFloat16> {
 template <>
 struct Loader<double> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 8;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const double* p) { return _mm512_loadu_pd(p); }
@@ -105,6 +106,7 @@ struct Loader<double> {
 template <>
 struct Loader<std::int8_t> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 8;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const std::int8_t* p) {
@@ -115,6 +117,7 @@ struct Loader<std::int8_t> {
 template <>
 struct Loader<std::uint8_t> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 8;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const std::uint8_t* p) {
@@ -125,6 +128,7 @@ struct Loader<std::uint8_t> {
 template <>
 struct Loader<std::int16_t> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 8;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const std::int16_t* p) {
@@ -135,6 +139,7 @@ struct Loader<std::int16_t> {
 template <>
 struct Loader<std::int32_t> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 8;
   static constexpr double kLaneWeight = 1.0;
   TORCHPROBE_AVX512_INLINE static Vec load(const std::int32_t* p) {
@@ -147,6 +152,7 @@ struct Loader<std::int32_t> {
 template <>
 struct Loader<c10::complex<float>> {
   using Vec = Doubles;
+  static constexpr bool kFloatLanes = false;
   static constexpr int kStep = 4;
   static constexpr double kLaneWeight = 0.5;
   TORCHPROBE_AVX512_INLINE static Vec load(const c10::complex<float>* p) {
@@ -163,8 +169,8 @@ template <class T>
 TORCHPROBE_AVX512_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n) {
   using L = Loader<T>;
   constexpr std::int64_t step = L::kStep;
-  Floats mx0 = splat<Floats>(-INFINITY), mx1 = mx0;
-  Floats mn0 = splat<Floats>(INFINITY), mn1 = mn0;
+  Floats mx0 = splat_floats(-INFINITY), mx1 = mx0;
+  Floats mn0 = splat_floats(INFINITY), mn1 = mn0;
   Doubles s0 = zeros(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   std::int64_t i = 0;
   for (; i + 4 * step <= n; i += 4 * step) {
@@ -174,19 +180,10 @@ TORCHPROBE_AVX512_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n)
     mx1 = vmax(mx1, vmax(c, d));
     mn0 = vmin(mn0, vmin(a, b));
     mn1 = vmin(mn1, vmin(c, d));
-    if constexpr (L::kSumsOfFourInFloat) {
-      const Floats sum4 = vadd(vadd(a, b), vadd(c, d));
-      const Floats sumsq4 = vfma(d, d, vfma(c, c, vfma(b, b, vmul(a, a))));
-      s0 = vadd(s0, low_half(sum4));
-      s1 = vadd(s1, high_half(sum4));
-      q0 = vadd(q0, low_half(sumsq4));
-      q1 = vadd(q1, high_half(sumsq4));
-    } else {
-      accumulate(a, s0, s1, q0, q1);
-      accumulate(b, s2, s3, q2, q3);
-      accumulate(c, s0, s1, q0, q1);
-      accumulate(d, s2, s3, q2, q3);
-    }
+    accumulate(a, s0, s1, q0, q1);
+    accumulate(b, s2, s3, q2, q3);
+    accumulate(c, s0, s1, q0, q1);
+    accumulate(d, s2, s3, q2, q3);
   }
   for (; i + step <= n; i += step) {
     const Floats a = L::load(p + i);
@@ -208,8 +205,8 @@ template <class T>
 TORCHPROBE_AVX512_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) {
   using L = Loader<T>;
   constexpr std::int64_t step = L::kStep;
-  Doubles mx0 = splat<Doubles>(-INFINITY), mx1 = mx0;
-  Doubles mn0 = splat<Doubles>(INFINITY), mn1 = mn0;
+  Doubles mx0 = splat_doubles(-INFINITY), mx1 = mx0;
+  Doubles mn0 = splat_doubles(INFINITY), mn1 = mn0;
   Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
   std::int64_t i = 0;
   for (; i + 4 * step <= n; i += 4 * step) {
@@ -244,7 +241,7 @@ TORCHPROBE_AVX512_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n
 
 template <class T>
 ScanResult scan(const T* p, std::int64_t n) {
-  if constexpr (std::is_same_v<typename Loader<T>::Vec, Floats>) return scan_float_lanes(p, n);
+  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
   else return scan_double_lanes(p, n);
 }
 
@@ -274,5 +271,9 @@ TORCHPROBE_AVX512_TARGET inline IntScanResult scan_int64(const std::int64_t* p, 
 }
 
 }  // namespace torchprobe::stats::kernels::avx512
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif  // TORCHPROBE_STATS_X86_KERNELS

@@ -1,0 +1,381 @@
+// Backward entries, module level (L0) and mix: gradients against autograd's own, module entries
+// against msprobe's Python dumps of the same model, guards, construct.json, threads.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <torchprobe/torchprobe.hpp>
+
+#include <set>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace tp = torchprobe;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Net);
+
+template <tp::Level L>
+using MemoryDebugger = tp::Debugger<L, tp::Task::Statistics, tp::MemorySink>;
+
+tp::Options memory_options() { return tp::Options().dump_path("/tmp/torchprobe-memory-sink").extra_info(false); }
+
+std::vector<std::string> names_of(const Json& data) {
+  std::vector<std::string> names;
+  for (const auto& kv : data.items()) names.push_back(kv.key());
+  return names;
+}
+
+// The statistics of `item` (a dump.json tensor item) equal those of `t` computed by ATen in float64.
+void check_item_is(const Json& item_, const at::Tensor& t) {
+  Json item = item_;
+  CAPTURE(item.dump());
+  REQUIRE(item.is_object());
+  CHECK(item["shape"] == Json(t.sizes().vec()));
+  const at::Tensor d = t.to(at::kDouble);
+  CHECK(item["Max"].get<double>() == d.max().item<double>());
+  CHECK(item["Min"].get<double>() == d.min().item<double>());
+  CHECK(item["Mean"].get<double>() == doctest::Approx(d.mean().item<double>()).epsilon(1e-9));
+  CHECK(item["Norm"].get<double>() == doctest::Approx(d.norm().item<double>()).epsilon(1e-9));
+  CHECK(item["requires_grad"] == false);
+}
+
+void check_same_statistics(const Json& ours_, const Json& theirs_) {
+  Json ours = ours_, theirs = theirs_;
+  CAPTURE(ours.dump());
+  CAPTURE(theirs.dump());
+  CHECK(ours["shape"] == theirs["shape"]);
+  CHECK(ours["requires_grad"] == theirs["requires_grad"]);
+  for (const char* k : {"Max", "Min", "Mean", "Norm"}) {
+    const double a = ours[k].get<double>(), b = theirs[k].get<double>();
+    CHECK(std::abs(a - b) <= 1e-6 * std::max(1e-30, std::abs(b)));
+  }
+}
+
+// msprobe's Python dump of step `s` at a level ("stat_L0", "stat_mix").
+Json reference(const std::string& level, int s) {
+  const std::string dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/" + level + "/step" + std::to_string(s);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) return tptest::read_json(e.path().string() + "/dump.json")["data"];
+  return Json();
+}
+
+}  // namespace
+
+TEST_CASE("API backward entries hold the gradients autograd computes: w.r.t. outputs as input, w.r.t. inputs as output") {
+  MemoryDebugger<tp::Level::L1> dbg(memory_options());
+  torch::manual_seed(3);
+  auto x = torch::randn({3, 5}, torch::requires_grad());
+  auto w = torch::randn({3, 5}, torch::requires_grad());
+  dbg.start();
+  auto y = x.mul(w);
+  y.retain_grad();
+  auto z = y.sin();
+  z.retain_grad();
+  (z * z).sum().backward();
+  dbg.stop();
+  Json d = dbg.sink().step(0).dump["data"];
+  REQUIRE(d.contains("Aten.mul.0.backward"));
+  REQUIRE(d.contains("Aten.sin.0.backward"));
+  check_item_is(d["Aten.sin.0.backward"]["input"][0], z.grad());
+  check_item_is(d["Aten.sin.0.backward"]["output"][0], y.grad());
+  check_item_is(d["Aten.mul.0.backward"]["input"][0], y.grad());
+  check_item_is(d["Aten.mul.0.backward"]["output"][0], x.grad());
+  check_item_is(d["Aten.mul.0.backward"]["output"][1], w.grad());
+  // backward entries arrive in the order autograd runs them
+  const auto names = names_of(d);
+  const auto pos = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+  CHECK(pos("Aten.sum.0.backward") < pos("Aten.mul.1.backward"));
+  CHECK(pos("Aten.mul.1.backward") < pos("Aten.sin.0.backward"));
+  CHECK(pos("Aten.sin.0.backward") < pos("Aten.mul.0.backward"));
+}
+
+TEST_CASE("composite, in-place and later-reshaped ops get their backward, with null for inputs that need no gradient") {
+  MemoryDebugger<tp::Level::L1> dbg(memory_options());
+  torch::manual_seed(4);
+  auto x = torch::randn({4, 6}, torch::requires_grad());
+  auto w = torch::randn({3, 6}, torch::requires_grad());
+  auto b = torch::randn({3});  // needs no gradient
+  dbg.start();
+  auto lin = at::linear(x, w, b);  // composite: t and addmm nodes inside one call
+  lin.retain_grad();
+  auto a = lin * 2;
+  a.mul_(3);  // in-place: its input's history moves to the new node
+  auto e = a.exp();
+  auto flat = e.view({-1});  // the output of exp is reshaped before use
+  flat.sum().backward();
+  dbg.stop();
+  Json d = dbg.sink().step(0).dump["data"];
+  REQUIRE(d.contains("Aten.linear.0.backward"));
+  REQUIRE(d.contains("Aten.mul_.0.backward"));
+  REQUIRE(d.contains("Aten.exp.0.backward"));
+  check_item_is(d["Aten.linear.0.backward"]["input"][0], lin.grad());
+  Json& lin_out = d["Aten.linear.0.backward"]["output"];
+  REQUIRE(lin_out.size() == 3);
+  check_item_is(lin_out[0], x.grad());
+  check_item_is(lin_out[1], w.grad());
+  CHECK(lin_out[2].is_null());
+  // d(a*3)/da = 3, times d(exp)/d(.) = exp(a)
+  const at::Tensor grad_after = a.detach().exp();
+  check_item_is(d["Aten.mul_.0.backward"]["input"][0], grad_after);
+  check_item_is(d["Aten.mul_.0.backward"]["output"][0], grad_after * 3);
+  check_item_is(d["Aten.exp.0.backward"]["input"][0], torch::ones({4, 3}));
+}
+
+TEST_CASE("a tensor passed twice gets a gradient in each of its positions") {
+  MemoryDebugger<tp::Level::L1> dbg(memory_options());
+  auto p = torch::tensor({1.0f, -2.0f, 3.0f}, torch::requires_grad());
+  dbg.start();
+  p.mul(p).sum().backward();
+  dbg.stop();
+  Json out = dbg.sink().step(0).dump["data"]["Aten.mul.0.backward"]["output"];
+  REQUIRE(out.size() == 2);
+  check_item_is(out[0], p.detach());  // d(p*q)/dp = q = p
+  check_item_is(out[1], p.detach());
+  CHECK(torch::equal(p.grad(), 2 * p.detach()));
+}
+
+TEST_CASE("L0 and mix: the Linear module's entries equal msprobe's Python dumps of the same model") {
+  for (int level = 0; level < 2; ++level) {
+    CAPTURE(level);
+    torch::manual_seed(1234);
+    Net net;
+    std::map<std::int64_t, tp::MemorySink::Files> steps;
+    auto run = [&](auto& dbg) {
+      for (int s = 0; s < 2; ++s) {
+        const auto x = torch::randn({2, 8}, torch::requires_grad());
+        {
+          tp::ScopedDump scope(dbg, net);
+          net->forward(x).sum().backward();
+        }
+        dbg.step();
+      }
+      steps = dbg.sink().steps();
+    };
+    if (level == 0) {
+      MemoryDebugger<tp::Level::L0> dbg(memory_options());
+      run(dbg);
+    } else {
+      MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+      run(dbg);
+    }
+    for (int s = 0; s < 2; ++s) {
+      CAPTURE(s);
+      Json ours = steps.at(s).dump["data"];
+      Json ref = reference(level == 0 ? "stat_L0" : "stat_mix", s);
+      if (level == 0) CHECK(names_of(ours) == names_of(ref));  // same entries in the same order
+      Json &f = ours["Module.fc.Linear.forward.0"], &rf = ref["Module.fc.Linear.forward.0"];
+      check_same_statistics(f["input_args"][0], rf["input_args"][0]);
+      check_same_statistics(f["output"][0], rf["output"][0]);
+      check_same_statistics(f["parameters"]["weight"], rf["parameters"]["weight"]);
+      check_same_statistics(f["parameters"]["bias"], rf["parameters"]["bias"]);
+      Json &b = ours["Module.fc.Linear.backward.0"], &rb = ref["Module.fc.Linear.backward.0"];
+      check_same_statistics(b["input"][0], rb["input"][0]);
+      check_same_statistics(b["output"][0], rb["output"][0]);
+      Json &g = ours["Module.fc.Linear.parameters_grad.0"], &rg = ref["Module.fc.Linear.parameters_grad.0"];
+      check_same_statistics(g["weight"][0], rg["weight"][0]);
+      check_same_statistics(g["bias"][0], rg["bias"][0]);
+      CHECK(steps.at(s).construct["Module.fc.Linear.forward.0"].is_null());
+      if (level == 1) {
+        // mix: the ATen calls of the Linear belong to it; relu and sum are at top level
+        Json& c = steps.at(s).construct;
+        CHECK(c["Aten.t.0.forward"] == "Module.fc.Linear.forward.0");
+        CHECK(c["Aten.addmm.0.forward"] == "Module.fc.Linear.forward.0");
+        CHECK(c["Aten.relu.0.forward"].is_null());
+        CHECK(c["Aten.addmm.0.backward"] == "Module.fc.Linear.backward.0");
+        const auto names = names_of(ours);
+        CHECK(names == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Module.fc.Linear.forward.0",
+                                                "Aten.relu.0.forward", "Aten.sum.0.forward", "Aten.sum.0.backward",
+                                                "Aten.relu.0.backward", "Aten.addmm.0.backward", "Aten.t.0.backward",
+                                                "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0"});
+      }
+    }
+  }
+}
+
+namespace {
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() : proj(register_module("proj", torch::nn::Linear(6, 6))), norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    tp::ModuleGuard guard(this, x);  // the one line a parameter-free or container module needs
+    return norm(proj(x)).relu() + x;
+  }
+  torch::nn::Linear proj;
+  torch::nn::LayerNorm norm;
+};
+TORCH_MODULE(Block);
+
+struct ModelImpl : torch::nn::Module {
+  ModelImpl()
+      : embed(register_module("embed", torch::nn::Embedding(10, 6))),
+        block(register_module("block", Block())),
+        conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 2, 3).padding(1)))),
+        head(register_module("head", tp::probe_children(torch::nn::Sequential(torch::nn::Linear(12, 5), torch::nn::ReLU(), torch::nn::Linear(5, 2))))) {}
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    auto h = block(embed(tokens));                     // [B, 2, 6]
+    auto c = conv(h.unsqueeze(1)).mean(1);             // [B, 2, 6]
+    return head->forward((h + c).flatten(1));          // [B, 2]
+  }
+  torch::nn::Embedding embed;
+  Block block;
+  torch::nn::Conv2d conv;
+  torch::nn::Sequential head;
+};
+TORCH_MODULE(Model);
+
+}  // namespace
+
+TEST_CASE("a model with Embedding, a guarded block with Linear and LayerNorm, Conv2d and a probed Sequential: entries, counters, construct.json") {
+  torch::manual_seed(5);
+  Model model;
+  MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+  const auto tokens = torch::randint(0, 10, {3, 2});
+  {
+    tp::ScopedDump scope(dbg, model);
+    model->forward(tokens).sum().backward();
+    model->forward(tokens);  // a second call: counters 1
+  }
+  auto files = dbg.sink().step(0);
+  Json d = files.dump["data"];
+  std::set<std::string> modules;
+  for (const auto& n : names_of(d))
+    if (n.rfind("Module.", 0) == 0) modules.insert(n);
+  const std::set<std::string> expected = {
+      "Module.embed.Embedding.forward.0", "Module.embed.Embedding.forward.1", "Module.embed.Embedding.backward.0",
+      "Module.embed.Embedding.parameters_grad.0",
+      "Module.block.Block.forward.0", "Module.block.Block.forward.1", "Module.block.Block.backward.0",
+      "Module.block.proj.Linear.forward.0", "Module.block.proj.Linear.forward.1", "Module.block.proj.Linear.backward.0",
+      "Module.block.proj.Linear.parameters_grad.0",
+      "Module.block.norm.LayerNorm.forward.0", "Module.block.norm.LayerNorm.forward.1", "Module.block.norm.LayerNorm.backward.0",
+      "Module.block.norm.LayerNorm.parameters_grad.0",
+      "Module.conv.Conv2d.forward.0", "Module.conv.Conv2d.forward.1", "Module.conv.Conv2d.backward.0", "Module.conv.Conv2d.parameters_grad.0",
+      "Module.head.0.Linear.forward.0", "Module.head.0.Linear.forward.1", "Module.head.0.Linear.backward.0", "Module.head.0.Linear.parameters_grad.0",
+      "Module.head.1.ReLU.forward.0", "Module.head.1.ReLU.forward.1", "Module.head.1.ReLU.backward.0",
+      "Module.head.2.Linear.forward.0", "Module.head.2.Linear.forward.1", "Module.head.2.Linear.backward.0", "Module.head.2.Linear.parameters_grad.0"};
+  CHECK(modules == expected);
+  Json& c = files.construct;
+  CHECK(c["Module.block.proj.Linear.forward.0"] == "Module.block.Block.forward.0");
+  CHECK(c["Module.block.norm.LayerNorm.forward.1"] == "Module.block.Block.forward.1");
+  CHECK(c["Module.block.Block.forward.0"].is_null());
+  CHECK(c["Module.head.1.ReLU.forward.0"].is_null());
+  CHECK(c["Module.embed.Embedding.forward.0"].is_null());
+  CHECK(c["Aten.relu.0.forward"] == "Module.block.Block.forward.0");        // inside the guarded block
+  CHECK(c["Aten.layer_norm.0.forward"] == "Module.block.norm.LayerNorm.forward.0");
+  CHECK(c["Aten.conv2d.0.forward"] == "Module.conv.Conv2d.forward.0");
+  CHECK(c["Aten.relu.1.forward"] == "Module.head.1.ReLU.forward.0");
+  CHECK(c["Module.block.proj.Linear.backward.0"] == "Module.block.Block.backward.0");
+  // the guarded block's own entry: its input is the embedding's output, its output the last call's
+  Json& blk = d["Module.block.Block.forward.0"];
+  CHECK(blk["input_args"][0]["shape"] == Json::parse("[3, 2, 6]"));
+  CHECK(blk["output"][0]["shape"] == Json::parse("[3, 2, 6]"));
+  CHECK(d["Module.embed.Embedding.forward.0"]["input_args"][0]["dtype"] == "torch.int64");
+  CHECK(d["Module.embed.Embedding.forward.0"]["parameters"].contains("weight"));
+  CHECK(d["Module.head.1.ReLU.backward.0"]["output"][0]["shape"] == Json::parse("[3, 5]"));
+  CHECK(d["Module.conv.Conv2d.backward.0"]["output"][0]["shape"] == Json::parse("[3, 1, 2, 6]"));
+}
+
+TEST_CASE("with mix on, losses and gradients stay bit-identical") {
+  auto run = [](bool probed) {
+    torch::manual_seed(11);
+    Model model;
+    MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+    const auto tokens = torch::randint(0, 10, {4, 2});
+    if (probed) dbg.start(model);
+    auto loss = model->forward(tokens).pow(2).mean();
+    loss.backward();
+    if (probed) dbg.stop();
+    std::vector<torch::Tensor> out{loss.detach()};
+    for (auto& p : model->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto a = run(false), b = run(true);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+}
+
+TEST_CASE("two models run forward and backward on two threads at once: every entry complete and on its own model's shapes") {
+  torch::manual_seed(6);
+  struct TwoImpl : torch::nn::Module {
+    TwoImpl() : a(register_module("a", torch::nn::Linear(8, 4))), b(register_module("b", torch::nn::Linear(6, 3))) {}
+    torch::nn::Linear a, b;
+  };
+  auto two = std::make_shared<TwoImpl>();
+  MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+  dbg.start(two);
+  constexpr int kIters = 20;
+  std::thread ta([&] {
+    for (int i = 0; i < kIters; ++i) two->a(torch::randn({5, 8}, torch::requires_grad())).tanh().sum().backward();
+  });
+  std::thread tb([&] {
+    for (int i = 0; i < kIters; ++i) two->b(torch::randn({7, 6}, torch::requires_grad())).sigmoid().sum().backward();
+  });
+  ta.join();
+  tb.join();
+  dbg.stop();
+  auto files = dbg.sink().step(0);
+  Json d = files.dump["data"];
+  for (int i = 0; i < kIters; ++i) {
+    const std::string n = std::to_string(i);
+    CAPTURE(i);
+    REQUIRE(d.contains("Module.a.Linear.forward." + n));
+    REQUIRE(d.contains("Module.b.Linear.forward." + n));
+    REQUIRE(d.contains("Module.a.Linear.backward." + n));
+    REQUIRE(d.contains("Module.b.Linear.backward." + n));
+    CHECK(d["Module.a.Linear.forward." + n]["input_args"][0]["shape"] == Json::parse("[5, 8]"));
+    CHECK(d["Module.b.Linear.forward." + n]["input_args"][0]["shape"] == Json::parse("[7, 6]"));
+    CHECK(d["Module.a.Linear.backward." + n]["output"][0]["shape"] == Json::parse("[5, 8]"));
+    CHECK(d["Module.b.Linear.backward." + n]["output"][0]["shape"] == Json::parse("[7, 6]"));
+    CHECK(d["Module.a.Linear.parameters_grad." + n]["weight"][0]["shape"] == Json::parse("[4, 8]"));
+    CHECK(d["Module.b.Linear.parameters_grad." + n]["weight"][0]["shape"] == Json::parse("[3, 6]"));
+  }
+  // every API forward has its backward, and each API call's parent is a module of its own thread's model
+  std::size_t forwards = 0, backwards = 0;
+  for (const auto& kv : d.items()) {
+    if (kv.key().rfind("Aten.", 0) != 0 || kv.key().rfind("Aten.randn", 0) == 0) continue;  // randn has no backward
+    const bool fwd = kv.key().find(".forward") != std::string::npos;
+    (fwd ? forwards : backwards)++;
+    if (kv.key().rfind("Aten.tanh", 0) == 0 || kv.key().rfind("Aten.sigmoid", 0) == 0) CHECK(files.construct[kv.key()].is_null());
+  }
+  CHECK(forwards == backwards);
+  for (const auto& kv : files.construct.items()) {
+    if (kv.key().rfind("Aten.addmm", 0) != 0 || kv.key().find(".forward") == std::string::npos) continue;
+    const std::string parent = kv.value();
+    Json& in = d[kv.key()]["input_args"][1];
+    CHECK(parent.find(in["shape"][1] == 8 ? "Module.a." : "Module.b.") == 0);
+  }
+}
+
+TEST_CASE("ScopedModuleDump records only the named module, under the given name, and no API entries") {
+  torch::manual_seed(7);
+  Net net;
+  MemoryDebugger<tp::Level::L1> dbg(memory_options());
+  dbg.start();
+  {
+    tp::ScopedModuleDump only(net->fc, "fc_only");
+    net->forward(torch::randn({2, 8}, torch::requires_grad())).sum().backward();
+  }
+  torch::ones({2}).neg();  // after the scope: API entries again
+  dbg.stop();
+  Json d = dbg.sink().step(0).dump["data"];
+  CHECK(names_of(d) == std::vector<std::string>{"Module.fc_only.Linear.forward.0", "Module.fc_only.Linear.backward.0", "Aten.ones.0.forward", "Aten.neg.0.forward"});
+  CHECK(d["Module.fc_only.Linear.forward.0"]["input_args"][0]["shape"] == Json::parse("[2, 8]"));
+}
+
+TEST_CASE("a guard outside a dump, or for a module not given to start(), does nothing") {
+  torch::manual_seed(8);
+  Block block;
+  block->forward(torch::randn({2, 6}));  // no debugger started: inert
+  Net net;
+  MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+  dbg.start(net);
+  block->forward(torch::randn({2, 6}));  // not part of net
+  dbg.stop();
+  for (const auto& n : names_of(dbg.sink().step(0).dump["data"])) CHECK(n.rfind("Module.", 0) != 0);
+}
