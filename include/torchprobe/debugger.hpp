@@ -16,6 +16,7 @@
 #include "capture/api_observer.hpp"
 #include "capture/call_capture.hpp"
 #include "capture/model_ref.hpp"
+#include "capture/torchscript.hpp"
 #include "config/options.hpp"
 #include "debugger_interface.hpp"
 #include "details/dump_core.hpp"
@@ -68,6 +69,10 @@ class Debugger final : public DebuggerInterface {
     core_->errors.set_directory(directory_);
     if (!capture_) capture_ = std::make_shared<Capture>(core_);
     capture_->set_models(model);
+    if (LevelTraits<L>::captures_modules && !model.jit.empty()) {
+      for (const auto& m : model.jit) capture::instrument_script_module(m);
+      script_settings_.enter();
+    }
     observer_.attach(capture_);
     core_->capturing = true;
     running_ = true;
@@ -84,6 +89,7 @@ class Debugger final : public DebuggerInterface {
     }
     core_->capturing = false;
     running_ = false;
+    script_settings_.leave();
     flush();
   }
 
@@ -137,6 +143,7 @@ class Debugger final : public DebuggerInterface {
   Sink sink_;
   capture::ApiObserver observer_;
   std::shared_ptr<Capture> capture_;
+  capture::ScriptExecutorSettings script_settings_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
   std::string directory_;

@@ -1,6 +1,7 @@
 // Backward entries, module level (L0) and mix: gradients against autograd's own, module entries
 // against msprobe's Python dumps of the same model, guards, construct.json, threads.
 #include <torch/torch.h>
+#include <torch/script.h>
 #include <doctest/doctest.h>
 
 #include <torchprobe/torchprobe.hpp>
@@ -141,60 +142,99 @@ TEST_CASE("a tensor passed twice gets a gradient in each of its positions") {
   CHECK(torch::equal(p.grad(), 2 * p.detach()));
 }
 
+namespace {
+
+// The module entries of the reference program (two steps of relu(fc(x)).sum().backward()) against
+// msprobe's Python dumps, at L0 (level 0) or mix (level 1).
+void check_against_msprobe(int level, std::map<std::int64_t, tp::MemorySink::Files>& steps) {
+  for (int s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    Json ours = steps.at(s).dump["data"];
+    Json ref = reference(level == 0 ? "stat_L0" : "stat_mix", s);
+    if (level == 0) CHECK(names_of(ours) == names_of(ref));  // same entries in the same order
+    Json &f = ours["Module.fc.Linear.forward.0"], &rf = ref["Module.fc.Linear.forward.0"];
+    check_same_statistics(f["input_args"][0], rf["input_args"][0]);
+    check_same_statistics(f["output"][0], rf["output"][0]);
+    check_same_statistics(f["parameters"]["weight"], rf["parameters"]["weight"]);
+    check_same_statistics(f["parameters"]["bias"], rf["parameters"]["bias"]);
+    Json &b = ours["Module.fc.Linear.backward.0"], &rb = ref["Module.fc.Linear.backward.0"];
+    check_same_statistics(b["input"][0], rb["input"][0]);
+    check_same_statistics(b["output"][0], rb["output"][0]);
+    Json &g = ours["Module.fc.Linear.parameters_grad.0"], &rg = ref["Module.fc.Linear.parameters_grad.0"];
+    check_same_statistics(g["weight"][0], rg["weight"][0]);
+    check_same_statistics(g["bias"][0], rg["bias"][0]);
+    CHECK(steps.at(s).construct["Module.fc.Linear.forward.0"].is_null());
+  }
+}
+
+// Runs the reference program on `model` (a Net or its TorchScript export) under a Debugger of level L.
+template <tp::Level L, class Model, class Forward>
+std::map<std::int64_t, tp::MemorySink::Files> run_reference(Model& model, Forward forward) {
+  MemoryDebugger<L> dbg(memory_options());
+  for (int s = 0; s < 2; ++s) {
+    const auto x = torch::randn({2, 8}, torch::requires_grad());
+    {
+      tp::ScopedDump scope(dbg, model);
+      forward(x).sum().backward();
+    }
+    dbg.step();
+  }
+  return dbg.sink().steps();
+}
+
+}  // namespace
+
 TEST_CASE("L0 and mix: the Linear module's entries equal msprobe's Python dumps of the same model") {
   for (int level = 0; level < 2; ++level) {
     CAPTURE(level);
     torch::manual_seed(1234);
     Net net;
-    std::map<std::int64_t, tp::MemorySink::Files> steps;
-    auto run = [&](auto& dbg) {
-      for (int s = 0; s < 2; ++s) {
-        const auto x = torch::randn({2, 8}, torch::requires_grad());
-        {
-          tp::ScopedDump scope(dbg, net);
-          net->forward(x).sum().backward();
-        }
-        dbg.step();
-      }
-      steps = dbg.sink().steps();
-    };
-    if (level == 0) {
-      MemoryDebugger<tp::Level::L0> dbg(memory_options());
-      run(dbg);
-    } else {
-      MemoryDebugger<tp::Level::Mix> dbg(memory_options());
-      run(dbg);
+    auto forward = [&](const torch::Tensor& x) { return net->forward(x); };
+    auto steps = level == 0 ? run_reference<tp::Level::L0>(net, forward) : run_reference<tp::Level::Mix>(net, forward);
+    check_against_msprobe(level, steps);
+    if (level == 1) {
+      // mix: the ATen calls of the Linear belong to it; relu and sum are at top level
+      Json& c = steps.at(0).construct;
+      CHECK(c["Aten.t.0.forward"] == "Module.fc.Linear.forward.0");
+      CHECK(c["Aten.addmm.0.forward"] == "Module.fc.Linear.forward.0");
+      CHECK(c["Aten.relu.0.forward"].is_null());
+      CHECK(c["Aten.addmm.0.backward"] == "Module.fc.Linear.backward.0");
+      CHECK(names_of(steps.at(0).dump["data"]) ==
+            std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Module.fc.Linear.forward.0", "Aten.relu.0.forward",
+                                     "Aten.sum.0.forward", "Aten.sum.0.backward", "Aten.relu.0.backward", "Aten.addmm.0.backward",
+                                     "Aten.t.0.backward", "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0"});
     }
-    for (int s = 0; s < 2; ++s) {
-      CAPTURE(s);
-      Json ours = steps.at(s).dump["data"];
-      Json ref = reference(level == 0 ? "stat_L0" : "stat_mix", s);
-      if (level == 0) CHECK(names_of(ours) == names_of(ref));  // same entries in the same order
-      Json &f = ours["Module.fc.Linear.forward.0"], &rf = ref["Module.fc.Linear.forward.0"];
-      check_same_statistics(f["input_args"][0], rf["input_args"][0]);
-      check_same_statistics(f["output"][0], rf["output"][0]);
-      check_same_statistics(f["parameters"]["weight"], rf["parameters"]["weight"]);
-      check_same_statistics(f["parameters"]["bias"], rf["parameters"]["bias"]);
-      Json &b = ours["Module.fc.Linear.backward.0"], &rb = ref["Module.fc.Linear.backward.0"];
-      check_same_statistics(b["input"][0], rb["input"][0]);
-      check_same_statistics(b["output"][0], rb["output"][0]);
-      Json &g = ours["Module.fc.Linear.parameters_grad.0"], &rg = ref["Module.fc.Linear.parameters_grad.0"];
-      check_same_statistics(g["weight"][0], rg["weight"][0]);
-      check_same_statistics(g["bias"][0], rg["bias"][0]);
-      CHECK(steps.at(s).construct["Module.fc.Linear.forward.0"].is_null());
-      if (level == 1) {
-        // mix: the ATen calls of the Linear belong to it; relu and sum are at top level
-        Json& c = steps.at(s).construct;
-        CHECK(c["Aten.t.0.forward"] == "Module.fc.Linear.forward.0");
-        CHECK(c["Aten.addmm.0.forward"] == "Module.fc.Linear.forward.0");
-        CHECK(c["Aten.relu.0.forward"].is_null());
-        CHECK(c["Aten.addmm.0.backward"] == "Module.fc.Linear.backward.0");
-        const auto names = names_of(ours);
-        CHECK(names == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Module.fc.Linear.forward.0",
-                                                "Aten.relu.0.forward", "Aten.sum.0.forward", "Aten.sum.0.backward",
-                                                "Aten.relu.0.backward", "Aten.addmm.0.backward", "Aten.t.0.backward",
-                                                "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0"});
-      }
+  }
+}
+
+TEST_CASE("a TorchScript export of the model, loaded with torch::jit::load, gives the same module entries as msprobe") {
+  tptest::TempDir tmp;
+  const std::string path = tmp / "net.pt";
+  int rc = 0;
+  const std::string out = tptest::run_python(
+      "import torch\n"
+      "torch.manual_seed(1234)\n"
+      "class Net(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.fc = torch.nn.Linear(8, 4)\n"
+      "    def forward(self, x):\n"
+      "        return torch.relu(self.fc(x))\n"
+      "torch.jit.script(Net()).save('" + path + "')\n", &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  for (int level = 0; level < 2; ++level) {
+    CAPTURE(level);
+    torch::jit::Module scripted = torch::jit::load(path);
+    torch::manual_seed(1234);
+    torch::nn::Linear same_draws(8, 4);  // consume the generator as the Python model's init did
+    auto forward = [&](const torch::Tensor& x) { return scripted.forward({x}).toTensor(); };
+    auto steps = level == 0 ? run_reference<tp::Level::L0>(scripted, forward) : run_reference<tp::Level::Mix>(scripted, forward);
+    check_against_msprobe(level, steps);
+    if (level == 1) {
+      Json& c = steps.at(0).construct;
+      CHECK(c["Aten.linear.0.forward"] == "Module.fc.Linear.forward.0");  // TorchScript calls aten::linear itself
+      CHECK(c["Aten.relu.0.forward"].is_null());
+      CHECK(c["Aten.linear.0.backward"] == "Module.fc.Linear.backward.0");
     }
   }
 }

@@ -143,7 +143,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       if (dump_name) {
         if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
         auto named = std::make_unique<ModuleInfo>();
-        named->module = &module;
+        named->key = &module;
         named->cls = module_class_name(module.name());
         named->path = *dump_name;
         named->prefix = "Module." + *dump_name + "." + named->cls + ".";
@@ -159,25 +159,39 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         info = catalog_->find(&module);
         if (!info) return nullptr;
       }
-      if (tm.episode) close_episode(tm);
-      auto m = std::make_unique<OpenModule>();
-      open_module(tm, *info, *m);
-      if (m->admitted && core_->config.data_mode.allows(true, true)) {
-        auto describe = describer(m->record);
-        ValueEncoder<decltype(describe)> encode(describe);
-        for (const c10::IValue& v : inputs) {
-          const std::string idx = std::to_string(m->record.body["input_args"].size());
-          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
-        }
-      }
-      for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
-      m->calls_at_start = tm.calls;
-      tm.guards.push_back(std::move(m));
-      return tm.guards.back().get();
+      return enter_module(tm, *info, inputs);
     } catch (const std::exception& e) {
       core_->errors.log("module_forward_pre", module.name(), e);
       return nullptr;
     }
+  }
+
+  void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
+    ThreadModules& tm = thread_modules();
+    void* token = nullptr;
+    try {
+      const ModuleInfo* info = kModules && !tm.dump_only && catalog_ ? catalog_->find(object) : nullptr;
+      if (info) token = enter_module(tm, *info, inputs);
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward_pre", "TorchScript module", e);
+    }
+    tm.script_tokens.push_back(token);  // pushed even when null: exits pair with enters
+  }
+
+  void script_module_exit(const c10::IValue& output) override {
+    ThreadModules& tm = thread_modules();
+    if (tm.script_tokens.empty()) return;
+    void* token = tm.script_tokens.back();
+    tm.script_tokens.pop_back();
+    if (!token) return;
+    // A module returning a tuple lists its items, as msprobe does for Python modules.
+    std::vector<c10::IValue> outputs;
+    if (output.isTuple()) {
+      for (const c10::IValue& e : output.toTupleRef().elements()) outputs.push_back(e);
+    } else {
+      outputs.push_back(output);
+    }
+    module_exit(token, &outputs, /*unwinding=*/false);
   }
 
   void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
@@ -259,6 +273,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
     std::vector<c10::IValue> last_outputs;            // of the latest outermost call
     std::uint64_t calls = 0;
+    std::vector<void*> script_tokens;                 // open TorchScript module calls
   };
 
   struct Call : CallContext {
@@ -395,6 +410,25 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
           if (core.state.admit_api(r.name, api)) core.state.commit_last(std::move(r));
         });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+  // A module's forward begins on this thread (a guard, a ScopedModuleDump, a TorchScript call).
+  void* enter_module(ThreadModules& tm, const ModuleInfo& info, const std::vector<c10::IValue>& inputs) {
+    if (tm.episode) close_episode(tm);
+    auto m = std::make_unique<OpenModule>();
+    open_module(tm, info, *m);
+    if (m->admitted && core_->config.data_mode.allows(true, true)) {
+      auto describe = describer(m->record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      for (const c10::IValue& v : inputs) {
+        const std::string idx = std::to_string(m->record.body["input_args"].size());
+        m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+      }
+    }
+    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+    m->calls_at_start = tm.calls;
+    tm.guards.push_back(std::move(m));
+    return tm.guards.back().get();
   }
 
   // ---- module episodes ----------------------------------------------------------------------

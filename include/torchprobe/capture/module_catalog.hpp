@@ -27,7 +27,7 @@ inline std::string module_class_name(const std::string& cpp_name) {
 }
 
 struct ModuleInfo {
-  const torch::nn::Module* module = nullptr;
+  const void* key = nullptr;  // the torch::nn::Module, or the TorchScript module's object
   std::string path;    // "fc", "layer.0"
   std::string cls;     // "Linear"
   std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
@@ -53,17 +53,12 @@ class ModuleCatalog {
   explicit ModuleCatalog(const ModelRef& models) {
     const bool several = models.nn.size() > 1;
     for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
+    for (std::size_t i = 0; i < models.jit.size(); ++i)
+      add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
   }
 
-  // A module the user named in ScopedModuleDump: only it, under the given name.
-  void add_named(const torch::nn::Module& m, const std::string& name) {
-    auto info = describe(m, name, "");
-    info->leaf = true;
-    index(std::move(info));
-  }
-
-  const ModuleInfo* find(const torch::nn::Module* m) const {
-    auto it = by_module_.find(m);
+  const ModuleInfo* find(const void* key) const {
+    auto it = by_module_.find(key);
     return it == by_module_.end() ? nullptr : it->second.get();
   }
   // The leaf module that owns this parameter tensor, if any: how ops are attributed to
@@ -101,9 +96,27 @@ class ModuleCatalog {
     }
   }
 
+  // TorchScript: every submodule, named as Python names it (its class's unqualified name:
+  // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
+  // probes torchscript.hpp puts around them, so its parameters attribute nothing.
+  void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
+    for (const auto& item : root.named_modules()) {
+      if (item.name.empty()) continue;  // the root
+      auto info = std::make_unique<ModuleInfo>();
+      info->key = item.value._ivalue().get();
+      info->path = item.name;
+      const auto type_name = item.value.type()->name();
+      info->cls = type_name ? type_name->name() : std::string("Module");
+      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
+      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
+      info->leaf = item.value.children().size() == 0;
+      by_module_[info->key] = std::move(info);
+    }
+  }
+
   static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
     auto info = std::make_unique<ModuleInfo>();
-    info->module = &m;
+    info->key = &m;
     info->path = path;
     info->cls = module_class_name(m.name());
     info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
@@ -116,10 +129,10 @@ class ModuleCatalog {
     ModuleInfo* raw = info.get();
     if (raw->leaf)
       for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
-    by_module_[raw->module] = std::move(info);
+    by_module_[raw->key] = std::move(info);
   }
 
-  std::unordered_map<const torch::nn::Module*, std::unique_ptr<ModuleInfo>> by_module_;
+  std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;
   std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
 };
 

@@ -18,6 +18,11 @@ class ModuleEvents {
                              std::vector<c10::IValue> inputs) = 0;
   // `outputs` null: the module's output is that of the last outermost call made inside it.
   virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+
+  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
+  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
+  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
+  virtual void script_module_exit(const c10::IValue& output) = 0;
 };
 
 }  // namespace torchprobe::capture
