@@ -321,6 +321,55 @@ TEST_CASE("a model with Embedding, a guarded block with Linear and LayerNorm, Co
   CHECK(d["Module.conv.Conv2d.backward.0"]["output"][0]["shape"] == Json::parse("[3, 1, 2, 6]"));
 }
 
+TEST_CASE("every parameter-owning leaf of torch::nn is found without any change to the model") {
+  torch::manual_seed(9);
+  struct ZooImpl : torch::nn::Module {
+    torch::nn::Linear linear = register_module("linear", torch::nn::Linear(6, 6));
+    torch::nn::Conv1d conv1 = register_module("conv1", torch::nn::Conv1d(2, 2, 3));
+    torch::nn::Conv2d conv2 = register_module("conv2", torch::nn::Conv2d(2, 2, 3));
+    torch::nn::Conv3d conv3 = register_module("conv3", torch::nn::Conv3d(2, 2, 3));
+    torch::nn::ConvTranspose2d deconv = register_module("deconv", torch::nn::ConvTranspose2d(2, 2, 3));
+    torch::nn::BatchNorm1d bn = register_module("bn", torch::nn::BatchNorm1d(6));
+    torch::nn::LayerNorm ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
+    torch::nn::GroupNorm gn = register_module("gn", torch::nn::GroupNorm(2, 6));
+    torch::nn::Embedding emb = register_module("emb", torch::nn::Embedding(10, 6));
+    torch::nn::LSTM lstm = register_module("lstm", torch::nn::LSTM(6, 4));
+    torch::nn::GRU gru = register_module("gru", torch::nn::GRU(6, 4));
+    torch::nn::RNN rnn = register_module("rnn", torch::nn::RNN(6, 4));
+    torch::nn::PReLU prelu = register_module("prelu", torch::nn::PReLU());
+  };
+  auto zoo = std::make_shared<ZooImpl>();
+  MemoryDebugger<tp::Level::L0> dbg(memory_options());
+  const auto v = torch::randn({4, 6}, torch::requires_grad());
+  const auto seq = torch::randn({5, 2, 6}, torch::requires_grad());
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> expect = {
+      {"linear.Linear", {4, 6}}, {"conv1.Conv1d", {2, 2, 7}}, {"conv2.Conv2d", {2, 2, 5, 5}}, {"conv3.Conv3d", {1, 2, 4, 4, 4}},
+      {"deconv.ConvTranspose2d", {2, 2, 5, 5}}, {"bn.BatchNorm1d", {4, 6}}, {"ln.LayerNorm", {4, 6}}, {"gn.GroupNorm", {4, 6}},
+      {"emb.Embedding", {4}}, {"lstm.LSTM", {5, 2, 6}}, {"gru.GRU", {5, 2, 6}}, {"rnn.RNN", {5, 2, 6}}, {"prelu.PReLU", {4, 6}}};
+  dbg.start(zoo);
+  std::vector<torch::Tensor> outs = {
+      zoo->linear(v), zoo->conv1(torch::randn({2, 2, 7})), zoo->conv2(torch::randn({2, 2, 5, 5})), zoo->conv3(torch::randn({1, 2, 4, 4, 4})),
+      zoo->deconv(torch::randn({2, 2, 5, 5})), zoo->bn(v), zoo->ln(v), zoo->gn(v), zoo->emb(torch::randint(0, 10, {4})),
+      std::get<0>(zoo->lstm(seq)), std::get<0>(zoo->gru(seq)), std::get<0>(zoo->rnn(seq)), zoo->prelu(v)};
+  torch::Tensor total = torch::zeros({});
+  for (const auto& o : outs) total = total + o.sum();
+  total.backward();
+  dbg.stop();
+  Json d = dbg.sink().step(0).dump["data"];
+  for (const auto& e : expect) {
+    CAPTURE(e.first);
+    const std::string m = "Module." + e.first;
+    REQUIRE(d.contains(m + ".forward.0"));
+    CHECK(d[m + ".forward.0"]["input_args"][0]["shape"] == Json(e.second));
+    CHECK(d[m + ".forward.0"]["parameters"].size() >= 1);
+    CHECK_FALSE(d.contains(m + ".forward.1"));  // one call, one entry
+    CHECK(d.contains(m + ".backward.0"));
+    CHECK(d.contains(m + ".parameters_grad.0"));
+  }
+  // BatchNorm's running statistics are its state, not its inputs
+  CHECK(d["Module.bn.BatchNorm1d.forward.0"]["input_args"].size() == 1);
+}
+
 TEST_CASE("with mix on, losses and gradients stay bit-identical") {
   auto run = [](bool probed) {
     torch::manual_seed(11);

@@ -9,6 +9,7 @@
 // for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
 // and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
 #include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -162,6 +163,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   void arrived_outputs(const std::vector<Slot>& slots, const variable_list& grads) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
+    finish_with_pass_locked();
     ProbeGuard guard;
     for (const Slot& s : slots)
       if (s.node_index < grads.size()) receiver_->grad_output(s.region_index, grads[s.node_index]);
@@ -171,6 +173,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   void arrived_inputs(const std::vector<Slot>& slots, const variable_list& grads) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
+    finish_with_pass_locked();
     ProbeGuard guard;
     for (const Slot& s : slots)
       if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
@@ -185,10 +188,32 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
     finished_ = true;
   }
 
+  // Some hooked nodes may never run in a pass: an output the loss does not use (an LSTM's last
+  // hidden state), an input whose gradient nobody asked for (autograd::grad with chosen inputs).
+  // So when the first gradient of the region arrives, the end of the backward pass is booked
+  // as the latest moment the entry is complete, with whatever arrived.
+  void finish_with_pass_locked() {
+    if (end_of_pass_booked_) return;
+    end_of_pass_booked_ = true;
+    std::weak_ptr<BackwardProbe> self = shared_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([self] {
+      if (auto probe = self.lock()) probe->end_of_pass();
+    });
+  }
+
+  void end_of_pass() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    ProbeGuard guard;
+    receiver_->backward_done();
+    finished_ = true;
+  }
+
   std::shared_ptr<GradientReceiver> receiver_;
   std::mutex mutex_;
   std::size_t pending_ = 0;
   bool finished_ = false;
+  bool end_of_pass_booked_ = false;
 };
 
 }  // namespace torchprobe::capture

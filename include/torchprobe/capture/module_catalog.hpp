@@ -127,8 +127,13 @@ class ModuleCatalog {
 
   void index(std::unique_ptr<ModuleInfo> info) {
     ModuleInfo* raw = info.get();
-    if (raw->leaf)
+    if (raw->leaf) {
       for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
+      // Buffers (BatchNorm's running statistics and counter) belong to the module's own state,
+      // not to its inputs: they attribute calls like parameters do.
+      for (const auto& b : static_cast<const torch::nn::Module*>(raw->key)->named_buffers(/*recurse=*/false))
+        if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
+    }
     by_module_[raw->key] = std::move(info);
   }
 
