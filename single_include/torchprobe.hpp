@@ -2853,6 +2853,7 @@ struct DumpCore {
 // for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
 // and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
 #include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -2999,6 +3000,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   void arrived_outputs(const std::vector<Slot>& slots, const variable_list& grads) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
+    finish_with_pass_locked();
     ProbeGuard guard;
     for (const Slot& s : slots)
       if (s.node_index < grads.size()) receiver_->grad_output(s.region_index, grads[s.node_index]);
@@ -3008,6 +3010,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   void arrived_inputs(const std::vector<Slot>& slots, const variable_list& grads) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
+    finish_with_pass_locked();
     ProbeGuard guard;
     for (const Slot& s : slots)
       if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
@@ -3022,10 +3025,32 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
     finished_ = true;
   }
 
+  // Some hooked nodes may never run in a pass: an output the loss does not use (an LSTM's last
+  // hidden state), an input whose gradient nobody asked for (autograd::grad with chosen inputs).
+  // So when the first gradient of the region arrives, the end of the backward pass is booked
+  // as the latest moment the entry is complete, with whatever arrived.
+  void finish_with_pass_locked() {
+    if (end_of_pass_booked_) return;
+    end_of_pass_booked_ = true;
+    std::weak_ptr<BackwardProbe> self = shared_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([self] {
+      if (auto probe = self.lock()) probe->end_of_pass();
+    });
+  }
+
+  void end_of_pass() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    ProbeGuard guard;
+    receiver_->backward_done();
+    finished_ = true;
+  }
+
   std::shared_ptr<GradientReceiver> receiver_;
   std::mutex mutex_;
   std::size_t pending_ = 0;
   bool finished_ = false;
+  bool end_of_pass_booked_ = false;
 };
 
 }  // namespace torchprobe::capture
@@ -3313,7 +3338,7 @@ inline std::string module_class_name(const std::string& cpp_name) {
 }
 
 struct ModuleInfo {
-  const torch::nn::Module* module = nullptr;
+  const void* key = nullptr;  // the torch::nn::Module, or the TorchScript module's object
   std::string path;    // "fc", "layer.0"
   std::string cls;     // "Linear"
   std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
@@ -3339,17 +3364,12 @@ class ModuleCatalog {
   explicit ModuleCatalog(const ModelRef& models) {
     const bool several = models.nn.size() > 1;
     for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
+    for (std::size_t i = 0; i < models.jit.size(); ++i)
+      add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
   }
 
-  // A module the user named in ScopedModuleDump: only it, under the given name.
-  void add_named(const torch::nn::Module& m, const std::string& name) {
-    auto info = describe(m, name, "");
-    info->leaf = true;
-    index(std::move(info));
-  }
-
-  const ModuleInfo* find(const torch::nn::Module* m) const {
-    auto it = by_module_.find(m);
+  const ModuleInfo* find(const void* key) const {
+    auto it = by_module_.find(key);
     return it == by_module_.end() ? nullptr : it->second.get();
   }
   // The leaf module that owns this parameter tensor, if any: how ops are attributed to
@@ -3387,9 +3407,27 @@ class ModuleCatalog {
     }
   }
 
+  // TorchScript: every submodule, named as Python names it (its class's unqualified name:
+  // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
+  // probes torchscript.hpp puts around them, so its parameters attribute nothing.
+  void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
+    for (const auto& item : root.named_modules()) {
+      if (item.name.empty()) continue;  // the root
+      auto info = std::make_unique<ModuleInfo>();
+      info->key = item.value._ivalue().get();
+      info->path = item.name;
+      const auto type_name = item.value.type()->name();
+      info->cls = type_name ? type_name->name() : std::string("Module");
+      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
+      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
+      info->leaf = item.value.children().size() == 0;
+      by_module_[info->key] = std::move(info);
+    }
+  }
+
   static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
     auto info = std::make_unique<ModuleInfo>();
-    info->module = &m;
+    info->key = &m;
     info->path = path;
     info->cls = module_class_name(m.name());
     info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
@@ -3400,12 +3438,17 @@ class ModuleCatalog {
 
   void index(std::unique_ptr<ModuleInfo> info) {
     ModuleInfo* raw = info.get();
-    if (raw->leaf)
+    if (raw->leaf) {
       for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
-    by_module_[raw->module] = std::move(info);
+      // Buffers (BatchNorm's running statistics and counter) belong to the module's own state,
+      // not to its inputs: they attribute calls like parameters do.
+      for (const auto& b : static_cast<const torch::nn::Module*>(raw->key)->named_buffers(/*recurse=*/false))
+        if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
+    }
+    by_module_[raw->key] = std::move(info);
   }
 
-  std::unordered_map<const torch::nn::Module*, std::unique_ptr<ModuleInfo>> by_module_;
+  std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;
   std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
 };
 
@@ -3427,6 +3470,11 @@ class ModuleEvents {
                              std::vector<c10::IValue> inputs) = 0;
   // `outputs` null: the module's output is that of the last outermost call made inside it.
   virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+
+  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
+  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
+  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
+  virtual void script_module_exit(const c10::IValue& output) = 0;
 };
 
 }  // namespace torchprobe::capture
@@ -3544,7 +3592,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       if (dump_name) {
         if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
         auto named = std::make_unique<ModuleInfo>();
-        named->module = &module;
+        named->key = &module;
         named->cls = module_class_name(module.name());
         named->path = *dump_name;
         named->prefix = "Module." + *dump_name + "." + named->cls + ".";
@@ -3560,25 +3608,39 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         info = catalog_->find(&module);
         if (!info) return nullptr;
       }
-      if (tm.episode) close_episode(tm);
-      auto m = std::make_unique<OpenModule>();
-      open_module(tm, *info, *m);
-      if (m->admitted && core_->config.data_mode.allows(true, true)) {
-        auto describe = describer(m->record);
-        ValueEncoder<decltype(describe)> encode(describe);
-        for (const c10::IValue& v : inputs) {
-          const std::string idx = std::to_string(m->record.body["input_args"].size());
-          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
-        }
-      }
-      for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
-      m->calls_at_start = tm.calls;
-      tm.guards.push_back(std::move(m));
-      return tm.guards.back().get();
+      return enter_module(tm, *info, inputs);
     } catch (const std::exception& e) {
       core_->errors.log("module_forward_pre", module.name(), e);
       return nullptr;
     }
+  }
+
+  void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
+    ThreadModules& tm = thread_modules();
+    void* token = nullptr;
+    try {
+      const ModuleInfo* info = kModules && !tm.dump_only && catalog_ ? catalog_->find(object) : nullptr;
+      if (info) token = enter_module(tm, *info, inputs);
+    } catch (const std::exception& e) {
+      core_->errors.log("module_forward_pre", "TorchScript module", e);
+    }
+    tm.script_tokens.push_back(token);  // pushed even when null: exits pair with enters
+  }
+
+  void script_module_exit(const c10::IValue& output) override {
+    ThreadModules& tm = thread_modules();
+    if (tm.script_tokens.empty()) return;
+    void* token = tm.script_tokens.back();
+    tm.script_tokens.pop_back();
+    if (!token) return;
+    // A module returning a tuple lists its items, as msprobe does for Python modules.
+    std::vector<c10::IValue> outputs;
+    if (output.isTuple()) {
+      for (const c10::IValue& e : output.toTupleRef().elements()) outputs.push_back(e);
+    } else {
+      outputs.push_back(output);
+    }
+    module_exit(token, &outputs, /*unwinding=*/false);
   }
 
   void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
@@ -3660,6 +3722,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
     std::vector<c10::IValue> last_outputs;            // of the latest outermost call
     std::uint64_t calls = 0;
+    std::vector<void*> script_tokens;                 // open TorchScript module calls
   };
 
   struct Call : CallContext {
@@ -3798,6 +3861,25 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
+  // A module's forward begins on this thread (a guard, a ScopedModuleDump, a TorchScript call).
+  void* enter_module(ThreadModules& tm, const ModuleInfo& info, const std::vector<c10::IValue>& inputs) {
+    if (tm.episode) close_episode(tm);
+    auto m = std::make_unique<OpenModule>();
+    open_module(tm, info, *m);
+    if (m->admitted && core_->config.data_mode.allows(true, true)) {
+      auto describe = describer(m->record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      for (const c10::IValue& v : inputs) {
+        const std::string idx = std::to_string(m->record.body["input_args"].size());
+        m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+      }
+    }
+    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+    m->calls_at_start = tm.calls;
+    tm.guards.push_back(std::move(m));
+    return tm.guards.back().get();
+  }
+
   // ---- module episodes ----------------------------------------------------------------------
 
   const ModuleInfo* owner_of(const ThreadModules& tm, const c10::TensorImpl* impl) const {
@@ -3927,13 +4009,16 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
     if (!detail::any_in_graph(tensors)) return;
-    const ModuleInfo* info = m.info;
+    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
+    // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
+    const ModuleInfo* key = m.info;
+    const bool waits = waits_for_param_grads(*m.info);
     std::weak_ptr<CallCapture> self = this->shared_from_this();
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
-        [self, info](Core& core, Record&& r) {
-          if (auto capture = self.lock()) capture->module_backward_done(*info, std::move(r));
+        [self, key, waits](Core& core, Record&& r) {
+          if (auto capture = self.lock()) capture->module_backward_done(key, waits, std::move(r));
           else commit_if_admitted(core, std::move(r));
         });
     BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
@@ -3943,11 +4028,17 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   // msprobe writes a module's parameters_grad before its backward entry: a module's backward is
   // complete once the gradients of its parameters have been accumulated too.
-  void module_backward_done(const ModuleInfo& info, Record&& r) {
+  bool waits_for_param_grads(const ModuleInfo& info) const {
+    for (const auto& p : info.params)
+      if (p.second.requires_grad() && hooked_.count(p.second.unsafeGetTensorImpl())) return true;
+    return false;
+  }
+
+  void module_backward_done(const ModuleInfo* key, bool waits, Record&& r) {
     if (!core_->state.admit(r.name)) return;
     std::lock_guard<std::mutex> lock(grads_mutex_);
-    GradState& gs = grad_state_[&info];
-    if (!info.has_trainable_params() || gs.backwards_done < gs.params_done) {
+    GradState& gs = grad_state_[key];
+    if (!waits || gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
       core_->state.commit_last(std::move(r));
     } else {
@@ -4047,6 +4138,133 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/call_capture.hpp ----
+// ---- begin torchprobe/capture/torchscript.hpp ----
+// Module entries for TorchScript models (torch::jit::load), with no change to the model.
+//
+// TorchScript modules have no C++ hooks that survive compilation, and the optimised executor
+// inlines submodule calls. So, before the model first runs, each module type's forward graph
+// gets two probe ops around every `prim::CallMethod[name="forward"]`:
+//     torchprobe::module_pre(%submodule, (%args...))   ...call...   torchprobe::module_post(%submodule, %out)
+// Registered with CONSERVATIVE alias analysis they count as side effects, so no pass removes
+// them, and they stay in place when the call is inlined. At run time they tell the running
+// capture (if any) which module object begins and ends, with its exact inputs and output.
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+
+
+namespace torchprobe::capture {
+
+namespace script_detail {
+
+inline ModuleEvents* active_events(std::shared_ptr<ApiHandler>& keep) {
+  keep = ApiObserver::active();
+  return dynamic_cast<ModuleEvents*>(keep.get());
+}
+
+inline void pre_probe(torch::jit::Stack& stack) {
+  c10::IValue inputs = torch::jit::pop(stack);
+  c10::IValue module = torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) {
+    std::vector<c10::IValue> args;
+    if (inputs.isTuple())
+      for (const c10::IValue& e : inputs.toTupleRef().elements()) args.push_back(e);
+    events->script_module_enter(module.isObject() ? module.toObject().get() : nullptr, std::move(args));
+  }
+}
+
+inline void post_probe(torch::jit::Stack& stack) {
+  c10::IValue output = torch::jit::pop(stack);
+  torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) events->script_module_exit(output);
+}
+
+inline void register_probe_ops() {
+  // Built by moving, not from an initializer list: copying jit::Operator trips g++ 14's
+  // maybe-uninitialized warning inside libtorch's own types.
+  static const torch::jit::RegisterOperators registered = [] {
+    std::vector<c10::optional<torch::jit::Operator>> ops;
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_pre(Any module, Any inputs) -> ()", &pre_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_post(Any module, Any output) -> ()", &post_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    return torch::jit::RegisterOperators(std::move(ops));
+  }();
+  (void)registered;
+}
+
+// The forward calls in a graph; false if the graph already carries the probes.
+inline bool collect_forward_calls(torch::jit::Block* block, c10::Symbol pre, std::vector<torch::jit::Node*>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    if (n->kind() == pre) return false;
+    if (n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward") out.push_back(n);
+    for (torch::jit::Block* b : n->blocks())
+      if (!collect_forward_calls(b, pre, out)) return false;
+  }
+  return true;
+}
+
+inline void instrument_graph(torch::jit::Graph& graph) {
+  static const c10::Symbol pre = c10::Symbol::fromQualString("torchprobe::module_pre");
+  static const c10::Symbol post = c10::Symbol::fromQualString("torchprobe::module_post");
+  std::vector<torch::jit::Node*> calls;
+  if (!collect_forward_calls(graph.block(), pre, calls)) return;
+  for (torch::jit::Node* call : calls) {
+    torch::jit::Value* self = call->inputs()[0];
+    std::vector<torch::jit::Value*> args(call->inputs().begin() + 1, call->inputs().end());
+    torch::jit::WithInsertPoint before(call);
+    torch::jit::Value* packed = graph.insertNode(graph.createTuple(args))->output();
+    graph.insertNode(graph.create(pre, {self, packed}, 0));
+    torch::jit::Node* after = graph.create(post, {self, call->output()}, 0);
+    after->insertAfter(call);
+  }
+}
+
+}  // namespace script_detail
+
+// Puts the probes into the forward of the model's type and of every submodule's type (a graph
+// that has them already is left alone). Must run before the model's first forward: TorchScript
+// compiles a method on its first call and keeps that plan.
+inline void instrument_script_module(const torch::jit::Module& root) {
+  script_detail::register_probe_ops();
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& item : root.named_modules()) {
+    auto method = item.value.find_method("forward");
+    if (!method) continue;
+    if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method->function()))
+      script_detail::instrument_graph(*graph_fn->graph());
+  }
+}
+
+// Autograd's per-op nodes (what API and module backward entries hook) exist only when the
+// TorchScript executor does not fuse a model's ops into one differentiable graph; this switches
+// its optimisation off while a capture of TorchScript models runs, and back on at stop().
+class ScriptExecutorSettings {
+ public:
+  void enter() {
+    if (active_) return;
+    previous_ = torch::jit::getGraphExecutorOptimize();
+    torch::jit::setGraphExecutorOptimize(false);
+    active_ = true;
+  }
+  void leave() {
+    if (!active_) return;
+    torch::jit::setGraphExecutorOptimize(previous_);
+    active_ = false;
+  }
+
+ private:
+  bool active_ = false;
+  bool previous_ = true;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/torchscript.hpp ----
 // ---- begin torchprobe/debugger_interface.hpp ----
 // The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
 
@@ -5600,6 +5818,10 @@ class Debugger final : public DebuggerInterface {
     core_->errors.set_directory(directory_);
     if (!capture_) capture_ = std::make_shared<Capture>(core_);
     capture_->set_models(model);
+    if (LevelTraits<L>::captures_modules && !model.jit.empty()) {
+      for (const auto& m : model.jit) capture::instrument_script_module(m);
+      script_settings_.enter();
+    }
     observer_.attach(capture_);
     core_->capturing = true;
     running_ = true;
@@ -5616,6 +5838,7 @@ class Debugger final : public DebuggerInterface {
     }
     core_->capturing = false;
     running_ = false;
+    script_settings_.leave();
     flush();
   }
 
@@ -5669,6 +5892,7 @@ class Debugger final : public DebuggerInterface {
   Sink sink_;
   capture::ApiObserver observer_;
   std::shared_ptr<Capture> capture_;
+  capture::ScriptExecutorSettings script_settings_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
   std::string directory_;
@@ -5822,7 +6046,7 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
   torch::nn::Sequential out;
   const auto names = seq->named_children();
   std::size_t k = 0;
-  for (const torch::nn::AnyModule& child : *seq) out->push_back(names[k++].key(), ProbedChild(child));
+  for (const torch::nn::AnyModule& child : *seq) out->push_back(std::string(names[k++].key()), ProbedChild(child));
   return out;
 }
 

@@ -6,7 +6,8 @@
 DUMP_DIR is deleted first, so a dump left by an earlier run can never make the check pass. The
 program must exit 0; then every expected step{N}/ must hold one rank/proc directory whose dump.json
 parses (Python's json, which also reads the NaN/Infinity tokens msprobe writes) and has entries,
-plus whatever the options ask: named entries, a name filter, skipped steps, a frame in stack.json.
+plus whatever the options ask: named entries, a name filter, skipped steps, a frame in stack.json,
+a construct.json that maps entries to modules.
 Used by the example tests and the consumer-project checks; needs only the standard library.
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     p.add_argument("--absent-steps", type=steps_arg, default=[], help="steps that must not be dumped")
     p.add_argument("--entry", action="append", default=[], help="an entry every dumped step must contain")
     p.add_argument("--stack-frame", default="", help="text that stack.json must contain (a function name)")
+    p.add_argument("--construct", action="store_true", help="construct.json must map entries to modules")
     p.add_argument("--only", default="", help="comma-separated: every entry name must contain one of these")
     args = p.parse_args(argv[:split])
     command = argv[split + 1:]
@@ -70,6 +72,14 @@ def main() -> None:
         for name in data:
             if only and not any(part in name for part in only):
                 fail(f"{dump_json}: entry {name!r} should have been filtered out (list {only})")
+        if args.construct:
+            construct_json = subdirs[0] / "construct.json"
+            try:
+                construct = json.loads(construct_json.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                fail(f"{construct_json}: {e}")
+            if not isinstance(construct, dict) or not any(construct.values()):
+                fail(f"{construct_json}: no entry is mapped to an enclosing module")
         if args.stack_frame:
             stack_json = subdirs[0] / "stack.json"
             stack = stack_json.read_text(encoding="utf-8") if stack_json.is_file() else ""

@@ -30,32 +30,37 @@ inline ModuleEvents* active_events(std::shared_ptr<ApiHandler>& keep) {
   return dynamic_cast<ModuleEvents*>(keep.get());
 }
 
+inline void pre_probe(torch::jit::Stack& stack) {
+  c10::IValue inputs = torch::jit::pop(stack);
+  c10::IValue module = torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) {
+    std::vector<c10::IValue> args;
+    if (inputs.isTuple())
+      for (const c10::IValue& e : inputs.toTupleRef().elements()) args.push_back(e);
+    events->script_module_enter(module.isObject() ? module.toObject().get() : nullptr, std::move(args));
+  }
+}
+
+inline void post_probe(torch::jit::Stack& stack) {
+  c10::IValue output = torch::jit::pop(stack);
+  torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) events->script_module_exit(output);
+}
+
 inline void register_probe_ops() {
-  static const torch::jit::RegisterOperators ops({
-      torch::jit::Operator(
-          "torchprobe::module_pre(Any module, Any inputs) -> ()",
-          [](torch::jit::Stack& stack) {
-            c10::IValue inputs = torch::jit::pop(stack);
-            c10::IValue module = torch::jit::pop(stack);
-            std::shared_ptr<ApiHandler> keep;
-            if (ModuleEvents* events = active_events(keep)) {
-              std::vector<c10::IValue> args;
-              if (inputs.isTuple())
-                for (const c10::IValue& e : inputs.toTupleRef().elements()) args.push_back(e);
-              events->script_module_enter(module.isObject() ? module.toObject().get() : nullptr, std::move(args));
-            }
-          },
-          c10::AliasAnalysisKind::CONSERVATIVE),
-      torch::jit::Operator(
-          "torchprobe::module_post(Any module, Any output) -> ()",
-          [](torch::jit::Stack& stack) {
-            c10::IValue output = torch::jit::pop(stack);
-            torch::jit::pop(stack);
-            std::shared_ptr<ApiHandler> keep;
-            if (ModuleEvents* events = active_events(keep)) events->script_module_exit(output);
-          },
-          c10::AliasAnalysisKind::CONSERVATIVE),
-  });
+  // Built by moving, not from an initializer list: copying jit::Operator trips g++ 14's
+  // maybe-uninitialized warning inside libtorch's own types.
+  static const torch::jit::RegisterOperators registered = [] {
+    std::vector<c10::optional<torch::jit::Operator>> ops;
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_pre(Any module, Any inputs) -> ()", &pre_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_post(Any module, Any output) -> ()", &post_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    return torch::jit::RegisterOperators(std::move(ops));
+  }();
+  (void)registered;
 }
 
 // The forward calls in a graph; false if the graph already carries the probes.

@@ -1,0 +1,106 @@
+// Cost of dumping, per training step, as a ratio to the same step without TorchProbe, measured
+// in the same run: for a debugger that is constructed but never started, and for levels L1, L0
+// and mix with statistics, once with the records discarded (NullSink: capture cost alone) and
+// once written to disk as msprobe's files (DirectorySink, one flush per step).
+//
+//   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build-bench --target torchprobe_levels_benchmark && build-bench/benchmarks/torchprobe_levels_benchmark
+#include <torch/torch.h>
+#include <torchprobe/torchprobe.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tp = torchprobe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct QuickStartImpl : torch::nn::Module {
+  QuickStartImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(QuickStart);
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl() {
+    for (int i = 0; i < 4; ++i) layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& l : layers) x = torch::gelu(l(x));
+    return norm(x);
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::LayerNorm norm{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Median over `repeats` of the mean time of one step over `steps` steps, in microseconds.
+double median_step_us(const std::function<void()>& one_step, int steps, int repeats) {
+  for (int i = 0; i < 3; ++i) one_step();  // warm-up
+  std::vector<double> runs;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) one_step();
+    runs.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+template <tp::Level L, class Sink, class Model>
+double probed_step_us(Model& model, const torch::Tensor& x, const std::string& dir, int steps, int repeats) {
+  tp::Debugger<L, tp::Task::Statistics, Sink> probe(tp::Options().dump_path(dir));
+  return median_step_us(
+      [&] {
+        probe.start(model);
+        model->forward(x).sum().backward();
+        probe.stop();
+        probe.step();
+      },
+      steps, repeats);
+}
+
+template <class Model>
+void measure(const char* name, Model& model, const torch::Tensor& x, int steps, int repeats) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_levels_bench").string();
+  std::filesystem::remove_all(dir);
+  const double plain = median_step_us([&] { model->forward(x).sum().backward(); }, steps, repeats);
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> idle(tp::Options().dump_path(dir));
+  const double off = median_step_us([&] { model->forward(x).sum().backward(); }, steps, repeats);
+  std::printf("\n%s: un-probed step %.1f us\n", name, plain);
+  std::printf("  %-34s %10.1f us  %6.2fx\n", "debugger constructed, not started", off, off / plain);
+  struct Row {
+    const char* what;
+    double us;
+  };
+  const Row rows[] = {
+      {"L1  capture only (NullSink)", probed_step_us<tp::Level::L1, tp::NullSink>(model, x, dir, steps, repeats)},
+      {"L0  capture only (NullSink)", probed_step_us<tp::Level::L0, tp::NullSink>(model, x, dir, steps, repeats)},
+      {"mix capture only (NullSink)", probed_step_us<tp::Level::Mix, tp::NullSink>(model, x, dir, steps, repeats)},
+      {"L1  with files (DirectorySink)", probed_step_us<tp::Level::L1, tp::DirectorySink>(model, x, dir, steps, repeats)},
+      {"L0  with files (DirectorySink)", probed_step_us<tp::Level::L0, tp::DirectorySink>(model, x, dir, steps, repeats)},
+      {"mix with files (DirectorySink)", probed_step_us<tp::Level::Mix, tp::DirectorySink>(model, x, dir, steps, repeats)},
+  };
+  for (const Row& r : rows) std::printf("  %-34s %10.1f us  %6.2fx\n", r.what, r.us, r.us / plain);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+int main() {
+  torch::manual_seed(1234);
+  std::printf("TorchProbe level cost: step = forward + sum().backward(); ratios to the un-probed step of the same run\n");
+  QuickStart quick;
+  measure("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), 50, 7);
+  Mlp mlp;
+  measure("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), 10, 5);
+  return 0;
+}
