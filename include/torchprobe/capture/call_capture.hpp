@@ -237,7 +237,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       GradState& gs = kv.second;
       if (!gs.arrival.empty()) complete_param_grads(*kv.first, gs);
       while (!gs.stashed.empty()) {
-        core_->state.commit_last(std::move(gs.stashed.front()));
+        core_->commit_last(std::move(gs.stashed.front()));
         gs.stashed.pop_front();
       }
       gs.params_done = gs.backwards_done = 0;
@@ -397,7 +397,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
       call.record.body["output"] = std::move(out);
     }
-    if (!call.record.body.empty()) core_->state.commit(std::move(call.record));
+    if (!call.record.body.empty()) core_->commit(std::move(call.record));
   }
 
   template <class Outputs>
@@ -407,7 +407,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     const std::string api = call.api_name;
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
         core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
-          if (core.state.admit_api(r.name, api)) core.state.commit_last(std::move(r));
+          if (core.state.admit_api(r.name, api)) core.commit_last(std::move(r));
         });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
@@ -555,7 +555,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         r.body["output"] = std::move(out);
         if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
       }
-      if (!r.body.empty()) core_->state.commit_last(std::move(r));
+      if (!r.body.empty()) core_->commit_last(std::move(r));
     }
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
@@ -591,7 +591,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     GradState& gs = grad_state_[key];
     if (!waits || gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
-      core_->state.commit_last(std::move(r));
+      core_->commit_last(std::move(r));
     } else {
       gs.stashed.push_back(std::move(r));
     }
@@ -657,14 +657,14 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
                                      : nlohmann::ordered_json(nullptr));
         r.body[p.first] = std::move(one);
       }
-      core_->state.commit_last(std::move(r));
+      core_->commit_last(std::move(r));
     }
     gs.arrival.clear();
     std::fill(gs.fired.begin(), gs.fired.end(), false);
     ++gs.params_done;
     while (!gs.stashed.empty() && gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
-      core_->state.commit_last(std::move(gs.stashed.front()));
+      core_->commit_last(std::move(gs.stashed.front()));
       gs.stashed.pop_front();
     }
   }

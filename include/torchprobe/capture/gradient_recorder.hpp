@@ -75,7 +75,7 @@ class GradientRecorder final : public GradientReceiver {
 // when it completes.
 template <class Core>
 void commit_if_admitted(Core& core, Record&& r) {
-  if (core.state.admit(r.name)) core.state.commit_last(std::move(r));
+  if (core.state.admit(r.name)) core.commit_last(std::move(r));
 }
 
 }  // namespace torchprobe::capture

@@ -23,6 +23,16 @@ struct DumpCore {
   std::atomic<std::uint64_t> generation{0};
 
   bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
+
+  // Every finished entry goes through here: the task has the last word on it (a task may keep
+  // only some entries, or act on the ones it keeps) before it joins the step.
+  void commit(Record&& r) {
+    if (task.keep(r)) state.commit(std::move(r));
+  }
+  // The same, for entries placed in dump order when they complete (backward, modules).
+  void commit_last(Record&& r) {
+    if (task.keep(r)) state.commit_last(std::move(r));
+  }
 };
 
 }  // namespace torchprobe::details

@@ -48,6 +48,9 @@ class StatisticsTask {
     return j;
   }
 
+  // Called for every finished entry before it joins the step; statistics keeps them all.
+  bool keep(Record&) const { return true; }
+
  private:
   SummaryMode mode_;
   bool force_device_ = false;
