@@ -330,7 +330,7 @@ if [ $# -eq 0 ]; then
     # The README's test command, with its own build directory.
     b=$(printf '%q' "$BUILD_DIR")
     j=$(printf '%q' "$JOBS")
-    set -- /bin/bash -c "cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DTORCHPROBE_WERROR=ON && cmake --build $b -j$j && ctest --test-dir $b --output-on-failure"
+    set -- /bin/bash -c "cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERROR=ON && cmake --build $b -j$j && ctest --test-dir $b --output-on-failure"
 fi
 
 log "setup took $(since "$T_START") s (Debian $(cat "$ROOT/etc/debian_version"), repo at $SRC_IN_CHROOT)"

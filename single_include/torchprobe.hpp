@@ -2838,6 +2838,16 @@ struct DumpCore {
   std::atomic<std::uint64_t> generation{0};
 
   bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
+
+  // Every finished entry goes through here: the task has the last word on it (a task may keep
+  // only some entries, or act on the ones it keeps) before it joins the step.
+  void commit(Record&& r) {
+    if (task.keep(r)) state.commit(std::move(r));
+  }
+  // The same, for entries placed in dump order when they complete (backward, modules).
+  void commit_last(Record&& r) {
+    if (task.keep(r)) state.commit_last(std::move(r));
+  }
 };
 
 }  // namespace torchprobe::details
@@ -3246,7 +3256,7 @@ class GradientRecorder final : public GradientReceiver {
 // when it completes.
 template <class Core>
 void commit_if_admitted(Core& core, Record&& r) {
-  if (core.state.admit(r.name)) core.state.commit_last(std::move(r));
+  if (core.state.admit(r.name)) core.commit_last(std::move(r));
 }
 
 }  // namespace torchprobe::capture
@@ -3686,7 +3696,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       GradState& gs = kv.second;
       if (!gs.arrival.empty()) complete_param_grads(*kv.first, gs);
       while (!gs.stashed.empty()) {
-        core_->state.commit_last(std::move(gs.stashed.front()));
+        core_->commit_last(std::move(gs.stashed.front()));
         gs.stashed.pop_front();
       }
       gs.params_done = gs.backwards_done = 0;
@@ -3846,7 +3856,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
       call.record.body["output"] = std::move(out);
     }
-    if (!call.record.body.empty()) core_->state.commit(std::move(call.record));
+    if (!call.record.body.empty()) core_->commit(std::move(call.record));
   }
 
   template <class Outputs>
@@ -3856,7 +3866,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     const std::string api = call.api_name;
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
         core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
-          if (core.state.admit_api(r.name, api)) core.state.commit_last(std::move(r));
+          if (core.state.admit_api(r.name, api)) core.commit_last(std::move(r));
         });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
@@ -4004,7 +4014,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         r.body["output"] = std::move(out);
         if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
       }
-      if (!r.body.empty()) core_->state.commit_last(std::move(r));
+      if (!r.body.empty()) core_->commit_last(std::move(r));
     }
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
@@ -4040,7 +4050,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     GradState& gs = grad_state_[key];
     if (!waits || gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
-      core_->state.commit_last(std::move(r));
+      core_->commit_last(std::move(r));
     } else {
       gs.stashed.push_back(std::move(r));
     }
@@ -4106,14 +4116,14 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
                                      : nlohmann::ordered_json(nullptr));
         r.body[p.first] = std::move(one);
       }
-      core_->state.commit_last(std::move(r));
+      core_->commit_last(std::move(r));
     }
     gs.arrival.clear();
     std::fill(gs.fired.begin(), gs.fired.end(), false);
     ++gs.params_done;
     while (!gs.stashed.empty() && gs.backwards_done < gs.params_done) {
       ++gs.backwards_done;
-      core_->state.commit_last(std::move(gs.stashed.front()));
+      core_->commit_last(std::move(gs.stashed.front()));
       gs.stashed.pop_front();
     }
   }
@@ -5748,6 +5758,9 @@ class StatisticsTask {
     if (mode_ == SummaryMode::Md5) j["md5"] = empty ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(stats::crc32_hex(t));
     return j;
   }
+
+  // Called for every finished entry before it joins the step; statistics keeps them all.
+  bool keep(Record&) const { return true; }
 
  private:
   SummaryMode mode_;
