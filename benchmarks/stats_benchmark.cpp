@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -214,7 +215,9 @@ void tiny_op_overhead(std::int64_t calls, int rounds) {
   const at::Tensor a = torch::randn({16}), b = torch::randn({16});
   constexpr std::int64_t kCallsPerStep = 1000;
   double bare = 1e300, probed = 1e300, stats_only = 1e300;
-  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> dbg;
+  // NullSink writes nothing; the dump path only has to be somewhere harmless.
+  const std::string dump_path = (std::filesystem::temp_directory_path() / "torchprobe_stats_benchmark").string();
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> dbg(tp::Options().dump_path(dump_path));
   for (int r = 0; r < rounds + 1; ++r) {  // the first round warms up
     const double plain = ns_per_add(a, b, calls, nullptr, kCallsPerStep);
     dbg.start();

@@ -38,9 +38,10 @@ int main(int argc, char** argv) {
 
   // Level::L0 would keep only the Module.* entries; Level::L1 only the Aten.* ones.
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dump_path));
+  const auto x = torch::randn({4, 8});
   {
     tp::ScopedDump scope(dbg, model);
-    model->forward(torch::randn({4, 8})).sum().backward();
+    model->forward(x).sum().backward();
   }
   std::cout << "module and API entries, with construct.json: " << dbg.directory() << "\n";
   dbg.step();

@@ -3,8 +3,11 @@
 #include <cstdint>
 #include <optional>
 
+#include <string>
+
 #include "capture/model_ref.hpp"
 #include "config/config.hpp"
+#include "save_value.hpp"
 
 namespace torchprobe {
 
@@ -15,6 +18,8 @@ class DebuggerInterface {
   virtual void stop() noexcept = 0;
   virtual void step() = 0;
   virtual void set_init_step(std::int64_t step) = 0;
+  // msprobe's single-point save (debug.json); see Debugger::save.
+  virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
   virtual bool running() const = 0;
   virtual const Config& config() const = 0;
 };

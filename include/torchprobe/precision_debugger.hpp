@@ -24,6 +24,9 @@ class PrecisionDebugger final : public DebuggerInterface {
   void stop() noexcept override { impl_->stop(); }
   void step() override { impl_->step(); }
   void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
+    impl_->save(value, name, save_backward);
+  }
   bool running() const override { return impl_->running(); }
   const Config& config() const override { return impl_->config(); }
 
@@ -36,12 +39,32 @@ class PrecisionDebugger final : public DebuggerInterface {
         case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Statistics>>(options);
         case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
         case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Statistics>>(options);
+        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Statistics>>(options);
+        default: break;
+      }
+    }
+    if (c.task == Task::Tensor) {
+      switch (c.level) {
+        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Tensor>>(options);
+        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Tensor>>(options);
+        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Tensor>>(options);
+        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Tensor>>(options);
+        default: break;
+      }
+    }
+    if (c.task == Task::OverflowCheck) {
+      switch (c.level) {
+        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::OverflowCheck>>(options);
+        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::OverflowCheck>>(options);
+        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::OverflowCheck>>(options);
         default: break;
       }
     }
     throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
                       std::string(task_name(c.task)) +
-                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\" with task \"statistics\")");
+                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\", "
+                      "\"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", \"L1\", \"mix\" with task "
+                      "\"overflow_check\")");
   }
 
   std::unique_ptr<DebuggerInterface> impl_;

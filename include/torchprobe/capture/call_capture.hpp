@@ -117,8 +117,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     ThreadModules& tm = thread_modules();
     try {
       const auto& outputs = fn.outputs();
-      tm.last_outputs.assign(outputs.begin(), outputs.end());
-      ++tm.calls;
+      if (kModules || tm.dump_only) {  // a guard's output is its last call's: keep it (only then)
+        tm.last_outputs.assign(outputs.begin(), outputs.end());
+        ++tm.calls;
+      }
       if (call.in_episode && tm.episode) {
         OpenModule& ep = *tm.episode;
         ep.last_outputs.assign(outputs.begin(), outputs.end());
@@ -540,6 +542,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       r.stack = std::move(m.record.stack);
       r.parent = m.record.parent;
       r.pending = std::move(m.record.pending);
+      r.saves = std::move(m.record.saves);  // tensor files of its inputs and parameters
       nlohmann::ordered_json& body = m.record.body;
       if (body.contains("input_args")) {
         r.body["input_args"] = std::move(body["input_args"]);
@@ -670,9 +673,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
   }
 
   bool same_models(const ModelRef& m) const {
-    if (!catalog_ || m.nn.size() != models_.nn.size()) return false;
+    if (!catalog_ || m.nn.size() != models_.nn.size() || m.jit.size() != models_.jit.size()) return false;
     for (std::size_t i = 0; i < m.nn.size(); ++i)
       if (m.nn[i] != models_.nn[i]) return false;
+    for (std::size_t i = 0; i < m.jit.size(); ++i)
+      if (m.jit[i]._ivalue() != models_.jit[i]._ivalue()) return false;
     return true;
   }
 

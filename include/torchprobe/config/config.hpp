@@ -98,6 +98,9 @@ struct Config {
   std::string precision = "low";
   // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
   RiskLevel risk_level = RiskLevel::All;
+  // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
+  // training thread waits for the writer (tensor task, tensor_list, save()).
+  int64_t max_pending_mb = 1024;
 
   // Keys of the task's own section ("statistics": {...}, "tensor": {...}, ...).
   std::vector<std::string> scope, list, tensor_list;
@@ -275,7 +278,9 @@ inline bool contains(std::initializer_list<std::string_view> names, std::string_
 }
 
 inline bool is_common_key(std::string_view k) {
-  return contains({"task", "level", "dump_path", "rank", "step", "async_dump", "extra_info", "precision", "risk_level"}, k);
+  return contains({"task", "level", "dump_path", "rank", "step", "async_dump", "extra_info", "precision", "risk_level",
+                   "max_pending_mb"},
+                  k);
 }
 
 inline bool is_task_section_name(std::string_view k) {
@@ -367,12 +372,11 @@ inline Task parse_task(const json& v) {
 }
 
 inline Level parse_level(const json& v) {
-  const std::string allowed = "\"L0\", \"L1\", \"mix\", \"L2\"";
+  const std::string allowed = "\"L0\", \"L1\", \"mix\", \"L2\", \"debug\"";
   if (!v.is_string()) reject("level", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2})
+  for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
     if (level_name(l) == name) return l;
-  if (name == "debug") reject("level", v, "level \"debug\" (single-point save) is not supported by TorchProbe yet", allowed);
   reject("level", v, "it is not a level (names are case-sensitive)", allowed);
 }
 
@@ -395,6 +399,17 @@ inline int64_t parse_overflow_nums(const json& section, const std::string& label
   const int64_t n = v->get<int64_t>();
   if (n == 0 || n < -1) reject(label, *v, "it is neither -1 nor positive", allowed);
   return n;
+}
+
+inline int64_t parse_max_pending_mb(const json& doc) {
+  const std::string allowed = "an integer number of MiB from 1 to 1048576";
+  const json* v = find(doc, "max_pending_mb");
+  if (!v) return 1024;
+  if (v->is_boolean() || !v->is_number_integer()) reject("max_pending_mb", *v, "it should be an integer", allowed);
+  const bool in_range = v->is_number_unsigned() ? (v->get<uint64_t>() >= 1 && v->get<uint64_t>() <= 1048576u)
+                                                : (v->get<int64_t>() >= 1 && v->get<int64_t>() <= 1048576);
+  if (!in_range) reject("max_pending_mb", *v, "it is outside [1, 1048576]", allowed);
+  return v->get<int64_t>();
 }
 
 inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
@@ -431,7 +446,7 @@ inline void warn_about_section_keys(const json& section, Task task, std::vector<
 
 // Scope names must name entries of the configured level (reference §5.3, msprobe's scope.py).
 inline void check_scope(const Config& c, const std::string& label) {
-  if (c.scope.empty()) return;
+  if (c.scope.empty() || c.level == Level::Debug) return;
   const json shown = c.scope;
   if (c.task == Task::FreeBenchmark) {  // msprobe's ListScope: a set of exact names, exclusive with list
     if (!c.list.empty())
@@ -479,6 +494,7 @@ inline Config parse_config(const nlohmann::json& doc) {
   static constexpr Choice<RiskLevel> kRisks[] = {
       {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
   c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
+  c.max_pending_mb = parse_max_pending_mb(doc);
 
   // structure records the module tree, which only L0 and mix capture (msprobe forces mix the same way).
   if (c.task == Task::Structure && c.level != Level::L0 && c.level != Level::Mix) {
@@ -514,6 +530,10 @@ inline Config parse_config(const nlohmann::json& doc) {
   }
   if (is_section_key_used("overflow_nums", c.task)) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
   check_scope(c, label("scope"));
+  // save() names its own entries; msprobe applies no filter to them.
+  if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
+    c.warnings.push_back("config keys " + quote(label("scope")) + "/" + quote(label("list")) +
+                         " are ignored at level \"debug\": save() writes every value it is given");
 
   // Rules that tie keys together (reference §5.3).
   if (c.level == Level::L2 && c.list.size() != 1)
@@ -521,7 +541,7 @@ inline Config parse_config(const nlohmann::json& doc) {
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
-  if (c.async_dump && c.task == Task::Tensor && c.list.empty())
+  if (c.async_dump && c.task == Task::Tensor && c.list.empty() && c.level != Level::Debug)
     reject(label("list"), c.list, "task \"tensor\" with async_dump true must name the APIs to save",
            "a non-empty list with async_dump true, or async_dump false");
   return c;

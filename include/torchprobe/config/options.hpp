@@ -41,6 +41,8 @@ class Options {
   Options& data_mode(std::vector<std::string> modes) { return set("data_mode", std::move(modes)); }
   Options& summary_mode(std::string mode) { return set("summary_mode", std::move(mode)); }
   Options& overflow_nums(int64_t n) { return set("overflow_nums", n); }
+  // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
+  Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
 
   // Any config.json key (e.g. set("level", "mix")); the last value set for a key wins.
   Options& set(std::string key, nlohmann::json value) {

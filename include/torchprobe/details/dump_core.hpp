@@ -3,20 +3,52 @@
 // a backward thread may still be finishing a call after the Debugger stopped or went away.
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "../config/config.hpp"
 #include "../io/error_log.hpp"
+#include "../io/journal.hpp"
+#include "../io/python_json.hpp"
+#include "../io/tensor_writer.hpp"
 #include "step_state.hpp"
 
 namespace torchprobe::details {
 
+// Optional parts of a task policy, found by detection:
+//  - bool ended() const: the task has seen enough and the dump ends (overflow_check's overflow_nums);
+//  - bool decision_due() const and decide_held(commit): keep() may hold entries back until values
+//    still on a device are read, and decides them in one batch (overflow_check on a device);
+//  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
+//    (overflow_check's overflow_summary.json).
+template <class T, class = void>
+struct task_can_end : std::false_type {};
+template <class T>
+struct task_can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
+template <class T, class = void>
+struct task_holds_entries : std::false_type {};
+template <class T>
+struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
+template <class T, class = void>
+struct task_adds_files : std::false_type {};
+template <class T>
+struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(std::declval<const std::vector<Record>&>(),
+                                                                                     std::int64_t()))>> : std::true_type {};
+
 template <class TaskT>
 struct DumpCore {
-  explicit DumpCore(Config c) : config(std::move(c)), task(config), state(config), errors(std::string()) {}
+  explicit DumpCore(Config c)
+      : config(std::move(c)), task(config), state(config), debug_state(config), errors(std::string()) {}
   const Config config;
   TaskT task;
-  StepState state;
+  StepState state;        // dump.json's entries
+  StepState debug_state;  // debug.json's entries (save())
   io::ErrorLog errors;
+  io::Journal journal;    // open while a dumped step runs, when the sink keeps files
   // Between start() and stop(). Gradients that arrive while stopped are not recorded.
   std::atomic<bool> capturing{false};
   // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
@@ -25,14 +57,126 @@ struct DumpCore {
   bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
 
   // Every finished entry goes through here: the task has the last word on it (a task may keep
-  // only some entries, or act on the ones it keeps) before it joins the step.
+  // only some entries, or act on the ones it keeps) before it joins the step. A kept entry's
+  // tensor files go to the writer and its JSON to the journal; a dropped one's snapshots are freed.
   void commit(Record&& r) {
-    if (task.keep(r)) state.commit(std::move(r));
+    if (task.keep(r)) accept(state, "dump", std::move(r));
+    else decide_held_if_due();
   }
-  // The same, for entries placed in dump order when they complete (backward, modules).
+  // The same, for entries placed in dump order when they complete (backward, modules). The place
+  // is taken before keep(), so an entry the task holds back keeps it.
   void commit_last(Record&& r) {
-    if (task.keep(r)) state.commit_last(std::move(r));
+    r.order = state.next_order();
+    if (task.keep(r)) accept(state, "dump", std::move(r));
+    else decide_held_if_due();
   }
+
+  // Entries the task held back until values still on a device are read (overflow_check) are
+  // decided now, in one batch; those it keeps join the step. Called before each flush.
+  void decide_held() {
+    if constexpr (task_holds_entries<TaskT>::value) task.decide_held([this](Record&& r) { commit(std::move(r)); });
+  }
+  // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
+  bool ended() const {
+    if constexpr (task_can_end<TaskT>::value) return task.ended();
+    else return false;
+  }
+  // What the Debugger does when the task ends the dump; runs once, on the thread that committed
+  // the last entry. Cleared (null) by the Debugger before it goes away.
+  void set_end_hook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(end_mu_);
+    end_hook_ = std::move(hook);
+  }
+  // save()'s entries, for debug.json. An entry committed again under the same name and order
+  // replaces the earlier one (a gradient filling its placeholder).
+  void commit_debug(Record&& r) {
+    if (!task.keep(r)) return;
+    accept(debug_state, "debug", std::move(r));
+    debug_commits.fetch_add(1);
+  }
+  // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
+  std::atomic<std::uint64_t> debug_commits{0};
+
+  // The rank directory of the dumped step: kept entries' tensor files go to its dump_tensor_data/,
+  // their write failures to its dump_error_info.log.
+  void set_step_directory(const std::string& rank_directory) {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    rank_dir_ = rank_directory;
+  }
+
+  // Waits until every tensor file handed over so far is written.
+  void flush_tensor_files() {
+    std::shared_ptr<io::TensorWriter> w;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      w = writer_;
+    }
+    if (w) w->flush();
+  }
+
+ private:
+  void accept(StepState& into, const char* file, Record&& r) {
+    if (!r.saves.empty()) hand_over_saves(r);
+    if (journal.is_open()) append_to_journal(file, r);
+    into.commit(std::move(r));
+    if (ended() && !end_seen_.exchange(true)) end_dump();
+  }
+
+  void decide_held_if_due() {
+    if constexpr (task_holds_entries<TaskT>::value)
+      if (task.decision_due()) decide_held();
+  }
+
+  // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
+  void end_dump() {
+    capturing = false;
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (end_hook_) end_hook_();
+  }
+
+  void hand_over_saves(Record& r) {
+    std::string rank_dir;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      rank_dir = rank_dir_;
+      if (!writer_) writer_ = r.saves.front().writer;
+    }
+    if (!rank_dir.empty()) {
+      const std::string dir = rank_dir + "/dump_tensor_data/";
+      for (io::PendingSave& s : r.saves)
+        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data), std::move(s.memory));
+    }
+    r.saves.clear();
+  }
+
+  // One line per kept entry; see io/journal.hpp for the format. A failure is logged once per
+  // step (through the error log's de-duplication) and the dump goes on from memory.
+  void append_to_journal(const char* file, const Record& r) {
+    std::string line = "{\"file\": \"";
+    line += file;
+    line += "\", \"name\": ";
+    line += io::to_python_json(nlohmann::ordered_json(r.name), -1);
+    line += ", \"order\": ";
+    line += std::to_string(r.order);
+    if (r.parent) {
+      line += ", \"parent\": ";
+      line += r.parent->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*r.parent), -1);
+    }
+    line += ", \"body\": ";
+    line += io::to_python_json(r.body, -1);
+    line += '}';
+    if (const int err = journal.append(line))
+      errors.log("write_journal", r.name, io::errno_text(err),
+                 io::IoError("write the journal", journal.path(), err).what() +
+                     std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+  }
+
+  std::mutex end_mu_;
+  std::function<void()> end_hook_;
+  std::atomic<bool> end_seen_{false};
+  std::mutex files_mu_;
+  std::string rank_dir_;
+  std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
 };
 
 }  // namespace torchprobe::details

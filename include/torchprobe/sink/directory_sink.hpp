@@ -1,7 +1,8 @@
 #pragma once
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
-// construct}.json. Each flush rewrites the files atomically (temporary file + rename), so a
-// reader never sees a half-written file and a failed write leaves the previous one intact.
+// construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
+// file + rename), so a reader never sees a half-written file and a failed write leaves the previous
+// one intact. Between flushes the step journal in the same directory holds every kept entry.
 #include <string>
 
 #include "../io/files.hpp"
@@ -12,6 +13,8 @@ namespace torchprobe {
 
 class DirectorySink {
  public:
+  static constexpr bool keeps_journal = true;
+
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
   void open(const std::string& directory) {
@@ -23,11 +26,17 @@ class DirectorySink {
   }
 
   void write_step(const StepDump& d) {
-    io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()));
+    // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
+    // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
+    const bool sync = d.records && !d.records->empty();
+    io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()), 0640, sync);
+    for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
     if (!d.extra_info) return;
-    io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()));
-    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()));
+    io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()), 0640, sync);
+    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()), 0640, sync);
   }
+
+  void write_debug(const StepDump& d) { io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json())); }
 };
 
 }  // namespace torchprobe

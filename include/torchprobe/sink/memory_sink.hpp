@@ -13,6 +13,8 @@ class MemorySink {
  public:
   struct Files {
     nlohmann::ordered_json dump, stack, construct;
+    nlohmann::ordered_json debug;  // save()'s debug.json, null when nothing was saved
+    std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
   };
 
   void open(const std::string&) {}
@@ -23,6 +25,13 @@ class MemorySink {
     f.dump = d.dump_json();
     f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
     f.construct = d.construct_json();
+    f.task_files.clear();
+    for (const auto& tf : d.task_files) f.task_files[tf.first] = tf.second;
+  }
+
+  void write_debug(const StepDump& d) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_[d.step].debug = d.dump_json();
   }
 
   // The last flush of each step, keyed by step number.
@@ -45,6 +54,7 @@ class NullSink {
  public:
   void open(const std::string&) {}
   void write_step(const StepDump&) {}
+  void write_debug(const StepDump&) {}
 };
 
 }  // namespace torchprobe

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../io/stack_trace.hpp"
+#include "../io/tensor_writer.hpp"
 
 namespace torchprobe {
 
@@ -29,6 +30,9 @@ struct Record {
   std::optional<io::CallStack> stack;   // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
+  // Tensor files this entry names in "data_name", snapshotted when described and written only
+  // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
+  std::vector<io::PendingSave> saves;
 };
 
 }  // namespace torchprobe

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,8 @@
 
 namespace torchprobe {
 
+// dump_json() also makes debug.json (save()'s entries, level "debug"): msprobe gives both files the
+// same top-level keys.
 struct StepDump {
   std::string task;                  // "statistics"
   std::string level;                 // "L1"
@@ -20,6 +23,8 @@ struct StepDump {
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;            // write stack.json and construct.json
   const std::vector<Record>* records = nullptr;
+  // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -69,5 +74,20 @@ struct StepDump {
     return out;
   }
 };
+
+// What a sink may offer besides write_step(StepDump):
+//  - write_debug(StepDump): debug.json, save()'s entries (a sink without it drops them);
+//  - `static constexpr bool keeps_journal = true`: its JSON goes to the step directory, so the
+//    Debugger keeps the step journal there (io/journal.hpp) for crash recovery.
+template <class Sink, class = void>
+struct sink_writes_debug : std::false_type {};
+template <class Sink>
+struct sink_writes_debug<Sink, std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
+    : std::true_type {};
+
+template <class Sink, class = void>
+struct sink_keeps_journal : std::false_type {};
+template <class Sink>
+struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {};
 
 }  // namespace torchprobe

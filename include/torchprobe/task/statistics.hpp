@@ -1,5 +1,7 @@
 #pragma once
 // Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
+// With a tensor_list, the tensors of entries whose name contains one of its items are also saved
+// to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,7 @@
 #include "../stats/checksum.hpp"
 #include "../stats/cpu_stats.hpp"
 #include "../stats/device_stats.hpp"
+#include "tensor_saver.hpp"
 
 namespace torchprobe {
 
@@ -17,7 +20,7 @@ class StatisticsTask {
  public:
   static constexpr Task kind = Task::Statistics;
 
-  explicit StatisticsTask(const Config& config) : mode_(config.summary_mode) {}
+  explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
 
   // Tensors whose statistics are reduced where they live and read back in one batch at flush.
   // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
@@ -44,6 +47,7 @@ class StatisticsTask {
       record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
+    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) saver_.stage(t, site, record, j);
     if (mode_ == SummaryMode::Md5) j["md5"] = empty ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(stats::crc32_hex(t));
     return j;
   }
@@ -51,9 +55,25 @@ class StatisticsTask {
   // Called for every finished entry before it joins the step; statistics keeps them all.
   bool keep(Record&) const { return true; }
 
+  // Where saved tensors go (its writer() reports throughput and stalls).
+  const TensorSaver& saver() const { return saver_; }
+
+ protected:
+  StatisticsTask(const Config& config, bool save_every_tensor)
+      : mode_(config.summary_mode), saver_(config), tensor_list_(config.tensor_list), save_every_tensor_(save_every_tensor) {}
+
  private:
+  bool named_in_tensor_list(const std::string& name) const {
+    for (const std::string& item : tensor_list_)
+      if (name.find(item) != std::string::npos) return true;
+    return false;
+  }
+
   SummaryMode mode_;
   bool force_device_ = false;
+  TensorSaver saver_;  // enabled for task tensor and for a non-empty tensor_list only
+  std::vector<std::string> tensor_list_;
+  bool save_every_tensor_;
 };
 
 }  // namespace torchprobe

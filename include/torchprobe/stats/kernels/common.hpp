@@ -30,6 +30,20 @@
 #include <cpuid.h>
 #endif
 
+// GCC 12's x86 intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`),
+// which -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
+// The kernel headers wrap their own code in these; user code keeps every warning.
+#if defined(__GNUC__) && !defined(__clang__)
+#define TORCHPROBE_KERNELS_BEGIN                                  \
+  _Pragma("GCC diagnostic push")                                  \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")           \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define TORCHPROBE_KERNELS_END _Pragma("GCC diagnostic pop")
+#else
+#define TORCHPROBE_KERNELS_BEGIN
+#define TORCHPROBE_KERNELS_END
+#endif
+
 namespace torchprobe::stats {
 
 // The instruction sets the CPU kernels are written for. Portable is xsimd on whatever the
@@ -102,6 +116,23 @@ inline double element_value(c10::complex<float> v) {
 template <>
 inline double element_value(c10::complex<double> v) {
   return std::hypot(v.real(), v.imag());  // squares of doubles can overflow or underflow
+}
+
+// The kernels do enough work per cache line that the CPU keeps too few reads in flight to
+// saturate memory from one core (measured: 6 GB/s against 9.6 GB/s for a plain read loop).
+// Asking for the data 1 KiB ahead brings them to 8.5-9.5 GB/s.
+inline constexpr std::size_t kPrefetchDistance = 1024;
+
+// Prefetches the cache lines that an iteration consuming kBytes at `at` will need
+// kPrefetchDistance bytes later. A prefetch never faults, so reading past the end is harmless.
+template <std::size_t kBytes>
+inline void prefetch_ahead(const void* at) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* ahead = static_cast<const char*>(at) + kPrefetchDistance;
+  for (std::size_t offset = 0; offset < kBytes; offset += 64) __builtin_prefetch(ahead + offset, 0, 3);
+#else
+  (void)at;
+#endif
 }
 
 // The scalar loop: tails of the SIMD kernels, and every dtype the SIMD kernels leave out.

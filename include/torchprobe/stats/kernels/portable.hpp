@@ -13,6 +13,8 @@
 
 #include <type_traits>
 
+TORCHPROBE_KERNELS_BEGIN
+
 namespace torchprobe::stats::kernels::portable {
 
 #if !defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
@@ -46,6 +48,7 @@ inline ScanResult scan_native(const T* p, std::int64_t n) {
   Sums s0(0.0), s1(0.0), q0(0.0), q1(0.0);
   std::int64_t i = 0;
   for (; i + width <= n; i += width) {
+    prefetch_ahead<width * sizeof(T)>(p + i);
     const Values v = Values::load_unaligned(p + i);
     mx = xsimd::max(mx, v);
     mn = xsimd::min(mn, v);
@@ -101,3 +104,5 @@ inline ScanResult scan(const T* p, std::int64_t n) {
 #endif
 
 }  // namespace torchprobe::stats::kernels::portable
+
+TORCHPROBE_KERNELS_END

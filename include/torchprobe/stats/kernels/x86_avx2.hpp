@@ -12,13 +12,7 @@
 #define TORCHPROBE_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #define TORCHPROBE_AVX2_INLINE TORCHPROBE_AVX2_TARGET __attribute__((always_inline)) inline
 
-// GCC 12's intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`), which
-// -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+TORCHPROBE_KERNELS_BEGIN
 
 namespace torchprobe::stats::kernels::avx2 {
 
@@ -183,6 +177,7 @@ TORCHPROBE_AVX2_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n) {
   Doubles s0 = zeros(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   std::int64_t i = 0;
   for (; i + 2 * step <= n; i += 2 * step) {
+    prefetch_ahead<2 * step * sizeof(T)>(p + i);
     const Floats a = L::load(p + i), b = L::load(p + i + step);
     mx = vmax(mx, vmax(a, b));
     mn = vmin(mn, vmin(a, b));
@@ -212,6 +207,7 @@ TORCHPROBE_AVX2_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) 
   Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
   std::int64_t i = 0;
   for (; i + 4 * step <= n; i += 4 * step) {
+    prefetch_ahead<4 * step * sizeof(T)>(p + i);
     const Doubles a = L::load(p + i), b = L::load(p + i + step);
     const Doubles c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
     mx = vmax(mx, vmax(vmax(a, b), vmax(c, d)));
@@ -247,8 +243,6 @@ ScanResult scan(const T* p, std::int64_t n) {
 
 }  // namespace torchprobe::stats::kernels::avx2
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+TORCHPROBE_KERNELS_END
 
 #endif  // TORCHPROBE_STATS_X86_KERNELS

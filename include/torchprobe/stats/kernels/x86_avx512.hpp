@@ -13,13 +13,7 @@
 #define TORCHPROBE_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define TORCHPROBE_AVX512_INLINE TORCHPROBE_AVX512_TARGET __attribute__((always_inline)) inline
 
-// GCC 12's intrinsic headers seed results with _mm*_undefined_*() (`__m512 __Y = __Y;`), which
-// -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+TORCHPROBE_KERNELS_BEGIN
 
 namespace torchprobe::stats::kernels::avx512 {
 
@@ -174,6 +168,7 @@ TORCHPROBE_AVX512_TARGET ScanResult scan_float_lanes(const T* p, std::int64_t n)
   Doubles s0 = zeros(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   std::int64_t i = 0;
   for (; i + 4 * step <= n; i += 4 * step) {
+    prefetch_ahead<4 * step * sizeof(T)>(p + i);
     const Floats a = L::load(p + i), b = L::load(p + i + step);
     const Floats c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
     mx0 = vmax(mx0, vmax(a, b));
@@ -210,6 +205,7 @@ TORCHPROBE_AVX512_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n
   Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
   std::int64_t i = 0;
   for (; i + 4 * step <= n; i += 4 * step) {
+    prefetch_ahead<4 * step * sizeof(T)>(p + i);
     const Doubles a = L::load(p + i), b = L::load(p + i + step);
     const Doubles c = L::load(p + i + 2 * step), d = L::load(p + i + 3 * step);
     mx0 = vmax(mx0, vmax(a, b));
@@ -252,6 +248,7 @@ TORCHPROBE_AVX512_TARGET inline IntScanResult scan_int64(const std::int64_t* p, 
   Doubles s0 = zeros(), s1 = s0, q0 = s0, q1 = s0;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    prefetch_ahead<16 * sizeof(std::int64_t)>(p + i);
     const __m512i a = _mm512_loadu_si512(p + i), b = _mm512_loadu_si512(p + i + 8);
     mx = _mm512_max_epi64(mx, _mm512_max_epi64(a, b));
     mn = _mm512_min_epi64(mn, _mm512_min_epi64(a, b));
@@ -272,8 +269,6 @@ TORCHPROBE_AVX512_TARGET inline IntScanResult scan_int64(const std::int64_t* p, 
 
 }  // namespace torchprobe::stats::kernels::avx512
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+TORCHPROBE_KERNELS_END
 
 #endif  // TORCHPROBE_STATS_X86_KERNELS

@@ -1,0 +1,162 @@
+// Tensor task: how fast the .pt files of one model step (about 1 GB of tensors) reach the disk,
+// compared with a plain sequential write of the same number of bytes to the same directory, in the
+// same run; and how long the training thread is held up.
+//
+//   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build-bench --target torchprobe_write_benchmark
+//   build-bench/benchmarks/torchprobe_write_benchmark [DIR]      # DIR: where to write (default /tmp)
+//
+// Disk use stays near 1 GB: each phase deletes what it wrote before the next begins.
+//
+// Numbers reported:
+//   plain write     bytes / time of open + write(8 MiB chunks) + close of one file (no fsync,
+//                   like the tensor files); measured before and after the dump, the mean is used
+//   writer          bytes / the wall time during which the writer threads had a file in progress
+//   ratio           writer throughput / plain write throughput (target >= 0.7)
+//   end to end      bytes / (dumped step, including stop()'s wait for the files, - plain step)
+//   stall           what the training thread loses: the extra time of its forward pass (capture,
+//                   statistics, snapshots, waits at the memory cap) and stop()'s wait for the files
+#include <torch/torch.h>
+#include <torchprobe/torchprobe.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace tp = torchprobe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A step whose tensors are large and whose arithmetic is cheap, so that the dump's cost is what
+// shows: layers of x * gamma + beta, then gelu, on a 4096 x 2048 float activation (32 MiB). Per
+// layer mul, add and gelu each save their 32 MiB input and 32 MiB output (and the 8 KiB
+// gamma/beta): 192 MiB; five layers make about 1 GB.
+struct StackImpl : torch::nn::Module {
+  explicit StackImpl(int n) {
+    for (int i = 0; i < n; ++i) {
+      gammas.push_back(register_parameter("gamma" + std::to_string(i), torch::rand({2048}) + 0.5, false));
+      betas.push_back(register_parameter("beta" + std::to_string(i), torch::randn({2048}), false));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (std::size_t i = 0; i < gammas.size(); ++i) x = torch::gelu(x * gammas[i] + betas[i]);
+    return x;
+  }
+  std::vector<torch::Tensor> gammas, betas;
+};
+TORCH_MODULE(Stack);
+
+// Each measured phase starts with no dirty pages left by the one before (not timed).
+void settle() { ::sync(); }
+
+double plain_write_seconds(const std::string& path, std::size_t bytes) {
+  settle();
+  static std::vector<char> chunk = [] {
+    std::vector<char> c(std::size_t{8} << 20);
+    unsigned x = 12345;
+    for (char& b : c) b = static_cast<char>((x = x * 1103515245u + 12345u) >> 16);
+    return c;
+  }();
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  std::size_t left = bytes;
+  while (left > 0) {
+    const std::size_t n = std::min(left, chunk.size());
+    const ssize_t w = ::write(fd, chunk.data(), n);
+    if (w <= 0) {
+      std::perror("write");
+      std::exit(1);
+    }
+    left -= static_cast<std::size_t>(w);
+  }
+  ::close(fd);
+  const double s = seconds_since(t0);
+  std::filesystem::remove(path);
+  return s;
+}
+
+struct DumpRun {
+  double forward = 0, stop = 0;
+  tp::io::TensorWriter::Stats writer;
+};
+
+DumpRun dumped_step(Stack& model, const torch::Tensor& x, const std::string& dir, std::int64_t max_pending_mb) {
+  DumpRun run;
+  settle();
+  {
+    tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(tp::Options().dump_path(dir).max_pending_mb(max_pending_mb).extra_info(false));
+    dbg.start();
+    auto t0 = Clock::now();
+    model->forward(x);
+    run.forward = seconds_since(t0);
+    t0 = Clock::now();
+    dbg.stop();  // waits until every file is written, then writes dump.json
+    run.stop = seconds_since(t0);
+    run.writer = dbg.task().saver().writer()->stats();
+  }
+  std::filesystem::remove_all(dir);
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string base = argc > 1 ? argv[1] : std::filesystem::temp_directory_path().string();
+  const std::string dir = base + "/torchprobe_write_benchmark_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  Stack model(5);
+  const torch::Tensor x = torch::randn({4096, 2048});
+
+  // The step alone (best of 3, after a warm-up).
+  model->forward(x);
+  double plain_step = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    model->forward(x);
+    plain_step = std::min(plain_step, seconds_since(t0));
+  }
+
+  std::printf("TorchProbe tensor-task write benchmark: %s, %d intra-op threads, writer threads %u\n", dir.c_str(),
+              at::get_num_threads(), tp::io::TensorWriter::kDefaultThreads);
+  std::printf("model step without TorchProbe: %.3f s\n\n", plain_step);
+  std::printf("%-22s %9s %9s %10s %10s %7s %10s %8s %8s %8s\n", "max_pending_mb", "GB", "plain GB/s", "writer GB/s",
+              "ratio", "e2e GB/s", "e2e ratio", "fwd+ s", "waits s", "stop s");
+  for (std::int64_t cap : {std::int64_t{1024}, std::int64_t{256}}) {
+    // Plain writes around the dump, so both see the same state of the page cache and the disk.
+    const DumpRun probe = dumped_step(model, x, dir + "/probe", cap);  // learns the byte count; also a warm-up
+    const std::size_t bytes = probe.writer.bytes;
+    const double plain_before = plain_write_seconds(dir + "/plain.bin", bytes);
+    const DumpRun run = dumped_step(model, x, dir + "/dump", cap);
+    const double plain_after = plain_write_seconds(dir + "/plain.bin", bytes);
+    const double plain = (plain_before + plain_after) / 2;
+    const double gb = static_cast<double>(run.writer.bytes) / 1e9;
+    const double plain_rate = gb / plain;
+    const double writer_rate = gb / run.writer.busy_seconds;
+    const double e2e = run.forward + run.stop - plain_step;
+    std::printf("%-22lld %9.3f %9.2f %10.2f %10.2f %7.2f %10.2f %8.3f %8.3f %8.3f\n", static_cast<long long>(cap), gb,
+                plain_rate, writer_rate, writer_rate / plain_rate, gb / e2e, plain / e2e, run.forward - plain_step,
+                run.writer.wait_seconds, run.stop);
+    std::printf("%-22s files %llu, failures %llu, peak snapshot memory %.0f MiB, plain write %.3f s / %.3f s\n", "",
+                static_cast<unsigned long long>(run.writer.files), static_cast<unsigned long long>(run.writer.failures),
+                static_cast<double>(run.writer.peak_held_bytes) / (1 << 20), plain_before, plain_after);
+  }
+  std::printf("\nfwd+ s: extra time of the forward pass with the dump (capture, statistics, snapshots, waits at the cap);\n"
+              "waits s: part of it spent waiting for the writer at the memory cap; stop s: stop()'s wait for the last files.\n");
+  std::filesystem::remove_all(dir);
+  return 0;
+}

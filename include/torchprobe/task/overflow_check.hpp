@@ -1,0 +1,205 @@
+#pragma once
+// Task::OverflowCheck (classic msprobe's overflow_check, reference §6): an entry overflows when one
+// of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
+// are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
+// Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
+//
+// What keeps it cheap when nothing overflows:
+//  - Statistics are the fused one-pass CPU kernels; the decision is a look at the entry's Max/Min.
+//  - Tensors are not copied while an entry is undecided: the entry holds references, and only a
+//    kept entry's tensors are snapshotted and handed to the writer (io/tensor_writer.hpp). The one
+//    exception is the tensor an in-place op is about to overwrite (see describe()).
+//  - Tensors on a device are reduced there, as for statistics; their entries are held back until
+//    the reductions are read, all at once, at flush (or once many are waiting): no host
+//    synchronisation per op. overflow_nums is then applied at that point.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../capture/tensor_json.hpp"
+#include "../capture/value_encoder.hpp"
+#include "../config/config.hpp"
+#include "../details/probe_guard.hpp"
+#include "../io/files.hpp"
+#include "../sink/record.hpp"
+#include "../stats/cpu_stats.hpp"
+#include "../stats/device_stats.hpp"
+#include "overflow_summary.hpp"
+#include "tensor_saver.hpp"
+
+namespace torchprobe {
+
+class OverflowCheckTask {
+ public:
+  static constexpr Task kind = Task::OverflowCheck;
+  // Entries whose statistics are still on the device are decided in batches of at most this many,
+  // or once the tensors they keep alive (for their files) pass kHeldBytesBeforeDecision.
+  static constexpr std::size_t kHeldEntriesBeforeDecision = 1000;
+  static constexpr std::size_t kHeldBytesBeforeDecision = std::size_t(512) << 20;
+
+  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config) {}
+
+  // As StatisticsTask::force_device_path: CPU tensors take the device path (tests use it to run the
+  // deferred decision without a GPU).
+  void force_device_path(bool on) { force_device_ = on; }
+
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record, bool gradient = false) const {
+    nlohmann::ordered_json j = tensor_header(t);
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
+      put_stats(j, TensorStats{});
+    } else if (t.device().is_cpu() && !force_device_) {
+      put_stats(j, stats::cpu_stats(t));
+    } else {
+      put_stats(j, TensorStats{});  // read back with the entry's decision
+      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+    }
+    j["requires_grad"] = gradient ? false : t.requires_grad();
+    stage(t, site, record, j);
+    return j;
+  }
+
+  // Called for every finished entry. Keeps an overflowing entry (snapshotting its tensors for the
+  // writer) while fewer than overflow_nums were kept; holds back an entry whose statistics are still
+  // on the device; drops the rest, which frees their tensor references and nothing more.
+  bool keep(Record& r) {
+    if (ended_.load(std::memory_order_relaxed)) return false;
+    if (overflow::is_debug_entry(r.name)) {  // save() asked for exactly this value
+      snapshot_saves(r);
+      return true;
+    }
+    if (!overflow::any_nonfinite_stat(r.body)) {
+      if (!r.pending.empty()) hold(std::move(r));
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (limit_ >= 0 && kept_ >= limit_) return false;
+      ++kept_;
+      if (limit_ >= 0 && kept_ >= limit_) ended_.store(true);
+    }
+    snapshot_saves(r);
+    return true;
+  }
+
+  // True once overflow_nums overflowing entries were kept: the dump is over (the Debugger stops
+  // capturing, writes the files at once and ignores later start() calls).
+  bool ended() const { return ended_.load(); }
+  std::string end_reason() const {
+    return "overflow_check found overflow_nums = " + std::to_string(limit_) +
+           " overflowing calls (\"Reached the preset overflow times\"); the dump has ended and start() does nothing";
+  }
+
+  // Whether held-back entries should be decided before the flush (too many, or too much memory).
+  bool decision_due() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_.size() >= kHeldEntriesBeforeDecision || held_bytes_ >= kHeldBytesBeforeDecision;
+  }
+
+  // Decides the held-back entries: one device-to-host copy for all their statistics, then each
+  // overflowing one goes to `commit` (which calls keep() again) in dump order.
+  template <class Commit>
+  void decide_held(Commit&& commit) {
+    std::vector<Record> held;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      held.swap(held_);
+      held_bytes_ = 0;
+    }
+    if (held.empty() || ended()) return;
+    std::stable_sort(held.begin(), held.end(), [](const Record& a, const Record& b) { return a.order < b.order; });
+    stats::DeferredStats batch;
+    for (const Record& r : held)
+      for (const PendingStats& p : r.pending) batch.add_reduced(p.values, p.dtype, p.zero_dim);
+    const std::vector<TensorStats> resolved = batch.resolve();
+    std::size_t next = 0;
+    for (Record& r : held) {
+      for (const PendingStats& p : r.pending)
+        put_stats(r.body.at(nlohmann::ordered_json::json_pointer(p.pointer)), resolved[next++]);
+      r.pending.clear();
+      if (overflow::any_nonfinite_stat(r.body)) commit(std::move(r));
+    }
+  }
+
+  // overflow_summary.json, for a step with overflowing entries (given in dump order).
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<Record>& records,
+                                                                        std::int64_t step) const {
+    nlohmann::ordered_json summary = overflow::summarize(records, step, ended());
+    if (summary.is_null()) return {};
+    return {{"overflow_summary.json", std::move(summary)}};
+  }
+
+  std::int64_t overflowing_calls_kept() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return kept_;
+  }
+  const TensorSaver& saver() const { return saver_; }
+
+ private:
+  // msprobe saves every tensor of an overflowing call, and "data_name" goes on every tensor item.
+  // Only a reference is kept here; keep() snapshots the tensors of the entries it keeps. An
+  // in-place op's first argument is the exception: the op is about to overwrite it, so it is
+  // copied now (on its device, so no host synchronisation either).
+  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+    const auto& writer = saver_.writer();
+    if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
+    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
+    item["data_name"] = name;
+    io::PendingSave save{writer, io::Reservation(), std::move(name), t};
+    if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
+      ProbeGuard guard;
+      if (t.device().is_cpu()) {
+        save.memory = writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size());
+        save.data = snapshot_for_file(t);
+      } else {
+        save.data = t.detach().clone(at::MemoryFormat::Contiguous);
+      }
+    }
+    record.saves.push_back(std::move(save));
+  }
+
+  // Turns the kept entry's references into the CPU snapshots the writer expects. A save that
+  // already holds memory from the writer's budget is a snapshot already.
+  void snapshot_saves(Record& r) const {
+    for (io::PendingSave& s : r.saves) {
+      if (s.memory.bytes() > 0 || !s.data.defined()) continue;
+      s.memory = s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size());
+      s.data = snapshot_for_file(s.data);
+    }
+  }
+
+  void hold(Record&& r) {
+    std::size_t bytes = 0;
+    for (const io::PendingSave& s : r.saves) bytes += static_cast<std::size_t>(s.data.numel()) * s.data.element_size();
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_bytes_ += bytes;
+    held_.push_back(std::move(r));
+  }
+
+  // "Aten.add_.0.forward": an in-place op's forward entry (the op name ends with one underscore).
+  static bool is_inplace_api_forward(const std::string& name) {
+    if (name.compare(0, 5, "Aten.") != 0) return false;
+    const std::size_t end = name.find('.', 5);
+    if (end == std::string::npos || end == 5) return false;
+    const std::string op = name.substr(5, end - 5);
+    return op.back() == '_' && op.compare(0, 2, "__") != 0 && name.size() > 8 && name.compare(name.size() - 8, 8, ".forward") == 0;
+  }
+
+  const std::int64_t limit_;  // overflow_nums; -1: no limit
+  TensorSaver saver_;
+  bool force_device_ = false;
+  mutable std::mutex mutex_;
+  std::int64_t kept_ = 0;
+  std::atomic<bool> ended_{false};
+  std::vector<Record> held_;  // entries waiting for their device statistics
+  std::size_t held_bytes_ = 0;
+};
+
+}  // namespace torchprobe

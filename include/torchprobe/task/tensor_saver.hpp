@@ -1,0 +1,87 @@
+#pragma once
+// TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
+// calls stage() from describe() for each tensor it wants saved; the file is written only if the
+// task keeps the entry (the whole path is described at the top of io/tensor_writer.hpp).
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "../capture/value_encoder.hpp"
+#include "../config/config.hpp"
+#include "../details/probe_guard.hpp"
+#include "../io/files.hpp"
+#include "../io/tensor_writer.hpp"
+#include "../sink/record.hpp"
+
+namespace torchprobe {
+
+// Does a run with this configuration write dump_tensor_data/ (and name it in dump.json's
+// "dump_data_dir")? msprobe: task tensor, statistics with a tensor_list, and (classic msprobe)
+// overflow_check, which saves the tensors of the calls that overflow.
+inline bool saves_tensors(const Config& c) {
+  return c.task == Task::Tensor || c.task == Task::OverflowCheck || (c.task == Task::Statistics && !c.tensor_list.empty());
+}
+
+// The dump_tensor_data directory of a rank directory.
+inline std::string tensor_data_directory(const std::string& rank_directory) { return rank_directory + "/dump_tensor_data"; }
+
+// A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
+// its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
+// copied into the reservation's (reused) buffer.
+inline at::Tensor snapshot_for_file(const at::Tensor& t, io::Reservation& memory) {
+  ProbeGuard guard;
+  at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  at::Tensor out = memory.take_buffer(d.sizes(), d.scalar_type());
+  if (out.defined()) return out.copy_(d);
+  if (!d.device().is_cpu())
+    return d.to(at::kCPU, d.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+  return d.clone(at::MemoryFormat::Contiguous);
+}
+// The same with the ordinary allocator (no reserved buffer).
+inline at::Tensor snapshot_for_file(const at::Tensor& t) {
+  io::Reservation none;
+  return snapshot_for_file(t, none);
+}
+
+class TensorSaver {
+ public:
+  TensorSaver() = default;  // saves nothing
+  // Saves when the configuration asks for tensor files; the writer's threads start with its first file.
+  explicit TensorSaver(const Config& c) {
+    if (saves_tensors(c))
+      writer_ = std::make_shared<io::TensorWriter>(static_cast<std::size_t>(c.max_pending_mb) << 20);
+  }
+
+  bool enabled() const { return writer_ != nullptr; }
+  const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
+
+  // Snapshots `t` now for the file "{record.name}.{site.file_key}.pt" (msprobe's name; without the
+  // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
+  // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
+  // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
+  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+    io::Reservation memory = writer_->reserve(bytes);
+    at::Tensor copy = snapshot_for_file(t, memory);
+    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
+    nlohmann::ordered_json md5;
+    const bool has_md5 = item.contains("md5");
+    if (has_md5) {
+      md5 = std::move(item["md5"]);
+      item.erase("md5");
+    }
+    item["data_name"] = name;
+    if (has_md5) item["md5"] = std::move(md5);
+    record.saves.push_back(io::PendingSave{writer_, std::move(memory), std::move(name), std::move(copy)});
+  }
+
+ private:
+  std::shared_ptr<io::TensorWriter> writer_;
+};
+
+}  // namespace torchprobe

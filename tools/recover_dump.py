@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Rebuild the JSON files of dump steps that were interrupted (a crash, SIGKILL, the OOM killer).
+
+    python3 tools/recover_dump.py DUMP_PATH_OR_DIR [...]   # recover every interrupted step below
+    python3 tools/recover_dump.py --check DIR              # only report what would be recovered
+
+While a step runs, TorchProbe appends every entry it keeps to <rank dir>/journal.jsonl and removes
+that journal once the step's dump.json (and debug.json) are complete. A journal that is still
+there therefore marks an interrupted step; from it this tool writes, in that rank directory:
+
+  dump.json       every entry the step had kept, in dump order (as TorchProbe would have written it)
+  construct.json  the entries' parents (levels L0 and mix), when extra_info was on
+  debug.json      save()'s entries, when there were any
+
+stack.json cannot be rebuilt (its call stacks were still raw addresses in the dead process): one
+written by an earlier stop() of the step is left as it is. Files are written like TorchProbe's
+(json.dump with indent=1, temporary file + rename, mode 0640), then the journal is removed unless
+--keep-journal is given. Tensor files that were still queued when the process died are missing
+from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
+tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed.
+
+Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
+there was none), 1 when a journal could not be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+JOURNAL = "journal.jsonl"
+TEMP_TENSOR_RE = re.compile(r"^\..+\.tmp\d+\.\d+$")
+
+
+def read_journal(path: Path):
+    """Returns (header, lines); a last line cut short by a crash or a full disk is skipped."""
+    header = None
+    entries = []
+    with open(path, "rb") as f:
+        raw_lines = f.read().split(b"\n")
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            if number >= len(raw_lines) - 1:  # the last line: written in part when the process died
+                print(f"{path}: ignoring the incomplete last line", file=sys.stderr)
+                continue
+            raise ValueError(f"{path}:{number}: not a JSON line")
+        if header is None:
+            if obj.get("journal") != 1:
+                raise ValueError(f"{path}: not a TorchProbe journal (first line: {raw[:80]!r})")
+            header = obj
+        else:
+            entries.append(obj)
+    if header is None:
+        raise ValueError(f"{path}: empty journal")
+    return header, entries
+
+
+def assemble(entries, which: str):
+    """{name: body} in dump order, and {name: parent}; a repeated name keeps its first place and takes the
+    last body, as TorchProbe's writer does."""
+    chosen = [e for e in entries if e.get("file") == which]
+    # Stable: entries with the same order stay in the order they were written.
+    chosen.sort(key=lambda e: e["order"])
+    data, parents = {}, {}
+    for e in chosen:
+        data[e["name"]] = e["body"]
+        if "parent" in e:
+            parents[e["name"]] = e["parent"]
+    return data, parents
+
+
+def write_json(path: Path, obj) -> None:
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+        os.chmod(tmp, 0o640 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def top_level(header, level: str, data):
+    return {
+        "task": header["task"],
+        "level": level,
+        "framework": header.get("framework", "pytorch"),
+        "dump_data_dir": header.get("dump_data_dir"),
+        "data": data,
+    }
+
+
+def referenced_files(value, out):
+    if isinstance(value, dict):
+        name = value.get("data_name")
+        if isinstance(name, str):
+            out.append(name)
+        for v in value.values():
+            referenced_files(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            referenced_files(v, out)
+
+
+def recover(rank_dir: Path, check_only: bool, keep_journal: bool) -> bool:
+    journal = rank_dir / JOURNAL
+    try:
+        header, entries = read_journal(journal)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return False
+    dump_data, parents = assemble(entries, "dump")
+    debug_data, _ = assemble(entries, "debug")
+    written = []
+    if not check_only:
+        if header.get("writes_dump", True):
+            write_json(rank_dir / "dump.json", top_level(header, header["level"], dump_data))
+            written.append("dump.json")
+            if header.get("extra_info", True):
+                write_json(rank_dir / "construct.json", parents)
+                written.append("construct.json")
+        if debug_data:
+            write_json(rank_dir / "debug.json", top_level(header, "debug", debug_data))
+            written.append("debug.json")
+
+    tensor_dir = rank_dir / "dump_tensor_data"
+    missing = []
+    if tensor_dir.is_dir():
+        names = []
+        referenced_files(dump_data, names)
+        referenced_files(debug_data, names)
+        missing = sorted({n for n in names if not (tensor_dir / n).exists()})
+        for leftover in tensor_dir.iterdir():
+            if TEMP_TENSOR_RE.match(leftover.name) and not check_only:
+                leftover.unlink()
+    if not check_only and not keep_journal:
+        journal.unlink()
+
+    verb = "would recover" if check_only else "recovered"
+    what = ", ".join(written) if written else "nothing written"
+    print(f"{rank_dir}: {verb} {len(dump_data)} dump entries and {len(debug_data)} debug entries ({what})")
+    if missing:
+        print(f"{rank_dir}: {len(missing)} tensor files were still queued when the process stopped and are missing, "
+              f"e.g. {missing[0]}")
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="a dump_path, step directory or rank directory")
+    parser.add_argument("--check", action="store_true", help="report only; change nothing")
+    parser.add_argument("--keep-journal", action="store_true", help="leave journal.jsonl in place")
+    args = parser.parse_args(argv)
+    ok = True
+    found = 0
+    for root in args.paths:
+        if not root.exists():
+            print(f"error: {root} does not exist", file=sys.stderr)
+            ok = False
+            continue
+        journals = [root / JOURNAL] if (root / JOURNAL).is_file() else sorted(root.rglob(JOURNAL))
+        for journal in journals:
+            found += 1
+            ok = recover(journal.parent, args.check, args.keep_journal) and ok
+    if found == 0:
+        print("no interrupted step found (no journal.jsonl)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
