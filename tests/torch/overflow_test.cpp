@@ -457,7 +457,9 @@ TEST_CASE("the format matches classic msprobe's overflow_check dump of the same 
     (void)torch::mul(big, 2);
   }
   const Json ours = read_python_json(rank_dir(tmp.path()) + "/dump.json");
-  const Json ref = read_python_json(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/classic/overflow_L1/step0/rank/dump.json");
+  // A copy of reference-dumps/classic/overflow_L1 (msprobe 8.3.3).
+  const std::string ref_dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/overflow_L1/step0/rank";
+  const Json ref = read_python_json(ref_dir + "/dump.json");
   CHECK(keys_of(ours) == keys_of(ref));
   CHECK(ours["task"] == ref["task"]);
   CHECK(ours["level"] == ref["level"]);
@@ -481,7 +483,18 @@ TEST_CASE("the format matches classic msprobe's overflow_check dump of the same 
   CHECK(b["input_args"][0]["Mean"] == "Infinity");
   CHECK(a["input_args"][0]["Mean"] == 60000.0);
   CHECK(a["input_args"][0]["Norm"] == 120000.0);
-  std::vector<std::string> theirs = files_in(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/classic/overflow_L1/step0/rank/dump_tensor_data");
+  std::vector<std::string> theirs = files_in(ref_dir + "/dump_tensor_data");
   for (std::string& f : theirs) f = "Aten" + f.substr(5);
   CHECK(files_in(rank_dir(tmp.path()) + "/dump_tensor_data") == theirs);
+  // The saved tensors are equal, file for file.
+  int rc = 0;
+  const std::string out = tptest::run_python(
+      "import torch\n"
+      "ours, theirs = '" + rank_dir(tmp.path()) + "/dump_tensor_data/Aten', '" + ref_dir + "/dump_tensor_data/Torch'\n"
+      "for f in ('.mul.0.forward.input.0.pt', '.mul.0.forward.output.0.pt'):\n"
+      "    a, b = torch.load(ours + f), torch.load(theirs + f)\n"
+      "    print(a.dtype == b.dtype, a.shape == b.shape, torch.equal(a, b))\n",
+      &rc);
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out == "True True True\nTrue True True\n");
 }
