@@ -128,6 +128,6 @@ int main() {
   QuickStart quick;
   measure_model("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), 50, 9);
   Mlp mlp;
-  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), 5, 9);
+  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), 5, 15);
   return 0;
 }
