@@ -16,12 +16,7 @@ using MemoryDebugger = tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::Mem
 
 namespace {
 
-struct NetImpl : torch::nn::Module {
-  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(Net);
+using tptest::Net;
 
 std::vector<std::string> names_of(const Json& dump) {
   std::vector<std::string> names;

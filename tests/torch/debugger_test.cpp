@@ -20,13 +20,7 @@ using L1Stats = tp::Debugger<tp::Level::L1, tp::Task::Statistics>;
 
 namespace {
 
-struct NetImpl : torch::nn::Module {
-  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
-  // Not inlined, so stack.json can be checked for the user's own frame.
-  __attribute__((noinline)) torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(Net);
+using tptest::Net;
 
 // The program of msprobe's reference dumps: seed 1234, two steps of x = randn(2, 8), relu(fc(x)).sum().backward().
 template <class D>
@@ -52,18 +46,8 @@ std::string only_subdir(const std::string& dir) {
 
 std::string proc_dir() { return "proc" + std::to_string(::getpid()); }
 
-void check_same_statistics(const Json& ours, const Json& theirs) {
-  CAPTURE(ours.dump());
-  CAPTURE(theirs.dump());
-  CHECK(ours["dtype"] == theirs["dtype"]);
-  CHECK(ours["shape"] == theirs["shape"]);
-  CHECK(ours["Max"].get<double>() == theirs["Max"].get<double>());
-  CHECK(ours["Min"].get<double>() == theirs["Min"].get<double>());
-  for (const char* k : {"Mean", "Norm"}) {
-    const double a = ours[k].get<double>(), b = theirs[k].get<double>();
-    CHECK(std::abs(a - b) <= 1e-6 * std::max(1e-30, std::abs(b)));
-  }
-}
+// Forward tensors: Max/Min exactly as msprobe's, Mean/Norm within 1e-6.
+void check_same_statistics(const Json& ours, const Json& theirs) { tptest::check_same_statistics(ours, theirs, /*extrema_rel=*/0.0); }
 
 }  // namespace
 

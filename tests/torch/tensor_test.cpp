@@ -35,12 +35,7 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-struct NetImpl : torch::nn::Module {
-  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(Net);
+using tptest::Net;
 
 std::string proc_dir() { return "proc" + std::to_string(::getpid()); }
 

@@ -8,7 +8,12 @@
 #include <sstream>
 #include <string>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace tptest {
 
@@ -63,6 +68,31 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The model of msprobe's reference dumps: Net{fc = Linear(8, 4)}, forward relu(fc(x)).
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  // Not inlined, so stack.json can be checked for the user's own frame.
+  __attribute__((noinline)) torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Net);
+
+// A tensor item of ours against msprobe's for the same tensor: same dtype, shape and
+// requires_grad; Max/Min within `extrema_rel` (0: exactly), Mean/Norm within 1e-6 relative.
+inline void check_same_statistics(const nlohmann::ordered_json& ours_, const nlohmann::ordered_json& theirs_, double extrema_rel) {
+  nlohmann::ordered_json ours = ours_, theirs = theirs_;  // non-const: a missing key reads as null
+  CAPTURE(ours.dump());
+  CAPTURE(theirs.dump());
+  CHECK(ours["dtype"] == theirs["dtype"]);
+  CHECK(ours["shape"] == theirs["shape"]);
+  CHECK(ours["requires_grad"] == theirs["requires_grad"]);
+  const std::pair<const char*, double> tolerances[] = {{"Max", extrema_rel}, {"Min", extrema_rel}, {"Mean", 1e-6}, {"Norm", 1e-6}};
+  for (const auto& [key, rel] : tolerances) {
+    const double a = ours[key].get<double>(), b = theirs[key].get<double>();
+    CHECK(std::abs(a - b) <= rel * std::max(1e-30, std::abs(b)));
+  }
 }
 
 }  // namespace tptest
