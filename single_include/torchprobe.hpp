@@ -1291,6 +1291,7 @@ std::string to_python_json(const Json& j, int indent = 1) {
 // One dump.json entry on its way from a capture callback to a sink.
 #include <ATen/ATen.h>
 
+#include <memory>
 
 // ---- begin torchprobe/io/stack_trace.hpp ----
 // C++ call sites for stack.json.
@@ -1307,7 +1308,6 @@ std::string to_python_json(const Json& j, int indent = 1) {
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
 
 #include <cxxabi.h>
@@ -2400,10 +2400,20 @@ struct PendingStats {
   bool zero_dim;
 };
 
+// Members of an entry's body that were captured in compact form and become JSON only when the
+// entry is written (API calls under the statistics task: capture/captured_call.hpp).
+class DeferredBody {
+ public:
+  virtual ~DeferredBody() = default;
+  virtual void append_to(nlohmann::ordered_json& body) const = 0;
+};
+
 struct Record {
   std::string name;              // "Aten.addmm.0.forward"
   std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
-  nlohmann::ordered_json body = nlohmann::ordered_json::object();
+  // Null until something is put in it (operator[] makes it an object): most entries of a
+  // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
+  nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::optional<io::CallStack> stack;   // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
@@ -2411,6 +2421,25 @@ struct Record {
   // Tensor files this entry names in "data_name", snapshotted when described and written only
   // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
   std::vector<io::PendingSave> saves;
+  // The rest of `body`, still in compact form (null when the body is all JSON already).
+  std::shared_ptr<const DeferredBody> deferred;
+
+  bool has_content() const { return deferred != nullptr || !body.empty(); }
+
+  // The entry's body as dump.json shows it.
+  nlohmann::ordered_json json_body() const {
+    if (!deferred) return body;
+    nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
+    deferred->append_to(j);
+    return j;
+  }
+  // Turns the compact part into JSON in place: for code that edits or reads `body` itself.
+  void materialize() {
+    if (!deferred) return;
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    deferred->append_to(body);
+    deferred.reset();
+  }
 };
 
 }  // namespace torchprobe
@@ -2438,7 +2467,7 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.body); });
+    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.json_body()); });
     return j;
   }
 
@@ -2640,6 +2669,7 @@ struct OpInfo {
   std::string qualified;   // "aten::add"
   std::string api;         // "add": the ATen name without namespace and overload
   std::string key;         // "Aten.add.": the per-API counter key and name prefix
+  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
@@ -2718,7 +2748,11 @@ class OpRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
-    if (!slot) slot = detail::describe(fn);
+    if (!slot) {
+      slot = detail::describe(fn);
+      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
+      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
+    }
     return *slot;
   }
   static const OpInfo& not_an_api() {
@@ -2728,6 +2762,7 @@ class OpRegistry {
   std::mutex mutex_;
   std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
   std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::size_t> key_ids_;
 };
 
 }  // namespace torchprobe::capture
@@ -2976,6 +3011,8 @@ class Journal {
 // The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
 // statistics slots and requires_grad, in msprobe's key order.
 
+#include <c10/util/SmallVector.h>
+
 
 // ---- begin torchprobe/stats/tensor_stats.hpp ----
 // The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
@@ -3059,6 +3096,7 @@ inline std::string dtype_name(at::ScalarType t) {
 // {"type", "dtype", "shape"}: the keys that lead every tensor item.
 inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
   j["type"] = "torch.Tensor";
   j["dtype"] = dtype_name(t.scalar_type());
   j["shape"] = t.sizes().vec();
@@ -3070,6 +3108,34 @@ inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
   j["Min"] = s.min;
   j["Mean"] = s.mean;
   j["Norm"] = s.norm;
+}
+
+// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
+// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
+// training thread neither allocates nor frees a JSON tree per tensor.
+struct TensorSummary {
+  at::ScalarType dtype = at::kFloat;
+  c10::SmallVector<std::int64_t, 6> shape;
+  TensorStats stats;
+  bool requires_grad = false;
+};
+
+// The item exactly as tensor_header + put_stats + requires_grad write it.
+inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
+  using object_t = nlohmann::ordered_json::object_t;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  object_t& o = j.get_ref<object_t&>();
+  o.reserve(8);
+  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
+  o.emplace_back("type", "torch.Tensor");
+  o.emplace_back("dtype", dtype_name(s.dtype));
+  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
+  o.emplace_back("Max", s.stats.max);
+  o.emplace_back("Min", s.stats.min);
+  o.emplace_back("Mean", s.stats.mean);
+  o.emplace_back("Norm", s.stats.norm);
+  o.emplace_back("requires_grad", s.requires_grad);
+  return j;
 }
 
 }  // namespace torchprobe
@@ -3342,10 +3408,12 @@ class StepState {
   // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
   // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
   // call keeps its number whatever the filters say.
-  Admission begin_api_call(const std::string& key, std::string_view api) {
+  // `key_id` numbers `key` (OpInfo::key_id), so the hot path indexes a vector instead of hashing.
+  Admission begin_api_call(const std::string& key, std::size_t key_id, std::string_view api) {
     std::lock_guard<std::mutex> lock(mutex_);
     Admission a;
-    a.name = key + std::to_string(counters_[key]++) + ".forward";
+    if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
+    a.name = key + std::to_string(api_counters_[key_id]++) + ".forward";
     a.order = next_order_++;
     a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
     return a;
@@ -3396,8 +3464,9 @@ class StepState {
   void with_records(F&& f) {
     std::lock_guard<std::mutex> lock(mutex_);
     resolve_pending();
-    std::stable_sort(records_.begin(), records_.end(),
-                     [](const Record& a, const Record& b) { return a.order < b.order; });
+    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
+    // Mostly in order already (API entries commit in call order): sorting would move every record.
+    if (!std::is_sorted(records_.begin(), records_.end(), by_order)) std::stable_sort(records_.begin(), records_.end(), by_order);
     f(static_cast<const std::vector<Record>&>(records_));
   }
 
@@ -3411,6 +3480,7 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     records_.clear();
     counters_.clear();
+    std::fill(api_counters_.begin(), api_counters_.end(), 0);
     next_order_ = 0;
     filter_.reset();
   }
@@ -3437,7 +3507,8 @@ class StepState {
   mutable std::mutex mutex_;
   NameFilter filter_;
   std::vector<Record> records_;
-  std::unordered_map<std::string, std::int64_t> counters_;
+  std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
+  std::vector<std::int64_t> api_counters_;                   // API forward calls, by OpInfo::key_id
   std::uint64_t next_order_ = 0;
 };
 
@@ -3590,7 +3661,7 @@ struct DumpCore {
       line += r.parent->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*r.parent), -1);
     }
     line += ", \"body\": ";
-    line += io::to_python_json(r.body, -1);
+    line += io::to_python_json(r.json_body(), -1);
     line += '}';
     if (const int err = journal.append(line))
       errors.log("write_journal", r.name, io::errno_text(err),
@@ -3821,14 +3892,20 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/backward_probe.hpp ----
-// ---- begin torchprobe/capture/gradient_recorder.hpp ----
-// Builds a backward entry ({"input": grads w.r.t. outputs, "output": grads w.r.t. inputs}) from
-// the gradients a BackwardProbe reports, and hands it on when the region's backward is over.
+// ---- begin torchprobe/capture/captured_call.hpp ----
+// An API call's arguments and results as the training thread captures them under the statistics
+// task: tensors as TensorSummary (their statistics are computed now, the JSON item is not built),
+// plain values (numbers, strings, dtypes, int lists) as the IValue itself, encoded when written.
+// The entry's JSON is built from this when the step is written, or when the journal needs the line.
+//
+// Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
+// and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
+#include <ATen/core/ivalue.h>
+
 
 // ---- begin torchprobe/capture/value_encoder.hpp ----
 // Turns the boxed arguments and results of an ATen call into msprobe's JSON (reference §2.4).
 // Tensors are handed to the task's describer; everything else is encoded here.
-#include <ATen/core/ivalue.h>
 #include <c10/core/Layout.h>
 #include <c10/core/MemoryFormat.h>
 
@@ -3945,6 +4022,79 @@ class ValueEncoder {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/value_encoder.hpp ----
+
+namespace torchprobe::capture {
+
+// One captured value, in whichever form was cheapest to keep.
+struct CapturedValue {
+  enum class Form : std::uint8_t { Summary, Plain, Json };
+  Form form = Form::Json;
+  ArgKind kind = ArgKind::Generic;
+  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
+  c10::IValue value;            // Plain: a value without tensors, encoded when written
+  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
+
+  // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
+  // tensors, tuples, dicts, objects) is encoded at capture, as before.
+  static bool plain(const c10::IValue& v) {
+    return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isString() || v.isDevice() || v.isIntList() ||
+           v.isDoubleList() || v.isBoolList();
+  }
+
+  nlohmann::ordered_json to_json() const {
+    switch (form) {
+      case Form::Summary: return tensor_item(tensor);
+      case Form::Plain: {
+        auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
+        ValueEncoder<decltype(no_tensors)> encode(no_tensors);
+        return encode.encode(value, kind, Site{});
+      }
+      case Form::Json: break;
+    }
+    return json;
+  }
+};
+
+// The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
+class CapturedCall final : public DeferredBody {
+ public:
+  enum class Section : std::uint8_t { Arg, Kwarg, Output };
+  struct Item {
+    Section section;
+    const std::string* name;  // a keyword argument's schema name (OpInfo lives for the process)
+    CapturedValue value;
+  };
+
+  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
+  bool has_inputs = false;
+  bool has_outputs = false;
+
+  void append_to(nlohmann::ordered_json& body) const override {
+    if (has_inputs) {
+      nlohmann::ordered_json args = nlohmann::ordered_json::array();
+      nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+      for (const Item& i : items) {
+        if (i.section == Section::Arg) args.push_back(i.value.to_json());
+        else if (i.section == Section::Kwarg) kwargs[*i.name] = i.value.to_json();
+      }
+      body["input_args"] = std::move(args);
+      body["input_kwargs"] = std::move(kwargs);
+    }
+    if (has_outputs) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const Item& i : items)
+        if (i.section == Section::Output) out.push_back(i.value.to_json());
+      body["output"] = std::move(out);
+    }
+  }
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/captured_call.hpp ----
+// ---- begin torchprobe/capture/gradient_recorder.hpp ----
+// Builds a backward entry ({"input": grads w.r.t. outputs, "output": grads w.r.t. inputs}) from
+// the gradients a BackwardProbe reports, and hands it on when the region's backward is over.
+
 
 namespace torchprobe::capture {
 
@@ -4277,6 +4427,34 @@ inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
   return false;
 }
 
+// Could a backward pass reach this call? Only through an input that requires grad: without one,
+// no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
+inline bool any_requires_grad(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().requires_grad();
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec())
+      if (t.defined() && t.requires_grad()) return true;
+    return false;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (any_requires_grad(e)) return true;
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (any_requires_grad(e)) return true;
+  }
+  return false;
+}
+
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize) get API entries that
+// are built as JSON only when written.
+template <class T, class = void>
+struct task_summarizes : std::false_type {};
+template <class T>
+struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
+                              std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+    : std::true_type {};
+
 inline bool is_inplace(const std::string& api) {
   return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
 }
@@ -4495,6 +4673,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   struct Call : CallContext {
     Record record;
+    std::shared_ptr<CapturedCall> captured;  // the entry's body in compact form (task_summarizes)
     bool api = false;       // an API forward entry is being recorded
     bool backward = false;  // its backward is to be hooked
     bool in_episode = false;
@@ -4557,18 +4736,21 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   template <class Inputs>
   void start_api_entry(const at::RecordFunction& fn, const OpInfo& op, const Inputs& inputs, ThreadModules& tm, Call& call) {
-    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.api);
+    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.key_id, op.api);
     const DataMode& mode = core_->config.data_mode;
     if (a.admitted) {
       call.api = true;
       call.record.name = a.name;
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
-      if (mode.allows(/*forward=*/true, /*input=*/true)) encode_inputs(op, inputs, call.record);
+      if (mode.allows(/*forward=*/true, /*input=*/true)) {
+        if constexpr (detail::task_summarizes<TaskT>::value) capture_inputs(op, inputs, call);
+        else encode_inputs(op, inputs, call.record);
+      }
       if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled()) {
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && needs_backward(inputs)) {
       call.backward = true;
       call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
@@ -4579,6 +4761,65 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
     (void)fn;
+  }
+
+  template <class Inputs>
+  static bool needs_backward(const Inputs& inputs) {
+    for (const c10::IValue& v : inputs)
+      if (detail::any_requires_grad(v)) return true;
+    return false;
+  }
+
+  // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
+  // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
+  CapturedValue capture_value(const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
+                              const std::string* name, Record& record) const {
+    CapturedValue c;
+    c.kind = kind;
+    if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
+      c.form = CapturedValue::Form::Summary;
+    } else if (CapturedValue::plain(v)) {
+      c.form = CapturedValue::Form::Plain;
+      c.value = v;
+    } else {
+      c.form = CapturedValue::Form::Json;
+      ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
+      auto describe = describer(record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      c.json = encode.encode(v, kind, site_of(section, index, name));
+    }
+    return c;
+  }
+
+  static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
+    const std::string i = std::to_string(index);
+    switch (section) {
+      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
+      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Arg: break;
+    }
+    return Site{"/input_args/" + i, "input." + i};
+  }
+
+  // The compact form of encode_inputs().
+  template <class Inputs>
+  // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
+  // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
+    call.captured = std::make_shared<CapturedCall>();
+    CapturedCall& cc = *call.captured;
+    cc.has_inputs = true;
+    std::size_t positional = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
+      const ArgKind kind = info ? info->kind : ArgKind::Generic;
+      if (info && info->kwarg_only) {
+        cc.items.push_back({CapturedCall::Section::Kwarg, &info->name, capture_value(inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record)});
+      } else {
+        cc.items.push_back({CapturedCall::Section::Arg, nullptr, capture_value(inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record)});
+        ++positional;
+      }
+    }
   }
 
   // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
@@ -4605,6 +4846,22 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   template <class Outputs>
   void finish_api_entry(const Outputs& outputs, Call& call) {
+    if constexpr (detail::task_summarizes<TaskT>::value) {
+      if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
+        if (!call.captured) call.captured = std::make_shared<CapturedCall>();
+        CapturedCall& cc = *call.captured;
+        cc.has_outputs = true;
+        for (std::size_t k = 0; k < outputs.size(); ++k)
+          cc.items.push_back({CapturedCall::Section::Output, nullptr, capture_value(outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record)});
+      }
+      if (call.captured) {
+        call.record.deferred = std::move(call.captured);
+        // Deferred statistics (a device tensor) are filled in through JSON pointers into the body.
+        if (!call.record.pending.empty()) call.record.materialize();
+      }
+      if (call.record.has_content()) core_->commit(std::move(call.record));
+      return;
+    }
     if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
       ProbeGuard guard;
       auto describe = describer(call.record);
@@ -6904,6 +7161,20 @@ class StatisticsTask {
     return j;
   }
 
+  // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
+  // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
+  bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu()) return false;
+    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) return false;
+    out.dtype = t.scalar_type();
+    const at::IntArrayRef sizes = t.sizes();
+    out.shape.assign(sizes.begin(), sizes.end());
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    out.stats = empty || !stats::has_cpu_kernel(t.scalar_type()) ? TensorStats{} : stats::cpu_stats(t);
+    out.requires_grad = t.requires_grad();
+    return true;
+  }
+
   // Called for every finished entry before it joins the step; statistics keeps them all.
   bool keep(Record&) const { return true; }
 
@@ -7171,6 +7442,7 @@ class OverflowCheckTask {
       snapshot_saves(r);
       return true;
     }
+    r.materialize();  // (entries in compact form come from tasks with summarize(); none here today)
     if (!overflow::any_nonfinite_stat(r.body)) {
       if (!r.pending.empty()) hold(std::move(r));
       return false;

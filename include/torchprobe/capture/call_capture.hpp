@@ -26,6 +26,7 @@
 #include "../level/level.hpp"
 #include "api_observer.hpp"
 #include "backward_probe.hpp"
+#include "captured_call.hpp"
 #include "gradient_recorder.hpp"
 #include "module_catalog.hpp"
 #include "module_events.hpp"
@@ -61,6 +62,34 @@ inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
     if (t.defined() && t.requires_grad() && t.grad_fn()) return true;
   return false;
 }
+
+// Could a backward pass reach this call? Only through an input that requires grad: without one,
+// no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
+inline bool any_requires_grad(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().requires_grad();
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec())
+      if (t.defined() && t.requires_grad()) return true;
+    return false;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (any_requires_grad(e)) return true;
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (any_requires_grad(e)) return true;
+  }
+  return false;
+}
+
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize) get API entries that
+// are built as JSON only when written.
+template <class T, class = void>
+struct task_summarizes : std::false_type {};
+template <class T>
+struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
+                              std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+    : std::true_type {};
 
 inline bool is_inplace(const std::string& api) {
   return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
@@ -280,6 +309,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   struct Call : CallContext {
     Record record;
+    std::shared_ptr<CapturedCall> captured;  // the entry's body in compact form (task_summarizes)
     bool api = false;       // an API forward entry is being recorded
     bool backward = false;  // its backward is to be hooked
     bool in_episode = false;
@@ -342,18 +372,21 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   template <class Inputs>
   void start_api_entry(const at::RecordFunction& fn, const OpInfo& op, const Inputs& inputs, ThreadModules& tm, Call& call) {
-    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.api);
+    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.key_id, op.api);
     const DataMode& mode = core_->config.data_mode;
     if (a.admitted) {
       call.api = true;
       call.record.name = a.name;
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
-      if (mode.allows(/*forward=*/true, /*input=*/true)) encode_inputs(op, inputs, call.record);
+      if (mode.allows(/*forward=*/true, /*input=*/true)) {
+        if constexpr (detail::task_summarizes<TaskT>::value) capture_inputs(op, inputs, call);
+        else encode_inputs(op, inputs, call.record);
+      }
       if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled()) {
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && needs_backward(inputs)) {
       call.backward = true;
       call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
@@ -364,6 +397,65 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
     (void)fn;
+  }
+
+  template <class Inputs>
+  static bool needs_backward(const Inputs& inputs) {
+    for (const c10::IValue& v : inputs)
+      if (detail::any_requires_grad(v)) return true;
+    return false;
+  }
+
+  // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
+  // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
+  CapturedValue capture_value(const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
+                              const std::string* name, Record& record) const {
+    CapturedValue c;
+    c.kind = kind;
+    if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
+      c.form = CapturedValue::Form::Summary;
+    } else if (CapturedValue::plain(v)) {
+      c.form = CapturedValue::Form::Plain;
+      c.value = v;
+    } else {
+      c.form = CapturedValue::Form::Json;
+      ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
+      auto describe = describer(record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      c.json = encode.encode(v, kind, site_of(section, index, name));
+    }
+    return c;
+  }
+
+  static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
+    const std::string i = std::to_string(index);
+    switch (section) {
+      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
+      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Arg: break;
+    }
+    return Site{"/input_args/" + i, "input." + i};
+  }
+
+  // The compact form of encode_inputs().
+  template <class Inputs>
+  // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
+  // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
+    call.captured = std::make_shared<CapturedCall>();
+    CapturedCall& cc = *call.captured;
+    cc.has_inputs = true;
+    std::size_t positional = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
+      const ArgKind kind = info ? info->kind : ArgKind::Generic;
+      if (info && info->kwarg_only) {
+        cc.items.push_back({CapturedCall::Section::Kwarg, &info->name, capture_value(inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record)});
+      } else {
+        cc.items.push_back({CapturedCall::Section::Arg, nullptr, capture_value(inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record)});
+        ++positional;
+      }
+    }
   }
 
   // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
@@ -390,6 +482,22 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   template <class Outputs>
   void finish_api_entry(const Outputs& outputs, Call& call) {
+    if constexpr (detail::task_summarizes<TaskT>::value) {
+      if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
+        if (!call.captured) call.captured = std::make_shared<CapturedCall>();
+        CapturedCall& cc = *call.captured;
+        cc.has_outputs = true;
+        for (std::size_t k = 0; k < outputs.size(); ++k)
+          cc.items.push_back({CapturedCall::Section::Output, nullptr, capture_value(outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record)});
+      }
+      if (call.captured) {
+        call.record.deferred = std::move(call.captured);
+        // Deferred statistics (a device tensor) are filled in through JSON pointers into the body.
+        if (!call.record.pending.empty()) call.record.materialize();
+      }
+      if (call.record.has_content()) core_->commit(std::move(call.record));
+      return;
+    }
     if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
       ProbeGuard guard;
       auto describe = describer(call.record);

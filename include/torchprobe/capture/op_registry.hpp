@@ -32,6 +32,7 @@ struct OpInfo {
   std::string qualified;   // "aten::add"
   std::string api;         // "add": the ATen name without namespace and overload
   std::string key;         // "Aten.add.": the per-API counter key and name prefix
+  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
@@ -110,7 +111,11 @@ class OpRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
-    if (!slot) slot = detail::describe(fn);
+    if (!slot) {
+      slot = detail::describe(fn);
+      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
+      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
+    }
     return *slot;
   }
   static const OpInfo& not_an_api() {
@@ -120,6 +125,7 @@ class OpRegistry {
   std::mutex mutex_;
   std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
   std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::size_t> key_ids_;
 };
 
 }  // namespace torchprobe::capture

@@ -4,7 +4,11 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "../stats/tensor_stats.hpp"
 
@@ -42,6 +46,7 @@ inline std::string dtype_name(at::ScalarType t) {
 // {"type", "dtype", "shape"}: the keys that lead every tensor item.
 inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
   j["type"] = "torch.Tensor";
   j["dtype"] = dtype_name(t.scalar_type());
   j["shape"] = t.sizes().vec();
@@ -53,6 +58,34 @@ inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
   j["Min"] = s.min;
   j["Mean"] = s.mean;
   j["Norm"] = s.norm;
+}
+
+// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
+// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
+// training thread neither allocates nor frees a JSON tree per tensor.
+struct TensorSummary {
+  at::ScalarType dtype = at::kFloat;
+  c10::SmallVector<std::int64_t, 6> shape;
+  TensorStats stats;
+  bool requires_grad = false;
+};
+
+// The item exactly as tensor_header + put_stats + requires_grad write it.
+inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
+  using object_t = nlohmann::ordered_json::object_t;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  object_t& o = j.get_ref<object_t&>();
+  o.reserve(8);
+  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
+  o.emplace_back("type", "torch.Tensor");
+  o.emplace_back("dtype", dtype_name(s.dtype));
+  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
+  o.emplace_back("Max", s.stats.max);
+  o.emplace_back("Min", s.stats.min);
+  o.emplace_back("Mean", s.stats.mean);
+  o.emplace_back("Norm", s.stats.norm);
+  o.emplace_back("requires_grad", s.requires_grad);
+  return j;
 }
 
 }  // namespace torchprobe

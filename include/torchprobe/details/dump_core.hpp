@@ -163,7 +163,7 @@ struct DumpCore {
       line += r.parent->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*r.parent), -1);
     }
     line += ", \"body\": ";
-    line += io::to_python_json(r.body, -1);
+    line += io::to_python_json(r.json_body(), -1);
     line += '}';
     if (const int err = journal.append(line))
       errors.log("write_journal", r.name, io::errno_text(err),

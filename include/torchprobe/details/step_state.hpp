@@ -28,10 +28,12 @@ class StepState {
   // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
   // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
   // call keeps its number whatever the filters say.
-  Admission begin_api_call(const std::string& key, std::string_view api) {
+  // `key_id` numbers `key` (OpInfo::key_id), so the hot path indexes a vector instead of hashing.
+  Admission begin_api_call(const std::string& key, std::size_t key_id, std::string_view api) {
     std::lock_guard<std::mutex> lock(mutex_);
     Admission a;
-    a.name = key + std::to_string(counters_[key]++) + ".forward";
+    if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
+    a.name = key + std::to_string(api_counters_[key_id]++) + ".forward";
     a.order = next_order_++;
     a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
     return a;
@@ -82,8 +84,9 @@ class StepState {
   void with_records(F&& f) {
     std::lock_guard<std::mutex> lock(mutex_);
     resolve_pending();
-    std::stable_sort(records_.begin(), records_.end(),
-                     [](const Record& a, const Record& b) { return a.order < b.order; });
+    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
+    // Mostly in order already (API entries commit in call order): sorting would move every record.
+    if (!std::is_sorted(records_.begin(), records_.end(), by_order)) std::stable_sort(records_.begin(), records_.end(), by_order);
     f(static_cast<const std::vector<Record>&>(records_));
   }
 
@@ -97,6 +100,7 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     records_.clear();
     counters_.clear();
+    std::fill(api_counters_.begin(), api_counters_.end(), 0);
     next_order_ = 0;
     filter_.reset();
   }
@@ -123,7 +127,8 @@ class StepState {
   mutable std::mutex mutex_;
   NameFilter filter_;
   std::vector<Record> records_;
-  std::unordered_map<std::string, std::int64_t> counters_;
+  std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
+  std::vector<std::int64_t> api_counters_;                   // API forward calls, by OpInfo::key_id
   std::uint64_t next_order_ = 0;
 };
 

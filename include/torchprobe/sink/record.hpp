@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,10 +23,20 @@ struct PendingStats {
   bool zero_dim;
 };
 
+// Members of an entry's body that were captured in compact form and become JSON only when the
+// entry is written (API calls under the statistics task: capture/captured_call.hpp).
+class DeferredBody {
+ public:
+  virtual ~DeferredBody() = default;
+  virtual void append_to(nlohmann::ordered_json& body) const = 0;
+};
+
 struct Record {
   std::string name;              // "Aten.addmm.0.forward"
   std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
-  nlohmann::ordered_json body = nlohmann::ordered_json::object();
+  // Null until something is put in it (operator[] makes it an object): most entries of a
+  // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
+  nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::optional<io::CallStack> stack;   // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
@@ -33,6 +44,25 @@ struct Record {
   // Tensor files this entry names in "data_name", snapshotted when described and written only
   // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
   std::vector<io::PendingSave> saves;
+  // The rest of `body`, still in compact form (null when the body is all JSON already).
+  std::shared_ptr<const DeferredBody> deferred;
+
+  bool has_content() const { return deferred != nullptr || !body.empty(); }
+
+  // The entry's body as dump.json shows it.
+  nlohmann::ordered_json json_body() const {
+    if (!deferred) return body;
+    nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
+    deferred->append_to(j);
+    return j;
+  }
+  // Turns the compact part into JSON in place: for code that edits or reads `body` itself.
+  void materialize() {
+    if (!deferred) return;
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    deferred->append_to(body);
+    deferred.reset();
+  }
 };
 
 }  // namespace torchprobe

@@ -33,7 +33,7 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.body); });
+    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.json_body()); });
     return j;
   }
 

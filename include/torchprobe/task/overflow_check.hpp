@@ -75,6 +75,7 @@ class OverflowCheckTask {
       snapshot_saves(r);
       return true;
     }
+    r.materialize();  // (entries in compact form come from tasks with summarize(); none here today)
     if (!overflow::any_nonfinite_stat(r.body)) {
       if (!r.pending.empty()) hold(std::move(r));
       return false;

@@ -52,6 +52,20 @@ class StatisticsTask {
     return j;
   }
 
+  // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
+  // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
+  bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu()) return false;
+    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) return false;
+    out.dtype = t.scalar_type();
+    const at::IntArrayRef sizes = t.sizes();
+    out.shape.assign(sizes.begin(), sizes.end());
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    out.stats = empty || !stats::has_cpu_kernel(t.scalar_type()) ? TensorStats{} : stats::cpu_stats(t);
+    out.requires_grad = t.requires_grad();
+    return true;
+  }
+
   // Called for every finished entry before it joins the step; statistics keeps them all.
   bool keep(Record&) const { return true; }
 

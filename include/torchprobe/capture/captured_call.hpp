@@ -1,0 +1,89 @@
+#pragma once
+// An API call's arguments and results as the training thread captures them under the statistics
+// task: tensors as TensorSummary (their statistics are computed now, the JSON item is not built),
+// plain values (numbers, strings, dtypes, int lists) as the IValue itself, encoded when written.
+// The entry's JSON is built from this when the step is written, or when the journal needs the line.
+//
+// Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
+// and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../sink/record.hpp"
+#include "op_registry.hpp"
+#include "tensor_json.hpp"
+#include "value_encoder.hpp"
+
+namespace torchprobe::capture {
+
+// One captured value, in whichever form was cheapest to keep.
+struct CapturedValue {
+  enum class Form : std::uint8_t { Summary, Plain, Json };
+  Form form = Form::Json;
+  ArgKind kind = ArgKind::Generic;
+  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
+  c10::IValue value;            // Plain: a value without tensors, encoded when written
+  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
+
+  // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
+  // tensors, tuples, dicts, objects) is encoded at capture, as before.
+  static bool plain(const c10::IValue& v) {
+    return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isString() || v.isDevice() || v.isIntList() ||
+           v.isDoubleList() || v.isBoolList();
+  }
+
+  nlohmann::ordered_json to_json() const {
+    switch (form) {
+      case Form::Summary: return tensor_item(tensor);
+      case Form::Plain: {
+        auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
+        ValueEncoder<decltype(no_tensors)> encode(no_tensors);
+        return encode.encode(value, kind, Site{});
+      }
+      case Form::Json: break;
+    }
+    return json;
+  }
+};
+
+// The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
+class CapturedCall final : public DeferredBody {
+ public:
+  enum class Section : std::uint8_t { Arg, Kwarg, Output };
+  struct Item {
+    Section section;
+    const std::string* name;  // a keyword argument's schema name (OpInfo lives for the process)
+    CapturedValue value;
+  };
+
+  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
+  bool has_inputs = false;
+  bool has_outputs = false;
+
+  void append_to(nlohmann::ordered_json& body) const override {
+    if (has_inputs) {
+      nlohmann::ordered_json args = nlohmann::ordered_json::array();
+      nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+      for (const Item& i : items) {
+        if (i.section == Section::Arg) args.push_back(i.value.to_json());
+        else if (i.section == Section::Kwarg) kwargs[*i.name] = i.value.to_json();
+      }
+      body["input_args"] = std::move(args);
+      body["input_kwargs"] = std::move(kwargs);
+    }
+    if (has_outputs) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const Item& i : items)
+        if (i.section == Section::Output) out.push_back(i.value.to_json());
+      body["output"] = std::move(out);
+    }
+  }
+};
+
+}  // namespace torchprobe::capture
