@@ -214,21 +214,28 @@ double ns_per_add(const at::Tensor& a, const at::Tensor& b, std::int64_t calls, 
 void tiny_op_overhead(std::int64_t calls, int rounds) {
   const at::Tensor a = torch::randn({16}), b = torch::randn({16});
   constexpr std::int64_t kCallsPerStep = 1000;
-  double bare = 1e300, probed = 1e300, stats_only = 1e300;
+  double bare = 1e300, probed = 1e300, without_stack = 1e300, stats_only = 1e300;
   // NullSink writes nothing; the dump path only has to be somewhere harmless.
   const std::string dump_path = (std::filesystem::temp_directory_path() / "torchprobe_stats_benchmark").string();
   tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> dbg(tp::Options().dump_path(dump_path));
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> no_stack(tp::Options().dump_path(dump_path).extra_info(false));
+  auto probed_run = [&](auto& d) {
+    d.start();
+    const double ns = ns_per_add(a, b, calls, [&] { d.step(); }, kCallsPerStep);
+    d.stop();
+    return ns;
+  };
   for (int r = 0; r < rounds + 1; ++r) {  // the first round warms up
     const double plain = ns_per_add(a, b, calls, nullptr, kCallsPerStep);
-    dbg.start();
-    const double with_probe = ns_per_add(a, b, calls, [&] { dbg.step(); }, kCallsPerStep);
-    dbg.stop();
+    const double with_probe = probed_run(dbg);
+    const double with_probe_no_stack = probed_run(no_stack);
     const auto start = Clock::now();
     for (std::int64_t k = 0; k < calls; ++k) g_sink = tp::stats::cpu_stats(a).norm.d;
     const double direct = milliseconds_since(start) * 1e6 / static_cast<double>(calls);
     if (r == 0) continue;
     bare = std::min(bare, plain);
     probed = std::min(probed, with_probe);
+    without_stack = std::min(without_stack, with_probe_no_stack);
     stats_only = std::min(stats_only, direct);
   }
   std::printf("capture overhead on a tiny op: at::add of two 16-element float32 tensors, %lld calls, best of %d\n",
@@ -236,6 +243,8 @@ void tiny_op_overhead(std::int64_t calls, int rounds) {
   std::printf("  without the probe                                        %8.0f ns/op\n", bare);
   std::printf("  with Debugger<L1, Statistics, NullSink> started          %8.0f ns/op  (+%.0f ns/op, step() every %lld ops)\n",
               probed, probed - bare, static_cast<long long>(kCallsPerStep));
+  std::printf("  the same with extra_info false (no call stacks)          %8.0f ns/op  (+%.0f ns/op)\n", without_stack,
+              without_stack - bare);
   std::printf("  of which statistics: cpu_stats on one 16-element tensor  %8.1f ns/call (3 tensors per op)\n", stats_only);
 }
 

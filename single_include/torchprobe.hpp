@@ -2496,6 +2496,8 @@ struct StepDump {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     if (!records) return out;
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
+    // Reserved: the items' keys are const, so a growing vector copies every value it moves.
+    items.reserve(records->size());
     std::unordered_map<std::string, std::size_t> where;
     where.reserve(records->size());
     for (const Record& r : *records) {
@@ -2805,8 +2807,9 @@ class ApiObserver {
       throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
     // A new epoch makes every thread forget a nesting depth left over from an earlier session
     // (a call that was in flight when the previous session detached never saw its end).
-    epoch().fetch_add(1, std::memory_order_relaxed);
+    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
     std::atomic_store(&slot(), std::move(handler));
+    epoch().fetch_add(1, std::memory_order_acq_rel);
     handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
                                         .needsInputs(true)
                                         .needsOutputs(true)
@@ -2820,6 +2823,7 @@ class ApiObserver {
     handle_ = 0;
     // Calls already in flight keep their handler alive through the context they hold.
     std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
   }
 
   bool attached() const { return handle_ != 0; }
@@ -2838,11 +2842,11 @@ class ApiObserver {
   // inside a backward node from being mistaken for user calls.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     Depth& d = depth();
-    const std::uint64_t e = epoch().load(std::memory_order_relaxed);
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
     if (d.epoch != e) d = Depth{0, e};
     if (d.value++ != 0) return nullptr;
     const OpInfo& op = OpRegistry::lookup(fn);
-    std::shared_ptr<ApiHandler> h = std::atomic_load(&slot());
+    std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
@@ -2856,6 +2860,18 @@ class ApiObserver {
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
     call->handler->on_api_end(fn, *call);
+  }
+
+  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
+  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    struct Cached {
+      std::uint64_t epoch = 0;
+      std::weak_ptr<ApiHandler> handler;
+    };
+    thread_local Cached cached;
+    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
+    return cached.handler.lock();
   }
 
   static Depth& depth() {
@@ -3115,7 +3131,7 @@ inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
 // training thread neither allocates nor frees a JSON tree per tensor.
 struct TensorSummary {
   at::ScalarType dtype = at::kFloat;
-  c10::SmallVector<std::int64_t, 6> shape;
+  c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
   TensorStats stats;
   bool requires_grad = false;
 };
@@ -3413,7 +3429,9 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     Admission a;
     if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
-    a.name = key + std::to_string(api_counters_[key_id]++) + ".forward";
+    const std::string n = std::to_string(api_counters_[key_id]++);
+    a.name.reserve(key.size() + n.size() + 8);
+    a.name.append(key).append(n).append(".forward");
     a.order = next_order_++;
     a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
     return a;
@@ -4060,8 +4078,8 @@ class CapturedCall final : public DeferredBody {
  public:
   enum class Section : std::uint8_t { Arg, Kwarg, Output };
   struct Item {
-    Section section;
-    const std::string* name;  // a keyword argument's schema name (OpInfo lives for the process)
+    Section section = Section::Arg;
+    const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
     CapturedValue value;
   };
 
@@ -4070,6 +4088,9 @@ class CapturedCall final : public DeferredBody {
   bool has_outputs = false;
 
   void append_to(nlohmann::ordered_json& body) const override {
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    // Reserved: an ordered_json object that grows copies its values (its keys are const).
+    body.get_ref<nlohmann::ordered_json::object_t&>().reserve(body.size() + 3);
     if (has_inputs) {
       nlohmann::ordered_json args = nlohmann::ordered_json::array();
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
@@ -4740,7 +4761,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     const DataMode& mode = core_->config.data_mode;
     if (a.admitted) {
       call.api = true;
-      call.record.name = a.name;
+      call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
       if (mode.allows(/*forward=*/true, /*input=*/true)) {
@@ -4756,7 +4777,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
-      call.backward_name = a.name.substr(0, a.name.size() - std::string("forward").size()) + "backward";
+      const std::string& forward = call.api ? call.record.name : a.name;
+      call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
       call.api_name = op.api;
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
@@ -4772,9 +4794,13 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
   // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
-  CapturedValue capture_value(const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
-                              const std::string* name, Record& record) const {
-    CapturedValue c;
+  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
+  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
+                     const std::string* name, Record& record) const {
+    CapturedCall::Item& item = cc.items.emplace_back();
+    item.section = section;
+    item.name = name;
+    CapturedValue& c = item.value;
     c.kind = kind;
     if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
       c.form = CapturedValue::Form::Summary;
@@ -4788,7 +4814,6 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       ValueEncoder<decltype(describe)> encode(describe);
       c.json = encode.encode(v, kind, site_of(section, index, name));
     }
-    return c;
   }
 
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
@@ -4814,9 +4839,9 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
       const ArgKind kind = info ? info->kind : ArgKind::Generic;
       if (info && info->kwarg_only) {
-        cc.items.push_back({CapturedCall::Section::Kwarg, &info->name, capture_value(inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record)});
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record);
       } else {
-        cc.items.push_back({CapturedCall::Section::Arg, nullptr, capture_value(inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record)});
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record);
         ++positional;
       }
     }
@@ -4852,7 +4877,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         CapturedCall& cc = *call.captured;
         cc.has_outputs = true;
         for (std::size_t k = 0; k < outputs.size(); ++k)
-          cc.items.push_back({CapturedCall::Section::Output, nullptr, capture_value(outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record)});
+          capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
       }
       if (call.captured) {
         call.record.deferred = std::move(call.captured);

@@ -51,8 +51,9 @@ class ApiObserver {
       throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
     // A new epoch makes every thread forget a nesting depth left over from an earlier session
     // (a call that was in flight when the previous session detached never saw its end).
-    epoch().fetch_add(1, std::memory_order_relaxed);
+    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
     std::atomic_store(&slot(), std::move(handler));
+    epoch().fetch_add(1, std::memory_order_acq_rel);
     handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
                                         .needsInputs(true)
                                         .needsOutputs(true)
@@ -66,6 +67,7 @@ class ApiObserver {
     handle_ = 0;
     // Calls already in flight keep their handler alive through the context they hold.
     std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
   }
 
   bool attached() const { return handle_ != 0; }
@@ -84,11 +86,11 @@ class ApiObserver {
   // inside a backward node from being mistaken for user calls.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     Depth& d = depth();
-    const std::uint64_t e = epoch().load(std::memory_order_relaxed);
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
     if (d.epoch != e) d = Depth{0, e};
     if (d.value++ != 0) return nullptr;
     const OpInfo& op = OpRegistry::lookup(fn);
-    std::shared_ptr<ApiHandler> h = std::atomic_load(&slot());
+    std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
@@ -102,6 +104,18 @@ class ApiObserver {
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
     call->handler->on_api_end(fn, *call);
+  }
+
+  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
+  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    struct Cached {
+      std::uint64_t epoch = 0;
+      std::weak_ptr<ApiHandler> handler;
+    };
+    thread_local Cached cached;
+    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
+    return cached.handler.lock();
   }
 
   static Depth& depth() {

@@ -376,7 +376,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     const DataMode& mode = core_->config.data_mode;
     if (a.admitted) {
       call.api = true;
-      call.record.name = a.name;
+      call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
       if (mode.allows(/*forward=*/true, /*input=*/true)) {
@@ -392,7 +392,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
-      call.backward_name = a.name.substr(0, a.name.size() - std::string("forward").size()) + "backward";
+      const std::string& forward = call.api ? call.record.name : a.name;
+      call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
       call.api_name = op.api;
       call.backward_parent = backward_parent(tm, call.in_episode);
     }
@@ -408,9 +409,13 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
   // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
-  CapturedValue capture_value(const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
-                              const std::string* name, Record& record) const {
-    CapturedValue c;
+  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
+  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
+                     const std::string* name, Record& record) const {
+    CapturedCall::Item& item = cc.items.emplace_back();
+    item.section = section;
+    item.name = name;
+    CapturedValue& c = item.value;
     c.kind = kind;
     if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
       c.form = CapturedValue::Form::Summary;
@@ -424,7 +429,6 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       ValueEncoder<decltype(describe)> encode(describe);
       c.json = encode.encode(v, kind, site_of(section, index, name));
     }
-    return c;
   }
 
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
@@ -450,9 +454,9 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
       const ArgKind kind = info ? info->kind : ArgKind::Generic;
       if (info && info->kwarg_only) {
-        cc.items.push_back({CapturedCall::Section::Kwarg, &info->name, capture_value(inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record)});
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record);
       } else {
-        cc.items.push_back({CapturedCall::Section::Arg, nullptr, capture_value(inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record)});
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record);
         ++positional;
       }
     }
@@ -488,7 +492,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         CapturedCall& cc = *call.captured;
         cc.has_outputs = true;
         for (std::size_t k = 0; k < outputs.size(); ++k)
-          cc.items.push_back({CapturedCall::Section::Output, nullptr, capture_value(outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record)});
+          capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
       }
       if (call.captured) {
         call.record.deferred = std::move(call.captured);

@@ -57,8 +57,8 @@ class CapturedCall final : public DeferredBody {
  public:
   enum class Section : std::uint8_t { Arg, Kwarg, Output };
   struct Item {
-    Section section;
-    const std::string* name;  // a keyword argument's schema name (OpInfo lives for the process)
+    Section section = Section::Arg;
+    const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
     CapturedValue value;
   };
 
@@ -67,6 +67,9 @@ class CapturedCall final : public DeferredBody {
   bool has_outputs = false;
 
   void append_to(nlohmann::ordered_json& body) const override {
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    // Reserved: an ordered_json object that grows copies its values (its keys are const).
+    body.get_ref<nlohmann::ordered_json::object_t&>().reserve(body.size() + 3);
     if (has_inputs) {
       nlohmann::ordered_json args = nlohmann::ordered_json::array();
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();

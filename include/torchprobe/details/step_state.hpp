@@ -33,7 +33,9 @@ class StepState {
     std::lock_guard<std::mutex> lock(mutex_);
     Admission a;
     if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
-    a.name = key + std::to_string(api_counters_[key_id]++) + ".forward";
+    const std::string n = std::to_string(api_counters_[key_id]++);
+    a.name.reserve(key.size() + n.size() + 8);
+    a.name.append(key).append(n).append(".forward");
     a.order = next_order_++;
     a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
     return a;

@@ -62,6 +62,8 @@ struct StepDump {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     if (!records) return out;
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
+    // Reserved: the items' keys are const, so a growing vector copies every value it moves.
+    items.reserve(records->size());
     std::unordered_map<std::string, std::size_t> where;
     where.reserve(records->size());
     for (const Record& r : *records) {
