@@ -259,6 +259,39 @@ TEST_CASE("summary_mode md5 adds the CRC-32 that python's zlib computes; xor rep
   CHECK(x["Aten.sum.0.forward"]["output"][0]["md5"] == -3.0);  // 0-d: the value instead of a checksum
 }
 
+TEST_CASE("md5 of a large tensor is computed off the training thread, from the values the call saw") {
+  tptest::TempDir tmp;
+  std::uint64_t offloaded = 0;
+  {
+    L1Stats dbg(tp::Options().dump_path(tmp.path()).summary_mode("md5").extra_info(false));
+    dbg.start();
+    // 2 MiB of float32 (above the worker's 1 MiB threshold), then overwritten in place at once:
+    // the checksum must be of the values neg() returned, not of what the memory holds later.
+    at::Tensor y = torch::arange(1 << 19, at::kFloat).neg();
+    y.mul_(3);
+    torch::arange(4, at::kFloat).neg();  // small: hashed at once
+    dbg.stop();
+    offloaded = dbg.task().checksums_offloaded();
+  }
+  CHECK(offloaded >= 1);
+  const Json data = tptest::read_json(tmp / ("step0/" + proc_dir() + "/dump.json"))["data"];
+  int rc = 0;
+  const std::string want = tptest::run_python(
+      "import torch, zlib\n"
+      "print('%08x' % zlib.crc32((-torch.arange(1 << 19, dtype=torch.float32)).numpy().tobytes()))\n"
+      "print('%08x' % zlib.crc32((-torch.arange(1 << 19, dtype=torch.float32) * 3).numpy().tobytes()))\n"
+      "print('%08x' % zlib.crc32((-torch.arange(4, dtype=torch.float32)).numpy().tobytes()))\n",
+      &rc);
+  REQUIRE(rc == 0);
+  CHECK(data["Aten.neg.0.forward"]["output"][0]["md5"].get<std::string>() + "\n" == want.substr(0, 9));
+  CHECK(data["Aten.mul_.0.forward"]["output"][0]["md5"].get<std::string>() + "\n" == want.substr(9, 9));
+  CHECK(data["Aten.neg.1.forward"]["output"][0]["md5"].get<std::string>() + "\n" == want.substr(18, 9));
+  // The item keeps msprobe's key order, with md5 last.
+  std::vector<std::string> keys;
+  for (const auto& kv : data["Aten.neg.0.forward"]["output"][0].items()) keys.push_back(kv.key());
+  CHECK(keys == std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5"});
+}
+
 TEST_CASE("an exception thrown inside the scope still stops the dump and leaves valid files") {
   tptest::TempDir tmp;
   L1Stats dbg(tp::Options().dump_path(tmp.path()));

@@ -497,7 +497,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       if (call.captured) {
         call.record.deferred = std::move(call.captured);
         // Deferred statistics (a device tensor) are filled in through JSON pointers into the body.
-        if (!call.record.pending.empty()) call.record.materialize();
+        if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
       }
       if (call.record.has_content()) core_->commit(std::move(call.record));
       return;
@@ -654,6 +654,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       r.stack = std::move(m.record.stack);
       r.parent = m.record.parent;
       r.pending = std::move(m.record.pending);
+      r.pending_checksums = std::move(m.record.pending_checksums);
       r.saves = std::move(m.record.saves);  // tensor files of its inputs and parameters
       nlohmann::ordered_json& body = m.record.body;
       if (body.contains("input_args")) {

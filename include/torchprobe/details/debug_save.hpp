@@ -142,6 +142,7 @@ class DebugSaver {
     std::mutex mu;
     nlohmann::ordered_json body;
     std::vector<PendingStats> pending;  // device statistics of the leaves filled so far
+    std::vector<PendingChecksum> checksums;  // and their checksums still being computed
 
     void arrived(const SavedLeaf& leaf, const at::Tensor& grad) {
       auto c = core.lock();
@@ -157,6 +158,8 @@ class DebugSaver {
         else body[nlohmann::ordered_json::json_pointer(leaf.pointer)] = std::move(item);
         pending.insert(pending.end(), r.pending.begin(), r.pending.end());
         r.pending = pending;
+        checksums.insert(checksums.end(), r.pending_checksums.begin(), r.pending_checksums.end());
+        r.pending_checksums = checksums;
         r.body = body;
         c->commit_debug(std::move(r));
       } catch (const std::exception& e) {

@@ -109,6 +109,7 @@ class StepState {
 
  private:
   void resolve_pending() {
+    resolve_checksums();
     std::vector<std::pair<Record*, std::size_t>> where;
     stats::DeferredStats batch;
     for (auto& r : records_)
@@ -124,6 +125,22 @@ class StepState {
       put_stats(item, resolved[i]);
     }
     for (auto& r : records_) r.pending.clear();
+  }
+
+  // Checksums computed off the training thread (stats/checksum_worker.hpp) join their items.
+  void resolve_checksums() {
+    for (auto& r : records_) {
+      if (r.pending_checksums.empty()) continue;
+      r.materialize();
+      for (PendingChecksum& p : r.pending_checksums) {
+        try {
+          r.body.at(nlohmann::ordered_json::json_pointer(p.pointer))["md5"] = p.value.get();
+        } catch (const std::exception&) {
+          // The checksum could not be computed (memory): the item keeps md5 null, the rest is written.
+        }
+      }
+      r.pending_checksums.clear();
+    }
   }
 
   mutable std::mutex mutex_;

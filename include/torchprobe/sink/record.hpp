@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,13 @@ class DeferredBody {
   virtual void append_to(nlohmann::ordered_json& body) const = 0;
 };
 
+// A checksum (summary_mode md5) still being computed by a worker: `pointer` is the tensor item
+// whose "md5" it fills when the step is written.
+struct PendingChecksum {
+  std::string pointer;
+  std::shared_future<std::string> value;
+};
+
 struct Record {
   std::string name;              // "Aten.addmm.0.forward"
   std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
@@ -38,6 +46,7 @@ struct Record {
   // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
   nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
+  std::vector<PendingChecksum> pending_checksums;
   std::optional<io::CallStack> stack;   // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;

@@ -5,11 +5,17 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
 #include "../capture/tensor_json.hpp"
 #include "../capture/value_encoder.hpp"
 #include "../config/config.hpp"
 #include "../sink/record.hpp"
 #include "../stats/checksum.hpp"
+#include "../stats/checksum_worker.hpp"
 #include "../stats/cpu_stats.hpp"
 #include "../stats/device_stats.hpp"
 #include "tensor_saver.hpp"
@@ -48,7 +54,19 @@ class StatisticsTask {
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
     if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) saver_.stage(t, site, record, j);
-    if (mode_ == SummaryMode::Md5) j["md5"] = empty ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(stats::crc32_hex(t));
+    if (mode_ == SummaryMode::Md5) {
+      if (empty) {
+        j["md5"] = nullptr;
+      } else {
+        std::shared_future<std::string> crc = checksums_->crc32(t);
+        if (crc.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+          j["md5"] = crc.get();
+        } else {
+          j["md5"] = nullptr;  // filled when the step is written
+          record.pending_checksums.push_back({site.pointer, std::move(crc)});
+        }
+      }
+    }
     return j;
   }
 
@@ -69,12 +87,19 @@ class StatisticsTask {
   // Called for every finished entry before it joins the step; statistics keeps them all.
   bool keep(Record&) const { return true; }
 
+  // How many md5 checksums were computed off the training thread so far.
+  std::uint64_t checksums_offloaded() const { return checksums_ ? checksums_->offloaded() : 0; }
+
   // Where saved tensors go (its writer() reports throughput and stalls).
   const TensorSaver& saver() const { return saver_; }
 
  protected:
   StatisticsTask(const Config& config, bool save_every_tensor)
-      : mode_(config.summary_mode), saver_(config), tensor_list_(config.tensor_list), save_every_tensor_(save_every_tensor) {}
+      : mode_(config.summary_mode),
+        saver_(config),
+        tensor_list_(config.tensor_list),
+        save_every_tensor_(save_every_tensor),
+        checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
 
  private:
   bool named_in_tensor_list(const std::string& name) const {
@@ -88,6 +113,7 @@ class StatisticsTask {
   TensorSaver saver_;  // enabled for task tensor and for a non-empty tensor_list only
   std::vector<std::string> tensor_list_;
   bool save_every_tensor_;
+  std::unique_ptr<stats::ChecksumWorker> checksums_;  // md5 of large CPU tensors, off the training thread
 };
 
 }  // namespace torchprobe
