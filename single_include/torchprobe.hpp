@@ -2935,25 +2935,48 @@ class ApiObserver {
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
-// Lines are written with one write() each and not fsync'ed: they survive a process crash, not a
-// power loss. A last line cut short (a full disk) is ignored by the reader.
+// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
+// behind the capture; one write() each, not fsync'ed: they survive a process crash (but for the
+// ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
 
 
 
 namespace torchprobe::io {
 
+// A line whose text is made when it is written, on the journal's thread.
+class JournalLine {
+ public:
+  virtual ~JournalLine() = default;
+  virtual std::string text() const = 0;
+  // The write failed with `error` (errno).
+  virtual void failed(int error) const = 0;
+};
+
 class Journal {
  public:
   static constexpr const char* kFileName = "journal.jsonl";
+  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
+  // crash loses a bounded number of them and the queue's memory stays bounded.
+  static constexpr std::size_t kMaxQueued = 4096;
+  static constexpr std::size_t kBatchLines = 256;
 
   Journal() = default;
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
-  ~Journal() { close(); }
+  ~Journal() {
+    close();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
 
   // Opens `path` for appending (a step that is started again continues its journal); a new or
   // empty file first gets `header_line`. Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
+    drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
@@ -2989,13 +3012,36 @@ class Journal {
     return write_all(fd, text);
   }
 
+  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
+  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
+  void append_later(std::unique_ptr<JournalLine> line) {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
+    queue_.push_back(std::move(line));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    queue_cv_.notify_all();
+  }
+
+  // Waits until every line queued so far is written.
+  void drain() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  }
+
   void close() {
+    drain();
     std::lock_guard<std::mutex> lock(mu_);
     close_locked();
   }
 
-  // The step's files are complete: the journal is no longer needed.
+  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_.clear();
+      queue_cv_.notify_all();
+      queue_cv_.wait(lock, [this] { return !writing_; });
+    }
     std::lock_guard<std::mutex> lock(mu_);
     const std::string path = path_;
     close_locked();
@@ -3004,6 +3050,42 @@ class Journal {
   }
 
  private:
+  void run() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    for (;;) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      // Whatever has queued up goes out in one write(): a system call per line would cost
+      // more than making the line.
+      std::vector<std::unique_ptr<JournalLine>> batch;
+      while (!queue_.empty() && batch.size() < kBatchLines) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      writing_ = true;
+      queue_cv_.notify_all();  // room in the queue again
+      lock.unlock();
+      std::string text;
+      const JournalLine* first = nullptr;
+      for (const auto& line : batch) {
+        try {
+          std::string t = line->text();
+          if (!text.empty()) text += '\n';
+          text += t;
+          if (!first) first = line.get();
+        } catch (const std::exception&) {
+          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+        }
+      }
+      if (first)
+        if (const int err = append(text)) first->failed(err);
+      batch.clear();
+      lock.lock();
+      writing_ = false;
+      queue_cv_.notify_all();
+    }
+  }
+
   void close_locked() {
     const int fd = fd_.exchange(-1);
     if (fd >= 0) ::close(fd);
@@ -3025,6 +3107,13 @@ class Journal {
   mutable std::mutex mu_;
   std::atomic<int> fd_{-1};
   std::string path_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::unique_ptr<JournalLine>> queue_;
+  bool writing_ = false;  // the thread holds a line taken from the queue
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace torchprobe::io
@@ -3691,26 +3780,58 @@ struct DumpCore {
     r.saves.clear();
   }
 
-  // One line per kept entry; see io/journal.hpp for the format. A failure is logged once per
-  // step (through the error log's de-duplication) and the dump goes on from memory.
-  void append_to_journal(const char* file, const Record& r) {
-    std::string line = "{\"file\": \"";
-    line += file;
-    line += "\", \"name\": ";
-    line += io::to_python_json(nlohmann::ordered_json(r.name), -1);
-    line += ", \"order\": ";
-    line += std::to_string(r.order);
-    if (r.parent) {
-      line += ", \"parent\": ";
-      line += r.parent->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*r.parent), -1);
+  // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
+  // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
+  // failure is logged once per step (through the error log's de-duplication) and the dump goes on
+  // from memory.
+  class EntryLine final : public io::JournalLine {
+   public:
+    EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
+        : file_(file), name_(r.name), order_(r.order), parent_(r.parent), body_(r.body), deferred_(r.deferred),
+          errors_(errors), journal_(journal) {}
+
+    std::string text() const override {
+      std::string line = "{\"file\": \"";
+      line += file_;
+      line += "\", \"name\": ";
+      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
+      line += ", \"order\": ";
+      line += std::to_string(order_);
+      if (parent_) {
+        line += ", \"parent\": ";
+        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
+      }
+      line += ", \"body\": ";
+      if (deferred_) {
+        nlohmann::ordered_json body = body_;
+        deferred_->append_to(body);
+        line += io::to_python_json(body, -1);
+      } else {
+        line += io::to_python_json(body_, -1);
+      }
+      line += '}';
+      return line;
     }
-    line += ", \"body\": ";
-    line += io::to_python_json(r.json_body(), -1);
-    line += '}';
-    if (const int err = journal.append(line))
-      errors.log("write_journal", r.name, io::errno_text(err),
-                 io::IoError("write the journal", journal.path(), err).what() +
-                     std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+
+    void failed(int err) const override {
+      errors_.log("write_journal", name_, io::errno_text(err),
+                  io::IoError("write the journal", journal_.path(), err).what() +
+                      std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+    }
+
+   private:
+    const char* file_;
+    std::string name_;
+    std::uint64_t order_;
+    std::optional<std::string> parent_;
+    nlohmann::ordered_json body_;
+    std::shared_ptr<const DeferredBody> deferred_;
+    io::ErrorLog& errors_;
+    const io::Journal& journal_;
+  };
+
+  void append_to_journal(const char* file, const Record& r) {
+    journal.append_later(std::make_unique<EntryLine>(file, r, errors, journal));
   }
 
   std::mutex end_mu_;
@@ -7979,6 +8100,9 @@ class Debugger final : public DebuggerInterface {
     flushed_debug_commits_ = core_->debug_commits.load();
     if (!step_has_data_) return;
     last_flush_ok_ = false;
+    // The journal catches up first: recovery rebuilds dump.json from it, so it must never hold
+    // less than a dump.json already written.
+    core_->journal.drain();
     try {
       if (capture_) capture_->release_pending();
       core_->decide_held();
@@ -8027,6 +8151,7 @@ class Debugger final : public DebuggerInterface {
   // does, not at the next stop() (the run may well crash on the NaN it just met).
   void end_now() noexcept {
     observer_.detach();
+    core_->journal.drain();
     try {
       core_->flush_tensor_files();
       StepDump d = step_dump_header();

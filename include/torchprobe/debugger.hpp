@@ -219,6 +219,9 @@ class Debugger final : public DebuggerInterface {
     flushed_debug_commits_ = core_->debug_commits.load();
     if (!step_has_data_) return;
     last_flush_ok_ = false;
+    // The journal catches up first: recovery rebuilds dump.json from it, so it must never hold
+    // less than a dump.json already written.
+    core_->journal.drain();
     try {
       if (capture_) capture_->release_pending();
       core_->decide_held();
@@ -267,6 +270,7 @@ class Debugger final : public DebuggerInterface {
   // does, not at the next stop() (the run may well crash on the NaN it just met).
   void end_now() noexcept {
     observer_.detach();
+    core_->journal.drain();
     try {
       core_->flush_tensor_files();
       StepDump d = step_dump_header();

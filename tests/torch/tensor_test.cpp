@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -495,6 +496,44 @@ TEST_CASE("save() with the tensor task writes {name}.{count}.debug[.index].pt, a
 }
 
 // ---- journal and crash recovery -------------------------------------------------------------
+
+namespace {
+struct NumberedLine final : tp::io::JournalLine {
+  NumberedLine(int n, std::atomic<int>* made) : n(n), made(made) {}
+  std::string text() const override {
+    ++*made;
+    return "{\"n\": " + std::to_string(n) + "}";
+  }
+  void failed(int) const override {}
+  int n;
+  std::atomic<int>* made;
+};
+}  // namespace
+
+TEST_CASE("the journal's own thread makes and writes queued lines in order; drain() waits for them, remove() drops them") {
+  tptest::TempDir tmp;
+  std::atomic<int> made{0};
+  tp::io::Journal journal;
+  journal.open(tmp / "j.jsonl", "{\"journal\": 1}");
+  const int lines = 3 * static_cast<int>(tp::io::Journal::kMaxQueued);  // past the queue's bound: the caller waits
+  for (int i = 0; i < lines; ++i) journal.append_later(std::make_unique<NumberedLine>(i, &made));
+  journal.drain();
+  CHECK(made.load() == lines);
+  std::ifstream in(tmp / "j.jsonl");
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  CHECK(line == "{\"journal\": 1}");
+  int expected = 0;
+  while (std::getline(in, line)) {
+    CHECK(line == "{\"n\": " + std::to_string(expected) + "}");
+    ++expected;
+  }
+  CHECK(expected == lines);
+  // remove(): the step's files are complete; what is still queued is not needed any more.
+  for (int i = 0; i < 1000; ++i) journal.append_later(std::make_unique<NumberedLine>(i, &made));
+  journal.remove();
+  CHECK_FALSE(fs::exists(tmp / "j.jsonl"));
+}
 
 TEST_CASE("while a step runs its entries are in the journal; recover_dump.py rebuilds dump.json from it") {
   tptest::TempDir tmp;

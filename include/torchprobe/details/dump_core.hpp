@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -149,26 +150,58 @@ struct DumpCore {
     r.saves.clear();
   }
 
-  // One line per kept entry; see io/journal.hpp for the format. A failure is logged once per
-  // step (through the error log's de-duplication) and the dump goes on from memory.
-  void append_to_journal(const char* file, const Record& r) {
-    std::string line = "{\"file\": \"";
-    line += file;
-    line += "\", \"name\": ";
-    line += io::to_python_json(nlohmann::ordered_json(r.name), -1);
-    line += ", \"order\": ";
-    line += std::to_string(r.order);
-    if (r.parent) {
-      line += ", \"parent\": ";
-      line += r.parent->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*r.parent), -1);
+  // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
+  // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
+  // failure is logged once per step (through the error log's de-duplication) and the dump goes on
+  // from memory.
+  class EntryLine final : public io::JournalLine {
+   public:
+    EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
+        : file_(file), name_(r.name), order_(r.order), parent_(r.parent), body_(r.body), deferred_(r.deferred),
+          errors_(errors), journal_(journal) {}
+
+    std::string text() const override {
+      std::string line = "{\"file\": \"";
+      line += file_;
+      line += "\", \"name\": ";
+      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
+      line += ", \"order\": ";
+      line += std::to_string(order_);
+      if (parent_) {
+        line += ", \"parent\": ";
+        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
+      }
+      line += ", \"body\": ";
+      if (deferred_) {
+        nlohmann::ordered_json body = body_;
+        deferred_->append_to(body);
+        line += io::to_python_json(body, -1);
+      } else {
+        line += io::to_python_json(body_, -1);
+      }
+      line += '}';
+      return line;
     }
-    line += ", \"body\": ";
-    line += io::to_python_json(r.json_body(), -1);
-    line += '}';
-    if (const int err = journal.append(line))
-      errors.log("write_journal", r.name, io::errno_text(err),
-                 io::IoError("write the journal", journal.path(), err).what() +
-                     std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+
+    void failed(int err) const override {
+      errors_.log("write_journal", name_, io::errno_text(err),
+                  io::IoError("write the journal", journal_.path(), err).what() +
+                      std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+    }
+
+   private:
+    const char* file_;
+    std::string name_;
+    std::uint64_t order_;
+    std::optional<std::string> parent_;
+    nlohmann::ordered_json body_;
+    std::shared_ptr<const DeferredBody> deferred_;
+    io::ErrorLog& errors_;
+    const io::Journal& journal_;
+  };
+
+  void append_to_journal(const char* file, const Record& r) {
+    journal.append_later(std::make_unique<EntryLine>(file, r, errors, journal));
   }
 
   std::mutex end_mu_;

@@ -12,12 +12,19 @@
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
-// Lines are written with one write() each and not fsync'ed: they survive a process crash, not a
-// power loss. A last line cut short (a full disk) is ignored by the reader.
+// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
+// behind the capture; one write() each, not fsync'ed: they survive a process crash (but for the
+// ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -27,18 +34,40 @@
 
 namespace torchprobe::io {
 
+// A line whose text is made when it is written, on the journal's thread.
+class JournalLine {
+ public:
+  virtual ~JournalLine() = default;
+  virtual std::string text() const = 0;
+  // The write failed with `error` (errno).
+  virtual void failed(int error) const = 0;
+};
+
 class Journal {
  public:
   static constexpr const char* kFileName = "journal.jsonl";
+  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
+  // crash loses a bounded number of them and the queue's memory stays bounded.
+  static constexpr std::size_t kMaxQueued = 4096;
+  static constexpr std::size_t kBatchLines = 256;
 
   Journal() = default;
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
-  ~Journal() { close(); }
+  ~Journal() {
+    close();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
 
   // Opens `path` for appending (a step that is started again continues its journal); a new or
   // empty file first gets `header_line`. Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
+    drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
@@ -74,13 +103,36 @@ class Journal {
     return write_all(fd, text);
   }
 
+  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
+  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
+  void append_later(std::unique_ptr<JournalLine> line) {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
+    queue_.push_back(std::move(line));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    queue_cv_.notify_all();
+  }
+
+  // Waits until every line queued so far is written.
+  void drain() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  }
+
   void close() {
+    drain();
     std::lock_guard<std::mutex> lock(mu_);
     close_locked();
   }
 
-  // The step's files are complete: the journal is no longer needed.
+  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_.clear();
+      queue_cv_.notify_all();
+      queue_cv_.wait(lock, [this] { return !writing_; });
+    }
     std::lock_guard<std::mutex> lock(mu_);
     const std::string path = path_;
     close_locked();
@@ -89,6 +141,42 @@ class Journal {
   }
 
  private:
+  void run() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    for (;;) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      // Whatever has queued up goes out in one write(): a system call per line would cost
+      // more than making the line.
+      std::vector<std::unique_ptr<JournalLine>> batch;
+      while (!queue_.empty() && batch.size() < kBatchLines) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      writing_ = true;
+      queue_cv_.notify_all();  // room in the queue again
+      lock.unlock();
+      std::string text;
+      const JournalLine* first = nullptr;
+      for (const auto& line : batch) {
+        try {
+          std::string t = line->text();
+          if (!text.empty()) text += '\n';
+          text += t;
+          if (!first) first = line.get();
+        } catch (const std::exception&) {
+          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+        }
+      }
+      if (first)
+        if (const int err = append(text)) first->failed(err);
+      batch.clear();
+      lock.lock();
+      writing_ = false;
+      queue_cv_.notify_all();
+    }
+  }
+
   void close_locked() {
     const int fd = fd_.exchange(-1);
     if (fd >= 0) ::close(fd);
@@ -110,6 +198,13 @@ class Journal {
   mutable std::mutex mu_;
   std::atomic<int> fd_{-1};
   std::string path_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::unique_ptr<JournalLine>> queue_;
+  bool writing_ = false;  // the thread holds a line taken from the queue
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace torchprobe::io
