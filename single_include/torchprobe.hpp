@@ -6097,7 +6097,8 @@ inline std::string xor64_hex(const at::Tensor& t) {
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/checksum.hpp ----
 // ---- begin torchprobe/stats/checksum_worker.hpp ----
-// summary_mode md5 off the training thread. zlib's CRC-32 runs at about 1.8 GB/s here, a copy at
+// summary_mode md5 off the training thread (and, for tensors on a device, without a host
+// synchronisation per tensor). zlib's CRC-32 runs at about 1.8 GB/s here, a copy at
 // about 6 GB/s: for a large CPU tensor the training thread takes a contiguous snapshot (the values
 // must be read before a later in-place op changes them) and a worker thread hashes it. The entry
 // gets its checksum when the step is written (Record::pending_checksums).
@@ -6128,11 +6129,31 @@ class ChecksumWorker {
     if (thread_.joinable()) thread_.join();
   }
 
-  // The CRC-32 of `t` as 8 hex digits: computed later, or now when `t` is small, not on the host,
-  // or the worker has enough waiting. Ready futures are returned for what was hashed now.
-  std::shared_future<std::string> crc32(const at::Tensor& t) {
+  // The CRC-32 of `t` as 8 hex digits: computed later, or now when `t` is small or the worker has
+  // enough waiting. Ready futures are returned for what was hashed now.
+  //
+  // A tensor on a device (or any tensor, with `as_device`: tests) is copied where it lives, which
+  // needs no host synchronisation, and read back and hashed when the step is written: the future
+  // is deferred and runs in the thread that asks for it. While kMaxPendingBytes of such copies
+  // wait, a further one is read back at once.
+  std::shared_future<std::string> crc32(const at::Tensor& t, bool as_device = false) {
     const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
-    if (!t.device().is_cpu() || bytes < kMinOffloadBytes || !reserve(bytes)) return ready(crc32_hex(t));
+    if (as_device || !t.device().is_cpu()) {
+      if (!reserve_device(bytes)) return ready(crc32_hex(t));
+      at::Tensor copy;
+      {
+        ProbeGuard guard;
+        copy = t.clone();
+      }
+      // The reservation is returned when the copy is hashed, or when the entry is dropped unread.
+      auto held = std::make_shared<DeviceCopy>(this, std::move(copy), bytes);
+      return std::async(std::launch::deferred, [held]() {
+               std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
+               held->release();
+               return hex;
+             }).share();
+    }
+    if (bytes < kMinOffloadBytes || !reserve(bytes)) return ready(crc32_hex(t));
     at::Tensor snapshot;
     {
       ProbeGuard guard;
@@ -6156,6 +6177,24 @@ class ChecksumWorker {
   }
 
  private:
+  // A copy on a device waiting for the flush, and the bytes of the budget it holds.
+  struct DeviceCopy {
+    DeviceCopy(ChecksumWorker* w, at::Tensor c, std::int64_t b) : worker(w), copy(std::move(c)), bytes(b) {}
+    DeviceCopy(const DeviceCopy&) = delete;
+    DeviceCopy& operator=(const DeviceCopy&) = delete;
+    ~DeviceCopy() { release(); }
+    void release() {
+      if (!worker) return;
+      copy = at::Tensor();
+      std::lock_guard<std::mutex> lock(worker->mu_);
+      worker->device_pending_bytes_ -= bytes;
+      worker = nullptr;
+    }
+    ChecksumWorker* worker;
+    at::Tensor copy;
+    std::int64_t bytes;
+  };
+
   struct Job {
     at::Tensor snapshot;
     std::promise<std::string> promise;
@@ -6166,6 +6205,13 @@ class ChecksumWorker {
     std::promise<std::string> p;
     p.set_value(std::move(value));
     return p.get_future().share();
+  }
+
+  bool reserve_device(std::int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (device_pending_bytes_ + bytes > kMaxPendingBytes) return false;
+    device_pending_bytes_ += bytes;
+    return true;
   }
 
   bool reserve(std::int64_t bytes) {
@@ -6208,6 +6254,7 @@ class ChecksumWorker {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::int64_t pending_bytes_ = 0;
+  std::int64_t device_pending_bytes_ = 0;  // copies on devices waiting for the flush
   std::uint64_t offloaded_ = 0;
   bool stopping_ = false;
   std::thread thread_;
@@ -7457,7 +7504,7 @@ class StatisticsTask {
       if (empty) {
         j["md5"] = nullptr;
       } else {
-        std::shared_future<std::string> crc = checksums_->crc32(t);
+        std::shared_future<std::string> crc = checksums_->crc32(t, force_device_);
         if (crc.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
           j["md5"] = crc.get();
         } else {

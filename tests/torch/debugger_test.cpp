@@ -292,6 +292,42 @@ TEST_CASE("md5 of a large tensor is computed off the training thread, from the v
   CHECK(keys == std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5"});
 }
 
+TEST_CASE("md5 on the device path copies the tensor where it lives and hashes it at flush, with the values the call saw") {
+  tptest::TempDir tmp;
+  Json forced, direct;
+  for (bool force : {true, false}) {
+    const std::string path = tmp / (force ? "forced" : "direct");
+    L1Stats dbg(tp::Options().dump_path(path).summary_mode("md5").extra_info(false));
+    dbg.task().force_device_path(force);  // CPU tensors take the device path (no GPU in CI)
+    dbg.start();
+    at::Tensor y = torch::arange(24, at::kFloat).reshape({4, 6}).t().neg();  // strided, small
+    y.mul_(2);
+    dbg.stop();
+    (force ? forced : direct) = tptest::read_json(path + "/step0/" + proc_dir() + "/dump.json")["data"];
+  }
+  int rc = 0;
+  const std::string want = tptest::run_python(
+      "import torch, zlib\n"
+      "y = -torch.arange(24, dtype=torch.float32).reshape(4, 6).t()\n"
+      "print('%08x' % zlib.crc32(y.contiguous().numpy().tobytes()))\n"
+      "print('%08x' % zlib.crc32((y * 2).contiguous().numpy().tobytes()))\n",
+      &rc);
+  REQUIRE(rc == 0);
+  CHECK(forced["Aten.neg.0.forward"]["output"][0]["md5"].get<std::string>() + "\n" == want.substr(0, 9));
+  CHECK(forced["Aten.mul_.0.forward"]["output"][0]["md5"].get<std::string>() + "\n" == want.substr(9, 9));
+  // The same checksums and key order as the host path.
+  for (const char* entry : {"Aten.neg.0.forward", "Aten.mul_.0.forward"}) {
+    CAPTURE(entry);
+    const Json& a = forced[entry]["output"][0];
+    const Json& b = direct[entry]["output"][0];
+    CHECK(a["md5"] == b["md5"]);
+    std::vector<std::string> ka, kb;
+    for (const auto& kv : a.items()) ka.push_back(kv.key());
+    for (const auto& kv : b.items()) kb.push_back(kv.key());
+    CHECK(ka == kb);
+  }
+}
+
 TEST_CASE("an exception thrown inside the scope still stops the dump and leaves valid files") {
   tptest::TempDir tmp;
   L1Stats dbg(tp::Options().dump_path(tmp.path()));

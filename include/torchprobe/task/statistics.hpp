@@ -58,7 +58,7 @@ class StatisticsTask {
       if (empty) {
         j["md5"] = nullptr;
       } else {
-        std::shared_future<std::string> crc = checksums_->crc32(t);
+        std::shared_future<std::string> crc = checksums_->crc32(t, force_device_);
         if (crc.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
           j["md5"] = crc.get();
         } else {
