@@ -16,6 +16,7 @@
 #include <deque>
 #include <exception>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -60,7 +61,7 @@ class ChecksumWorker {
         copy = t.clone();
       }
       // The reservation is returned when the copy is hashed, or when the entry is dropped unread.
-      auto held = std::make_shared<DeviceCopy>(this, std::move(copy), bytes);
+      auto held = std::make_shared<DeviceCopy>(device_budget_, std::move(copy), bytes);
       return std::async(std::launch::deferred, [held]() {
                std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
                held->release();
@@ -91,20 +92,27 @@ class ChecksumWorker {
   }
 
  private:
+  // Bytes of device copies waiting for the flush. Shared with the copies themselves: a pending
+  // checksum may outlive the worker (save()'s gradient entries live as long as the user's tensor).
+  struct DeviceBudget {
+    std::mutex mu;
+    std::int64_t pending = 0;
+  };
+
   // A copy on a device waiting for the flush, and the bytes of the budget it holds.
   struct DeviceCopy {
-    DeviceCopy(ChecksumWorker* w, at::Tensor c, std::int64_t b) : worker(w), copy(std::move(c)), bytes(b) {}
+    DeviceCopy(std::shared_ptr<DeviceBudget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
     DeviceCopy(const DeviceCopy&) = delete;
     DeviceCopy& operator=(const DeviceCopy&) = delete;
     ~DeviceCopy() { release(); }
     void release() {
-      if (!worker) return;
+      if (!budget) return;
       copy = at::Tensor();
-      std::lock_guard<std::mutex> lock(worker->mu_);
-      worker->device_pending_bytes_ -= bytes;
-      worker = nullptr;
+      std::lock_guard<std::mutex> lock(budget->mu);
+      budget->pending -= bytes;
+      budget.reset();
     }
-    ChecksumWorker* worker;
+    std::shared_ptr<DeviceBudget> budget;
     at::Tensor copy;
     std::int64_t bytes;
   };
@@ -122,9 +130,9 @@ class ChecksumWorker {
   }
 
   bool reserve_device(std::int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (device_pending_bytes_ + bytes > kMaxPendingBytes) return false;
-    device_pending_bytes_ += bytes;
+    std::lock_guard<std::mutex> lock(device_budget_->mu);
+    if (device_budget_->pending + bytes > kMaxPendingBytes) return false;
+    device_budget_->pending += bytes;
     return true;
   }
 
@@ -168,7 +176,7 @@ class ChecksumWorker {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::int64_t pending_bytes_ = 0;
-  std::int64_t device_pending_bytes_ = 0;  // copies on devices waiting for the flush
+  std::shared_ptr<DeviceBudget> device_budget_ = std::make_shared<DeviceBudget>();
   std::uint64_t offloaded_ = 0;
   bool stopping_ = false;
   std::thread thread_;
