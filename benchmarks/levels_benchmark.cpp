@@ -8,6 +8,8 @@
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "bench_support.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,30 +19,11 @@
 #include <vector>
 
 namespace tp = torchprobe;
+using tpbench::Mlp;
+using tpbench::QuickStart;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-struct QuickStartImpl : torch::nn::Module {
-  QuickStartImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(QuickStart);
-
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
-    for (int i = 0; i < 4; ++i) layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
-    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& l : layers) x = torch::gelu(l(x));
-    return norm(x);
-  }
-  std::vector<torch::nn::Linear> layers;
-  torch::nn::LayerNorm norm{nullptr};
-};
-TORCH_MODULE(Mlp);
 
 // Median over `repeats` of the mean time of one step over `steps` steps, in microseconds.
 double median_step_us(const std::function<void()>& one_step, int steps, int repeats) {
@@ -51,8 +34,7 @@ double median_step_us(const std::function<void()>& one_step, int steps, int repe
     for (int s = 0; s < steps; ++s) one_step();
     runs.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps);
   }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return tpbench::median(runs);
 }
 
 template <tp::Level L, class Sink, class Model>

@@ -12,6 +12,8 @@
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "bench_support.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,40 +24,16 @@
 #include <vector>
 
 namespace tp = torchprobe;
+using tpbench::Mlp;
+using tpbench::QuickStart;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-struct QuickStartImpl : torch::nn::Module {
-  QuickStartImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(QuickStart);
-
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
-    for (int i = 0; i < 4; ++i) layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
-    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& l : layers) x = torch::gelu(l(x));
-    return norm(x);
-  }
-  std::vector<torch::nn::Linear> layers;
-  torch::nn::LayerNorm norm{nullptr};
-};
-TORCH_MODULE(Mlp);
 
 double block_us(const std::function<void()>& one_step, int steps) {
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) one_step();
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Result {
@@ -74,7 +52,7 @@ Result compare(const std::function<void()>& plain, const std::function<void()>& 
     q.push_back(block_us(probed, steps));
     r.push_back(q.back() / p.back());
   }
-  return {median(p), median(q), median(r)};
+  return {tpbench::median(p), tpbench::median(q), tpbench::median(r)};
 }
 
 template <tp::Level L, tp::Task T, class Sink = tp::DirectorySink, class Model>

@@ -20,6 +20,8 @@
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "bench_support.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -163,13 +165,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(run.writer.files), static_cast<unsigned long long>(run.writer.failures),
                   static_cast<double>(run.writer.peak_held_bytes) / (1 << 20), plain_before, plain_after);
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    std::printf("%-22s median of %d rounds: ratio %.2f (%.2f-%.2f), e2e ratio %.2f\n\n", "", kRounds, median(ratios),
+    std::printf("%-22s median of %d rounds: ratio %.2f (%.2f-%.2f), e2e ratio %.2f\n\n", "", kRounds, tpbench::median(ratios),
                 *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()),
-                median(e2e_ratios));
+                tpbench::median(e2e_ratios));
   }
   std::printf("\nfwd+ s: extra time of the forward pass with the dump (capture, statistics, snapshots, waits at the cap);\n"
               "waits s: part of it spent waiting for the writer at the memory cap; stop s: stop()'s wait for the last files.\n");

@@ -2436,7 +2436,9 @@ struct Record {
   bool has_content() const { return deferred != nullptr || !body.empty(); }
 
   // The entry's body as dump.json shows it.
-  nlohmann::ordered_json json_body() const {
+  nlohmann::ordered_json json_body() const { return json_of(body, deferred.get()); }
+  // The same from a body and its compact part kept apart (the journal's lines).
+  static nlohmann::ordered_json json_of(const nlohmann::ordered_json& body, const DeferredBody* deferred) {
     if (!deferred) return body;
     nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
     deferred->append_to(j);
@@ -2936,8 +2938,8 @@ class ApiObserver {
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture; one write() each, not fsync'ed: they survive a process crash (but for the
-// ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
+// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
+// process crash (but for the ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
 
 
 
@@ -3055,8 +3057,7 @@ class Journal {
     for (;;) {
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and nothing left
-      // Whatever has queued up goes out in one write(): a system call per line would cost
-      // more than making the line.
+      // Whatever has queued up (up to kBatchLines) goes out in one write().
       std::vector<std::unique_ptr<JournalLine>> batch;
       while (!queue_.empty() && batch.size() < kBatchLines) {
         batch.push_back(std::move(queue_.front()));
@@ -3802,13 +3803,8 @@ struct DumpCore {
         line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
       }
       line += ", \"body\": ";
-      if (deferred_) {
-        nlohmann::ordered_json body = body_;
-        deferred_->append_to(body);
-        line += io::to_python_json(body, -1);
-      } else {
-        line += io::to_python_json(body_, -1);
-      }
+      // A body kept whole is written as it is; only a compact one is built first.
+      line += deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
       line += '}';
       return line;
     }
@@ -4568,23 +4564,29 @@ namespace torchprobe::capture {
 
 namespace detail {
 
-// Every tensor among boxed values, lists and tuples flattened, in order.
-inline void collect_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) collect_tensors(e, out);
+// Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
+// returns false; returns false when stopped.
+template <class Visit>
+bool visit_tensors(const c10::IValue& v, Visit&& visit) {
+  if (v.isTensor()) return visit(v.toTensor());
+  if (v.isList()) {  // tensor lists included
+    for (const c10::IValue& e : v.toListRef())
+      if (!visit_tensors(e, visit)) return false;
   } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements()) collect_tensors(e, out);
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (!visit_tensors(e, visit)) return false;
   }
+  return true;
 }
 
 template <class Values>
 std::vector<at::Tensor> tensors_of(const Values& values) {
   std::vector<at::Tensor> out;
-  for (const c10::IValue& v : values) collect_tensors(v, out);
+  for (const c10::IValue& v : values)
+    visit_tensors(v, [&](const at::Tensor& t) {
+      out.push_back(t);
+      return true;
+    });
   return out;
 }
 
@@ -4597,25 +4599,15 @@ inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
 
 // Could a backward pass reach this call? Only through an input that requires grad: without one,
 // no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
-inline bool any_requires_grad(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().requires_grad();
-  if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec())
-      if (t.defined() && t.requires_grad()) return true;
-    return false;
-  }
-  if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (any_requires_grad(e)) return true;
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements())
-      if (any_requires_grad(e)) return true;
-  }
+template <class Values>
+bool any_requires_grad(const Values& values) {
+  for (const c10::IValue& v : values)
+    if (!visit_tensors(v, [](const at::Tensor& t) { return !(t.defined() && t.requires_grad()); })) return true;
   return false;
 }
 
-// Tasks with a compact form of a tensor's item (StatisticsTask::summarize) get API entries that
-// are built as JSON only when written.
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
+// kept as summaries until written; other tasks' tensors are described into JSON at capture.
 template <class T, class = void>
 struct task_summarizes : std::false_type {};
 template <class T>
@@ -4841,7 +4833,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   struct Call : CallContext {
     Record record;
-    std::shared_ptr<CapturedCall> captured;  // the entry's body in compact form (task_summarizes)
+    std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
     bool api = false;       // an API forward entry is being recorded
     bool backward = false;  // its backward is to be hooked
     bool in_episode = false;
@@ -4911,14 +4903,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
-      if (mode.allows(/*forward=*/true, /*input=*/true)) {
-        if constexpr (detail::task_summarizes<TaskT>::value) capture_inputs(op, inputs, call);
-        else encode_inputs(op, inputs, call.record);
-      }
+      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
       if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && needs_backward(inputs)) {
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
       call.backward = true;
       call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
@@ -4932,15 +4921,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     (void)fn;
   }
 
-  template <class Inputs>
-  static bool needs_backward(const Inputs& inputs) {
-    for (const c10::IValue& v : inputs)
-      if (detail::any_requires_grad(v)) return true;
-    return false;
-  }
-
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
-  // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
+  // has neither form is encoded now, by the task's describe().
   // The value is filled in place: an item is a few hundred bytes, not worth moving around.
   void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
                      const std::string* name, Record& record) const {
@@ -4949,7 +4931,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     item.name = name;
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
+    if (summarized(v, record, c.tensor)) {
       c.form = CapturedValue::Form::Summary;
     } else if (CapturedValue::plain(v)) {
       c.form = CapturedValue::Form::Plain;
@@ -4963,6 +4945,12 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     }
   }
 
+  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
+    if constexpr (detail::task_summarizes<TaskT>::value)
+      return v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, out);
+    return false;
+  }
+
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
     const std::string i = std::to_string(index);
     switch (section) {
@@ -4973,10 +4961,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     return Site{"/input_args/" + i, "input." + i};
   }
 
-  // The compact form of encode_inputs().
-  template <class Inputs>
+  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
   // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
   // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  template <class Inputs>
   void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
     call.captured = std::make_shared<CapturedCall>();
     CapturedCall& cc = *call.captured;
@@ -4994,56 +4982,21 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     }
   }
 
-  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
-  template <class Inputs>
-  void encode_inputs(const OpInfo& op, const Inputs& inputs, Record& record) const {
-    ProbeGuard guard;
-    auto describe = describer(record);
-    ValueEncoder<decltype(describe)> encode(describe);
-    nlohmann::ordered_json args = nlohmann::ordered_json::array();
-    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
-      const ArgKind kind = info ? info->kind : ArgKind::Generic;
-      if (info && info->kwarg_only) {
-        kwargs[info->name] = encode.encode(inputs[k], kind, Site{"/input_kwargs/" + pointer_token(info->name), "kwargs." + info->name});
-      } else {
-        const std::string idx = std::to_string(args.size());
-        args.push_back(encode.encode(inputs[k], kind, Site{"/input_args/" + idx, "input." + idx}));
-      }
-    }
-    record.body["input_args"] = std::move(args);
-    record.body["input_kwargs"] = std::move(kwargs);
-  }
-
   template <class Outputs>
   void finish_api_entry(const Outputs& outputs, Call& call) {
-    if constexpr (detail::task_summarizes<TaskT>::value) {
-      if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-        if (!call.captured) call.captured = std::make_shared<CapturedCall>();
-        CapturedCall& cc = *call.captured;
-        cc.has_outputs = true;
-        for (std::size_t k = 0; k < outputs.size(); ++k)
-          capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
-      }
-      if (call.captured) {
-        call.record.deferred = std::move(call.captured);
-        // Deferred statistics (a device tensor) are filled in through JSON pointers into the body.
-        if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
-      }
-      if (call.record.has_content()) core_->commit(std::move(call.record));
-      return;
-    }
     if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      ProbeGuard guard;
-      auto describe = describer(call.record);
-      ValueEncoder<decltype(describe)> encode(describe);
-      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      if (!call.captured) call.captured = std::make_shared<CapturedCall>();
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
       for (std::size_t k = 0; k < outputs.size(); ++k)
-        out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
-      call.record.body["output"] = std::move(out);
+        capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
-    if (!call.record.body.empty()) core_->commit(std::move(call.record));
+    if (call.captured) {
+      call.record.deferred = std::move(call.captured);
+      // Deferred statistics and checksums are filled in through JSON pointers into the body.
+      if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
+    }
+    if (call.record.has_content()) core_->commit(std::move(call.record));
   }
 
   template <class Outputs>
@@ -6129,17 +6082,16 @@ class ChecksumWorker {
     if (thread_.joinable()) thread_.join();
   }
 
-  // The CRC-32 of `t` as 8 hex digits: computed later, or now when `t` is small or the worker has
-  // enough waiting. Ready futures are returned for what was hashed now.
+  // The CRC-32 of `t` (8 hex digits) computed later, or nullopt when the caller should hash `t`
+  // now: it is small, or enough is waiting already.
   //
   // A tensor on a device (or any tensor, with `as_device`: tests) is copied where it lives, which
   // needs no host synchronisation, and read back and hashed when the step is written: the future
-  // is deferred and runs in the thread that asks for it. While kMaxPendingBytes of such copies
-  // wait, a further one is read back at once.
-  std::shared_future<std::string> crc32(const at::Tensor& t, bool as_device = false) {
+  // is deferred and runs in the thread that asks for it.
+  std::optional<std::shared_future<std::string>> submit(const at::Tensor& t, bool as_device = false) {
     const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
     if (as_device || !t.device().is_cpu()) {
-      if (!reserve_device(bytes)) return ready(crc32_hex(t));
+      if (!device_budget_->take(bytes)) return std::nullopt;
       at::Tensor copy;
       {
         ProbeGuard guard;
@@ -6153,7 +6105,7 @@ class ChecksumWorker {
                return hex;
              }).share();
     }
-    if (bytes < kMinOffloadBytes || !reserve(bytes)) return ready(crc32_hex(t));
+    if (bytes < kMinOffloadBytes || !host_budget_.take(bytes)) return std::nullopt;
     at::Tensor snapshot;
     {
       ProbeGuard guard;
@@ -6177,27 +6129,37 @@ class ChecksumWorker {
   }
 
  private:
-  // Bytes of device copies waiting for the flush. Shared with the copies themselves: a pending
-  // checksum may outlive the worker (save()'s gradient entries live as long as the user's tensor).
-  struct DeviceBudget {
+  // Bytes of copies waiting to be hashed, capped at kMaxPendingBytes. The device budget is shared
+  // with the copies themselves: a pending checksum may outlive the worker (save()'s gradient
+  // entries live as long as the user's tensor).
+  struct Budget {
     std::mutex mu;
     std::int64_t pending = 0;
+    bool take(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (pending + bytes > kMaxPendingBytes) return false;
+      pending += bytes;
+      return true;
+    }
+    void give(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      pending -= bytes;
+    }
   };
 
   // A copy on a device waiting for the flush, and the bytes of the budget it holds.
   struct DeviceCopy {
-    DeviceCopy(std::shared_ptr<DeviceBudget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
+    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
     DeviceCopy(const DeviceCopy&) = delete;
     DeviceCopy& operator=(const DeviceCopy&) = delete;
     ~DeviceCopy() { release(); }
     void release() {
       if (!budget) return;
       copy = at::Tensor();
-      std::lock_guard<std::mutex> lock(budget->mu);
-      budget->pending -= bytes;
+      budget->give(bytes);
       budget.reset();
     }
-    std::shared_ptr<DeviceBudget> budget;
+    std::shared_ptr<Budget> budget;
     at::Tensor copy;
     std::int64_t bytes;
   };
@@ -6207,26 +6169,6 @@ class ChecksumWorker {
     std::promise<std::string> promise;
     std::int64_t bytes;
   };
-
-  static std::shared_future<std::string> ready(std::string value) {
-    std::promise<std::string> p;
-    p.set_value(std::move(value));
-    return p.get_future().share();
-  }
-
-  bool reserve_device(std::int64_t bytes) {
-    std::lock_guard<std::mutex> lock(device_budget_->mu);
-    if (device_budget_->pending + bytes > kMaxPendingBytes) return false;
-    device_budget_->pending += bytes;
-    return true;
-  }
-
-  bool reserve(std::int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pending_bytes_ + bytes > kMaxPendingBytes) return false;
-    pending_bytes_ += bytes;
-    return true;
-  }
 
   void run() {
     for (;;) {
@@ -6246,9 +6188,9 @@ class ChecksumWorker {
         error = std::current_exception();
       }
       job.snapshot = at::Tensor();  // its memory goes before the budget is returned
+      host_budget_.give(job.bytes);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        pending_bytes_ -= job.bytes;
         ++offloaded_;
       }
       // Last: whoever waits on the result sees the counters already updated.
@@ -6260,8 +6202,8 @@ class ChecksumWorker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  std::int64_t pending_bytes_ = 0;
-  std::shared_ptr<DeviceBudget> device_budget_ = std::make_shared<DeviceBudget>();
+  Budget host_budget_;                                                   // snapshots queued for the worker
+  std::shared_ptr<Budget> device_budget_ = std::make_shared<Budget>();  // copies on devices
   std::uint64_t offloaded_ = 0;
   bool stopping_ = false;
   std::thread thread_;
@@ -7490,6 +7432,11 @@ class StatisticsTask {
   // as msprobe does for the gradients it captures.
   nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
                                   bool gradient = false) const {
+    TensorSummary summary;
+    if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
+      if (gradient) summary.requires_grad = false;
+      return tensor_item(summary);
+    }
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (mode_ == SummaryMode::Xor) {
@@ -7506,18 +7453,15 @@ class StatisticsTask {
       record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
-    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) saver_.stage(t, site, record, j);
+    if (saves(record)) saver_.stage(t, site, record, j);
     if (mode_ == SummaryMode::Md5) {
       if (empty) {
         j["md5"] = nullptr;
+      } else if (auto later = checksums_->submit(t, force_device_)) {
+        j["md5"] = nullptr;  // filled when the step is written
+        record.pending_checksums.push_back({site.pointer, std::move(*later)});
       } else {
-        std::shared_future<std::string> crc = checksums_->crc32(t, force_device_);
-        if (crc.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-          j["md5"] = crc.get();
-        } else {
-          j["md5"] = nullptr;  // filled when the step is written
-          record.pending_checksums.push_back({site.pointer, std::move(crc)});
-        }
+        j["md5"] = stats::crc32_hex(t);
       }
     }
     return j;
@@ -7526,13 +7470,11 @@ class StatisticsTask {
   // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
   // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
   bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
-    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu()) return false;
-    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) return false;
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || saves(record)) return false;
     out.dtype = t.scalar_type();
     const at::IntArrayRef sizes = t.sizes();
     out.shape.assign(sizes.begin(), sizes.end());
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    out.stats = empty || !stats::has_cpu_kernel(t.scalar_type()) ? TensorStats{} : stats::cpu_stats(t);
+    out.stats = stats::cpu_stats(t);  // nulls for empty tensors and dtypes without a kernel
     out.requires_grad = t.requires_grad();
     return true;
   }
@@ -7555,6 +7497,11 @@ class StatisticsTask {
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
 
  private:
+  // Are this entry's tensors saved to dump_tensor_data/?
+  bool saves(const Record& record) const {
+    return saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name));
+  }
+
   bool named_in_tensor_list(const std::string& name) const {
     for (const std::string& item : tensor_list_)
       if (name.find(item) != std::string::npos) return true;
@@ -7812,7 +7759,7 @@ class OverflowCheckTask {
       snapshot_saves(r);
       return true;
     }
-    r.materialize();  // (entries in compact form come from tasks with summarize(); none here today)
+    r.materialize();  // API entries arrive with part of their body still compact
     if (!overflow::any_nonfinite_stat(r.body)) {
       if (!r.pending.empty()) hold(std::move(r));
       return false;

@@ -36,23 +36,29 @@ namespace torchprobe::capture {
 
 namespace detail {
 
-// Every tensor among boxed values, lists and tuples flattened, in order.
-inline void collect_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) collect_tensors(e, out);
+// Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
+// returns false; returns false when stopped.
+template <class Visit>
+bool visit_tensors(const c10::IValue& v, Visit&& visit) {
+  if (v.isTensor()) return visit(v.toTensor());
+  if (v.isList()) {  // tensor lists included
+    for (const c10::IValue& e : v.toListRef())
+      if (!visit_tensors(e, visit)) return false;
   } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements()) collect_tensors(e, out);
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (!visit_tensors(e, visit)) return false;
   }
+  return true;
 }
 
 template <class Values>
 std::vector<at::Tensor> tensors_of(const Values& values) {
   std::vector<at::Tensor> out;
-  for (const c10::IValue& v : values) collect_tensors(v, out);
+  for (const c10::IValue& v : values)
+    visit_tensors(v, [&](const at::Tensor& t) {
+      out.push_back(t);
+      return true;
+    });
   return out;
 }
 
@@ -65,25 +71,15 @@ inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
 
 // Could a backward pass reach this call? Only through an input that requires grad: without one,
 // no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
-inline bool any_requires_grad(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().requires_grad();
-  if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec())
-      if (t.defined() && t.requires_grad()) return true;
-    return false;
-  }
-  if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (any_requires_grad(e)) return true;
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements())
-      if (any_requires_grad(e)) return true;
-  }
+template <class Values>
+bool any_requires_grad(const Values& values) {
+  for (const c10::IValue& v : values)
+    if (!visit_tensors(v, [](const at::Tensor& t) { return !(t.defined() && t.requires_grad()); })) return true;
   return false;
 }
 
-// Tasks with a compact form of a tensor's item (StatisticsTask::summarize) get API entries that
-// are built as JSON only when written.
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
+// kept as summaries until written; other tasks' tensors are described into JSON at capture.
 template <class T, class = void>
 struct task_summarizes : std::false_type {};
 template <class T>
@@ -309,7 +305,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   struct Call : CallContext {
     Record record;
-    std::shared_ptr<CapturedCall> captured;  // the entry's body in compact form (task_summarizes)
+    std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
     bool api = false;       // an API forward entry is being recorded
     bool backward = false;  // its backward is to be hooked
     bool in_episode = false;
@@ -379,14 +375,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = construct_parent(tm, call.in_episode);
-      if (mode.allows(/*forward=*/true, /*input=*/true)) {
-        if constexpr (detail::task_summarizes<TaskT>::value) capture_inputs(op, inputs, call);
-        else encode_inputs(op, inputs, call.record);
-      }
+      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
       if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && needs_backward(inputs)) {
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
       call.backward = true;
       call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
@@ -400,15 +393,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     (void)fn;
   }
 
-  template <class Inputs>
-  static bool needs_backward(const Inputs& inputs) {
-    for (const c10::IValue& v : inputs)
-      if (detail::any_requires_grad(v)) return true;
-    return false;
-  }
-
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
-  // has neither form is encoded now, exactly as encode_inputs() and finish_api_entry() do.
+  // has neither form is encoded now, by the task's describe().
   // The value is filled in place: an item is a few hundred bytes, not worth moving around.
   void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
                      const std::string* name, Record& record) const {
@@ -417,7 +403,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     item.name = name;
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, c.tensor)) {
+    if (summarized(v, record, c.tensor)) {
       c.form = CapturedValue::Form::Summary;
     } else if (CapturedValue::plain(v)) {
       c.form = CapturedValue::Form::Plain;
@@ -431,6 +417,12 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     }
   }
 
+  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
+    if constexpr (detail::task_summarizes<TaskT>::value)
+      return v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, out);
+    return false;
+  }
+
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
     const std::string i = std::to_string(index);
     switch (section) {
@@ -441,10 +433,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     return Site{"/input_args/" + i, "input." + i};
   }
 
-  // The compact form of encode_inputs().
-  template <class Inputs>
+  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
   // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
   // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  template <class Inputs>
   void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
     call.captured = std::make_shared<CapturedCall>();
     CapturedCall& cc = *call.captured;
@@ -462,56 +454,21 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     }
   }
 
-  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
-  template <class Inputs>
-  void encode_inputs(const OpInfo& op, const Inputs& inputs, Record& record) const {
-    ProbeGuard guard;
-    auto describe = describer(record);
-    ValueEncoder<decltype(describe)> encode(describe);
-    nlohmann::ordered_json args = nlohmann::ordered_json::array();
-    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
-      const ArgKind kind = info ? info->kind : ArgKind::Generic;
-      if (info && info->kwarg_only) {
-        kwargs[info->name] = encode.encode(inputs[k], kind, Site{"/input_kwargs/" + pointer_token(info->name), "kwargs." + info->name});
-      } else {
-        const std::string idx = std::to_string(args.size());
-        args.push_back(encode.encode(inputs[k], kind, Site{"/input_args/" + idx, "input." + idx}));
-      }
-    }
-    record.body["input_args"] = std::move(args);
-    record.body["input_kwargs"] = std::move(kwargs);
-  }
-
   template <class Outputs>
   void finish_api_entry(const Outputs& outputs, Call& call) {
-    if constexpr (detail::task_summarizes<TaskT>::value) {
-      if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-        if (!call.captured) call.captured = std::make_shared<CapturedCall>();
-        CapturedCall& cc = *call.captured;
-        cc.has_outputs = true;
-        for (std::size_t k = 0; k < outputs.size(); ++k)
-          capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
-      }
-      if (call.captured) {
-        call.record.deferred = std::move(call.captured);
-        // Deferred statistics (a device tensor) are filled in through JSON pointers into the body.
-        if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
-      }
-      if (call.record.has_content()) core_->commit(std::move(call.record));
-      return;
-    }
     if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      ProbeGuard guard;
-      auto describe = describer(call.record);
-      ValueEncoder<decltype(describe)> encode(describe);
-      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      if (!call.captured) call.captured = std::make_shared<CapturedCall>();
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
       for (std::size_t k = 0; k < outputs.size(); ++k)
-        out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
-      call.record.body["output"] = std::move(out);
+        capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
-    if (!call.record.body.empty()) core_->commit(std::move(call.record));
+    if (call.captured) {
+      call.record.deferred = std::move(call.captured);
+      // Deferred statistics and checksums are filled in through JSON pointers into the body.
+      if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
+    }
+    if (call.record.has_content()) core_->commit(std::move(call.record));
   }
 
   template <class Outputs>

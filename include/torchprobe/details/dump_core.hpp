@@ -172,13 +172,8 @@ struct DumpCore {
         line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
       }
       line += ", \"body\": ";
-      if (deferred_) {
-        nlohmann::ordered_json body = body_;
-        deferred_->append_to(body);
-        line += io::to_python_json(body, -1);
-      } else {
-        line += io::to_python_json(body_, -1);
-      }
+      // A body kept whole is written as it is; only a compact one is built first.
+      line += deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
       line += '}';
       return line;
     }

@@ -13,8 +13,8 @@
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture; one write() each, not fsync'ed: they survive a process crash (but for the
-// ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
+// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
+// process crash (but for the ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -146,8 +146,7 @@ class Journal {
     for (;;) {
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and nothing left
-      // Whatever has queued up goes out in one write(): a system call per line would cost
-      // more than making the line.
+      // Whatever has queued up (up to kBatchLines) goes out in one write().
       std::vector<std::unique_ptr<JournalLine>> batch;
       while (!queue_.empty() && batch.size() < kBatchLines) {
         batch.push_back(std::move(queue_.front()));

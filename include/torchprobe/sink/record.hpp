@@ -59,7 +59,9 @@ struct Record {
   bool has_content() const { return deferred != nullptr || !body.empty(); }
 
   // The entry's body as dump.json shows it.
-  nlohmann::ordered_json json_body() const {
+  nlohmann::ordered_json json_body() const { return json_of(body, deferred.get()); }
+  // The same from a body and its compact part kept apart (the journal's lines).
+  static nlohmann::ordered_json json_of(const nlohmann::ordered_json& body, const DeferredBody* deferred) {
     if (!deferred) return body;
     nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
     deferred->append_to(j);

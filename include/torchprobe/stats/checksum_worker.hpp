@@ -18,6 +18,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -44,17 +45,16 @@ class ChecksumWorker {
     if (thread_.joinable()) thread_.join();
   }
 
-  // The CRC-32 of `t` as 8 hex digits: computed later, or now when `t` is small or the worker has
-  // enough waiting. Ready futures are returned for what was hashed now.
+  // The CRC-32 of `t` (8 hex digits) computed later, or nullopt when the caller should hash `t`
+  // now: it is small, or enough is waiting already.
   //
   // A tensor on a device (or any tensor, with `as_device`: tests) is copied where it lives, which
   // needs no host synchronisation, and read back and hashed when the step is written: the future
-  // is deferred and runs in the thread that asks for it. While kMaxPendingBytes of such copies
-  // wait, a further one is read back at once.
-  std::shared_future<std::string> crc32(const at::Tensor& t, bool as_device = false) {
+  // is deferred and runs in the thread that asks for it.
+  std::optional<std::shared_future<std::string>> submit(const at::Tensor& t, bool as_device = false) {
     const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
     if (as_device || !t.device().is_cpu()) {
-      if (!reserve_device(bytes)) return ready(crc32_hex(t));
+      if (!device_budget_->take(bytes)) return std::nullopt;
       at::Tensor copy;
       {
         ProbeGuard guard;
@@ -68,7 +68,7 @@ class ChecksumWorker {
                return hex;
              }).share();
     }
-    if (bytes < kMinOffloadBytes || !reserve(bytes)) return ready(crc32_hex(t));
+    if (bytes < kMinOffloadBytes || !host_budget_.take(bytes)) return std::nullopt;
     at::Tensor snapshot;
     {
       ProbeGuard guard;
@@ -92,27 +92,37 @@ class ChecksumWorker {
   }
 
  private:
-  // Bytes of device copies waiting for the flush. Shared with the copies themselves: a pending
-  // checksum may outlive the worker (save()'s gradient entries live as long as the user's tensor).
-  struct DeviceBudget {
+  // Bytes of copies waiting to be hashed, capped at kMaxPendingBytes. The device budget is shared
+  // with the copies themselves: a pending checksum may outlive the worker (save()'s gradient
+  // entries live as long as the user's tensor).
+  struct Budget {
     std::mutex mu;
     std::int64_t pending = 0;
+    bool take(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (pending + bytes > kMaxPendingBytes) return false;
+      pending += bytes;
+      return true;
+    }
+    void give(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      pending -= bytes;
+    }
   };
 
   // A copy on a device waiting for the flush, and the bytes of the budget it holds.
   struct DeviceCopy {
-    DeviceCopy(std::shared_ptr<DeviceBudget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
+    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
     DeviceCopy(const DeviceCopy&) = delete;
     DeviceCopy& operator=(const DeviceCopy&) = delete;
     ~DeviceCopy() { release(); }
     void release() {
       if (!budget) return;
       copy = at::Tensor();
-      std::lock_guard<std::mutex> lock(budget->mu);
-      budget->pending -= bytes;
+      budget->give(bytes);
       budget.reset();
     }
-    std::shared_ptr<DeviceBudget> budget;
+    std::shared_ptr<Budget> budget;
     at::Tensor copy;
     std::int64_t bytes;
   };
@@ -122,26 +132,6 @@ class ChecksumWorker {
     std::promise<std::string> promise;
     std::int64_t bytes;
   };
-
-  static std::shared_future<std::string> ready(std::string value) {
-    std::promise<std::string> p;
-    p.set_value(std::move(value));
-    return p.get_future().share();
-  }
-
-  bool reserve_device(std::int64_t bytes) {
-    std::lock_guard<std::mutex> lock(device_budget_->mu);
-    if (device_budget_->pending + bytes > kMaxPendingBytes) return false;
-    device_budget_->pending += bytes;
-    return true;
-  }
-
-  bool reserve(std::int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pending_bytes_ + bytes > kMaxPendingBytes) return false;
-    pending_bytes_ += bytes;
-    return true;
-  }
 
   void run() {
     for (;;) {
@@ -161,9 +151,9 @@ class ChecksumWorker {
         error = std::current_exception();
       }
       job.snapshot = at::Tensor();  // its memory goes before the budget is returned
+      host_budget_.give(job.bytes);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        pending_bytes_ -= job.bytes;
         ++offloaded_;
       }
       // Last: whoever waits on the result sees the counters already updated.
@@ -175,8 +165,8 @@ class ChecksumWorker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  std::int64_t pending_bytes_ = 0;
-  std::shared_ptr<DeviceBudget> device_budget_ = std::make_shared<DeviceBudget>();
+  Budget host_budget_;                                                   // snapshots queued for the worker
+  std::shared_ptr<Budget> device_budget_ = std::make_shared<Budget>();  // copies on devices
   std::uint64_t offloaded_ = 0;
   bool stopping_ = false;
   std::thread thread_;

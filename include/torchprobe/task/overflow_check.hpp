@@ -75,7 +75,7 @@ class OverflowCheckTask {
       snapshot_saves(r);
       return true;
     }
-    r.materialize();  // (entries in compact form come from tasks with summarize(); none here today)
+    r.materialize();  // API entries arrive with part of their body still compact
     if (!overflow::any_nonfinite_stat(r.body)) {
       if (!r.pending.empty()) hold(std::move(r));
       return false;

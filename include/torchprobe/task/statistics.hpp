@@ -5,8 +5,6 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <future>
 #include <memory>
 #include <string>
 
@@ -37,6 +35,11 @@ class StatisticsTask {
   // as msprobe does for the gradients it captures.
   nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
                                   bool gradient = false) const {
+    TensorSummary summary;
+    if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
+      if (gradient) summary.requires_grad = false;
+      return tensor_item(summary);
+    }
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (mode_ == SummaryMode::Xor) {
@@ -53,18 +56,15 @@ class StatisticsTask {
       record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
-    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) saver_.stage(t, site, record, j);
+    if (saves(record)) saver_.stage(t, site, record, j);
     if (mode_ == SummaryMode::Md5) {
       if (empty) {
         j["md5"] = nullptr;
+      } else if (auto later = checksums_->submit(t, force_device_)) {
+        j["md5"] = nullptr;  // filled when the step is written
+        record.pending_checksums.push_back({site.pointer, std::move(*later)});
       } else {
-        std::shared_future<std::string> crc = checksums_->crc32(t, force_device_);
-        if (crc.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-          j["md5"] = crc.get();
-        } else {
-          j["md5"] = nullptr;  // filled when the step is written
-          record.pending_checksums.push_back({site.pointer, std::move(crc)});
-        }
+        j["md5"] = stats::crc32_hex(t);
       }
     }
     return j;
@@ -73,13 +73,11 @@ class StatisticsTask {
   // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
   // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
   bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
-    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu()) return false;
-    if (saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name))) return false;
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || saves(record)) return false;
     out.dtype = t.scalar_type();
     const at::IntArrayRef sizes = t.sizes();
     out.shape.assign(sizes.begin(), sizes.end());
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    out.stats = empty || !stats::has_cpu_kernel(t.scalar_type()) ? TensorStats{} : stats::cpu_stats(t);
+    out.stats = stats::cpu_stats(t);  // nulls for empty tensors and dtypes without a kernel
     out.requires_grad = t.requires_grad();
     return true;
   }
@@ -102,6 +100,11 @@ class StatisticsTask {
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
 
  private:
+  // Are this entry's tensors saved to dump_tensor_data/?
+  bool saves(const Record& record) const {
+    return saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name));
+  }
+
   bool named_in_tensor_list(const std::string& name) const {
     for (const std::string& item : tensor_list_)
       if (name.find(item) != std::string::npos) return true;

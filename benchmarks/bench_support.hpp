@@ -1,0 +1,39 @@
+#pragma once
+// What several benchmarks share: the two models they time, and the median of repeated figures.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace tpbench {
+
+// The quick-start model of the README: Linear(8, 4) + relu.
+struct QuickStartImpl : torch::nn::Module {
+  QuickStartImpl() : fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(QuickStart);
+
+// A model with real work per op: 4 x (Linear(512, 512) + gelu), then LayerNorm.
+struct MlpImpl : torch::nn::Module {
+  MlpImpl() {
+    for (int i = 0; i < 4; ++i) layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& l : layers) x = torch::gelu(l(x));
+    return norm(x);
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::LayerNorm norm{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace tpbench
