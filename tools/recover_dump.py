@@ -17,7 +17,8 @@ written by an earlier stop() of the step is left as it is. Files are written lik
 (json.dump with indent=1, temporary file + rename, mode 0640), then the journal is removed unless
 --keep-journal is given. Tensor files that were still queued when the process died are missing
 from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
-tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed.
+tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed, and so is a journal that was
+still being created (.journal.jsonl.tmpPID: its step had recorded nothing).
 
 Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
 there was none), 1 when a journal could not be read.
@@ -34,6 +35,7 @@ from pathlib import Path
 
 JOURNAL = "journal.jsonl"
 TEMP_TENSOR_RE = re.compile(r"^\..+\.tmp\d+\.\d+$")
+TEMP_JOURNAL_GLOB = "." + JOURNAL + ".tmp*"  # a journal being created when the process died
 
 
 def read_journal(path: Path):
@@ -58,8 +60,6 @@ def read_journal(path: Path):
             header = obj
         else:
             entries.append(obj)
-    if header is None:
-        raise ValueError(f"{path}: empty journal")
     return header, entries
 
 
@@ -125,6 +125,13 @@ def recover(rank_dir: Path, check_only: bool, keep_journal: bool) -> bool:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return False
+    if header is None:
+        # TorchProbe renames a journal into place with its header, so an empty one was cut short by
+        # something else (an older version, a full disk): nothing of the step was recorded in it.
+        if not check_only and not keep_journal:
+            journal.unlink()
+        print(f"{rank_dir}: the journal is empty; nothing was recorded before the process stopped")
+        return True
     dump_data, parents = assemble(entries, "dump")
     debug_data, _ = assemble(entries, "debug")
     written = []
@@ -175,6 +182,9 @@ def main(argv=None) -> int:
             ok = False
             continue
         journals = [root / JOURNAL] if (root / JOURNAL).is_file() else sorted(root.rglob(JOURNAL))
+        if not args.check:
+            for leftover in root.rglob(TEMP_JOURNAL_GLOB):
+                leftover.unlink()  # its step had recorded nothing yet
         for journal in journals:
             found += 1
             ok = recover(journal.parent, args.check, args.keep_journal) and ok

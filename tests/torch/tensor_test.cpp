@@ -535,6 +535,29 @@ TEST_CASE("the journal's own thread makes and writes queued lines in order; drai
   CHECK_FALSE(fs::exists(tmp / "j.jsonl"));
 }
 
+TEST_CASE("a new journal appears with its header in it; recover_dump.py clears an empty or half-created journal") {
+  tptest::TempDir tmp;
+  {
+    tp::io::Journal journal;
+    journal.open(tmp / "j.jsonl", "{\"journal\": 1}");
+    // Before any line is written the file already holds its header, and no temporary file is left.
+    CHECK(files_in(tmp.path()) == std::set<std::string>{"j.jsonl"});
+    std::ifstream in(tmp / "j.jsonl");
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    CHECK(line == "{\"journal\": 1}");
+  }
+  // What a process killed by something other than TorchProbe's writer could still leave behind.
+  fs::create_directories(tmp / "dump/step0/rank0");
+  fs::create_directories(tmp / "dump/step1/rank0");
+  std::ofstream(tmp / "dump/step0/rank0/journal.jsonl").close();
+  std::ofstream(tmp / "dump/step1/rank0/.journal.jsonl.tmp4242") << "{\"journal\": 1}\n";
+  const int rc = std::system((std::string(TORCHPROBE_PYTHON) + " " + recover_tool() + " " + tmp / "dump" + " > /dev/null").c_str());
+  CHECK(rc == 0);
+  CHECK(files_in(tmp / "dump/step0/rank0").empty());
+  CHECK(files_in(tmp / "dump/step1/rank0").empty());
+}
+
 TEST_CASE("while a step runs its entries are in the journal; recover_dump.py rebuilds dump.json from it") {
   tptest::TempDir tmp;
   const std::string rank = tmp.path() + "/step0/" + proc_dir();

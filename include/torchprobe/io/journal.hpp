@@ -64,17 +64,21 @@ class Journal {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Opens `path` for appending (a step that is started again continues its journal); a new or
-  // empty file first gets `header_line`. Throws IoError.
+  // Opens `path` for appending (a step that is started again continues its journal). A new
+  // journal appears with its header already in it: the header is written to a temporary file that
+  // is then renamed into place, so a process killed at any moment leaves either no journal or one
+  // that the recovery tool can read (a killed process may leave the temporary file,
+  // .journal.jsonl.tmpPID, which the recovery tool removes). Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
     drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) fd = create_with_header(path, header_line);
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size == 0) {
+    if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
       const int err = write_all(fd, header_line + "\n");
       if (err != 0) {
         ::close(fd);
@@ -174,6 +178,25 @@ class Journal {
       writing_ = false;
       queue_cv_.notify_all();
     }
+  }
+
+  // Returns the open journal, or -1 with errno set.
+  static int create_with_header(const std::string& path, const std::string& header_line) {
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    const std::string tmp = dir + "." + base + ".tmp" + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0) return -1;
+    int err = write_all(fd, header_line + "\n");
+    if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+    if (err != 0) {
+      ::unlink(tmp.c_str());
+      ::close(fd);
+      errno = err;
+      return -1;
+    }
+    return fd;
   }
 
   void close_locked() {
