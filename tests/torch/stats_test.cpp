@@ -10,6 +10,7 @@
 #include <torchprobe/task/statistics.hpp>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -34,6 +35,22 @@ std::vector<KernelIsa> supported_isas() {
 // doctest prints a const char* as a pointer.
 std::string name_of(KernelIsa isa) { return tp::stats::kernel_isa_name(isa); }
 
+// A way to compute statistics: one instruction set's kernels for every size, or the probe's own
+// entry point (the best kernels, and a plain loop for tiny contiguous tensors).
+struct StatsPath {
+  std::string name;
+  std::function<tp::TensorStats(const at::Tensor&)> run;
+};
+StatsPath path_of(KernelIsa isa) {
+  return {name_of(isa), [isa](const at::Tensor& t) { return tp::stats::cpu_stats(t, isa); }};
+}
+std::vector<StatsPath> stats_paths() {
+  std::vector<StatsPath> out;
+  for (KernelIsa isa : supported_isas()) out.push_back(path_of(isa));
+  out.push_back({"default (tiny path)", [](const at::Tensor& t) { return tp::stats::cpu_stats(t); }});
+  return out;
+}
+
 bool same_or_both_nan(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 void check_close(double got, double want, double rel, double scale = 1.0) {
@@ -54,12 +71,12 @@ Reference reference_of(const at::Tensor& t) {
           d.abs().max().item<double>()};
 }
 
-void check_against_reference(const at::Tensor& t, KernelIsa isa) {
-  CAPTURE(name_of(isa));
+void check_against_reference(const at::Tensor& t, const StatsPath& path) {
+  CAPTURE(path.name);
   CAPTURE(t.scalar_type());
   CAPTURE(t.sizes());
   CAPTURE(t.strides());
-  const tp::TensorStats s = tp::stats::cpu_stats(t, isa);
+  const tp::TensorStats s = path.run(t);
   const Reference r = reference_of(t);
   const bool integral = at::isIntegralType(t.scalar_type(), /*includeBool=*/false);
   CHECK(s.max.kind == (integral ? StatValue::Kind::Int : StatValue::Kind::Float));
@@ -78,6 +95,10 @@ void check_against_reference(const at::Tensor& t, KernelIsa isa) {
   // Mean: the error of a sum is relative to the elements' size, not to the (possibly tiny) result.
   check_close(s.mean.as_double(), r.mean, 1e-12, r.max_abs);
   check_close(s.norm.as_double(), r.norm, 1e-12);
+}
+
+void check_against_reference(const at::Tensor& t, KernelIsa isa) {
+  check_against_reference(t, path_of(isa));
 }
 
 // Values spread over the dtype's range: randn * 50 for floating dtypes, the full range of
@@ -111,12 +132,12 @@ TEST_CASE("the CPU offers the portable kernels always, and the best supported se
   MESSAGE("statistics kernels: " << name_of(tp::stats::best_kernel_isa()));
 }
 
-TEST_CASE("every dtype, every length around the SIMD widths, every instruction set: equal to ATen in float64") {
+TEST_CASE("every dtype, every length around the SIMD widths, every instruction set and the tiny path: equal to ATen in float64") {
   torch::manual_seed(7);
   for (at::ScalarType dtype : kNumericDtypes) {
     for (std::int64_t n : kLengths) {
       const at::Tensor t = sample(dtype, n);
-      for (KernelIsa isa : supported_isas()) check_against_reference(t, isa);
+      for (const StatsPath& path : stats_paths()) check_against_reference(t, path);
     }
   }
 }
@@ -198,9 +219,9 @@ TEST_CASE("a NaN at the first, a middle or the last index makes all four statist
       for (std::int64_t at_index : {std::int64_t(0), n / 2, n - 1}) {
         at::Tensor t = sample(dtype, n);
         t[at_index] = std::nan("");
-        for (KernelIsa isa : supported_isas()) {
-          const tp::TensorStats s = tp::stats::cpu_stats(t, isa);
-          CAPTURE(name_of(isa));
+        for (const StatsPath& path : stats_paths()) {
+          const tp::TensorStats s = path.run(t);
+          CAPTURE(path.name);
           CAPTURE(dtype);
           CAPTURE(n);
           CAPTURE(at_index);
@@ -224,21 +245,21 @@ TEST_CASE("infinities follow torch: Max/Min are the infinity, Mean its sign (NaN
         neg[at_index] = -kInf;
         both[at_index] = kInf;
         both[(at_index + 1) % n] = -kInf;
-        for (KernelIsa isa : supported_isas()) {
-          CAPTURE(name_of(isa));
+        for (const StatsPath& path : stats_paths()) {
+          CAPTURE(path.name);
           CAPTURE(dtype);
           CAPTURE(n);
           CAPTURE(at_index);
-          const tp::TensorStats p = tp::stats::cpu_stats(pos, isa);
+          const tp::TensorStats p = path.run(pos);
           CHECK(p.max.d == kInf);
           CHECK(p.mean.d == kInf);
           CHECK(p.norm.d == kInf);
-          const tp::TensorStats m = tp::stats::cpu_stats(neg, isa);
+          const tp::TensorStats m = path.run(neg);
           CHECK(m.min.d == -kInf);
           CHECK(m.mean.d == -kInf);
           CHECK(m.norm.d == kInf);
           if (n > 1) {
-            const tp::TensorStats b = tp::stats::cpu_stats(both, isa);
+            const tp::TensorStats b = path.run(both);
             CHECK(b.max.d == kInf);
             CHECK(b.min.d == -kInf);
             CHECK(std::isnan(b.mean.d));

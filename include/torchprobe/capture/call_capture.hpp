@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "../details/block_pool.hpp"
 #include "../details/dump_core.hpp"
 #include "../io/stack_trace.hpp"
 #include "../level/level.hpp"
@@ -438,7 +439,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
   // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
   template <class Inputs>
   void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
-    call.captured = std::make_shared<CapturedCall>();
+    call.captured = new_body();
     CapturedCall& cc = *call.captured;
     cc.has_inputs = true;
     std::size_t positional = 0;
@@ -454,10 +455,14 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     }
   }
 
+  static std::shared_ptr<CapturedCall> new_body() {
+    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+  }
+
   template <class Outputs>
   void finish_api_entry(const Outputs& outputs, Call& call) {
     if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      if (!call.captured) call.captured = std::make_shared<CapturedCall>();
+      if (!call.captured) call.captured = new_body();
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
       for (std::size_t k = 0; k < outputs.size(); ++k)

@@ -14,9 +14,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -120,7 +122,8 @@ Result scan_all(const StridedRuns& runs, Scan scan) {
 
 // Mean and Norm from the sums, with torch's rules for NaN and infinities: NaN anywhere makes all
 // four NaN; +inf and -inf together make the mean NaN; any infinity makes the norm inf.
-inline TensorStats finish(const kernels::ScanResult& r, const StridedRuns& runs, bool integral) {
+// `elements` is the tensor's element count; each walked element stands for `repeat` of them.
+inline TensorStats finish(const kernels::ScanResult& r, std::int64_t elements, std::int64_t repeat, bool integral) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (std::isnan(r.sumsq)) {
     const StatValue nan = StatValue::real(std::numeric_limits<double>::quiet_NaN());
@@ -140,10 +143,14 @@ inline TensorStats finish(const kernels::ScanResult& r, const StridedRuns& runs,
     s.norm = StatValue::real(inf);
   } else {
     // Each walked element stands for `repeat` elements: the mean is unchanged, sums scale.
-    s.mean = StatValue::real(r.sum / static_cast<double>(runs.elements()));
-    s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(runs.repeat)));
+    s.mean = StatValue::real(r.sum / static_cast<double>(elements));
+    s.norm = StatValue::real(std::sqrt(r.sumsq * static_cast<double>(repeat)));
   }
   return s;
+}
+
+inline TensorStats finish(const kernels::ScanResult& r, const StridedRuns& runs, bool integral) {
+  return finish(r, runs.elements(), runs.repeat, integral);
 }
 
 template <class T>
@@ -171,6 +178,53 @@ inline TensorStats bool_stats(const StridedRuns& runs, KernelIsa isa) {
   return {StatValue::boolean(r.max != 0.0), StatValue::boolean(r.min != 0.0), StatValue::null(), StatValue::null()};
 }
 
+// Tiny contiguous tensors (most arguments of small ops) skip the layout walk and the kernel's
+// setup and horizontal reductions, which cost more than the arithmetic below kTinyElements: a
+// plain loop, four partial sums in double, the same rules through finish(). Half is left to the
+// kernels: its scalar conversion costs more than their in-register one.
+inline constexpr std::int64_t kTinyElements = 64;
+
+template <class T>
+TensorStats tiny_real_stats(const T* p, std::int64_t n) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  // Four independent lanes, so that no add or compare waits for the one before it.
+  double mx[4] = {-inf, -inf, -inf, -inf}, mn[4] = {inf, inf, inf, inf};
+  double sum[4] = {0, 0, 0, 0}, sumsq[4] = {0, 0, 0, 0};
+  std::int64_t k = 0;
+  auto take = [&](int lane, double v) {
+    mx[lane] = v > mx[lane] ? v : mx[lane];  // NaN is caught through sumsq by finish()
+    mn[lane] = v < mn[lane] ? v : mn[lane];
+    sum[lane] += v;
+    sumsq[lane] += v * v;
+  };
+  for (; k + 4 <= n; k += 4)
+    for (int lane = 0; lane < 4; ++lane) take(lane, static_cast<double>(p[k + lane]));
+  for (int lane = 0; k < n; ++k, ++lane) take(lane, static_cast<double>(p[k]));
+  kernels::ScanResult r;
+  r.max = std::max(std::max(mx[0], mx[1]), std::max(mx[2], mx[3]));
+  r.min = std::min(std::min(mn[0], mn[1]), std::min(mn[2], mn[3]));
+  r.sum = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  r.sumsq = (sumsq[0] + sumsq[1]) + (sumsq[2] + sumsq[3]);
+  return finish(r, n, 1, std::is_integral_v<T>);
+}
+
+// The statistics of a tiny contiguous tensor, or nullopt when the kernels should take it.
+inline std::optional<TensorStats> tiny_stats(const at::Tensor& t) {
+  const std::int64_t n = t.numel();
+  if (n > kTinyElements || !t.is_contiguous()) return std::nullopt;
+  const void* data = t.data_ptr();
+  switch (t.scalar_type()) {
+    case at::kFloat: return tiny_real_stats(static_cast<const float*>(data), n);
+    case at::kDouble: return tiny_real_stats(static_cast<const double*>(data), n);
+    case at::kBFloat16: return tiny_real_stats(static_cast<const c10::BFloat16*>(data), n);
+    case at::kByte: return tiny_real_stats(static_cast<const std::uint8_t*>(data), n);
+    case at::kChar: return tiny_real_stats(static_cast<const std::int8_t*>(data), n);
+    case at::kShort: return tiny_real_stats(static_cast<const std::int16_t*>(data), n);
+    case at::kInt: return tiny_real_stats(static_cast<const std::int32_t*>(data), n);
+    default: return std::nullopt;
+  }
+}
+
 // msprobe's 0-d rule: the value itself in all four keys (Norm keeps its sign). bool keeps its
 // own rule (any/all, null Mean/Norm), as msprobe checks bool first.
 inline TensorStats zero_dim_rule(TensorStats s) {
@@ -193,37 +247,53 @@ inline bool has_cpu_kernel(at::ScalarType t) {
   }
 }
 
-// Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
-// see kernel_isa_supported). Tests and benchmarks use it to compare instruction sets.
-inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) {
-  if (!tensor.defined() || tensor.layout() != at::kStrided || tensor.is_nested() || !tensor.has_storage() ||
-      !tensor.device().is_cpu() || !has_cpu_kernel(tensor.scalar_type()) || tensor.numel() == 0)
-    return {};
-  if (tensor.is_neg()) {  // a lazily negated view: its memory holds the values' negations
-    ProbeGuard guard;
-    return cpu_stats(tensor.resolve_neg(), isa);
-  }
-  const detail::StridedRuns runs = detail::order_free_runs(tensor);
-  TensorStats s;
-  switch (tensor.scalar_type()) {
-    case at::kFloat: s = detail::real_stats<float>(runs, isa); break;
-    case at::kDouble: s = detail::real_stats<double>(runs, isa); break;
-    case at::kHalf: s = detail::real_stats<c10::Half>(runs, isa); break;
-    case at::kBFloat16: s = detail::real_stats<c10::BFloat16>(runs, isa); break;
-    case at::kByte: s = detail::real_stats<std::uint8_t>(runs, isa); break;
-    case at::kChar: s = detail::real_stats<std::int8_t>(runs, isa); break;
-    case at::kShort: s = detail::real_stats<std::int16_t>(runs, isa); break;
-    case at::kInt: s = detail::real_stats<std::int32_t>(runs, isa); break;
-    case at::kLong: s = detail::int64_stats(runs, isa); break;
-    case at::kBool: s = detail::bool_stats(runs, isa); break;
-    case at::kComplexFloat: s = detail::real_stats<c10::complex<float>>(runs, isa); break;
-    case at::kComplexDouble: s = detail::real_stats<c10::complex<double>>(runs, isa); break;
-    default: return {};
-  }
-  return tensor.dim() == 0 ? detail::zero_dim_rule(s) : s;
+namespace detail {
+
+// Whether cpu_stats can look at `tensor` at all; nulls otherwise.
+inline bool summarizable_on_cpu(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.layout() == at::kStrided && !tensor.is_nested() && tensor.has_storage() &&
+         tensor.device().is_cpu() && has_cpu_kernel(tensor.scalar_type()) && tensor.numel() != 0;
 }
 
-// Statistics of a CPU tensor of any layout, with the best kernels this CPU runs.
-inline TensorStats cpu_stats(const at::Tensor& tensor) { return cpu_stats(tensor, best_kernel_isa()); }
+inline TensorStats kernel_stats(const at::Tensor& tensor, KernelIsa isa) {
+  const detail::StridedRuns runs = detail::order_free_runs(tensor);
+  switch (tensor.scalar_type()) {
+    case at::kFloat: return detail::real_stats<float>(runs, isa);
+    case at::kDouble: return detail::real_stats<double>(runs, isa);
+    case at::kHalf: return detail::real_stats<c10::Half>(runs, isa);
+    case at::kBFloat16: return detail::real_stats<c10::BFloat16>(runs, isa);
+    case at::kByte: return detail::real_stats<std::uint8_t>(runs, isa);
+    case at::kChar: return detail::real_stats<std::int8_t>(runs, isa);
+    case at::kShort: return detail::real_stats<std::int16_t>(runs, isa);
+    case at::kInt: return detail::real_stats<std::int32_t>(runs, isa);
+    case at::kLong: return detail::int64_stats(runs, isa);
+    case at::kBool: return detail::bool_stats(runs, isa);
+    case at::kComplexFloat: return detail::real_stats<c10::complex<float>>(runs, isa);
+    case at::kComplexDouble: return detail::real_stats<c10::complex<double>>(runs, isa);
+    default: return {};
+  }
+}
+
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa, bool tiny_path) {
+  if (!summarizable_on_cpu(tensor)) return {};
+  if (tensor.is_neg()) {  // a lazily negated view: its memory holds the values' negations
+    ProbeGuard guard;
+    return cpu_stats(tensor.resolve_neg(), isa, tiny_path);
+  }
+  std::optional<TensorStats> tiny = tiny_path ? tiny_stats(tensor) : std::nullopt;
+  const TensorStats s = tiny ? *tiny : kernel_stats(tensor, isa);
+  return tensor.dim() == 0 ? zero_dim_rule(s) : s;
+}
+
+}  // namespace detail
+
+// Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
+// see kernel_isa_supported), whatever its size. Tests and benchmarks use it to compare
+// instruction sets.
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) { return detail::cpu_stats(tensor, isa, false); }
+
+// Statistics of a CPU tensor of any layout: the best kernels this CPU runs, and a plain loop for
+// tiny contiguous tensors (detail::tiny_stats).
+inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stats(tensor, best_kernel_isa(), true); }
 
 }  // namespace torchprobe::stats
