@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <dlfcn.h>
@@ -35,6 +36,13 @@ __attribute__((noinline)) CallStack capture_elsewhere() {
 // Called with a depth read from a volatile, so the compiler cannot make per-depth clones
 // ("outer(int) [clone .constprop.1]"), which are local symbols that dladdr cannot name.
 volatile int depth_two = 2;
+
+__attribute__((noinline)) std::pair<CallStack, CallStack> capture_with_both_unwinders() {
+  CallStack fastest = capture_call_stack(48, torchprobe::io::Unwinder::Fastest);
+  CallStack glibc = capture_call_stack(48, torchprobe::io::Unwinder::Glibc);
+  asm volatile("");
+  return {fastest, glibc};
+}
 
 __attribute__((noinline)) CallStack outer(int depth) {
   CallStack s = depth > 0 ? outer(depth - 1) : capture_here();
@@ -69,6 +77,31 @@ TEST_CASE("CallStack equality and hash") {
   CHECK(capture_call_stack(0).frames.empty());
   CHECK(capture_call_stack(2).frames.size() == 2);
   CHECK(!a.frames.empty());
+}
+
+TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's backtrace()") {
+  MESSAGE("unwinder: " << std::string(torchprobe::io::libunwind_available() ? "libunwind (unw_backtrace)" : "glibc backtrace()"));
+  const auto [fastest, glibc] = tp_stack_test::capture_with_both_unwinders();
+  REQUIRE(glibc.frames.size() >= 3);
+  REQUIRE(fastest.frames.size() == glibc.frames.size());
+  auto function_of = [](void* pc) {
+    Dl_info info{};
+    return dladdr(pc, &info) != 0 ? info.dli_saddr : nullptr;
+  };
+  // Up to the test function, each capture has its own call sites (capture_call_stack may or may
+  // not be inlined), in the same functions; from the test function's caller on, the frames are equal.
+  const void* test_function = reinterpret_cast<void*>(&tp_stack_test::capture_with_both_unwinders);
+  std::size_t k = 0;
+  while (k < glibc.frames.size() && function_of(glibc.frames[k]) != test_function) ++k;
+  REQUIRE(k + 1 < glibc.frames.size());
+  for (std::size_t i = 0; i <= k; ++i) {
+    CAPTURE(i);
+    CHECK(function_of(fastest.frames[i]) == function_of(glibc.frames[i]));
+  }
+  for (std::size_t i = k + 1; i < glibc.frames.size(); ++i) {
+    CAPTURE(i);
+    CHECK(fastest.frames[i] == glibc.frames[i]);
+  }
 }
 
 TEST_CASE("symbolize names the caller and drops runtime frames") {
