@@ -1299,8 +1299,8 @@ std::string to_python_json(const Json& j, int indent = 1) {
 //
 // msprobe records, for every forward call, the Python stack that led to it. Our equivalent is the
 // native stack. Capturing must be cheap because it happens on every recorded op, so the hot path
-// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and lines happens once per
-// distinct address when stack.json is written, and is cached.
+// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and
+// lines happens once per distinct address when stack.json is written, and is cached.
 //
 // Function names of an executable come from its dynamic symbol table, which only lists them when it
 // is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
@@ -1346,10 +1346,10 @@ namespace detail {
 
 using BacktraceFunction = int (*)(void**, int);
 
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian installs it with
-// libtorch, through glog). It walks a cached description of each frame, about 10 ns a frame here,
-// where glibc's backtrace() interprets the DWARF unwind tables every time (about 200 ns a frame,
-// most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
+// (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
+// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
 // scope: linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's
 // and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
 // falls back to the frame-pointer chain with its memory reads validated.
@@ -3009,13 +3009,8 @@ class BlockPool {
     ::operator delete(p);
   }
 
-  std::size_t free_blocks() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return free_.size();
-  }
-
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::vector<void*> free_;
   std::size_t block_ = 0;
   const std::size_t max_free_;
@@ -3070,7 +3065,8 @@ struct BodyAllocator {
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
 // behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
+// process crash (but for the ones still queued), not a power loss. A last line cut short (a full
+// disk) is ignored by the reader.
 
 
 
@@ -3107,17 +3103,20 @@ class Journal {
   }
 
   // Opens `path` for appending (a step that is started again continues its journal). A new
-  // journal appears with its header already in it: the header is written to a temporary file that
-  // is then renamed into place, so a process killed at any moment leaves either no journal or one
-  // that the recovery tool can read (a killed process may leave the temporary file,
-  // .journal.jsonl.tmpPID, which the recovery tool removes). Throws IoError.
+  // journal appears with its header already in it (write_file_atomic: temporary file, then
+  // rename), so a process killed at any moment leaves either no journal or one that the recovery
+  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
     drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) fd = create_with_header(path, header_line);
+    if (fd < 0 && errno == ENOENT) {
+      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
+      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
@@ -3135,18 +3134,6 @@ class Journal {
   std::string path() const {
     std::lock_guard<std::mutex> lock(mu_);
     return path_;
-  }
-
-  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
-  int append(const std::string& line) {
-    std::string text;
-    text.reserve(line.size() + 1);
-    text += line;
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    const int fd = fd_.load();
-    if (fd < 0) return 0;
-    return write_all(fd, text);
   }
 
   // Queues `line`: its text is made and written by the journal's thread, in queue order. The
@@ -3187,6 +3174,18 @@ class Journal {
   }
 
  private:
+  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
+  int append(const std::string& line) {
+    std::string text;
+    text.reserve(line.size() + 1);
+    text += line;
+    text += '\n';
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.load();
+    if (fd < 0) return 0;
+    return write_all(fd, text);
+  }
+
   void run() {
     std::unique_lock<std::mutex> lock(queue_mu_);
     for (;;) {
@@ -3220,25 +3219,6 @@ class Journal {
       writing_ = false;
       queue_cv_.notify_all();
     }
-  }
-
-  // Returns the open journal, or -1 with errno set.
-  static int create_with_header(const std::string& path, const std::string& header_line) {
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    const std::string tmp = dir + "." + base + ".tmp" + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0) return -1;
-    int err = write_all(fd, header_line + "\n");
-    if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err != 0) {
-      ::unlink(tmp.c_str());
-      ::close(fd);
-      errno = err;
-      return -1;
-    }
-    return fd;
   }
 
   void close_locked() {
@@ -7521,20 +7501,20 @@ inline bool summarizable_on_cpu(const at::Tensor& tensor) {
 }
 
 inline TensorStats kernel_stats(const at::Tensor& tensor, KernelIsa isa) {
-  const detail::StridedRuns runs = detail::order_free_runs(tensor);
+  const StridedRuns runs = order_free_runs(tensor);
   switch (tensor.scalar_type()) {
-    case at::kFloat: return detail::real_stats<float>(runs, isa);
-    case at::kDouble: return detail::real_stats<double>(runs, isa);
-    case at::kHalf: return detail::real_stats<c10::Half>(runs, isa);
-    case at::kBFloat16: return detail::real_stats<c10::BFloat16>(runs, isa);
-    case at::kByte: return detail::real_stats<std::uint8_t>(runs, isa);
-    case at::kChar: return detail::real_stats<std::int8_t>(runs, isa);
-    case at::kShort: return detail::real_stats<std::int16_t>(runs, isa);
-    case at::kInt: return detail::real_stats<std::int32_t>(runs, isa);
-    case at::kLong: return detail::int64_stats(runs, isa);
-    case at::kBool: return detail::bool_stats(runs, isa);
-    case at::kComplexFloat: return detail::real_stats<c10::complex<float>>(runs, isa);
-    case at::kComplexDouble: return detail::real_stats<c10::complex<double>>(runs, isa);
+    case at::kFloat: return real_stats<float>(runs, isa);
+    case at::kDouble: return real_stats<double>(runs, isa);
+    case at::kHalf: return real_stats<c10::Half>(runs, isa);
+    case at::kBFloat16: return real_stats<c10::BFloat16>(runs, isa);
+    case at::kByte: return real_stats<std::uint8_t>(runs, isa);
+    case at::kChar: return real_stats<std::int8_t>(runs, isa);
+    case at::kShort: return real_stats<std::int16_t>(runs, isa);
+    case at::kInt: return real_stats<std::int32_t>(runs, isa);
+    case at::kLong: return int64_stats(runs, isa);
+    case at::kBool: return bool_stats(runs, isa);
+    case at::kComplexFloat: return real_stats<c10::complex<float>>(runs, isa);
+    case at::kComplexDouble: return real_stats<c10::complex<double>>(runs, isa);
     default: return {};
   }
 }

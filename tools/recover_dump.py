@@ -18,7 +18,7 @@ written by an earlier stop() of the step is left as it is. Files are written lik
 --keep-journal is given. Tensor files that were still queued when the process died are missing
 from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
 tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed, and so is a journal that was
-still being created (.journal.jsonl.tmpPID: its step had recorded nothing).
+still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing).
 
 Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
 there was none), 1 when a journal could not be read.

@@ -49,13 +49,8 @@ class BlockPool {
     ::operator delete(p);
   }
 
-  std::size_t free_blocks() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return free_.size();
-  }
-
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::vector<void*> free_;
   std::size_t block_ = 0;
   const std::size_t max_free_;

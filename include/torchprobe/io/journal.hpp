@@ -14,7 +14,8 @@
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
 // behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. A last line cut short (a full disk) is ignored by the reader.
+// process crash (but for the ones still queued), not a power loss. A last line cut short (a full
+// disk) is ignored by the reader.
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -65,17 +66,20 @@ class Journal {
   }
 
   // Opens `path` for appending (a step that is started again continues its journal). A new
-  // journal appears with its header already in it: the header is written to a temporary file that
-  // is then renamed into place, so a process killed at any moment leaves either no journal or one
-  // that the recovery tool can read (a killed process may leave the temporary file,
-  // .journal.jsonl.tmpPID, which the recovery tool removes). Throws IoError.
+  // journal appears with its header already in it (write_file_atomic: temporary file, then
+  // rename), so a process killed at any moment leaves either no journal or one that the recovery
+  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
     drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) fd = create_with_header(path, header_line);
+    if (fd < 0 && errno == ENOENT) {
+      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
+      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
@@ -93,18 +97,6 @@ class Journal {
   std::string path() const {
     std::lock_guard<std::mutex> lock(mu_);
     return path_;
-  }
-
-  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
-  int append(const std::string& line) {
-    std::string text;
-    text.reserve(line.size() + 1);
-    text += line;
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    const int fd = fd_.load();
-    if (fd < 0) return 0;
-    return write_all(fd, text);
   }
 
   // Queues `line`: its text is made and written by the journal's thread, in queue order. The
@@ -145,6 +137,18 @@ class Journal {
   }
 
  private:
+  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
+  int append(const std::string& line) {
+    std::string text;
+    text.reserve(line.size() + 1);
+    text += line;
+    text += '\n';
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.load();
+    if (fd < 0) return 0;
+    return write_all(fd, text);
+  }
+
   void run() {
     std::unique_lock<std::mutex> lock(queue_mu_);
     for (;;) {
@@ -178,25 +182,6 @@ class Journal {
       writing_ = false;
       queue_cv_.notify_all();
     }
-  }
-
-  // Returns the open journal, or -1 with errno set.
-  static int create_with_header(const std::string& path, const std::string& header_line) {
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    const std::string tmp = dir + "." + base + ".tmp" + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0) return -1;
-    int err = write_all(fd, header_line + "\n");
-    if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err != 0) {
-      ::unlink(tmp.c_str());
-      ::close(fd);
-      errno = err;
-      return -1;
-    }
-    return fd;
   }
 
   void close_locked() {

@@ -3,8 +3,8 @@
 //
 // msprobe records, for every forward call, the Python stack that led to it. Our equivalent is the
 // native stack. Capturing must be cheap because it happens on every recorded op, so the hot path
-// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and lines happens once per
-// distinct address when stack.json is written, and is cached.
+// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and
+// lines happens once per distinct address when stack.json is written, and is cached.
 //
 // Function names of an executable come from its dynamic symbol table, which only lists them when it
 // is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
@@ -65,10 +65,10 @@ namespace detail {
 
 using BacktraceFunction = int (*)(void**, int);
 
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian installs it with
-// libtorch, through glog). It walks a cached description of each frame, about 10 ns a frame here,
-// where glibc's backtrace() interprets the DWARF unwind tables every time (about 200 ns a frame,
-// most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
+// (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
+// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
 // scope: linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's
 // and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
 // falls back to the frame-pointer chain with its memory reads validated.

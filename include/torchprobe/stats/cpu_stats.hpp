@@ -256,20 +256,20 @@ inline bool summarizable_on_cpu(const at::Tensor& tensor) {
 }
 
 inline TensorStats kernel_stats(const at::Tensor& tensor, KernelIsa isa) {
-  const detail::StridedRuns runs = detail::order_free_runs(tensor);
+  const StridedRuns runs = order_free_runs(tensor);
   switch (tensor.scalar_type()) {
-    case at::kFloat: return detail::real_stats<float>(runs, isa);
-    case at::kDouble: return detail::real_stats<double>(runs, isa);
-    case at::kHalf: return detail::real_stats<c10::Half>(runs, isa);
-    case at::kBFloat16: return detail::real_stats<c10::BFloat16>(runs, isa);
-    case at::kByte: return detail::real_stats<std::uint8_t>(runs, isa);
-    case at::kChar: return detail::real_stats<std::int8_t>(runs, isa);
-    case at::kShort: return detail::real_stats<std::int16_t>(runs, isa);
-    case at::kInt: return detail::real_stats<std::int32_t>(runs, isa);
-    case at::kLong: return detail::int64_stats(runs, isa);
-    case at::kBool: return detail::bool_stats(runs, isa);
-    case at::kComplexFloat: return detail::real_stats<c10::complex<float>>(runs, isa);
-    case at::kComplexDouble: return detail::real_stats<c10::complex<double>>(runs, isa);
+    case at::kFloat: return real_stats<float>(runs, isa);
+    case at::kDouble: return real_stats<double>(runs, isa);
+    case at::kHalf: return real_stats<c10::Half>(runs, isa);
+    case at::kBFloat16: return real_stats<c10::BFloat16>(runs, isa);
+    case at::kByte: return real_stats<std::uint8_t>(runs, isa);
+    case at::kChar: return real_stats<std::int8_t>(runs, isa);
+    case at::kShort: return real_stats<std::int16_t>(runs, isa);
+    case at::kInt: return real_stats<std::int32_t>(runs, isa);
+    case at::kLong: return int64_stats(runs, isa);
+    case at::kBool: return bool_stats(runs, isa);
+    case at::kComplexFloat: return real_stats<c10::complex<float>>(runs, isa);
+    case at::kComplexDouble: return real_stats<c10::complex<double>>(runs, isa);
     default: return {};
   }
 }
