@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -156,8 +157,9 @@ int main(int argc, char** argv) {
     plain_step = std::min(plain_step, seconds_since(t0));
   }
 
-  std::printf("TorchProbe tensor-task write benchmark: %s, %d intra-op threads, writer threads %u\n", dir.c_str(),
-              at::get_num_threads(), tp::io::TensorWriter::kDefaultThreads);
+  std::printf("TorchProbe tensor-task write benchmark: %s, %d intra-op threads, writer threads %u, direct I/O %s\n",
+              dir.c_str(), at::get_num_threads(), tp::io::TensorWriter::kDefaultThreads,
+              tp::io::direct_io_supported(dir) ? "accepted" : "refused (page cache)");
   std::printf("model step without TorchProbe: %.3f s\n\n", plain_step);
   std::printf("%-6s %6s | %-27s | %-27s | %7s %8s | %7s %7s %7s\n", "cap MB", "GB", "to the page cache: GB/s", "to the disk: GB/s", "e2e", "", "fwd+", "waits", "stop");
   std::printf("%-6s %6s | %8s %8s %9s | %8s %8s %9s | %7s %8s | %7s %7s %7s\n", "", "", "plain", "writer", "ratio", "plain",
@@ -185,9 +187,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(cap), gb, gb / cached, gb / writer_s, cached / writer_s, gb / durable,
                   gb / dump_disk_s, durable / dump_disk_s, gb / e2e, cached / e2e, run.forward - plain_step,
                   run.writer.wait_seconds, run.stop);
-      std::printf("%-6s files %llu, failures %llu, peak snapshot memory %.0f MiB, plain writes %.3f/%.3f s (cache), "
-                  "%.3f s (disk), sync after stop %.3f s\n",
+      std::printf("%-6s files %llu, failures %llu, %.0f%% of the bytes direct from the snapshots, peak snapshot memory %.0f MiB, "
+                  "plain writes %.3f/%.3f s (cache), %.3f s (disk), sync after stop %.3f s\n",
                   "", static_cast<unsigned long long>(run.writer.files), static_cast<unsigned long long>(run.writer.failures),
+                  100.0 * static_cast<double>(run.writer.direct_bytes) / static_cast<double>(std::max<std::uint64_t>(run.writer.bytes, 1)),
                   static_cast<double>(run.writer.peak_held_bytes) / (1 << 20), cached_before, cached_after, durable, run.sync);
     }
     auto range = [](const std::vector<double>& v) {

@@ -1828,9 +1828,11 @@ struct hash<torchprobe::io::CallStack> : torchprobe::io::CallStackHash {};
 //     memory to the budget: a task that decides late (overflow_check) never writes files of
 //     entries it drops.
 //  3. The writer's threads write each file under a temporary name and rename it (mode 0640), so a
-//     reader -- or a crash -- never meets half a .pt file under its real name. A failure (full
-//     disk, file size limit, a vanished directory) goes to the rank directory's
-//     dump_error_info.log, once per kind of failure and step, and the run continues.
+//     reader -- or a crash -- never meets half a .pt file under its real name. Large files are
+//     written with direct I/O from the snapshot itself (DirectFile): no copy into the page cache,
+//     which was most of the writer's work. A failure (full disk, file size limit, a vanished
+//     directory) goes to the rank directory's dump_error_info.log, once per kind of failure and
+//     step, and the run continues.
 //  4. Debugger::stop()/step()/destruction wait until everything handed over is on disk
 //     (TensorWriter::flush, through DumpCore::flush_tensor_files) before dump.json is written.
 //
@@ -1873,6 +1875,245 @@ class ProbeGuard {
 
 }  // namespace torchprobe
 // ---- end torchprobe/details/probe_guard.hpp ----
+// ---- begin torchprobe/io/direct_file.hpp ----
+// A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
+// from the snapshot's memory to the disk without the kernel's copy into the page cache.
+//
+// Why: a tensor file is written once and not read back by the training process, yet an ordinary
+// write() copies every byte into the page cache first. On two cores that copy was three quarters
+// of the writer's time, and it fills memory with dirty pages that the disk then drains in bursts.
+// With O_DIRECT the disk reads the bytes straight from the snapshot.
+//
+// O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
+// (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
+//  - small pieces (zip headers, the pickle) are gathered in an aligned staging buffer and written
+//    in whole blocks;
+//  - a large piece whose memory address lines up with its file offset (same remainder modulo
+//    kDirectAlign) is written straight from the caller's memory, after its first partial block
+//    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
+//    that this is the case (Reservation, tensor_writer.hpp);
+//  - a large piece that does not line up is copied through the staging buffer: still no page
+//    cache, one copy into a buffer that stays in the CPU's cache;
+//  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than
+//    the staging buffer), so the file ends at its exact size without padding or truncation.
+// A file system that refuses O_DIRECT at open (tmpfs before Linux 6.6, some network file systems)
+// or at a write (EINVAL: an unexpected alignment rule) gets ordinary writes from that point on; the
+// bytes are the same either way.
+#include <cstddef>
+
+
+
+namespace torchprobe::io {
+
+// Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
+// logical block size of common disks, and a multiple of every smaller one).
+inline constexpr std::size_t kDirectAlign = 4096;
+
+class DirectFile {
+ public:
+  // Files of fewer bytes are written ordinarily: for them the page cache costs little and the
+  // direct path's synchronous writes would cost more.
+  static constexpr std::size_t kDirectFrom = std::size_t{1} << 20;
+
+  DirectFile() = default;
+  DirectFile(const DirectFile&) = delete;
+  DirectFile& operator=(const DirectFile&) = delete;
+  ~DirectFile() {
+    if (fd_ >= 0) ::close(fd_);
+    std::free(stage_);
+  }
+
+  // Creates `path` (O_EXCL) with `mode`; with direct I/O when `direct` is asked for and the file
+  // system accepts it. Returns 0 or the errno value.
+  int create(const char* path, mode_t mode, bool direct) {
+#if defined(__linux__) && defined(O_DIRECT)
+    if (direct) {
+      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes));
+      if (stage_) {
+        fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, mode);
+        if (fd_ >= 0) {
+          direct_ = true;
+          return 0;
+        }
+        if (errno != EINVAL) return errno;
+        // EINVAL: this file system has no O_DIRECT. Linux may have created the file before
+        // refusing the flag; the path is the caller's new, unique name, so it is removed.
+        ::unlink(path);
+      }
+    }
+#else
+    (void)direct;
+#endif
+    fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    return fd_ >= 0 ? 0 : errno;
+  }
+
+  // Appends n bytes. After the first error nothing more is written; close() returns that error.
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    if (err_ != 0 || n == 0) return;
+    if (!direct_) {
+      write_ordinary(p, n);
+      return;
+    }
+    if (n >= kDirectFrom) {
+      // Fill the current block from the front of the piece; then the rest starts on a block
+      // boundary of the file, and can go straight from memory if its address does too.
+      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;  // pos_ is on a boundary
+      const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
+      if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
+        stage(p, head);
+        flush_whole_blocks();  // the staged bytes now end on a block boundary: all of them go
+        if (err_ == 0 && direct_ && used_ == 0) {
+          write_at_end(p + head, body, /*from_caller=*/true);
+          stage(p + head + body, n - head - body);
+          return;
+        }
+        p += head;
+        n -= head;
+      }
+    }
+    stage(p, n);
+  }
+
+  // Writes what is staged, then closes; returns 0 or the first errno value. The file is complete
+  // once this returns 0.
+  int close() {
+    if (fd_ < 0) return err_;
+    if (err_ == 0 && direct_ && used_ > 0) {
+      // The last partial block, written ordinarily so that the file has its exact length.
+      if (clear_direct()) write_ordinary(stage_, used_);
+    }
+    used_ = 0;
+#if defined(__linux__)
+    // Starts the writeback of what went through the page cache, without waiting for it: the disk
+    // then works while the next files are made, instead of the dirty pages piling up until the
+    // kernel's thresholds or a sync.
+    if (err_ == 0) (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR && err_ == 0) err_ = errno;
+    return err_;
+  }
+
+  bool direct() const { return direct_; }  // still writing with O_DIRECT
+  // Bytes written straight from the caller's memory, without any copy (for the tests and the
+  // benchmark).
+  std::uint64_t direct_bytes() const { return direct_bytes_; }
+
+ private:
+  static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
+  // Each write() call of at most this much (Linux moves at most about 2 GiB per call).
+  static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
+
+  // Copies into the staging buffer, writing it out whenever it is full.
+  void stage(const unsigned char* p, std::size_t n) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const std::size_t take = std::min(n, kStageBytes - used_);
+      std::memcpy(stage_ + used_, p, take);
+      used_ += take;
+      p += take;
+      n -= take;
+      if (used_ == kStageBytes) flush_whole_blocks();
+    }
+  }
+
+  // Writes the whole blocks of the staging buffer and keeps the partial one at its front.
+  void flush_whole_blocks() {
+    const std::size_t whole = used_ / kDirectAlign * kDirectAlign;
+    if (whole == 0) return;
+    const std::size_t rest = used_ - whole;
+    used_ = 0;  // the staged bytes are no longer pending once handed to write_at_end
+    write_at_end(stage_, whole, /*from_caller=*/false);
+    if (err_ != 0) return;
+    if (direct_) {
+      std::memmove(stage_, stage_ + whole, rest);
+      used_ = rest;
+    } else {
+      write_ordinary(stage_ + whole, rest);
+    }
+  }
+
+  // Writes n bytes at the end of the file: directly while direct_ holds, ordinarily once a direct
+  // write has been refused. `from_caller`: p is the caller's memory, not the staging buffer.
+  void write_at_end(const unsigned char* p, std::size_t n, bool from_caller) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
+      if (w < 0 && errno == EINTR) continue;
+      if (w > 0) {
+        p += w;
+        n -= static_cast<std::size_t>(w);
+        pos_ += static_cast<std::size_t>(w);
+        if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
+        if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
+        continue;
+      }
+      if (w < 0 && errno == EINVAL && clear_direct()) continue;  // an alignment rule we do not meet
+      err_ = w < 0 ? errno : ENOSPC;
+    }
+  }
+
+  void write_ordinary(const unsigned char* p, std::size_t n) {
+    while (n > 0 && err_ == 0) {
+      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err_ = w < 0 ? errno : ENOSPC;
+        return;
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+      pos_ += static_cast<std::size_t>(w);
+    }
+  }
+
+  // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
+  bool clear_direct() {
+#if defined(__linux__) && defined(O_DIRECT)
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+      err_ = errno;
+      return false;
+    }
+#endif
+    direct_ = false;
+    return true;
+  }
+
+  int fd_ = -1;
+  bool direct_ = false;
+  int err_ = 0;
+  std::size_t pos_ = 0;   // bytes written to the file so far (staged bytes not included)
+  std::size_t used_ = 0;  // bytes in the staging buffer, which starts at file offset pos_
+  unsigned char* stage_ = nullptr;
+  std::uint64_t direct_bytes_ = 0;
+};
+
+// Whether files created in `dir` can be written with direct I/O (creates and removes a probe file).
+inline bool direct_io_supported(const std::string& dir) {
+#if defined(__linux__) && defined(O_DIRECT)
+  const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());  // also when O_DIRECT was refused: Linux may have created the file first
+  return fd >= 0;
+#else
+  (void)dir;
+  return false;
+#endif
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/direct_file.hpp ----
 // ---- begin torchprobe/io/error_log.hpp ----
 // <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
 // dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
@@ -2029,14 +2270,22 @@ class ErrorLog {
 
 namespace torchprobe::io {
 
+// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
+// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
+// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
+// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
+// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
+inline constexpr std::size_t kTensorPayloadOffset = 64;
+
 // Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
 // torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
-// into the file instead of being assembled in memory first: that halves the copies of a large
-// tensor. `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage is
-// written). The file appears under its name only once complete (temporary file + rename, no fsync:
-// a process crash cannot leave a partial file, a power loss can). Throws IoError naming `path` and
-// the OS error; the temporary file is removed.
-inline void write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
+// into the file instead of being assembled in memory first, with direct I/O for large tensors
+// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
+// is written). The file appears under its name only once complete (temporary file + rename, no
+// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
+// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
+// straight from the tensor's memory.
+inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
   const std::size_t slash = path.rfind('/');
   const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -2051,24 +2300,13 @@ inline void write_tensor_file(const std::string& path, const at::Tensor& tensor,
   pickler.pushIValue(tensor);
   pickler.stop();
 
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) throw IoError("write tensor file", path, errno);
-  int err = 0;
+  DirectFile file;
+  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
+  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
   // The zip writer is never told about a failed write: in some libtorch versions its destructor
   // would then throw. It goes on into the void and the error is raised below.
   auto sink = [&](const void* data, std::size_t n) -> std::size_t {
-    const char* p = static_cast<const char*>(data);
-    std::size_t left = err == 0 ? n : 0;
-    while (left > 0) {
-      const ssize_t w = ::write(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err = w < 0 ? errno : ENOSPC;
-        break;
-      }
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
+    file.write(data, n);
     return n;
   };
   try {
@@ -2076,21 +2314,17 @@ inline void write_tensor_file(const std::string& path, const at::Tensor& tensor,
     torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
     zip.writeEndOfFile();
   } catch (...) {
-    ::close(fd);
+    file.close();
     ::unlink(tmp.c_str());
     throw;
   }
-#if defined(__linux__)
-  // Starts the file's writeback now, without waiting for it: the disk then works while the next
-  // files are made, instead of the dirty pages piling up until the kernel's thresholds or a sync.
-  if (err == 0) (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-#endif
-  if (::close(fd) != 0 && errno != EINTR && err == 0) err = errno;
+  int err = file.close();
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
     throw IoError("write tensor file", path, err);
   }
+  return file.direct_bytes();
 }
 
 namespace detail {
@@ -2113,7 +2347,7 @@ struct WriterState {
 
   // Statistics (for the benchmark and the tests).
   std::size_t peak_held = 0;
-  std::uint64_t files = 0, bytes_written = 0, failures = 0, waits = 0;
+  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0, waits = 0;
   std::chrono::steady_clock::duration waited{0};
   std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
   std::size_t writing = 0;
@@ -2202,15 +2436,18 @@ class Reservation {
 
   // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
   // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
-  // buffer (small tensors: the ordinary allocator is fast for them).
+  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
+  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
+  // offset will have, so that it is written with direct I/O straight from here.
   at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
     if (!block_) return at::Tensor();
     void* block = std::exchange(block_, nullptr);
     std::weak_ptr<detail::WriterState> state = state_;
     const std::size_t size = bytes_;
     return at::from_blob(
-        block, sizes,
-        [state, size](void* p) {
+        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
+        [state, size](void* data) {
+          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
           if (auto s = state.lock()) s->recycle(p, size);
           else std::free(p);
         },
@@ -2264,6 +2501,7 @@ class TensorWriter {
   struct Stats {
     std::uint64_t files = 0;          // written successfully
     std::uint64_t bytes = 0;          // tensor bytes in those files
+    std::uint64_t direct_bytes = 0;   // of them, bytes written to the disk straight from the snapshots
     std::uint64_t failures = 0;
     std::size_t held_bytes = 0;       // snapshot memory alive now
     std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
@@ -2315,8 +2553,8 @@ class TensorWriter {
     void* block = s.take_idle_locked(bytes, to_free);
     lock.unlock();
     for (void* p : to_free) std::free(p);
-    // 64-byte alignment, as ATen's CPU allocator gives; no buffer (and an ordinary copy) if this fails.
-    if (!block) block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
+    if (!block) block = std::aligned_alloc(kDirectAlign, (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
     return Reservation(state_, bytes, block);
   }
 
@@ -2345,6 +2583,7 @@ class TensorWriter {
     Stats out;
     out.files = s.files;
     out.bytes = s.bytes_written;
+    out.direct_bytes = s.bytes_direct;
     out.failures = s.failures;
     out.held_bytes = s.held;
     out.idle_bytes = s.idle_bytes;
@@ -2375,8 +2614,9 @@ class TensorWriter {
         if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
       }
       bool ok = true;
+      std::uint64_t direct = 0;
       try {
-        write_tensor_file(job.path, job.data);
+        direct = write_tensor_file(job.path, job.data);
       } catch (const std::exception& e) {
         ok = false;
         report(s, job, e);
@@ -2391,6 +2631,7 @@ class TensorWriter {
         if (ok) {
           ++s.files;
           s.bytes_written += bytes;
+          s.bytes_direct += direct;
         } else {
           ++s.failures;
         }
@@ -2969,7 +3210,6 @@ class ApiObserver {
 // every call went through malloc's slow path and every step() through free's: together about a
 // tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
 // step (one pool per process, see body_pool()), at the price of one uncontended lock per block.
-#include <cstddef>
 #include <new>
 
 namespace torchprobe::details {

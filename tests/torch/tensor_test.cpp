@@ -160,13 +160,43 @@ int wait_child(pid_t pid) {
 
 // ---- .pt files ------------------------------------------------------------------------------
 
-TEST_CASE("a .pt file is byte for byte what torch::pickle_save writes") {
+TEST_CASE("a .pt file is byte for byte what torch::pickle_save writes, small or large, with or without direct I/O") {
   tptest::TempDir tmp;
+  const bool direct_io = tp::io::direct_io_supported(tmp.path());
+  MESSAGE("O_DIRECT in " << tmp.path() << ": " << std::string(direct_io ? "accepted" : "refused (ordinary writes only)"));
   torch::manual_seed(3);
-  const at::Tensor t = torch::randn({3, 5});
-  tp::io::write_tensor_file(tmp / "t.pt", t);
-  const std::vector<char> expected = torch::pickle_save(t);
-  CHECK(tptest::read_text(tmp / "t.pt") == std::string(expected.begin(), expected.end()));
+  tp::io::TensorWriter writer(std::size_t{64} << 20);
+  const at::Tensor small = torch::randn({3, 5});
+  const at::Tensor large = torch::randn({786433});  // 3 MiB + 4 bytes: a partial last block
+
+  // A large snapshot in a writer's buffer lines up with its place in the file: all but its first
+  // and last partial blocks go to the disk straight from memory (this pins kTensorPayloadOffset to
+  // where this libtorch version puts the tensor's bytes).
+  tp::io::Reservation memory = writer.reserve(large.nbytes());
+  const at::Tensor snapshot = tp::snapshot_for_file(large, memory);
+  // The same bytes 8 bytes off that lining: copied through the staging buffer, no page cache.
+  void* block = std::aligned_alloc(4096, large.nbytes() + 8192);
+  REQUIRE(block != nullptr);
+  const at::Tensor misaligned =
+      at::from_blob(static_cast<char*>(block) + tp::io::kTensorPayloadOffset + 8, large.sizes(), [block](void*) { std::free(block); },
+                    at::TensorOptions().dtype(at::kFloat));
+  misaligned.copy_(large);
+
+  struct Case {
+    const char* name;
+    at::Tensor t;
+    std::uint64_t direct_bytes;
+  };
+  const std::size_t body = (large.nbytes() - (4096 - tp::io::kTensorPayloadOffset)) / 4096 * 4096;
+  for (const Case& c : {Case{"small", small, 0}, Case{"snapshot", snapshot, direct_io ? body : 0}, Case{"misaligned", misaligned, 0}}) {
+    CAPTURE(c.name);
+    const std::string path = tmp / (std::string(c.name) + ".pt");
+    CHECK(tp::io::write_tensor_file(path, c.t) == c.direct_bytes);
+    const std::vector<char> expected = torch::pickle_save(c.t);
+    CHECK(fs::file_size(path) == expected.size());
+    CHECK(tptest::read_text(path) == std::string(expected.begin(), expected.end()));
+    CHECK(torch::equal(load_pt(path), c.name == std::string("small") ? small : large));
+  }
 }
 
 TEST_CASE("every dtype and non-contiguous tensors load in python (torch.load, default arguments) as equal tensors") {
@@ -397,6 +427,12 @@ TEST_CASE("under a burst the memory held by pending tensor files stays under max
   CHECK(stats.files == 3 * kCalls);
   CHECK(stats.failures == 0);
   CHECK(files_in(tmp.path() + "/step0/" + proc_dir() + "/dump_tensor_data").size() == 3 * kCalls);
+  // The 1 MiB snapshots went to the disk straight from memory, all but their first partial block
+  // (and, being a whole number of blocks long, their last 64 bytes).
+  if (tp::io::direct_io_supported(tmp.path())) CHECK(stats.direct_bytes == 3 * kCalls * ((std::uint64_t{1} << 20) - 4096));
+  else CHECK(stats.direct_bytes == 0);
+  const std::string file = tmp.path() + "/step0/" + proc_dir() + "/dump_tensor_data/Aten.add.59.forward.output.0.pt";
+  CHECK(torch::equal(load_pt(file), a + a));
 }
 
 TEST_CASE("max_pending_mb is validated like every key") {

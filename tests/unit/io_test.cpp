@@ -6,7 +6,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -16,11 +20,13 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "torchprobe/io/direct_file.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/files.hpp"
 
@@ -219,6 +225,134 @@ TEST_CASE("write_file_atomic: a full disk (file size limit) gives IoError and ke
   CHECK(r.text.find(std::strerror(EFBIG)) != std::string::npos);
   CHECK(read_all(target) == "previous content");
   CHECK(names_in(t.path) == std::vector<std::string>{"dump.json"});  // temporary removed
+}
+
+// ---- DirectFile -----------------------------------------------------------------------------
+
+namespace {
+
+using torchprobe::io::DirectFile;
+using torchprobe::io::kDirectAlign;
+
+// A buffer whose byte `k` is at an address with remainder `shift` modulo kDirectAlign, filled with
+// pseudo-random bytes.
+struct Source {
+  std::unique_ptr<unsigned char, decltype(&std::free)> block{nullptr, &std::free};
+  unsigned char* data = nullptr;
+  Source(std::size_t n, std::size_t shift, unsigned seed) {
+    block.reset(static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, (n + shift + kDirectAlign) / kDirectAlign * kDirectAlign)));
+    REQUIRE(block);
+    data = block.get() + shift;
+    std::mt19937 rng(seed);
+    for (std::size_t k = 0; k < n; ++k) data[k] = static_cast<unsigned char>(rng());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("DirectFile writes exactly the bytes it is given, in any pieces; large pieces that line up go straight from memory") {
+  TempDir t;
+  UmaskGuard um(0);
+  const bool direct_io = torchprobe::io::direct_io_supported(t.path);
+  MESSAGE("O_DIRECT on " << t.path << ": " << std::string(direct_io ? "accepted" : "refused, ordinary writes only"));
+  // Piece sizes; a piece of (at least) 1 MiB comes from memory with the remainder `shift` (modulo
+  // the alignment) that the file offset where it lands has, when `lined_up`; else 8 bytes off.
+  struct Case {
+    const char* what;
+    std::vector<std::size_t> pieces;
+    bool lined_up;
+  };
+  const std::vector<Case> cases = {
+      {"a zip-like file: header, large record, small records", {30, 34, (3u << 20) + 12, 16, 150, 2, 97, 22}, true},
+      {"a large piece not lined up with its offset", {64, (2u << 20) + 100, 40}, false},
+      {"a large piece at offset 0, a whole number of blocks", {4u << 20}, true},
+      {"two large pieces in a row", {5000, 1u << 20, (1u << 20) + 1, 3}, true},
+      {"many small pieces filling the staging buffer several times", std::vector<std::size_t>(3000, 333), true},
+      {"a large piece just over the threshold, one byte into a block", {1, (1u << 20) + 4095}, true},
+      {"nothing at all", {}, true},
+  };
+  for (const Case& c : cases) {
+    for (bool ask_direct : {true, false}) {
+      CAPTURE(c.what);
+      CAPTURE(ask_direct);
+      std::string expected;
+      std::uint64_t expected_direct = 0;
+      DirectFile file;
+      const std::string path = t.path + "/f.bin";
+      REQUIRE(file.create(path.c_str(), 0640, ask_direct) == 0);
+      CHECK(file.direct() == (ask_direct && direct_io));
+      std::vector<std::unique_ptr<Source>> keep;  // alive until close(): direct writes read them then
+      unsigned seed = 1;
+      for (std::size_t n : c.pieces) {
+        const std::size_t offset = expected.size();
+        const std::size_t shift = (offset + (c.lined_up ? 0 : 8)) % kDirectAlign;
+        keep.push_back(std::make_unique<Source>(n, shift, seed++));
+        const unsigned char* p = keep.back()->data;
+        if (file.direct() && n >= DirectFile::kDirectFrom && c.lined_up) {
+          const std::size_t head = (kDirectAlign - offset % kDirectAlign) % kDirectAlign;
+          expected_direct += (n - head) / kDirectAlign * kDirectAlign;
+        }
+        file.write(p, n);
+        expected.append(reinterpret_cast<const char*>(p), n);
+      }
+      CHECK(file.close() == 0);
+      CHECK(file.direct_bytes() == expected_direct);
+      CHECK(fs::file_size(path) == expected.size());
+      CHECK(read_all(path) == expected);
+      CHECK(mode_of(path) == 0640);
+      fs::remove(path);
+    }
+  }
+}
+
+TEST_CASE("DirectFile: a full disk (file size limit) during a direct write is an error, not a crash") {
+  TempDir t;
+  const std::string path = t.path + "/f.bin";
+  const ChildResult r = in_child([&](std::string& text) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {64 * 1024, 64 * 1024};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 3;
+    Source src(4u << 20, 64, 7);
+    DirectFile file;
+    if (file.create(path.c_str(), 0640, true) != 0) return 4;
+    const unsigned char header[64] = {};
+    file.write(header, sizeof header);  // a header, then the large piece lined up with its offset
+    file.write(src.data, 4u << 20);
+    const int err = file.close();
+    text = std::strerror(err);
+    return err == EFBIG ? 0 : 1;
+  });
+  CHECK_MESSAGE(r.code == 0, r.text);
+}
+
+TEST_CASE("DirectFile on a file system without O_DIRECT (ramfs) writes ordinarily and leaves no stray file") {
+  TempDir t;
+  const std::string mnt = t.path + "/ramfs";
+  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
+  if (::mount("none", mnt.c_str(), "ramfs", 0, nullptr) != 0) {
+    MESSAGE("skipped: cannot mount a ramfs here (" << std::strerror(errno) << "; needs root)");
+    return;
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount(dir.c_str()); }
+  } unmount{mnt};
+  CHECK_FALSE(torchprobe::io::direct_io_supported(mnt));
+  CHECK(names_in(mnt).empty());  // the refused probe file was removed
+  Source src(3u << 20, 64, 11);
+  const unsigned char header[64] = {1, 2, 3};
+  DirectFile file;
+  const std::string path = mnt + "/f.bin";
+  REQUIRE(file.create(path.c_str(), 0640, true) == 0);  // Linux created the file, then refused O_DIRECT
+  CHECK_FALSE(file.direct());
+  file.write(header, sizeof header);
+  file.write(src.data, 3u << 20);
+  CHECK(file.close() == 0);
+  CHECK(file.direct_bytes() == 0);
+  std::string expected(reinterpret_cast<const char*>(header), sizeof header);
+  expected.append(reinterpret_cast<const char*>(src.data), 3u << 20);
+  CHECK(read_all(path) == expected);
+  CHECK(names_in(mnt) == std::vector<std::string>{"f.bin"});
 }
 
 TEST_CASE("safe_component") {

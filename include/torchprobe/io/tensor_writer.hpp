@@ -17,9 +17,11 @@
 //     memory to the budget: a task that decides late (overflow_check) never writes files of
 //     entries it drops.
 //  3. The writer's threads write each file under a temporary name and rename it (mode 0640), so a
-//     reader -- or a crash -- never meets half a .pt file under its real name. A failure (full
-//     disk, file size limit, a vanished directory) goes to the rank directory's
-//     dump_error_info.log, once per kind of failure and step, and the run continues.
+//     reader -- or a crash -- never meets half a .pt file under its real name. Large files are
+//     written with direct I/O from the snapshot itself (DirectFile): no copy into the page cache,
+//     which was most of the writer's work. A failure (full disk, file size limit, a vanished
+//     directory) goes to the rank directory's dump_error_info.log, once per kind of failure and
+//     step, and the run continues.
 //  4. Debugger::stop()/step()/destruction wait until everything handed over is on disk
 //     (TensorWriter::flush, through DumpCore::flush_tensor_files) before dump.json is written.
 //
@@ -52,24 +54,32 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../details/probe_guard.hpp"
+#include "direct_file.hpp"
 #include "error_log.hpp"
 #include "files.hpp"
 
 namespace torchprobe::io {
 
+// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
+// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
+// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
+// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
+// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
+inline constexpr std::size_t kTensorPayloadOffset = 64;
+
 // Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
 // torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
-// into the file instead of being assembled in memory first: that halves the copies of a large
-// tensor. `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage is
-// written). The file appears under its name only once complete (temporary file + rename, no fsync:
-// a process crash cannot leave a partial file, a power loss can). Throws IoError naming `path` and
-// the OS error; the temporary file is removed.
-inline void write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
+// into the file instead of being assembled in memory first, with direct I/O for large tensors
+// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
+// is written). The file appears under its name only once complete (temporary file + rename, no
+// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
+// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
+// straight from the tensor's memory.
+inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
   const std::size_t slash = path.rfind('/');
   const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -84,24 +94,13 @@ inline void write_tensor_file(const std::string& path, const at::Tensor& tensor,
   pickler.pushIValue(tensor);
   pickler.stop();
 
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) throw IoError("write tensor file", path, errno);
-  int err = 0;
+  DirectFile file;
+  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
+  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
   // The zip writer is never told about a failed write: in some libtorch versions its destructor
   // would then throw. It goes on into the void and the error is raised below.
   auto sink = [&](const void* data, std::size_t n) -> std::size_t {
-    const char* p = static_cast<const char*>(data);
-    std::size_t left = err == 0 ? n : 0;
-    while (left > 0) {
-      const ssize_t w = ::write(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err = w < 0 ? errno : ENOSPC;
-        break;
-      }
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
+    file.write(data, n);
     return n;
   };
   try {
@@ -109,21 +108,17 @@ inline void write_tensor_file(const std::string& path, const at::Tensor& tensor,
     torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
     zip.writeEndOfFile();
   } catch (...) {
-    ::close(fd);
+    file.close();
     ::unlink(tmp.c_str());
     throw;
   }
-#if defined(__linux__)
-  // Starts the file's writeback now, without waiting for it: the disk then works while the next
-  // files are made, instead of the dirty pages piling up until the kernel's thresholds or a sync.
-  if (err == 0) (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-#endif
-  if (::close(fd) != 0 && errno != EINTR && err == 0) err = errno;
+  int err = file.close();
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
     throw IoError("write tensor file", path, err);
   }
+  return file.direct_bytes();
 }
 
 namespace detail {
@@ -146,7 +141,7 @@ struct WriterState {
 
   // Statistics (for the benchmark and the tests).
   std::size_t peak_held = 0;
-  std::uint64_t files = 0, bytes_written = 0, failures = 0, waits = 0;
+  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0, waits = 0;
   std::chrono::steady_clock::duration waited{0};
   std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
   std::size_t writing = 0;
@@ -235,15 +230,18 @@ class Reservation {
 
   // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
   // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
-  // buffer (small tensors: the ordinary allocator is fast for them).
+  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
+  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
+  // offset will have, so that it is written with direct I/O straight from here.
   at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
     if (!block_) return at::Tensor();
     void* block = std::exchange(block_, nullptr);
     std::weak_ptr<detail::WriterState> state = state_;
     const std::size_t size = bytes_;
     return at::from_blob(
-        block, sizes,
-        [state, size](void* p) {
+        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
+        [state, size](void* data) {
+          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
           if (auto s = state.lock()) s->recycle(p, size);
           else std::free(p);
         },
@@ -297,6 +295,7 @@ class TensorWriter {
   struct Stats {
     std::uint64_t files = 0;          // written successfully
     std::uint64_t bytes = 0;          // tensor bytes in those files
+    std::uint64_t direct_bytes = 0;   // of them, bytes written to the disk straight from the snapshots
     std::uint64_t failures = 0;
     std::size_t held_bytes = 0;       // snapshot memory alive now
     std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
@@ -348,8 +347,8 @@ class TensorWriter {
     void* block = s.take_idle_locked(bytes, to_free);
     lock.unlock();
     for (void* p : to_free) std::free(p);
-    // 64-byte alignment, as ATen's CPU allocator gives; no buffer (and an ordinary copy) if this fails.
-    if (!block) block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
+    if (!block) block = std::aligned_alloc(kDirectAlign, (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
     return Reservation(state_, bytes, block);
   }
 
@@ -378,6 +377,7 @@ class TensorWriter {
     Stats out;
     out.files = s.files;
     out.bytes = s.bytes_written;
+    out.direct_bytes = s.bytes_direct;
     out.failures = s.failures;
     out.held_bytes = s.held;
     out.idle_bytes = s.idle_bytes;
@@ -408,8 +408,9 @@ class TensorWriter {
         if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
       }
       bool ok = true;
+      std::uint64_t direct = 0;
       try {
-        write_tensor_file(job.path, job.data);
+        direct = write_tensor_file(job.path, job.data);
       } catch (const std::exception& e) {
         ok = false;
         report(s, job, e);
@@ -424,6 +425,7 @@ class TensorWriter {
         if (ok) {
           ++s.files;
           s.bytes_written += bytes;
+          s.bytes_direct += direct;
         } else {
           ++s.failures;
         }
