@@ -847,6 +847,21 @@ class IoError : public std::runtime_error {
   int err_;
 };
 
+// Writes all n bytes to `fd`, retrying on EINTR and after short writes (signals, pipes, a size
+// limit or a disk filling up mid-way: the next call then reports the reason). Returns 0 or the
+// errno value; a write that makes no progress without an error counts as a full device (ENOSPC).
+inline int write_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n < (std::size_t{1} << 30) ? n : (std::size_t{1} << 30));  // Linux: < 2 GiB a call
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : ENOSPC;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return 0;
+}
+
 // mkdir -p. New directories get `mode` (minus the umask, as for any mkdir); existing ones, and the
 // path itself if it already exists as a directory (or a link to one), are left as they are.
 inline void create_directories(const std::string& path, mode_t mode = 0750) {
@@ -895,21 +910,7 @@ inline void write_file_atomic(const std::string& path, std::string_view content,
     throw IoError("write file", path, err);
   };
 
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    // Short writes happen on signals, pipes and when a size limit or the disk fills up mid-way;
-    // the next call then reports the reason (ENOSPC/EFBIG).
-    const std::size_t chunk = left < (std::size_t{1} << 30) ? left : (std::size_t{1} << 30);
-    const ssize_t n = ::write(fd, p, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno, true);
-    }
-    if (n == 0) fail(ENOSPC, true);  // no progress and no error: treat as a full device
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  if (const int err = write_all(fd, content.data(), content.size())) fail(err, true);
   if (sync) {
     int rc;
     do rc = ::fsync(fd);
@@ -1349,9 +1350,9 @@ using BacktraceFunction = int (*)(void**, int);
 // libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
 // libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
 // (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
-// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
-// scope: linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's
-// and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of
+// the global symbol scope: linked normally, its _Unwind_* functions and its weak backtrace() would
+// replace libgcc's and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
 // falls back to the frame-pointer chain with its memory reads validated.
 inline BacktraceFunction libunwind_backtrace() {
   static const BacktraceFunction fn = []() -> BacktraceFunction {
@@ -1903,6 +1904,7 @@ class ProbeGuard {
 
 
 
+
 namespace torchprobe::io {
 
 // Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
@@ -1959,7 +1961,8 @@ class DirectFile {
     if (n >= kDirectFrom) {
       // Fill the current block from the front of the piece; then the rest starts on a block
       // boundary of the file, and can go straight from memory if its address does too.
-      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;  // pos_ is on a boundary
+      // (What is already written ends on a block boundary, so the staged bytes decide.)
+      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
       const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
       if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
         stage(p, head);
@@ -2004,7 +2007,7 @@ class DirectFile {
 
  private:
   static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
-  // Each write() call of at most this much (Linux moves at most about 2 GiB per call).
+  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
   static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
 
   // Copies into the staging buffer, writing it out whenever it is full.
@@ -2052,7 +2055,6 @@ class DirectFile {
       if (w > 0) {
         p += w;
         n -= static_cast<std::size_t>(w);
-        pos_ += static_cast<std::size_t>(w);
         if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
         if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
         continue;
@@ -2063,17 +2065,7 @@ class DirectFile {
   }
 
   void write_ordinary(const unsigned char* p, std::size_t n) {
-    while (n > 0 && err_ == 0) {
-      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err_ = w < 0 ? errno : ENOSPC;
-        return;
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-      pos_ += static_cast<std::size_t>(w);
-    }
+    if (err_ == 0) err_ = write_all(fd_, p, n);
   }
 
   // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
@@ -2092,24 +2084,19 @@ class DirectFile {
   int fd_ = -1;
   bool direct_ = false;
   int err_ = 0;
-  std::size_t pos_ = 0;   // bytes written to the file so far (staged bytes not included)
-  std::size_t used_ = 0;  // bytes in the staging buffer, which starts at file offset pos_
+  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
   unsigned char* stage_ = nullptr;
   std::uint64_t direct_bytes_ = 0;
 };
 
-// Whether files created in `dir` can be written with direct I/O (creates and removes a probe file).
+// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
 inline bool direct_io_supported(const std::string& dir) {
-#if defined(__linux__) && defined(O_DIRECT)
   const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
-  if (fd >= 0) ::close(fd);
-  ::unlink(probe.c_str());  // also when O_DIRECT was refused: Linux may have created the file first
-  return fd >= 0;
-#else
-  (void)dir;
-  return false;
-#endif
+  DirectFile file;
+  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
+  file.close();
+  ::unlink(probe.c_str());
+  return direct;
 }
 
 }  // namespace torchprobe::io
@@ -2237,18 +2224,9 @@ class ErrorLog {
       }
     }
     if (fd < 0) return errno;
-    const char* p = entry.data();
-    std::size_t left = entry.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : ENOSPC;
-        ::close(fd);
-        return err;
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
+    if (const int err = write_all(fd, entry.data(), entry.size())) {
+      ::close(fd);
+      return err;
     }
     return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
   }
@@ -3360,7 +3338,8 @@ class Journal {
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
-      const int err = write_all(fd, header_line + "\n");
+      const std::string text = header_line + "\n";
+      const int err = write_all(fd, text.data(), text.size());
       if (err != 0) {
         ::close(fd);
         throw IoError("write the journal", path, err);
@@ -3423,7 +3402,7 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     const int fd = fd_.load();
     if (fd < 0) return 0;
-    return write_all(fd, text);
+    return write_all(fd, text.data(), text.size());
   }
 
   void run() {
@@ -3464,19 +3443,6 @@ class Journal {
   void close_locked() {
     const int fd = fd_.exchange(-1);
     if (fd >= 0) ::close(fd);
-  }
-
-  static int write_all(int fd, const std::string& text) {
-    const char* p = text.data();
-    std::size_t left = text.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return n < 0 ? errno : ENOSPC;
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    return 0;
   }
 
   mutable std::mutex mu_;

@@ -34,6 +34,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "files.hpp"
+
 namespace torchprobe::io {
 
 // Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
@@ -90,7 +92,8 @@ class DirectFile {
     if (n >= kDirectFrom) {
       // Fill the current block from the front of the piece; then the rest starts on a block
       // boundary of the file, and can go straight from memory if its address does too.
-      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;  // pos_ is on a boundary
+      // (What is already written ends on a block boundary, so the staged bytes decide.)
+      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
       const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
       if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
         stage(p, head);
@@ -135,7 +138,7 @@ class DirectFile {
 
  private:
   static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
-  // Each write() call of at most this much (Linux moves at most about 2 GiB per call).
+  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
   static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
 
   // Copies into the staging buffer, writing it out whenever it is full.
@@ -183,7 +186,6 @@ class DirectFile {
       if (w > 0) {
         p += w;
         n -= static_cast<std::size_t>(w);
-        pos_ += static_cast<std::size_t>(w);
         if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
         if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
         continue;
@@ -194,17 +196,7 @@ class DirectFile {
   }
 
   void write_ordinary(const unsigned char* p, std::size_t n) {
-    while (n > 0 && err_ == 0) {
-      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err_ = w < 0 ? errno : ENOSPC;
-        return;
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-      pos_ += static_cast<std::size_t>(w);
-    }
+    if (err_ == 0) err_ = write_all(fd_, p, n);
   }
 
   // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
@@ -223,24 +215,19 @@ class DirectFile {
   int fd_ = -1;
   bool direct_ = false;
   int err_ = 0;
-  std::size_t pos_ = 0;   // bytes written to the file so far (staged bytes not included)
-  std::size_t used_ = 0;  // bytes in the staging buffer, which starts at file offset pos_
+  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
   unsigned char* stage_ = nullptr;
   std::uint64_t direct_bytes_ = 0;
 };
 
-// Whether files created in `dir` can be written with direct I/O (creates and removes a probe file).
+// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
 inline bool direct_io_supported(const std::string& dir) {
-#if defined(__linux__) && defined(O_DIRECT)
   const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
-  if (fd >= 0) ::close(fd);
-  ::unlink(probe.c_str());  // also when O_DIRECT was refused: Linux may have created the file first
-  return fd >= 0;
-#else
-  (void)dir;
-  return false;
-#endif
+  DirectFile file;
+  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
+  file.close();
+  ::unlink(probe.c_str());
+  return direct;
 }
 
 }  // namespace torchprobe::io

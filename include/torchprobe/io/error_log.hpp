@@ -133,18 +133,9 @@ class ErrorLog {
       }
     }
     if (fd < 0) return errno;
-    const char* p = entry.data();
-    std::size_t left = entry.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : ENOSPC;
-        ::close(fd);
-        return err;
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
+    if (const int err = write_all(fd, entry.data(), entry.size())) {
+      ::close(fd);
+      return err;
     }
     return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
   }

@@ -54,6 +54,21 @@ class IoError : public std::runtime_error {
   int err_;
 };
 
+// Writes all n bytes to `fd`, retrying on EINTR and after short writes (signals, pipes, a size
+// limit or a disk filling up mid-way: the next call then reports the reason). Returns 0 or the
+// errno value; a write that makes no progress without an error counts as a full device (ENOSPC).
+inline int write_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n < (std::size_t{1} << 30) ? n : (std::size_t{1} << 30));  // Linux: < 2 GiB a call
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : ENOSPC;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return 0;
+}
+
 // mkdir -p. New directories get `mode` (minus the umask, as for any mkdir); existing ones, and the
 // path itself if it already exists as a directory (or a link to one), are left as they are.
 inline void create_directories(const std::string& path, mode_t mode = 0750) {
@@ -102,21 +117,7 @@ inline void write_file_atomic(const std::string& path, std::string_view content,
     throw IoError("write file", path, err);
   };
 
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    // Short writes happen on signals, pipes and when a size limit or the disk fills up mid-way;
-    // the next call then reports the reason (ENOSPC/EFBIG).
-    const std::size_t chunk = left < (std::size_t{1} << 30) ? left : (std::size_t{1} << 30);
-    const ssize_t n = ::write(fd, p, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno, true);
-    }
-    if (n == 0) fail(ENOSPC, true);  // no progress and no error: treat as a full device
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  if (const int err = write_all(fd, content.data(), content.size())) fail(err, true);
   if (sync) {
     int rc;
     do rc = ::fsync(fd);

@@ -83,7 +83,8 @@ class Journal {
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
-      const int err = write_all(fd, header_line + "\n");
+      const std::string text = header_line + "\n";
+      const int err = write_all(fd, text.data(), text.size());
       if (err != 0) {
         ::close(fd);
         throw IoError("write the journal", path, err);
@@ -146,7 +147,7 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     const int fd = fd_.load();
     if (fd < 0) return 0;
-    return write_all(fd, text);
+    return write_all(fd, text.data(), text.size());
   }
 
   void run() {
@@ -187,19 +188,6 @@ class Journal {
   void close_locked() {
     const int fd = fd_.exchange(-1);
     if (fd >= 0) ::close(fd);
-  }
-
-  static int write_all(int fd, const std::string& text) {
-    const char* p = text.data();
-    std::size_t left = text.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return n < 0 ? errno : ENOSPC;
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    return 0;
   }
 
   mutable std::mutex mu_;

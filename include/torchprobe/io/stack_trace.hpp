@@ -68,9 +68,9 @@ using BacktraceFunction = int (*)(void**, int);
 // libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
 // libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
 // (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
-// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol
-// scope: linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's
-// and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of
+// the global symbol scope: linked normally, its _Unwind_* functions and its weak backtrace() would
+// replace libgcc's and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
 // falls back to the frame-pointer chain with its memory reads validated.
 inline BacktraceFunction libunwind_backtrace() {
   static const BacktraceFunction fn = []() -> BacktraceFunction {
