@@ -9,6 +9,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include "../skip.hpp"
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 

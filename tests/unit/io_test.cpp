@@ -1,6 +1,7 @@
 // File helpers (atomic replace, errors that name path and reason, permissions, safe names) and
 // dump_error_info.log.
 #include <doctest/doctest.h>
+#include "../skip.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -194,7 +195,7 @@ TEST_CASE("write_file_atomic: read-only directory keeps the old file") {
     return 1;
   });
   if (r.code == 77) {
-    MESSAGE("skipped: " << r.text);
+    MESSAGE("SKIPPED: " << r.text);
   } else {
     CHECK_MESSAGE(r.code == 0, r.text);
     CHECK(r.text.find(target) != std::string::npos);
@@ -330,8 +331,7 @@ TEST_CASE("DirectFile on a file system without O_DIRECT (ramfs) writes ordinaril
   const std::string mnt = t.path + "/ramfs";
   REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
   if (::mount("none", mnt.c_str(), "ramfs", 0, nullptr) != 0) {
-    MESSAGE("skipped: cannot mount a ramfs here (" << std::strerror(errno) << "; needs root)");
-    return;
+    TP_SKIP("cannot mount a ramfs here (" << std::strerror(errno) << "; needs root)");
   }
   struct Unmount {
     std::string dir;
