@@ -2,7 +2,7 @@
 # Run a command on this repository inside a Debian 13 "trixie" chroot
 # (libtorch 2.6, xsimd 13, g++ 14), as CI's second configuration.
 #
-#   bash .ci/debian13.sh                 # configure, build and test in build-debian13/
+#   bash .ci/debian13.sh                 # configure, build and test in build-debian13/ (.ci/suite.sh)
 #   bash .ci/debian13.sh CMD [ARGS...]   # run CMD in the repository root inside the chroot
 #
 # Must run as root. The chroot is kept under /var/cache/torchprobe/trixie between
@@ -25,12 +25,14 @@ BUILD_DIR=${TORCHPROBE_DEBIAN13_BUILD_DIR:-build-debian13}
 JOBS=${TORCHPROBE_DEBIAN13_JOBS:-2}
 SRC_IN_CHROOT=/src
 CLEAN_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# libunwind8: capture_call_stack loads it at run time (as on Debian 12, where libtorch pulls it
+# in), so the stack-trace test compares libunwind with glibc here too.
 PACKAGES=(g++ cmake make libtorch-dev python3-torch libxsimd-dev nlohmann-json3-dev
-          doctest-dev zlib1g-dev libbenchmark-dev binutils)
+          doctest-dev zlib1g-dev libbenchmark-dev binutils libunwind8)
 # Changing anything in the stamp (the recipe number or the package list) makes the
 # next run reinstall the packages in the kept chroot.
 STAMP_FILE=/etc/torchprobe-ci.stamp
-STAMP_CONTENT="recipe=1 suite=$SUITE packages=${PACKAGES[*]}"
+STAMP_CONTENT="recipe=2 suite=$SUITE packages=${PACKAGES[*]}"
 
 SETUP_LOG=$CACHE_DIR/setup.log   # output of debootstrap and apt-get
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -327,10 +329,8 @@ mount --bind "$REPO_ROOT" "$ROOT$SRC_IN_CHROOT"
 mount --make-rslave "$ROOT$SRC_IN_CHROOT"
 
 if [ $# -eq 0 ]; then
-    # The README's test command, with its own build directory.
-    b=$(printf '%q' "$BUILD_DIR")
-    j=$(printf '%q' "$JOBS")
-    set -- /bin/bash -c "cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERROR=ON && cmake --build $b -j$j && ctest --test-dir $b --output-on-failure"
+    # The README's test command, one step per line, with its own build directory.
+    set -- /usr/bin/env TORCHPROBE_CI_JOBS="$JOBS" /bin/bash .ci/suite.sh debian13 "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
 fi
 
 log "setup took $(since "$T_START") s (Debian $(cat "$ROOT/etc/debian_version"), repo at $SRC_IN_CHROOT)"

@@ -2,6 +2,8 @@
 // What several benchmarks share: the two models they time, and the median of repeated figures.
 #include <torch/torch.h>
 
+#include "quick_mode.hpp"
+
 #include <algorithm>
 #include <string>
 #include <vector>

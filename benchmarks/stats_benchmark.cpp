@@ -2,6 +2,8 @@
 //
 //   torchprobe_stats_benchmark [--elements N] [--reps R] [--tiny-calls C] [--threads T]
 //
+// TORCHPROBE_BENCH_QUICK=1 makes the defaults 64k elements, 1 round, 2000 tiny calls.
+//
 // --threads sets ATen's intra-op thread count for ATen and TorchProbe alike (default: every
 // hardware thread; libtorch's own default can be lower, e.g. 1 on a 2-vCPU VM).
 //
@@ -13,6 +15,8 @@
 // capture with statistics on a tiny op, with and without a started Debugger.
 #include <torchprobe/torchprobe.hpp>
 #include <torchprobe/stats/cpu_stats.hpp>
+
+#include "quick_mode.hpp"
 
 #include <ATen/Parallel.h>
 
@@ -261,9 +265,10 @@ std::int64_t parse_count(const char* text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::int64_t elements = std::int64_t(64) << 20;
-  int rounds = 5;
-  std::int64_t tiny_calls = 200000;
+  const bool quick = tpbench::quick_mode();
+  std::int64_t elements = quick ? std::int64_t(64) << 10 : std::int64_t(64) << 20;
+  int rounds = quick ? 1 : 5;
+  std::int64_t tiny_calls = quick ? 2000 : 200000;
   const int default_threads = at::get_num_threads();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int k = 1; k + 1 < argc; k += 2) {

@@ -7,6 +7,7 @@
 //   build-bench/benchmarks/torchprobe_write_benchmark [DIR]      # DIR: where to write (default /tmp)
 //
 // Disk use stays near 1 GB: each phase deletes what it wrote before the next begins.
+// TORCHPROBE_BENCH_QUICK=1: two layers on a 64 x 2048 activation (about 3 MB), one round, one cap.
 //
 // Two baselines, because "the same disk" means two things on a machine with a page cache:
 //   to the page cache  open + write(8 MiB chunks of a buffer the size of the step's tensors) + close
@@ -140,18 +141,19 @@ DumpRun dumped_step(Stack& model, const torch::Tensor& x, const std::string& dir
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool quick = tpbench::quick_mode();
   const std::string base = argc > 1 ? argv[1] : std::filesystem::temp_directory_path().string();
   const std::string dir = base + "/torchprobe_write_benchmark_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   torch::NoGradGuard no_grad;
   torch::manual_seed(0);
-  Stack model(5);
-  const torch::Tensor x = torch::randn({4096, 2048});
+  Stack model(quick ? 2 : 5);
+  const torch::Tensor x = torch::randn({quick ? 64 : 4096, 2048});
 
   // The step alone (best of 3, after a warm-up).
   model->forward(x);
   double plain_step = 1e9;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (quick ? 1 : 3); ++i) {
     const auto t0 = Clock::now();
     model->forward(x);
     plain_step = std::min(plain_step, seconds_since(t0));
@@ -166,12 +168,13 @@ int main(int argc, char** argv) {
               "dump", "ratio", "GB/s", "ratio", "s", "s", "s");
   // Each round brackets one dumped step with the baselines (their speed moves a lot from one
   // moment to the next on a VM); the median of the rounds' ratios is the figure.
-  constexpr int kRounds = 3;
-  for (std::int64_t cap : {std::int64_t{1024}, std::int64_t{256}}) {
+  const int rounds = quick ? 1 : 3;
+  const std::vector<std::int64_t> caps = quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{1024, 256};
+  for (std::int64_t cap : caps) {
     const DumpRun probe = dumped_step(model, x, dir + "/probe", cap);  // learns the byte count; also a warm-up
     const std::size_t bytes = probe.writer.bytes;
     std::vector<double> cache_ratios, disk_ratios, e2e_ratios;
-    for (int round = 0; round < kRounds; ++round) {
+    for (int round = 0; round < rounds; ++round) {
       const double cached_before = plain_write_seconds(dir + "/plain.bin", bytes, false);
       const double durable = plain_write_seconds(dir + "/plain.bin", bytes, true);
       const DumpRun run = dumped_step(model, x, dir + "/dump", cap);
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
       return std::make_pair(*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
     };
     std::printf("%-6s median of %d rounds: disk ratio %.2f (%.2f-%.2f), cache ratio %.2f (%.2f-%.2f), e2e ratio %.2f\n\n", "",
-                kRounds, tpbench::median(disk_ratios), range(disk_ratios).first, range(disk_ratios).second,
+                rounds, tpbench::median(disk_ratios), range(disk_ratios).first, range(disk_ratios).second,
                 tpbench::median(cache_ratios), range(cache_ratios).first, range(cache_ratios).second,
                 tpbench::median(e2e_ratios));
   }

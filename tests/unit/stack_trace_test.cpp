@@ -2,7 +2,6 @@
 // The executable must be linked with -rdynamic so that dladdr can name its functions.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <regex>
 #include <string>
 #include <thread>
@@ -13,6 +12,7 @@
 #include <dlfcn.h>
 
 #include "torchprobe/io/stack_trace.hpp"
+#include "../skip.hpp"
 
 using torchprobe::io::CallStack;
 using torchprobe::io::capture_call_stack;
@@ -79,8 +79,10 @@ TEST_CASE("CallStack equality and hash") {
   CHECK(!a.frames.empty());
 }
 
+// The costs of capture and symbolize: benchmarks/stack_benchmark.cpp.
 TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's backtrace()") {
-  MESSAGE("unwinder: " << std::string(torchprobe::io::libunwind_available() ? "libunwind (unw_backtrace)" : "glibc backtrace()"));
+  // Without libunwind.so.8 Unwinder::Fastest is glibc too: comparing it with itself proves nothing.
+  if (!torchprobe::io::libunwind_available()) TP_SKIP("libunwind.so.8 does not load here (install libunwind8)");
   const auto [fastest, glibc] = tp_stack_test::capture_with_both_unwinders();
   REQUIRE(glibc.frames.size() >= 3);
   REQUIRE(fastest.frames.size() == glibc.frames.size());
@@ -208,36 +210,4 @@ TEST_CASE("capture and symbolize from several threads") {
     });
   for (auto& th : threads) th.join();
   for (const auto& r : results) CHECK(func_of(r.at(0)) == "tp_stack_test::capture_here()");
-}
-
-TEST_CASE("cost of capture and symbolize (reported, loosely bounded)") {
-  constexpr int kCalls = 100000;
-  std::size_t sink = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kCalls; ++i) sink += tp_stack_test::outer(5).frames.size();
-  const double per_capture_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
-  CHECK(sink > 0);
-
-  auto& sym = torchprobe::io::detail::Symbolizer::instance();
-  const CallStack s = tp_stack_test::outer(5);
-  double per_frame_us[2] = {0, 0};
-  for (bool addr2line : {false, true}) {
-    sym.set_use_addr2line(addr2line);
-    sym.clear_cache();
-    const auto t1 = std::chrono::steady_clock::now();
-    (void)symbolize(s);
-    per_frame_us[addr2line] =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() /
-        static_cast<double>(s.frames.size());
-  }
-  sym.set_use_addr2line(true);
-  const auto t2 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 1000; ++i) (void)symbolize(s);
-  const double cached_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t2).count() / 1000;
-  MESSAGE("capture_call_stack (" << s.frames.size() << " frames): " << per_capture_us
-                                 << " us/call; symbolize per new frame: " << per_frame_us[0]
-                                 << " us (dladdr), " << per_frame_us[1]
-                                 << " us (with addr2line); cached stack: " << cached_us << " us");
-  CHECK(per_capture_us < 200.0);
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Configure, build and test the suite, one step per line (README's command 2, plus CMake args):
+#
+#   bash .ci/suite.sh NAME BUILD_DIR [CMAKE_ARGS...]
+#
+# .ci/run calls it for the host and the sanitizer builds, .ci/debian13.sh inside its chroot. The
+# tests run with ctest -V into BUILD_DIR/ctest.log, so that every test's output is kept; this
+# prints the result line of each test, the "SKIPPED:" lines (tests/skip.hpp) with their count, and
+# the whole log when a test fails. TORCHPROBE_CI_JOBS: parallel build jobs (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { echo "usage: $0 NAME BUILD_DIR [CMAKE_ARGS...]" >&2; exit 2; }
+name=$1
+dir=$2
+shift 2
+jobs=${TORCHPROBE_CI_JOBS:-2}
+t0=$(date +%s)
+log() { printf '[%s %4ss] %s\n' "$name" "$(($(date +%s) - t0))" "$*"; }
+
+log "configure: cmake -S . -B $dir -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERROR=ON $*"
+cmake -S . -B "$dir" -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERROR=ON "$@"
+log "build: cmake --build $dir -j$jobs"
+cmake --build "$dir" -j"$jobs"
+log "test: ctest --test-dir $dir -V > $dir/ctest.log"
+rc=0
+ctest --test-dir "$dir" -V >"$dir/ctest.log" 2>&1 || rc=$?
+grep -E '^ *[0-9]+/[0-9]+ Test +#|tests passed|tests failed' "$dir/ctest.log" || true
+if [ "$rc" -ne 0 ]; then
+  cat "$dir/ctest.log"
+  log "ctest failed (exit status $rc)"
+  exit "$rc"
+fi
+# ctest -V prefixes each line of a test's output with its number ("3: ").
+skipped=$(grep -c 'SKIPPED:' "$dir/ctest.log" || true)
+log "$skipped tests skipped:"
+grep 'SKIPPED:' "$dir/ctest.log" | sed -e 's/^[0-9]*: */  /' || true
+log "passed"
