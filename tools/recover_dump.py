@@ -18,7 +18,9 @@ written by an earlier stop() of the step is left as it is. Files are written lik
 --keep-journal is given. Tensor files that were still queued when the process died are missing
 from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
 tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed, and so is a journal that was
-still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing).
+still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing). So are JSON files that
+were being replaced (.dump.json.tmpPID.N and the like, beside the file they were to replace), in
+every directory below the given paths, journal or not; --check lists them instead.
 
 Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
 there was none), 1 when a journal could not be read.
@@ -36,6 +38,8 @@ from pathlib import Path
 JOURNAL = "journal.jsonl"
 TEMP_TENSOR_RE = re.compile(r"^\..+\.tmp\d+\.\d+$")
 TEMP_JOURNAL_GLOB = "." + JOURNAL + ".tmp*"  # a journal being created when the process died
+# io::write_file_atomic's temporary for dump.json, stack.json, ...: "." + name + ".tmp" + pid + "." + n
+TEMP_JSON_RE = re.compile(r"^\..+\.json\.tmp\d+\.\d+$")
 
 
 def read_journal(path: Path):
@@ -55,12 +59,24 @@ def read_journal(path: Path):
                 continue
             raise ValueError(f"{path}:{number}: not a JSON line")
         if header is None:
-            if obj.get("journal") != 1:
+            if not is_header(obj):
                 raise ValueError(f"{path}: not a TorchProbe journal (first line: {raw[:80]!r})")
             header = obj
         else:
+            if not is_entry(obj):
+                raise ValueError(f"{path}:{number}: not a journal entry (no file, name, order or body)")
             entries.append(obj)
     return header, entries
+
+
+def is_header(obj) -> bool:
+    return (isinstance(obj, dict) and obj.get("journal") == 1 and isinstance(obj.get("task"), str)
+            and isinstance(obj.get("level"), str))
+
+
+def is_entry(obj) -> bool:
+    return (isinstance(obj, dict) and obj.get("file") in ("dump", "debug") and isinstance(obj.get("name"), str)
+            and isinstance(obj.get("order"), int) and "body" in obj)
 
 
 def assemble(entries, which: str):
@@ -168,6 +184,18 @@ def recover(rank_dir: Path, check_only: bool, keep_journal: bool) -> bool:
     return True
 
 
+def clear_json_temporaries(root: Path, check_only: bool) -> None:
+    """Removes (or, checking, lists) the temporary files of JSON files that were being replaced when the
+    process died; the file they were to replace is still whole (or, without a journal, was never written)."""
+    leftovers = sorted(p for p in root.rglob(".*.json.tmp*") if TEMP_JSON_RE.match(p.name) and p.is_file())
+    for leftover in leftovers:
+        if check_only:
+            print(f"{leftover}: would remove (a JSON file that was being replaced)")
+        else:
+            leftover.unlink()
+            print(f"{leftover}: removed (a JSON file that was being replaced)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="a dump_path, step directory or rank directory")
@@ -185,6 +213,7 @@ def main(argv=None) -> int:
         if not args.check:
             for leftover in root.rglob(TEMP_JOURNAL_GLOB):
                 leftover.unlink()  # its step had recorded nothing yet
+        clear_json_temporaries(root, args.check)
         for journal in journals:
             found += 1
             ok = recover(journal.parent, args.check, args.keep_journal) and ok

@@ -14,6 +14,7 @@
 //
 // While a step runs, every kept entry is also appended to the step's journal (io/journal.hpp), so
 // a process killed mid-step leaves records that tools/recover_dump.py turns into dump.json.
+#include <cerrno>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -189,7 +190,16 @@ class Debugger final : public DebuggerInterface {
     }
     core_->errors.set_directory(directory_);
     core_->set_step_directory(directory_);
-    if constexpr (sink_keeps_journal<Sink>::value) core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
+    if constexpr (sink_keeps_journal<Sink>::value) {
+      // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
+      // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
+      try {
+        core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
+      } catch (const io::IoError& e) {
+        if (e.error_code() != ENOSPC && e.error_code() != EDQUOT) throw;
+        core_->errors.log("write_journal", directory_, e);
+      }
+    }
     step_open_ = true;
   }
 
@@ -243,6 +253,7 @@ class Debugger final : public DebuggerInterface {
       core_->errors.log("write_json", directory_, e);
       std::cerr << "torchprobe: could not write the dump of step " << session_.step() << ": " << e.what() << "\n";
     }
+    core_->errors.retry();  // entries a full disk kept out of dump_error_info.log earlier
   }
 
   StepDump step_dump_header() const {

@@ -9,11 +9,14 @@
 // A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
 // written once until reset() (the dumper calls it at every step). Logging must never make things
 // worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
+// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <cxxabi.h>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <set>
@@ -66,8 +69,15 @@ class ErrorLog {
       entry += ", pid=" + std::to_string(::getpid()) + "\n";
       entry.append(message).append("\n\n");
       const std::string file = file_path_locked();
-      const int err = append(file, entry);
-      if (err != 0) fallback(file, err, what, name);
+      int err = write_pending_locked();
+      if (err == 0) err = append(file, entry);
+      if (err != 0) {
+        fallback(file, err, what, name, message);
+        if (pending_bytes_ + entry.size() <= kMaxPending) {
+          pending_bytes_ += entry.size();
+          pending_.emplace_back(file, std::move(entry));
+        }
+      }
       return true;
     } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
       return false;
@@ -83,6 +93,15 @@ class ErrorLog {
     }
   }
 
+  // Writes the entries that could not be written before; those that still cannot be stay kept.
+  void retry() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      (void)write_pending_locked();
+    } catch (...) {
+    }
+  }
+
   // Forget which failures were reported, so that the next step reports them again.
   void reset() noexcept {
     try {
@@ -93,6 +112,19 @@ class ErrorLog {
   }
 
  private:
+  static constexpr std::size_t kMaxPending = 64 * 1024;
+
+  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
+  // of the first that still fails (it and those after it stay kept).
+  int write_pending_locked() {
+    while (!pending_.empty()) {
+      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
+      pending_bytes_ -= pending_.front().second.size();
+      pending_.pop_front();
+    }
+    return 0;
+  }
+
   std::string file_path_locked() const {
     if (dir_.empty()) return kFileName;
     return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
@@ -140,16 +172,21 @@ class ErrorLog {
     return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
   }
 
-  // One line on stderr; written with ::write so that no stream state or exception gets involved.
-  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name) {
+  // One line on stderr, with the message's first line (its reason may differ from the log's);
+  // written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
+                       std::string_view message) {
     std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
-                       std::string(what) + " failed: name=" + std::string(name) + "\n";
+                       std::string(what) + " failed: name=" + std::string(name) + ": " +
+                       std::string(message.substr(0, message.find('\n'))) + "\n";
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 
   mutable std::mutex mu_;
   std::string dir_;
   std::set<std::pair<std::string, std::string>> seen_;
+  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::size_t pending_bytes_ = 0;
 };
 
 }  // namespace torchprobe::io

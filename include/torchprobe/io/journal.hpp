@@ -14,8 +14,9 @@
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
 // behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. A last line cut short (a full
-// disk) is ignored by the reader.
+// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
+// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
+// last line cut short (the process died mid-write) is ignored by the reader.
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -75,6 +76,7 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
+    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
@@ -147,7 +149,13 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     const int fd = fd_.load();
     if (fd < 0) return 0;
-    return write_all(fd, text.data(), text.size());
+    struct stat st;
+    const bool sized = ::fstat(fd, &st) == 0;
+    const int err = write_all(fd, text.data(), text.size());
+    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
+    // room again would follow it, and the reader could not go past it.
+    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    return err;
   }
 
   void run() {
