@@ -99,9 +99,10 @@ class Debugger final : public DebuggerInterface {
     }
     if (!capture_) capture_ = std::make_shared<Capture>(core_);
     capture_->set_models(model);
-    if (LevelTraits<L>::captures_modules && !model.jit.empty()) {
-      for (const auto& m : model.jit) capture::instrument_script_module(m);
-      script_settings_.enter();
+    if (!model.jit.empty()) {
+      if (LevelTraits<L>::captures_modules)
+        for (const auto& m : model.jit) capture::instrument_script_module(m);
+      script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
     }
     observer_.attach(capture_);
     core_->capturing = true;

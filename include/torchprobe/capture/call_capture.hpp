@@ -120,12 +120,13 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
     ThreadModules& tm = thread_modules();
+    std::unique_ptr<Call> call;
     try {
       if (!op.user_api) {  // infrastructure and autograd's own records end a module's episode
         if (tm.episode) close_episode(tm);
         return nullptr;
       }
-      auto call = std::make_unique<Call>();
+      call = std::make_unique<Call>();
       const auto inputs = fn.inputs();
       const bool modules = tracks_modules(tm);
       if (modules) track_module_call(tm, op, inputs, *call);
@@ -133,7 +134,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       if (!call->api && !call->backward && !modules) return nullptr;
       return call;
     } catch (const std::exception& e) {
-      core_->errors.log("forward_input_data_collect", op.qualified, e);
+      // The entry's name when it has one, as msprobe logs it.
+      core_->errors.log("forward_input_data_collect", call && !call->record.name.empty() ? call->record.name : op.qualified, e);
       return nullptr;
     }
   }
@@ -494,11 +496,18 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     auto m = std::make_unique<OpenModule>();
     open_module(tm, info, *m);
     if (m->admitted && core_->config.data_mode.allows(true, true)) {
-      auto describe = describer(m->record);
-      ValueEncoder<decltype(describe)> encode(describe);
-      for (const c10::IValue& v : inputs) {
-        const std::string idx = std::to_string(m->record.body["input_args"].size());
-        m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+      try {
+        auto describe = describer(m->record);
+        ValueEncoder<decltype(describe)> encode(describe);
+        for (const c10::IValue& v : inputs) {
+          const std::string idx = std::to_string(m->record.body["input_args"].size());
+          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+        }
+      } catch (const std::exception& e) {
+        // No entry for this call; the module's scope (list/scope filters) closes with it.
+        core_->state.exit_module(m->record.name);
+        core_->errors.log("module_forward_pre", m->record.name, e);
+        return nullptr;
       }
     }
     for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));

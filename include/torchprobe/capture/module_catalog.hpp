@@ -51,7 +51,7 @@ class ModuleCatalog {
  public:
   ModuleCatalog() = default;
   explicit ModuleCatalog(const ModelRef& models) {
-    const bool several = models.nn.size() > 1;
+    const bool several = models.size() > 1;  // a list of models, of either kind
     for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
     for (std::size_t i = 0; i < models.jit.size(); ++i)
       add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
