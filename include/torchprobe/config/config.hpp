@@ -4,7 +4,9 @@
 // loader below and Options::resolve (options.hpp) both end there, so every entry point rejects the same
 // values with the same messages.
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -381,12 +383,15 @@ inline Level parse_level(const json& v) {
 }
 
 inline std::string parse_dump_path(const json& doc) {
-  const std::string allowed = "a non-empty string naming the dump directory";
+  const std::string allowed = "a non-empty string without NUL characters naming the dump directory";
   const json* v = find(doc, "dump_path");
   if (!v) throw ConfigError("config key \"dump_path\" is missing: it is required (allowed: " + allowed + ")");
   if (!v->is_string()) reject("dump_path", *v, "it should be a string", allowed);
-  if (v->get_ref<const std::string&>().empty()) reject("dump_path", *v, "it is empty", allowed);
-  return v->get<std::string>();
+  const std::string& path = v->get_ref<const std::string&>();
+  if (path.empty()) reject("dump_path", *v, "it is empty", allowed);
+  // The C library would stop at the NUL: "a<NUL>b" would create the directory ./a.
+  if (path.find('\0') != std::string::npos) reject("dump_path", *v, "it contains a NUL character", allowed);
+  return path;
 }
 
 inline int64_t parse_overflow_nums(const json& section, const std::string& label) {
@@ -552,11 +557,14 @@ namespace detail {
 // The raw JSON object of a config file; every failure names the path.
 inline nlohmann::json read_config_json(const std::string& path) {
   const std::string where = "config file " + quote(path);
+  if (path.find('\0') != std::string::npos)  // shown escaped: what() would end at the NUL
+    throw ConfigError("config file " + show(path) + " is invalid: its path contains a NUL character");
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw ConfigError(where + " does not exist");
   if (std::filesystem::is_directory(path, ec)) throw ConfigError(where + " is a directory, not a file");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(where + " cannot be read");
+  if (!in) throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
     doc = json::parse(in);
