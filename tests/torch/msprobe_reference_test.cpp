@@ -83,7 +83,7 @@ std::vector<std::string> keys_of(const Json& j) {
 // ---- md5_mix and xor_L1: the quick-start model, seed 1234, two steps -------------------------
 
 // Where the C++ program's dump holds the tensor msprobe's Python dump has at (entry, pointer). The
-// pairing is by the tensors each call receives (compare-spec §4): modules and parameters_grad keep
+// pairing follows the tensors each call receives (compare-spec §4): modules and parameters_grad keep
 // their names; {Functional,Tensor}.{api}.{n} is Aten.{api}.{n} with the same slots; F.linear(x, W, b)
 // is the C++ frontend's addmm(b, x, t(W)), so x and b are Aten.addmm's inputs 1 and 0, W is
 // Aten.t's input, and the output and the backward ([db, dx, dWᵀ] on both sides) are addmm's.
@@ -139,7 +139,7 @@ int compare_checksums(const Json& theirs, const Json& ours, bool statistics, std
       Json o = ours[name][at], t = their_item;  // non-const: a missing key reads as null
       CHECK(t["type"] == "torch.Tensor");
       for (const char* key : {"type", "dtype", "shape", "requires_grad", "md5"}) {
-        CAPTURE(key);
+        CAPTURE(std::string(key));
         CHECK(o[key] == t[key]);
       }
       if (statistics) tptest::check_same_statistics(o, t, /*extrema_rel=*/0.0);
@@ -252,7 +252,7 @@ void compare_mean_norm(Json o, Json t, const at::Tensor* known, TypesResult& r) 
                                       dtype == "torch.bfloat16");
   REQUIRE_MESSAGE((known != nullptr) == deliberate, "a tensor of a deliberate difference must be known, and only those");
   for (const char* key : {"Mean", "Norm"}) {
-    CAPTURE(key);
+    CAPTURE(std::string(key));
     if (deliberate) {
       const at::Tensor d = known->to(at::kDouble);
       const double want = key == std::string("Mean") ? d.mean().item<double>() : d.norm().item<double>();
@@ -282,7 +282,7 @@ void compare_mean_norm(Json o, Json t, const at::Tensor* known, TypesResult& r) 
 TypesResult compare_types(const Json& theirs, const Json& ours, const std::map<std::string, at::Tensor>& known) {
   TypesResult r;
   for (const EntryPair& p : kTypesPairs) {
-    CAPTURE(p.theirs);
+    CAPTURE(std::string(p.theirs));
     REQUIRE(theirs.contains(p.theirs));
     REQUIRE(ours.contains(p.ours));
     for_each_item(theirs[p.theirs], Ptr(), [&](const Ptr& ptr, const Json& their_item) {
@@ -304,7 +304,7 @@ TypesResult compare_types(const Json& theirs, const Json& ours, const std::map<s
       }
       CHECK(keys_of(o) == keys_of(t));
       for (const char* key : {"type", "dtype", "shape", "Max", "Min", "requires_grad"}) {
-        CAPTURE(key);
+        CAPTURE(std::string(key));
         CHECK(o[key] == t[key]);
       }
       const auto k = known.find(std::string(p.theirs) + " " + ptr.to_string());
