@@ -88,6 +88,13 @@ struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summariz
                               std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
     : std::true_type {};
 
+// A boxed call (the TorchScript interpreter's) hands RecordFunction its whole stack, the values
+// of earlier instructions included, as inputs and as outputs: the call's own are the last ones.
+template <class T>
+c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::size_t count) {
+  return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
+}
+
 inline bool is_inplace(const std::string& api) {
   return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
 }
@@ -127,7 +134,9 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
         return nullptr;
       }
       call = std::make_unique<Call>();
-      const auto inputs = fn.inputs();
+      call->schema_known = op.schema_known;
+      call->returns = op.returns;
+      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
       const bool modules = tracks_modules(tm);
       if (modules) track_module_call(tm, op, inputs, *call);
       if (kApis && !tm.dump_only) start_api_entry(fn, op, inputs, tm, *call);
@@ -144,7 +153,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     Call& call = static_cast<Call&>(ctx);
     ThreadModules& tm = thread_modules();
     try {
-      const auto& outputs = fn.outputs();
+      const auto outputs = detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       if (kModules || tm.dump_only) {  // a guard's output is its last call's: keep it (only then)
         tm.last_outputs.assign(outputs.begin(), outputs.end());
         ++tm.calls;
@@ -314,6 +323,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     bool in_episode = false;
     bool param_only = false;
     bool grad_enabled = false;
+    bool schema_known = false;
+    std::size_t returns = 0;  // the schema's, for on_api_end
     std::uint64_t seq_begin = 0;
     std::vector<Edge> input_edges;
     std::string backward_name;

@@ -36,6 +36,7 @@ struct OpInfo {
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
+  std::size_t returns = 0;  // how many values the schema returns
 };
 
 // Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
@@ -79,6 +80,7 @@ inline std::unique_ptr<OpInfo> describe(const at::RecordFunction& fn) {
       info->schema_known = true;
       for (const auto& a : handle->schema().arguments())
         info->args.push_back({a.name(), a.kwarg_only(), kind_of(a.real_type())});
+      info->returns = handle->schema().returns().size();
     }
   }
   return info;
