@@ -78,12 +78,12 @@ void measure(const char* name, Model& model, const torch::Tensor& x, int steps, 
 }  // namespace
 
 int main() {
-  const bool quick = tpbench::quick_mode();
+  const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
   std::printf("TorchProbe level cost: step = forward + sum().backward(); ratios to the un-probed step of the same run\n");
   QuickStart quick;
-  measure("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick ? 2 : 50, quick ? 1 : 7);
+  measure("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick_run ? 2 : 50, quick_run ? 1 : 7);
   Mlp mlp;
-  measure("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick ? 1 : 10, quick ? 1 : 5);
+  measure("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick_run ? 1 : 10, quick_run ? 1 : 5);
   return 0;
 }

@@ -100,13 +100,13 @@ void measure_model(const char* name, Model& model, const torch::Tensor& x, int s
 }  // namespace
 
 int main() {
-  const bool quick = tpbench::quick_mode();
+  const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
   std::printf("TorchProbe overflow_check cost: step = forward + sum().backward(), start/stop/step around it;\n"
               "ratio = median over rounds of probed / un-probed time, measured alternately in the same run\n");
   QuickStart quick;
-  measure_model("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick ? 2 : 50, quick ? 1 : 9);
+  measure_model("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick_run ? 2 : 50, quick_run ? 1 : 9);
   Mlp mlp;
-  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick ? 1 : 5, quick ? 1 : 15);
+  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick_run ? 1 : 5, quick_run ? 1 : 15);
   return 0;
 }
