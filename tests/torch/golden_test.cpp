@@ -1,6 +1,6 @@
 // Golden outputs: a fixed set of deterministic programs is dumped with the current library and every
 // file it writes is compared byte for byte with the copy kept in tests/data/golden/torch-{X.Y}/
-// (one set per libtorch major.minor, since .pt containers and TorchScript graphs differ between
+// (one set per libtorch major.minor: .pt containers and TorchScript graphs may differ between
 // versions). A refactor that changes one digit, one key's place or one byte of a .pt fails here.
 //
 //   TORCHPROBE_UPDATE_GOLDEN=1 ./build/tests/torchprobe_tests -tc="golden*"
