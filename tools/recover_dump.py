@@ -17,8 +17,9 @@ written by an earlier stop() of the step is left as it is. Files are written lik
 (json.dump with indent=1, temporary file + rename, mode 0640), then the journal is removed unless
 --keep-journal is given. Tensor files that were still queued when the process died are missing
 from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
-tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed, and so is a journal that was
-still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing).
+files left under temporary names (.NAME.pt.tmpPID.N in dump_tensor_data/, .dump.json.tmpPID.N and
+the like beside the journal) are removed, and so is a journal that was still being created
+(.journal.jsonl.tmpPID.N: its step had recorded nothing).
 
 Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
 there was none), 1 when a journal could not be read.
@@ -155,6 +156,10 @@ def recover(rank_dir: Path, check_only: bool, keep_journal: bool) -> bool:
         missing = sorted({n for n in names if not (tensor_dir / n).exists()})
         for leftover in tensor_dir.iterdir():
             if TEMP_TENSOR_RE.match(leftover.name) and not check_only:
+                leftover.unlink()
+    if not check_only:
+        for leftover in rank_dir.iterdir():  # dump.json, stack.json, ... being replaced when the process died
+            if TEMP_TENSOR_RE.match(leftover.name) and leftover.is_file():
                 leftover.unlink()
     if not check_only and not keep_journal:
         journal.unlink()
