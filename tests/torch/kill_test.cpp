@@ -345,6 +345,7 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
         check_finished_json(before, s);
       }
       CHECK(files["rc"] == 0);
+      CHECK(before.dump().find("\"unreadable\"") == std::string::npos);  // written whole or not at all, the open step's too
       CHECK(after.dump().find("\"unreadable\"") == std::string::npos);
       for (int s : done) {
         CAPTURE(s);
@@ -363,6 +364,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
         ++recovered;
         REQUIRE(after.contains(key + "/dump.json"));
         check_prefix(after[key + "/dump.json"]["data"], full[key + "/dump.json"]["data"], kc.deferred, false);
+        if (before.contains(key + "/dump.json"))  // killed after step() wrote it: the journal held at least as much
+          CHECK(after[key + "/dump.json"]["data"].size() >= before[key + "/dump.json"]["data"].size());
         if (after.contains(key + "/debug.json")) {
           CHECK(saves_in_step(s));
           check_prefix(after[key + "/debug.json"]["data"], full[key + "/debug.json"]["data"], kc.deferred, true);
