@@ -1,34 +1,28 @@
 // Task::Tensor and save(): .pt files that python's torch.load reads back equal, named as msprobe
 // names them; the bounded writer; the step journal and crash recovery (a child process SIGKILLed at
-// random points); full-disk and unwritable-path errors; permissions.
+// random points: kill_test.cpp); full-disk and unwritable-path errors; permissions.
 //
-// Child processes are this test executable run again (posix_spawn of /proc/self/exe) with
-// TORCHPROBE_TEST_CHILD set: a static object below runs the child's program before doctest's main.
-// Spawning a fresh process avoids forking a parent that already runs libtorch's threads.
+// The full-disk test runs in a child process (child_process.hpp): a static object below runs the
+// child's program before doctest's main.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
 #include <torchprobe/torchprobe.hpp>
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <set>
-#include <thread>
 
+#include "child_process.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace tp = torchprobe;
 namespace fs = std::filesystem;
@@ -73,27 +67,6 @@ at::Tensor load_pt(const std::string& path) {
 
 // ---- child processes ------------------------------------------------------------------------
 
-// The program of the kill test: the msprobe reference model at level mix with the tensor task and
-// a save(), step after step, identical in every step. Touches `ready` once the loop is about to begin.
-int child_dump_loop(const std::string& dir, int steps, const std::string& ready) {
-  tp::Debugger<tp::Level::Mix, tp::Task::Tensor> dbg(tp::Options().dump_path(dir));
-  torch::manual_seed(1234);
-  Net net;
-  if (!ready.empty()) std::ofstream(ready) << "ready";
-  for (int s = 0; s < steps; ++s) {
-    torch::manual_seed(7);
-    const auto x = torch::randn({64, 8}, torch::requires_grad());
-    net->zero_grad();
-    dbg.start(net);
-    auto y = net->forward(x);
-    dbg.save(y, "y");
-    torch::tanh(y).sum().backward();
-    dbg.stop();
-    dbg.step();
-  }
-  return 0;
-}
-
 // The full-disk program: files larger than 64 KiB cannot be written (RLIMIT_FSIZE; SIGXFSZ ignored
 // so write() fails with EFBIG instead of the process being killed). Two steps, each with a small and
 // a large op; it must run to the end.
@@ -116,13 +89,11 @@ int child_file_size_limit(const std::string& dir) {
 struct ChildProgram {
   ChildProgram() {
     const char* mode = std::getenv("TORCHPROBE_TEST_CHILD");
-    if (!mode) return;
-    const std::string m = mode;
+    if (!mode || std::string(mode) != "fsize") return;  // not a child, or another test file's
     const std::string dir = std::getenv("TORCHPROBE_TEST_DIR") ? std::getenv("TORCHPROBE_TEST_DIR") : "";
     int rc = 2;
     try {
-      if (m == "loop") rc = child_dump_loop(dir, std::atoi(std::getenv("TORCHPROBE_TEST_STEPS")), std::getenv("TORCHPROBE_TEST_READY"));
-      if (m == "fsize") rc = child_file_size_limit(dir);
+      rc = child_file_size_limit(dir);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child failed: %s\n", e.what());
       rc = 4;
@@ -131,30 +102,6 @@ struct ChildProgram {
     std::_Exit(rc);
   }
 } child_program;
-
-// Runs this executable again as the child `mode`; returns its pid.
-pid_t spawn_child(const std::string& mode, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env_strings = {"TORCHPROBE_TEST_CHILD=" + mode};
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> envp;
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("TORCHPROBE_TEST_", 0) != 0) envp.push_back(*e);
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  char arg0[] = "torchprobe_tests_child";
-  char* argv[] = {arg0, nullptr};
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data());
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
-}
 
 }  // namespace
 
@@ -634,100 +581,12 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
   same_but_path("debug.json");
 }
 
-TEST_CASE("a child killed with SIGKILL at random points leaves valid completed steps and a recoverable prefix") {
-  tptest::TempDir tmp;
-  // The complete output of the same program, for comparison.
-  {
-    const pid_t pid = spawn_child("loop", {"TORCHPROBE_TEST_DIR=" + tmp / "full", "TORCHPROBE_TEST_STEPS=1", "TORCHPROBE_TEST_READY="});
-    const int status = wait_child(pid);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
-  auto rank_dir_of = [](const std::string& step_dir) {
-    for (const auto& e : fs::directory_iterator(step_dir)) return e.path().string();
-    return std::string();
-  };
-  const std::string full_rank = rank_dir_of(tmp / "full/step0");
-  const Json full = tptest::read_json(full_rank + "/dump.json")["data"];
-  const Json full_debug = tptest::read_json(full_rank + "/debug.json")["data"];
-  REQUIRE(full.size() >= 9);
-
-  // Checks the entries of one step against the full run: `complete` when all must be there.
-  auto check_entries = [&](const Json& data, const Json& expected, bool complete) {
-    const std::vector<std::string> names = names_of(data), all = names_of(expected);
-    REQUIRE(names.size() <= all.size());
-    if (complete) CHECK(names.size() == all.size());
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      CAPTURE(names[i]);
-      CHECK(names[i] == all[i]);  // a prefix, in order
-      // An interrupted step may have died before backward filled save()'s gradient placeholder.
-      if (!complete && names[i].find("_grad.") != std::string::npos && data[names[i]].is_null()) continue;
-      CHECK(data[names[i]] == expected[names[i]]);
-    }
-  };
-  auto check_files = [&](const std::string& rank, const Json& data, bool all_present) {
-    std::vector<std::string> names;
-    collect_data_names(data, names);
-    for (const std::string& n : names) {
-      const std::string f = rank + "/dump_tensor_data/" + n;
-      if (!all_present && !fs::exists(f)) continue;  // still queued when the process died
-      CAPTURE(f);
-      CHECK_NOTHROW(load_pt(f));
-    }
-  };
-
-  std::mt19937 rng(20240611);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  int kills = 0, completed_steps = 0, interrupted_steps = 0;
-  for (int round = 0; round < 10 && std::chrono::steady_clock::now() < deadline; ++round) {
-    const std::string dir = tmp / ("kill" + std::to_string(round));
-    const std::string ready = dir + ".ready";
-    const pid_t pid = spawn_child("loop", {"TORCHPROBE_TEST_DIR=" + dir, "TORCHPROBE_TEST_STEPS=100000", "TORCHPROBE_TEST_READY=" + ready});
-    while (!fs::exists(ready) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 250000)(rng)));
-    ::kill(pid, SIGKILL);
-    const int status = wait_child(pid);
-    REQUIRE(WIFSIGNALED(status));
-    ++kills;
-    if (!fs::exists(dir)) continue;
-
-    // A step whose journal is still there was interrupted; every other step is complete.
-    std::vector<std::pair<std::string, bool>> ranks;
-    for (const auto& step : fs::directory_iterator(dir)) {
-      const std::string rank = rank_dir_of(step.path().string());
-      if (!rank.empty()) ranks.emplace_back(rank, fs::exists(rank + "/journal.jsonl"));
-    }
-    const int recover_rc = std::system((std::string(TORCHPROBE_PYTHON) + " " + recover_tool() + " " + dir + " > /dev/null").c_str());
-    CHECK(recover_rc == 0);
-    for (const auto& [rank, interrupted] : ranks) {
-      CAPTURE(rank);
-      CAPTURE(interrupted);
-      if (interrupted) ++interrupted_steps;
-      else ++completed_steps;
-      if (!fs::exists(rank + "/dump.json")) {
-        CHECK(interrupted == false);  // killed before the step's journal was created: nothing to lose
-        continue;
-      }
-      const Json data = tptest::read_json(rank + "/dump.json")["data"];  // parses, or the test fails here
-      check_entries(data, full, !interrupted);
-      if (fs::exists(rank + "/debug.json")) check_entries(tptest::read_json(rank + "/debug.json")["data"], full_debug, !interrupted);
-      check_files(rank, data, !interrupted);
-      for (const auto& f : files_in(rank + "/dump_tensor_data")) CHECK(f[0] != '.');  // partial files removed
-      CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
-    }
-  }
-  MESSAGE("kills: " << kills << ", complete steps: " << completed_steps << ", interrupted steps recovered: " << interrupted_steps);
-  CHECK(kills >= 5);
-  CHECK(completed_steps > 0);
-  CHECK(interrupted_steps > 0);
-}
-
 // ---- errors and permissions -----------------------------------------------------------------
 
 TEST_CASE("a full disk (file size limit) is logged to dump_error_info.log and the run goes on; written files stay valid") {
   tptest::TempDir tmp;
-  const pid_t pid = spawn_child("fsize", {"TORCHPROBE_TEST_DIR=" + tmp.path()});
-  const int status = wait_child(pid);
+  const pid_t pid = tptest::spawn_child("fsize", {"TORCHPROBE_TEST_DIR=" + tmp.path()});
+  const int status = tptest::wait_child(pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // the child ran to its end
   for (int s = 0; s < 2; ++s) {
