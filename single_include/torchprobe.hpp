@@ -95,7 +95,9 @@ constexpr std::string_view task_name(Task t) {
 // loader below and Options::resolve (options.hpp) both end there, so every entry point rejects the same
 // values with the same messages.
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -469,12 +471,15 @@ inline Level parse_level(const json& v) {
 }
 
 inline std::string parse_dump_path(const json& doc) {
-  const std::string allowed = "a non-empty string naming the dump directory";
+  const std::string allowed = "a non-empty string without NUL characters naming the dump directory";
   const json* v = find(doc, "dump_path");
   if (!v) throw ConfigError("config key \"dump_path\" is missing: it is required (allowed: " + allowed + ")");
   if (!v->is_string()) reject("dump_path", *v, "it should be a string", allowed);
-  if (v->get_ref<const std::string&>().empty()) reject("dump_path", *v, "it is empty", allowed);
-  return v->get<std::string>();
+  const std::string& path = v->get_ref<const std::string&>();
+  if (path.empty()) reject("dump_path", *v, "it is empty", allowed);
+  // The C library would stop at the NUL: "a<NUL>b" would create the directory ./a.
+  if (path.find('\0') != std::string::npos) reject("dump_path", *v, "it contains a NUL character", allowed);
+  return path;
 }
 
 inline int64_t parse_overflow_nums(const json& section, const std::string& label) {
@@ -640,11 +645,14 @@ namespace detail {
 // The raw JSON object of a config file; every failure names the path.
 inline nlohmann::json read_config_json(const std::string& path) {
   const std::string where = "config file " + quote(path);
+  if (path.find('\0') != std::string::npos)  // shown escaped: what() would end at the NUL
+    throw ConfigError("config file " + show(path) + " is invalid: its path contains a NUL character");
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw ConfigError(where + " does not exist");
   if (std::filesystem::is_directory(path, ec)) throw ConfigError(where + " is a directory, not a file");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(where + " cannot be read");
+  if (!in) throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
     doc = json::parse(in);
@@ -803,9 +811,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 // here exist so that a failure is loud and harmless: every error names the path and the OS reason,
 // and a file that is being replaced keeps its old content until the new content is fully on disk.
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -2112,6 +2118,8 @@ inline bool direct_io_supported(const std::string& dir) {
 // A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
 // written once until reset() (the dumper calls it at every step). Logging must never make things
 // worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
+// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
 #include <ctime>
 #include <set>
 #include <typeinfo>
@@ -2157,8 +2165,15 @@ class ErrorLog {
       entry += ", pid=" + std::to_string(::getpid()) + "\n";
       entry.append(message).append("\n\n");
       const std::string file = file_path_locked();
-      const int err = append(file, entry);
-      if (err != 0) fallback(file, err, what, name);
+      int err = write_pending_locked();
+      if (err == 0) err = append(file, entry);
+      if (err != 0) {
+        fallback(file, err, what, name, message);
+        if (pending_bytes_ + entry.size() <= kMaxPending) {
+          pending_bytes_ += entry.size();
+          pending_.emplace_back(file, std::move(entry));
+        }
+      }
       return true;
     } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
       return false;
@@ -2174,6 +2189,15 @@ class ErrorLog {
     }
   }
 
+  // Writes the entries that could not be written before; those that still cannot be stay kept.
+  void retry() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      (void)write_pending_locked();
+    } catch (...) {
+    }
+  }
+
   // Forget which failures were reported, so that the next step reports them again.
   void reset() noexcept {
     try {
@@ -2184,6 +2208,19 @@ class ErrorLog {
   }
 
  private:
+  static constexpr std::size_t kMaxPending = 64 * 1024;
+
+  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
+  // of the first that still fails (it and those after it stay kept).
+  int write_pending_locked() {
+    while (!pending_.empty()) {
+      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
+      pending_bytes_ -= pending_.front().second.size();
+      pending_.pop_front();
+    }
+    return 0;
+  }
+
   std::string file_path_locked() const {
     if (dir_.empty()) return kFileName;
     return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
@@ -2231,16 +2268,21 @@ class ErrorLog {
     return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
   }
 
-  // One line on stderr; written with ::write so that no stream state or exception gets involved.
-  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name) {
+  // One line on stderr, with the message's first line (its reason may differ from the log's);
+  // written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
+                       std::string_view message) {
     std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
-                       std::string(what) + " failed: name=" + std::string(name) + "\n";
+                       std::string(what) + " failed: name=" + std::string(name) + ": " +
+                       std::string(message.substr(0, message.find('\n'))) + "\n";
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 
   mutable std::mutex mu_;
   std::string dir_;
   std::set<std::pair<std::string, std::string>> seen_;
+  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::size_t pending_bytes_ = 0;
 };
 
 }  // namespace torchprobe::io
@@ -2947,6 +2989,7 @@ struct OpInfo {
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
+  std::size_t returns = 0;  // how many values the schema returns
 };
 
 // Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
@@ -2990,6 +3033,7 @@ inline std::unique_ptr<OpInfo> describe(const at::RecordFunction& fn) {
       info->schema_known = true;
       for (const auto& a : handle->schema().arguments())
         info->args.push_back({a.name(), a.kwarg_only(), kind_of(a.real_type())});
+      info->returns = handle->schema().returns().size();
     }
   }
   return info;
@@ -3283,8 +3327,9 @@ struct BodyAllocator {
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
 // behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. A last line cut short (a full
-// disk) is ignored by the reader.
+// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
+// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
+// last line cut short (the process died mid-write) is ignored by the reader.
 
 
 
@@ -3330,6 +3375,7 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_.load() >= 0 && path == path_) return;
     close_locked();
+    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
@@ -3402,7 +3448,13 @@ class Journal {
     std::lock_guard<std::mutex> lock(mu_);
     const int fd = fd_.load();
     if (fd < 0) return 0;
-    return write_all(fd, text.data(), text.size());
+    struct stat st;
+    const bool sized = ::fstat(fd, &st) == 0;
+    const int err = write_all(fd, text.data(), text.size());
+    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
+    // room again would follow it, and the reader could not go past it.
+    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    return err;
   }
 
   void run() {
@@ -4782,7 +4834,7 @@ class ModuleCatalog {
  public:
   ModuleCatalog() = default;
   explicit ModuleCatalog(const ModelRef& models) {
-    const bool several = models.nn.size() > 1;
+    const bool several = models.size() > 1;  // a list of models, of either kind
     for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
     for (std::size_t i = 0; i < models.jit.size(); ++i)
       add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
@@ -4955,6 +5007,13 @@ struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summariz
                               std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
     : std::true_type {};
 
+// A boxed call (the TorchScript interpreter's) hands RecordFunction its whole stack, the values
+// of earlier instructions included, as inputs and as outputs: the call's own are the last ones.
+template <class T>
+c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::size_t count) {
+  return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
+}
+
 inline bool is_inplace(const std::string& api) {
   return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
 }
@@ -4987,20 +5046,24 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
     ThreadModules& tm = thread_modules();
+    std::unique_ptr<Call> call;
     try {
       if (!op.user_api) {  // infrastructure and autograd's own records end a module's episode
         if (tm.episode) close_episode(tm);
         return nullptr;
       }
-      auto call = std::make_unique<Call>();
-      const auto inputs = fn.inputs();
+      call = std::make_unique<Call>();
+      call->schema_known = op.schema_known;
+      call->returns = op.returns;
+      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
       const bool modules = tracks_modules(tm);
       if (modules) track_module_call(tm, op, inputs, *call);
       if (kApis && !tm.dump_only) start_api_entry(fn, op, inputs, tm, *call);
       if (!call->api && !call->backward && !modules) return nullptr;
       return call;
     } catch (const std::exception& e) {
-      core_->errors.log("forward_input_data_collect", op.qualified, e);
+      // The entry's name when it has one, as msprobe logs it.
+      core_->errors.log("forward_input_data_collect", call && !call->record.name.empty() ? call->record.name : op.qualified, e);
       return nullptr;
     }
   }
@@ -5009,7 +5072,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     Call& call = static_cast<Call&>(ctx);
     ThreadModules& tm = thread_modules();
     try {
-      const auto& outputs = fn.outputs();
+      const auto outputs = detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       if (kModules || tm.dump_only) {  // a guard's output is its last call's: keep it (only then)
         tm.last_outputs.assign(outputs.begin(), outputs.end());
         ++tm.calls;
@@ -5179,6 +5242,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     bool in_episode = false;
     bool param_only = false;
     bool grad_enabled = false;
+    bool schema_known = false;
+    std::size_t returns = 0;  // the schema's, for on_api_end
     std::uint64_t seq_begin = 0;
     std::vector<Edge> input_edges;
     std::string backward_name;
@@ -5361,11 +5426,18 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
     auto m = std::make_unique<OpenModule>();
     open_module(tm, info, *m);
     if (m->admitted && core_->config.data_mode.allows(true, true)) {
-      auto describe = describer(m->record);
-      ValueEncoder<decltype(describe)> encode(describe);
-      for (const c10::IValue& v : inputs) {
-        const std::string idx = std::to_string(m->record.body["input_args"].size());
-        m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+      try {
+        auto describe = describer(m->record);
+        ValueEncoder<decltype(describe)> encode(describe);
+        for (const c10::IValue& v : inputs) {
+          const std::string idx = std::to_string(m->record.body["input_args"].size());
+          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+        }
+      } catch (const std::exception& e) {
+        // No entry for this call; the module's scope (list/scope filters) closes with it.
+        core_->state.exit_module(m->record.name);
+        core_->errors.log("module_forward_pre", m->record.name, e);
+        return nullptr;
       }
     }
     for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
@@ -8391,9 +8463,10 @@ class Debugger final : public DebuggerInterface {
     }
     if (!capture_) capture_ = std::make_shared<Capture>(core_);
     capture_->set_models(model);
-    if (LevelTraits<L>::captures_modules && !model.jit.empty()) {
-      for (const auto& m : model.jit) capture::instrument_script_module(m);
-      script_settings_.enter();
+    if (!model.jit.empty()) {
+      if (LevelTraits<L>::captures_modules)
+        for (const auto& m : model.jit) capture::instrument_script_module(m);
+      script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
     }
     observer_.attach(capture_);
     core_->capturing = true;
@@ -8482,7 +8555,16 @@ class Debugger final : public DebuggerInterface {
     }
     core_->errors.set_directory(directory_);
     core_->set_step_directory(directory_);
-    if constexpr (sink_keeps_journal<Sink>::value) core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
+    if constexpr (sink_keeps_journal<Sink>::value) {
+      // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
+      // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
+      try {
+        core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
+      } catch (const io::IoError& e) {
+        if (e.error_code() != ENOSPC && e.error_code() != EDQUOT) throw;
+        core_->errors.log("write_journal", directory_, e);
+      }
+    }
     step_open_ = true;
   }
 
@@ -8536,6 +8618,7 @@ class Debugger final : public DebuggerInterface {
       core_->errors.log("write_json", directory_, e);
       std::cerr << "torchprobe: could not write the dump of step " << session_.step() << ": " << e.what() << "\n";
     }
+    core_->errors.retry();  // entries a full disk kept out of dump_error_info.log earlier
   }
 
   StepDump step_dump_header() const {
