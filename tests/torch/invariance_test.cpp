@@ -2,6 +2,7 @@
 // task x level x sink, for torch::nn and TorchScript models; a capture that fails is logged and
 // leaves training and the other entries alone; a backward run on another thread is recorded.
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <torch/script.h>
 #include <doctest/doctest.h>
 
@@ -323,11 +324,16 @@ TEST_CASE("captures that throw (a nested tensor in, out, and into a guarded modu
   CHECK(failing.log.find("NestedTensorImpl doesn't support sizes") != std::string::npos);
 
   // Every entry of the run without the nested call is there, unchanged; the failed calls have
-  // none, and the only additions are the copies nested_tensor() makes of its two inputs.
+  // none, and the only additions are the copies nested_tensor() makes of its two inputs (libtorch
+  // 1.13 builds it through two outermost clone calls; 2.6 makes them inside its own op).
   std::set<std::string> added;
   for (const auto& kv : failing.data.items())
     if (!clean.data.contains(kv.key())) added.insert(kv.key());
+#if TORCH_VERSION_MAJOR < 2
   CHECK(added == std::set<std::string>{"Aten.clone.0.forward", "Aten.clone.1.forward"});
+#else
+  CHECK(added.empty());
+#endif
   CHECK(clean.data.size() > 10);
   for (const auto& kv : clean.data.items()) {
     CAPTURE(kv.key());
