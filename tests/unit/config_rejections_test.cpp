@@ -25,26 +25,15 @@
 #include "../skip.hpp"
 #include "torchprobe/config/config.hpp"
 #include "torchprobe/config/options.hpp"
+#include "config_support.hpp"
 
 using nlohmann::json;
 using namespace torchprobe;
 
 namespace {
 
-json doc_with(json extra) {
-  json doc = {{"dump_path", "./dump"}};
-  doc.update(extra);
-  return doc;
-}
-
-std::string rejection(const json& doc) {
-  try {
-    parse_config(doc);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
+using tptest::doc_with;
+using tptest::rejection;
 
 template <class F>
 std::string rejection_of(F&& f) {

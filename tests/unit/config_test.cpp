@@ -12,28 +12,15 @@
 
 #include "torchprobe/config/config.hpp"
 #include "torchprobe/config/options.hpp"
+#include "config_support.hpp"
 
 using nlohmann::json;
 using namespace torchprobe;
 
 namespace {
 
-// A minimal valid document plus the given keys.
-json doc_with(json extra) {
-  json doc = {{"dump_path", "./dump"}};
-  doc.update(extra);
-  return doc;
-}
-
-// The message parse_config rejects the document with, or "(accepted)".
-std::string rejection(const json& doc) {
-  try {
-    parse_config(doc);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
+using tptest::doc_with;
+using tptest::rejection;
 
 // Every part must occur in the message (key, value, allowed set, reason).
 void check_mentions(const std::string& message, std::initializer_list<std::string> parts) {
