@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstdio>
 
-using torchprobe::io::CallStack;
+using torchprobe::CallStack;
 using torchprobe::io::Unwinder;
 using Clock = std::chrono::steady_clock;
 

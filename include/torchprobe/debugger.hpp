@@ -21,20 +21,21 @@
 #include <string>
 #include <type_traits>
 
-#include "capture/api_observer.hpp"
-#include "capture/call_capture.hpp"
-#include "capture/model_ref.hpp"
-#include "capture/torchscript.hpp"
-#include "config/options.hpp"
-#include "debugger_interface.hpp"
-#include "details/debug_save.hpp"
-#include "details/dump_core.hpp"
-#include "details/session.hpp"
-#include "level/level.hpp"
-#include "save_value.hpp"
-#include "sink/directory_sink.hpp"
-#include "task/task_policy.hpp"
-#include "task/tensor_saver.hpp"
+#include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/call_capture.hpp"
+#include "torchprobe/capture/model_ref.hpp"
+#include "torchprobe/capture/torchscript.hpp"
+#include "torchprobe/config/options.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/debugger_interface.hpp"
+#include "torchprobe/details/debug_save.hpp"
+#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/session.hpp"
+#include "torchprobe/level/level.hpp"
+#include "torchprobe/save_value.hpp"
+#include "torchprobe/sink/directory_sink.hpp"
+#include "torchprobe/task/task_policy.hpp"
+#include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
 

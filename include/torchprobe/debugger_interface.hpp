@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "capture/model_ref.hpp"
-#include "config/config.hpp"
-#include "save_value.hpp"
+#include "torchprobe/capture/model_ref.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/save_value.hpp"
 
 namespace torchprobe {
 

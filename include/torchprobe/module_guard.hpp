@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "capture/api_observer.hpp"
-#include "capture/module_events.hpp"
+#include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/module_events.hpp"
 
 namespace torchprobe {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "debugger.hpp"
-#include "debugger_interface.hpp"
+#include "torchprobe/debugger.hpp"
+#include "torchprobe/debugger_interface.hpp"
 
 namespace torchprobe {
 

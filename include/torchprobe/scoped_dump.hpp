@@ -4,8 +4,8 @@
 #include <optional>
 #include <type_traits>
 
-#include "capture/model_ref.hpp"
-#include "debugger_interface.hpp"
+#include "torchprobe/capture/model_ref.hpp"
+#include "torchprobe/debugger_interface.hpp"
 
 namespace torchprobe {
 

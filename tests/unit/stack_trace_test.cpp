@@ -15,7 +15,7 @@
 #include "torchprobe/io/stack_trace.hpp"
 #include "../skip.hpp"
 
-using torchprobe::io::CallStack;
+using torchprobe::CallStack;
 using torchprobe::io::capture_call_stack;
 using torchprobe::io::symbolize;
 
@@ -72,7 +72,7 @@ TEST_CASE("CallStack equality and hash") {
   const CallStack c = tp_stack_test::capture_elsewhere();
   CHECK(a == b);
   CHECK(a != c);
-  CHECK(torchprobe::io::CallStackHash{}(a) == std::hash<CallStack>{}(b));
+  CHECK(torchprobe::CallStackHash{}(a) == std::hash<CallStack>{}(b));
   std::unordered_set<CallStack> set = {a, b, c};
   CHECK(set.size() == 2);
   CHECK(capture_call_stack(0).frames.empty());

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "op_registry.hpp"
+#include "torchprobe/capture/op_registry.hpp"
 
 namespace torchprobe::capture {
 

@@ -22,7 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "../details/probe_guard.hpp"
+#include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe::capture {
 

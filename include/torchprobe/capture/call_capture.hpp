@@ -21,17 +21,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "../details/block_pool.hpp"
-#include "../details/dump_core.hpp"
-#include "../io/stack_trace.hpp"
-#include "../level/level.hpp"
-#include "api_observer.hpp"
-#include "backward_probe.hpp"
-#include "captured_call.hpp"
-#include "gradient_recorder.hpp"
-#include "module_catalog.hpp"
-#include "module_events.hpp"
-#include "value_encoder.hpp"
+#include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/backward_probe.hpp"
+#include "torchprobe/capture/captured_call.hpp"
+#include "torchprobe/capture/gradient_recorder.hpp"
+#include "torchprobe/capture/module_catalog.hpp"
+#include "torchprobe/capture/module_events.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/details/block_pool.hpp"
+#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/level/level.hpp"
 
 namespace torchprobe::capture {
 
@@ -93,10 +94,6 @@ struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summariz
 template <class T>
 c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::size_t count) {
   return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
-}
-
-inline bool is_inplace(const std::string& api) {
-  return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
 }
 
 }  // namespace detail
@@ -565,7 +562,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents, public std::en
       if (continues && ep.has_main) {
         // After the main call, only an in-place update of the episode's own result (Linear's
         // `output += bias`) continues it; anything else is the module's next call.
-        bool on_result = !plain.empty() && detail::is_inplace(op.api);
+        bool on_result = !plain.empty() && is_inplace_op(op.api);
         for (const at::Tensor* t : plain) on_result = on_result && ep.produced.count(t->unsafeGetTensorImpl());
         continues = on_result;
       }

@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "../sink/record.hpp"
-#include "op_registry.hpp"
-#include "tensor_json.hpp"
-#include "value_encoder.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/capture/op_registry.hpp"
+#include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
 
 namespace torchprobe::capture {
 

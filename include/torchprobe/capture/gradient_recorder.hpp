@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "../details/dump_core.hpp"
-#include "backward_probe.hpp"
-#include "value_encoder.hpp"
+#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/capture/backward_probe.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
 
 namespace torchprobe::capture {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "model_ref.hpp"
+#include "torchprobe/capture/model_ref.hpp"
 
 namespace torchprobe::capture {
 

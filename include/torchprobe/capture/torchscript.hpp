@@ -18,8 +18,8 @@
 #include <mutex>
 #include <vector>
 
-#include "api_observer.hpp"
-#include "module_events.hpp"
+#include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/module_events.hpp"
 
 namespace torchprobe::capture {
 

@@ -8,8 +8,9 @@
 
 #include <string>
 
-#include "op_registry.hpp"
-#include "tensor_json.hpp"
+#include "torchprobe/capture/op_registry.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/core/tensor_json.hpp"
 
 namespace torchprobe::capture {
 
@@ -66,7 +67,7 @@ class ValueEncoder {
   explicit ValueEncoder(DescribeTensor& describe) : describe_(describe) {}
 
   nlohmann::ordered_json encode(const c10::IValue& v, ArgKind kind, const Site& site, int depth = 0) {
-    if (depth > kMaxDepth) return nullptr;  // msprobe's DUMP_MAX_DEPTH
+    if (depth > kMaxDepth) return nullptr;
     if (v.isNone()) return nullptr;
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
@@ -92,8 +93,6 @@ class ValueEncoder {
   }
 
  private:
-  static constexpr int kMaxDepth = 400;
-
   template <class Elements>
   nlohmann::ordered_json encode_sequence(const Elements& elements, ArgKind kind, const Site& site, int depth) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();

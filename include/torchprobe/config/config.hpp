@@ -21,8 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torchprobe/level/level.hpp"
-#include "torchprobe/task/task.hpp"
+#include "torchprobe/core/kinds.hpp"
 
 namespace torchprobe {
 

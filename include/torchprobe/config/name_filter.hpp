@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "torchprobe/config/config.hpp"
+#include "torchprobe/core/names.hpp"
 
 namespace torchprobe {
 
@@ -20,12 +21,6 @@ namespace detail {
 inline std::string_view aten_short_name(std::string_view op) {
   if (const auto p = op.rfind("::"); p != std::string_view::npos) op.remove_prefix(p + 2);
   if (const auto p = op.find('.'); p != std::string_view::npos) op = op.substr(0, p);
-  return op;
-}
-
-// "unsqueeze_" -> "unsqueeze": an in-place variant carries the risk of its op. Dunders ("__and__") stay.
-inline std::string_view without_inplace_mark(std::string_view op) {
-  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1);
   return op;
 }
 

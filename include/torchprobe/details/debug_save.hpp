@@ -19,10 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "../capture/value_encoder.hpp"
-#include "../save_value.hpp"
-#include "dump_core.hpp"
-#include "probe_guard.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/save_value.hpp"
 
 namespace torchprobe::details {
 
@@ -42,7 +43,6 @@ struct SavedLeaf {
 template <class Describe>
 nlohmann::ordered_json encode_saved(const SaveValue& v, const SavedLeaf& at, Describe& describe,
                                     std::vector<std::pair<SavedLeaf, at::Tensor>>* needs_grad, int depth = 0) {
-  constexpr int kMaxDepth = 400;  // msprobe's DUMP_MAX_DEPTH
   if (depth > kMaxDepth) return nullptr;
   switch (v.kind()) {
     case SaveValue::Kind::None: return nullptr;
@@ -71,7 +71,7 @@ nlohmann::ordered_json encode_saved(const SaveValue& v, const SavedLeaf& at, Des
 
 // The same structure with every leaf null: the gradient entry's placeholder.
 inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
-  if (depth > 400) return nullptr;
+  if (depth > kMaxDepth) return nullptr;
   if (v.kind() == SaveValue::Kind::List) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const SaveValue& e : v.items()) out.push_back(all_null_like(e, depth + 1));

@@ -11,12 +11,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "../config/config.hpp"
-#include "../io/error_log.hpp"
-#include "../io/journal.hpp"
-#include "../io/python_json.hpp"
-#include "../io/tensor_writer.hpp"
-#include "step_state.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/details/step_state.hpp"
+#include "torchprobe/io/error_log.hpp"
+#include "torchprobe/io/journal.hpp"
+#include "torchprobe/io/python_json.hpp"
+#include "torchprobe/io/tensor_writer.hpp"
 
 namespace torchprobe::details {
 
@@ -143,9 +144,9 @@ struct DumpCore {
       if (!writer_) writer_ = r.saves.front().writer;
     }
     if (!rank_dir.empty()) {
-      const std::string dir = rank_dir + "/dump_tensor_data/";
-      for (io::PendingSave& s : r.saves)
-        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data), std::move(s.memory));
+      const std::string dir = tensor_data_directory(rank_dir) + "/";
+      for (PendingSave& s : r.saves)
+        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data), s.memory ? std::move(*s.memory) : io::Reservation());
     }
     r.saves.clear();
   }

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "../config/config.hpp"
+#include "torchprobe/config/config.hpp"
 
 namespace torchprobe::details {
 

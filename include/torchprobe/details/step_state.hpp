@@ -7,11 +7,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../config/config.hpp"
-#include "../capture/tensor_json.hpp"
-#include "../config/name_filter.hpp"
-#include "../sink/record.hpp"
-#include "../stats/device_stats.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/config/name_filter.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/stats/device_stats.hpp"
 
 namespace torchprobe::details {
 

@@ -34,7 +34,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "files.hpp"
+#include "torchprobe/io/files.hpp"
 
 namespace torchprobe::io {
 

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "files.hpp"
+#include "torchprobe/io/files.hpp"
 
 namespace torchprobe::io {
 

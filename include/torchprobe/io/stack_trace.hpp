@@ -37,29 +37,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "torchprobe/core/call_stack.hpp"
+
 extern char** environ;
 
 namespace torchprobe::io {
-
-// Raw return addresses, innermost first. Cheap to copy, compare and hash, so identical call sites
-// can be grouped before anything is symbolized.
-struct CallStack {
-  std::vector<void*> frames;
-
-  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
-  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
-};
-
-struct CallStackHash {
-  std::size_t operator()(const CallStack& s) const noexcept {
-    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
-    for (void* f : s.frames) {
-      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
-      h *= 1099511628211ull;
-    }
-    return static_cast<std::size_t>(h ^ (h >> 32));
-  }
-};
 
 namespace detail {
 
@@ -522,8 +504,3 @@ inline nlohmann::ordered_json build_stack_json(
 }
 
 }  // namespace torchprobe::io
-
-namespace std {
-template <>
-struct hash<torchprobe::io::CallStack> : torchprobe::io::CallStackHash {};
-}  // namespace std

@@ -57,10 +57,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../details/probe_guard.hpp"
-#include "direct_file.hpp"
-#include "error_log.hpp"
-#include "files.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/io/direct_file.hpp"
+#include "torchprobe/io/error_log.hpp"
+#include "torchprobe/io/files.hpp"
 
 namespace torchprobe::io {
 
@@ -276,15 +276,6 @@ struct WriteJob {
   at::Tensor data;
 };
 }  // namespace detail
-
-// One tensor file an entry will have once the entry is kept (see the top of this file).
-// Member order matters: `data` is freed before `memory` returns its bytes to the budget.
-struct PendingSave {
-  std::shared_ptr<TensorWriter> writer;
-  Reservation memory;
-  std::string file_name;  // "Aten.add.0.forward.input.0.pt", already a safe path component
-  at::Tensor data;        // contiguous CPU snapshot taken when the tensor was described
-};
 
 // The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
 // being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and

@@ -5,9 +5,9 @@
 // one intact. Between flushes the step journal in the same directory holds every kept entry.
 #include <string>
 
-#include "../io/files.hpp"
-#include "../io/python_json.hpp"
-#include "step_dump.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/io/python_json.hpp"
+#include "torchprobe/sink/step_dump.hpp"
 
 namespace torchprobe {
 

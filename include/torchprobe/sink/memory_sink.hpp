@@ -5,7 +5,7 @@
 #include <mutex>
 #include <string>
 
-#include "step_dump.hpp"
+#include "torchprobe/sink/step_dump.hpp"
 
 namespace torchprobe {
 

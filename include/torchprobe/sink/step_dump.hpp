@@ -9,7 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "record.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/io/stack_trace.hpp"
 
 namespace torchprobe {
 
@@ -46,7 +47,7 @@ struct StepDump {
   }
 
   nlohmann::ordered_json stack_json() const {
-    std::vector<std::pair<std::string, io::CallStack>> forward;
+    std::vector<std::pair<std::string, CallStack>> forward;
     if (records)
       for (const Record& r : *records)
         if (r.stack) forward.emplace_back(r.name, *r.stack);

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
-#include "layout.hpp"
-#include "../details/probe_guard.hpp"
+#include "torchprobe/stats/layout.hpp"
+#include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe::stats {
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <utility>
 
-#include "../details/probe_guard.hpp"
-#include "checksum.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/stats/checksum.hpp"
 
 namespace torchprobe::stats {
 

@@ -22,10 +22,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/dispatch.hpp"
-#include "layout.hpp"
-#include "tensor_stats.hpp"
-#include "../details/probe_guard.hpp"
+#include "torchprobe/stats/kernels/dispatch.hpp"
+#include "torchprobe/stats/layout.hpp"
+#include "torchprobe/core/tensor_stats.hpp"
+#include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe::stats {
 namespace detail {

@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include "tensor_stats.hpp"
-#include "../details/probe_guard.hpp"
+#include "torchprobe/core/tensor_stats.hpp"
+#include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe::stats {
 

@@ -23,16 +23,17 @@
 #include <utility>
 #include <vector>
 
-#include "../capture/tensor_json.hpp"
-#include "../capture/value_encoder.hpp"
-#include "../config/config.hpp"
-#include "../details/probe_guard.hpp"
-#include "../io/files.hpp"
-#include "../sink/record.hpp"
-#include "../stats/cpu_stats.hpp"
-#include "../stats/device_stats.hpp"
-#include "overflow_summary.hpp"
-#include "tensor_saver.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/stats/cpu_stats.hpp"
+#include "torchprobe/stats/device_stats.hpp"
+#include "torchprobe/task/overflow_summary.hpp"
+#include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
 
@@ -151,13 +152,13 @@ class OverflowCheckTask {
   void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
     const auto& writer = saver_.writer();
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
-    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     item["data_name"] = name;
-    io::PendingSave save{writer, io::Reservation(), std::move(name), t};
+    PendingSave save{writer, nullptr, std::move(name), t};
     if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
       ProbeGuard guard;
       if (t.device().is_cpu()) {
-        save.memory = writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size());
+        save.memory = std::make_shared<io::Reservation>(writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
         save.data = snapshot_for_file(t);
       } else {
         save.data = t.detach().clone(at::MemoryFormat::Contiguous);
@@ -169,28 +170,28 @@ class OverflowCheckTask {
   // Turns the kept entry's references into the CPU snapshots the writer expects. A save that
   // already holds memory from the writer's budget is a snapshot already.
   void snapshot_saves(Record& r) const {
-    for (io::PendingSave& s : r.saves) {
-      if (s.memory.bytes() > 0 || !s.data.defined()) continue;
-      s.memory = s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size());
+    for (PendingSave& s : r.saves) {
+      if (s.memory || !s.data.defined()) continue;
+      s.memory = std::make_shared<io::Reservation>(s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
       s.data = snapshot_for_file(s.data);
     }
   }
 
   void hold(Record&& r) {
     std::size_t bytes = 0;
-    for (const io::PendingSave& s : r.saves) bytes += static_cast<std::size_t>(s.data.numel()) * s.data.element_size();
+    for (const PendingSave& s : r.saves) bytes += static_cast<std::size_t>(s.data.numel()) * s.data.element_size();
     std::lock_guard<std::mutex> lock(mutex_);
     held_bytes_ += bytes;
     held_.push_back(std::move(r));
   }
 
-  // "Aten.add_.0.forward": an in-place op's forward entry (the op name ends with one underscore).
+  // "Aten.add_.0.forward": an in-place op's forward entry.
   static bool is_inplace_api_forward(const std::string& name) {
     if (name.compare(0, 5, "Aten.") != 0) return false;
     const std::size_t end = name.find('.', 5);
     if (end == std::string::npos || end == 5) return false;
-    const std::string op = name.substr(5, end - 5);
-    return op.back() == '_' && op.compare(0, 2, "__") != 0 && name.size() > 8 && name.compare(name.size() - 8, 8, ".forward") == 0;
+    return is_inplace_op(std::string_view(name).substr(5, end - 5)) && name.size() > 8 &&
+           name.compare(name.size() - 8, 8, ".forward") == 0;
   }
 
   const std::int64_t limit_;  // overflow_nums; -1: no limit

@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "../sink/record.hpp"
+#include "torchprobe/core/record.hpp"
 
 namespace torchprobe::overflow {
 

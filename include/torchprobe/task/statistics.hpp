@@ -8,15 +8,15 @@
 #include <memory>
 #include <string>
 
-#include "../capture/tensor_json.hpp"
-#include "../capture/value_encoder.hpp"
-#include "../config/config.hpp"
-#include "../sink/record.hpp"
-#include "../stats/checksum.hpp"
-#include "../stats/checksum_worker.hpp"
-#include "../stats/cpu_stats.hpp"
-#include "../stats/device_stats.hpp"
-#include "tensor_saver.hpp"
+#include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/stats/checksum.hpp"
+#include "torchprobe/stats/checksum_worker.hpp"
+#include "torchprobe/stats/cpu_stats.hpp"
+#include "torchprobe/stats/device_stats.hpp"
+#include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
 

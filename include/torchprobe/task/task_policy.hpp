@@ -1,9 +1,9 @@
 #pragma once
 // Task -> policy class. Adding a task is one header under task/ and one specialisation here.
-#include "task.hpp"
-#include "statistics.hpp"
-#include "tensor.hpp"
-#include "overflow_check.hpp"
+#include "torchprobe/core/kinds.hpp"
+#include "torchprobe/task/statistics.hpp"
+#include "torchprobe/task/tensor.hpp"
+#include "torchprobe/task/overflow_check.hpp"
 
 namespace torchprobe {
 

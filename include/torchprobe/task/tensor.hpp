@@ -3,7 +3,7 @@
 // dump_tensor_data/{entry}.{file_key}.pt ("data_name" in its dump.json item), a file Python's
 // torch.load reads back as an equal tensor. The files are written off the training thread
 // (io/tensor_writer.hpp); data_mode, scope and list choose the entries as for statistics.
-#include "statistics.hpp"
+#include "torchprobe/task/statistics.hpp"
 
 namespace torchprobe {
 

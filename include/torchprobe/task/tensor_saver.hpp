@@ -10,12 +10,13 @@
 #include <string>
 #include <utility>
 
-#include "../capture/value_encoder.hpp"
-#include "../config/config.hpp"
-#include "../details/probe_guard.hpp"
-#include "../io/files.hpp"
-#include "../io/tensor_writer.hpp"
-#include "../sink/record.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/config/config.hpp"
+#include "torchprobe/core/names.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/io/tensor_writer.hpp"
 
 namespace torchprobe {
 
@@ -25,9 +26,6 @@ namespace torchprobe {
 inline bool saves_tensors(const Config& c) {
   return c.task == Task::Tensor || c.task == Task::OverflowCheck || (c.task == Task::Statistics && !c.tensor_list.empty());
 }
-
-// The dump_tensor_data directory of a rank directory.
-inline std::string tensor_data_directory(const std::string& rank_directory) { return rank_directory + "/dump_tensor_data"; }
 
 // A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
 // its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
@@ -68,7 +66,7 @@ class TensorSaver {
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     io::Reservation memory = writer_->reserve(bytes);
     at::Tensor copy = snapshot_for_file(t, memory);
-    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     nlohmann::ordered_json md5;
     const bool has_md5 = item.contains("md5");
     if (has_md5) {
@@ -77,7 +75,7 @@ class TensorSaver {
     }
     item["data_name"] = name;
     if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(io::PendingSave{writer_, std::move(memory), std::move(name), std::move(copy)});
+    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
   }
 
  private:

@@ -1,10 +1,10 @@
 #pragma once
 // Picks the kernel of one element type for one instruction set. cpu_stats asks once per tensor
 // and calls the returned function for every contiguous run of that tensor.
-#include "common.hpp"
-#include "portable.hpp"
-#include "x86_avx2.hpp"
-#include "x86_avx512.hpp"
+#include "torchprobe/stats/kernels/common.hpp"
+#include "torchprobe/stats/kernels/portable.hpp"
+#include "torchprobe/stats/kernels/x86_avx2.hpp"
+#include "torchprobe/stats/kernels/x86_avx512.hpp"
 
 namespace torchprobe::stats::kernels {
 

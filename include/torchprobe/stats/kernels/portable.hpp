@@ -7,7 +7,7 @@
 //
 // Written against the xsimd API common to 8.1 and 13: no hadd/reduce_* (horizontal reductions
 // go through a store), no available_architectures().best.
-#include "common.hpp"
+#include "torchprobe/stats/kernels/common.hpp"
 
 #include <xsimd/xsimd.hpp>
 

@@ -2,7 +2,7 @@
 // AVX2 kernels (with FMA and F16C), for x86-64 CPUs without AVX-512. Same design as
 // x86_avx512.hpp: target attributes, chosen at run time by kernels/dispatch.hpp. With 16 vector
 // registers the loops keep one Max and one Min accumulator and unroll by two, so nothing spills.
-#include "common.hpp"
+#include "torchprobe/stats/kernels/common.hpp"
 
 #if TORCHPROBE_STATS_X86_KERNELS
 #include <immintrin.h>

@@ -3,7 +3,7 @@
 // attribute instead of relying on -mavx512f, so a default x86-64 build contains them and
 // kernels/dispatch.hpp calls them only on a CPU that has them. xsimd cannot serve here: its
 // batch types refuse any architecture the translation unit's flags do not enable.
-#include "common.hpp"
+#include "torchprobe/stats/kernels/common.hpp"
 
 #if TORCHPROBE_STATS_X86_KERNELS
 #include <immintrin.h>

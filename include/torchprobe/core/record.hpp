@@ -1,5 +1,6 @@
 #pragma once
-// One dump.json entry on its way from a capture callback to a sink.
+// One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
+// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp).
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -10,10 +11,24 @@
 #include <string>
 #include <vector>
 
-#include "../io/stack_trace.hpp"
-#include "../io/tensor_writer.hpp"
+#include "torchprobe/core/call_stack.hpp"
 
 namespace torchprobe {
+
+namespace io {
+class TensorWriter;
+class Reservation;
+}  // namespace io
+
+// One tensor file an entry names in "data_name", written only if the task keeps the entry
+// (io/tensor_writer.hpp describes the path). Member order matters: `data` is freed before
+// `memory` returns its bytes to the writer's budget.
+struct PendingSave {
+  std::shared_ptr<io::TensorWriter> writer;
+  std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
+  std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
+  at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described
+};
 
 // Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
 // `pointer` (a JSON pointer into Record::body) is the tensor item whose four keys it fills.
@@ -47,12 +62,12 @@ struct Record {
   nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::vector<PendingChecksum> pending_checksums;
-  std::optional<io::CallStack> stack;   // forward entries: where the user made the call
+  std::optional<CallStack> stack;   // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
   // Tensor files this entry names in "data_name", snapshotted when described and written only
   // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
-  std::vector<io::PendingSave> saves;
+  std::vector<PendingSave> saves;
   // The rest of `body`, still in compact form (null when the body is all JSON already).
   std::shared_ptr<const DeferredBody> deferred;
 

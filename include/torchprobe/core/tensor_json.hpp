@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "../stats/tensor_stats.hpp"
+#include "torchprobe/core/tensor_stats.hpp"
 
 namespace torchprobe {
 

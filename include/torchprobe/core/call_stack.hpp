@@ -1,0 +1,35 @@
+#pragma once
+// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
+// hash, so identical call sites are grouped before anything is symbolized (io/stack_trace.hpp
+// captures and symbolizes them).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace torchprobe {
+
+struct CallStack {
+  std::vector<void*> frames;
+
+  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
+  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
+};
+
+struct CallStackHash {
+  std::size_t operator()(const CallStack& s) const noexcept {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
+    for (void* f : s.frames) {
+      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 32));
+  }
+};
+
+}  // namespace torchprobe
+
+namespace std {
+template <>
+struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
+}  // namespace std

@@ -1,0 +1,37 @@
+#pragma once
+// The two words a Debugger is named by: its capture level and its task (msprobe's "level" and
+// "task"), with the spellings config.json and dump.json use.
+#include <string_view>
+
+namespace torchprobe {
+
+// Which calls are captured. Debug is msprobe's level "debug": nothing is captured automatically,
+// only what save() is given (debug.json).
+enum class Level { L0, L1, Mix, L2, Debug };
+
+// What is written for each captured tensor.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+
+constexpr std::string_view level_name(Level l) {
+  switch (l) {
+    case Level::L0: return "L0";
+    case Level::L1: return "L1";
+    case Level::Mix: return "mix";
+    case Level::L2: return "L2";
+    case Level::Debug: return "debug";
+  }
+  return "?";
+}
+
+constexpr std::string_view task_name(Task t) {
+  switch (t) {
+    case Task::Statistics: return "statistics";
+    case Task::Tensor: return "tensor";
+    case Task::OverflowCheck: return "overflow_check";
+    case Task::FreeBenchmark: return "free_benchmark";
+    case Task::Structure: return "structure";
+  }
+  return "?";
+}
+
+}  // namespace torchprobe
