@@ -6,8 +6,8 @@
 #include <string>
 
 #include "torchprobe/capture/model_ref.hpp"
-#include "torchprobe/config/config.hpp"
-#include "torchprobe/save_value.hpp"
+#include "torchprobe/config/types.hpp"
+#include "torchprobe/core/save_value.hpp"
 
 namespace torchprobe {
 

@@ -1,19 +1,25 @@
 #pragma once
 // PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
-// the file at run time, so it picks the matching Debugger<Level, Task> instantiation.
+// the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 
+#include "torchprobe/config/options.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/debugger_interface.hpp"
+#include "torchprobe/task/registry.hpp"
+#include "torchprobe/task/task_list.hpp"
 
 namespace torchprobe {
 
-class PrecisionDebugger final : public DebuggerInterface {
+template <class Tasks>
+class BasicPrecisionDebugger final : public DebuggerInterface {
  public:
-  explicit PrecisionDebugger(const std::string& config_path, Options overrides = Options())
-      : PrecisionDebugger(overrides.config_file(config_path)) {}
-  explicit PrecisionDebugger(const Options& options) : impl_(make(options)) {}
+  explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
+      : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
+  explicit BasicPrecisionDebugger(const Options& options) : impl_(make(options)) {}
 
   void start() { impl_->start_with(ModelRef{}, std::nullopt); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
@@ -31,43 +37,33 @@ class PrecisionDebugger final : public DebuggerInterface {
   const Config& config() const override { return impl_->config(); }
 
  private:
-  // Each (level, task) pair that is implemented gets one line here.
+  // The configuration is checked against the list first: a (task, level) pair it lacks is a
+  // ConfigError that names what the list has.
   static std::unique_ptr<DebuggerInterface> make(const Options& options) {
-    const Config c = options.resolve();
-    if (c.task == Task::Statistics) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Statistics>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Statistics>>(options);
-        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Statistics>>(options);
-        default: break;
-      }
-    }
-    if (c.task == Task::Tensor) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Tensor>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Tensor>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Tensor>>(options);
-        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Tensor>>(options);
-        default: break;
-      }
-    }
-    if (c.task == Task::OverflowCheck) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::OverflowCheck>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::OverflowCheck>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::OverflowCheck>>(options);
-        default: break;
-      }
-    }
-    throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
-                      std::string(task_name(c.task)) +
-                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\", "
-                      "\"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", \"L1\", \"mix\" with task "
-                      "\"overflow_check\")");
+    const Config c = options.resolve(std::nullopt, std::nullopt, &Tasks::catalog());
+    std::unique_ptr<DebuggerInterface> made;
+    Tasks::visit(c.task, [&](auto tag) { made = make_at_level<typename decltype(tag)::type>(c.level, options); });
+    return made;
+  }
+
+  template <class TaskT>
+  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options) {
+    std::unique_ptr<DebuggerInterface> made;
+    auto one = [&](auto constant) {
+      constexpr Level l = decltype(constant)::value;
+      if constexpr (l != Level::L2 && TaskT::levels.contains(l))
+        if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
+    };
+    one(std::integral_constant<Level, Level::L0>{});
+    one(std::integral_constant<Level, Level::L1>{});
+    one(std::integral_constant<Level, Level::Mix>{});
+    one(std::integral_constant<Level, Level::Debug>{});
+    return made;
   }
 
   std::unique_ptr<DebuggerInterface> impl_;
 };
+
+using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
 
 }  // namespace torchprobe

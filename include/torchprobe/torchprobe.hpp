@@ -23,11 +23,12 @@
 
 #include "torchprobe/version.hpp"
 #include "torchprobe/core/kinds.hpp"
-#include "torchprobe/core/kinds.hpp"
+#include "torchprobe/core/save_value.hpp"
 #include "torchprobe/config/config.hpp"
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/sink/directory_sink.hpp"
 #include "torchprobe/sink/memory_sink.hpp"
+#include "torchprobe/task/registry.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/scoped_dump.hpp"
 #include "torchprobe/module_guard.hpp"

@@ -17,9 +17,9 @@ inline nlohmann::json doc_with(nlohmann::json extra) {
 }
 
 // The message parse_config rejects the document with, or "(accepted)".
-inline std::string rejection(const nlohmann::json& doc) {
+inline std::string rejection(const nlohmann::json& doc, const torchprobe::TaskCatalog* implemented = nullptr) {
   try {
-    torchprobe::parse_config(doc);
+    torchprobe::parse_config(doc, implemented);
   } catch (const torchprobe::ConfigError& e) {
     return e.what();
   }

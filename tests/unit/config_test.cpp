@@ -411,10 +411,32 @@ TEST_CASE("a disabled unsupported feature needs no warning") {
   CHECK(parse_config(doc_with({{"enable_dataloader", false}})).warnings.empty());
 }
 
-TEST_CASE("section keys the task does not use are reported as ignored") {
-  const Config c = parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"tensor_list", {"relu"}}}}}));
+TEST_CASE("section keys the running task does not declare are reported as ignored, and not read") {
+  // What a task list (task/task_list.hpp) hands parse_config: here a tensor task reading summary_mode only.
+  const torchprobe::TaskCatalog implemented{
+      {torchprobe::Task::Tensor, {torchprobe::Level::L1}, {"summary_mode"}}};
+  const json doc = doc_with({{"task", "tensor"}, {"tensor", {{"tensor_list", {"relu"}}, {"summary_mode", "md5"}}}});
+  const Config c = parse_config(doc, &implemented);
   CHECK(has_warning(c, "\"tensor.tensor_list\" is ignored: task \"tensor\" does not use it"));
   CHECK(c.tensor_list.empty());
+  CHECK(c.summary_mode == torchprobe::SummaryMode::Md5);
+  // Without a task list only msprobe's schema is checked: every key TorchProbe knows is read.
+  const Config schema_only = parse_config(doc);
+  CHECK(schema_only.tensor_list == std::vector<std::string>{"relu"});
+  CHECK_FALSE(has_warning(schema_only, "does not use it"));
+}
+
+TEST_CASE("a task list rejects the task and level pairs it lacks, naming what it has") {
+  const torchprobe::TaskCatalog implemented{
+      {torchprobe::Task::Statistics, {torchprobe::Level::L0, torchprobe::Level::L1}, {}},
+      {torchprobe::Task::Tensor, {torchprobe::Level::L0, torchprobe::Level::L1}, {}},
+      {torchprobe::Task::OverflowCheck, {torchprobe::Level::Mix}, {"overflow_nums"}}};
+  CHECK_NOTHROW(parse_config(doc_with({{"task", "tensor"}, {"level", "L0"}}), &implemented));
+  const std::string why = rejection(doc_with({{"task", "overflow_check"}, {"level", "L1"}}), &implemented);
+  CHECK(why == "config keys \"level\"/\"task\": level \"L1\" with task \"overflow_check\" is not available in this "
+               "TorchProbe version (available: levels \"L0\", \"L1\" with tasks \"statistics\" and \"tensor\"; "
+               "level \"mix\" with task \"overflow_check\")");
+  check_mentions(rejection(doc_with({{"task", "free_benchmark"}}), &implemented), {"\"free_benchmark\" is not available"});
 }
 
 TEST_CASE("sections of other tasks are ignored silently, even when they hold nonsense") {

@@ -1,6 +1,6 @@
 #pragma once
 // NameFilter: which entries a run dumps, decided name by name in execution order from the config's
-// scope and list (msprobe-reference §5.4, msprobe's core/dump/data_dump/scope.py), plus which ATen ops
+// scope and list (msprobe's data_dump/scope.py), plus which ATen ops
 // risk_level lets through. step, rank and data_mode are plain lookups on Config and are not here.
 //
 // A filter is stateful (the scope range is on or off) and not thread-safe: one per capturing thread.
@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 
 namespace torchprobe {

@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/keys.hpp"
+#include "torchprobe/config/parser.hpp"
+#include "torchprobe/config/types.hpp"
 
 namespace torchprobe {
 
@@ -55,9 +57,11 @@ class Options {
 
   // The configuration to run with. `level` / `task` come from a Debugger's template arguments and win
   // over the file and over set("level"/"task"); a disagreement is reported in Config::warnings.
-  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {}) const;
+  // `implemented`: the tasks of the Debugger that will run (see parse_config).
+  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {},
+                 const TaskCatalog* implemented = nullptr) const;
 
-  // msprobe's shipped config.json (reference §5.1) without its "acc_check" section, which TorchProbe lacks.
+  // msprobe's shipped config.json without its "acc_check" section, which TorchProbe lacks.
   static nlohmann::json msprobe_defaults() {
     return nlohmann::json::parse(R"({
       "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
@@ -71,7 +75,8 @@ class Options {
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
-inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task) const {
+inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task,
+                               const TaskCatalog* implemented) const {
   using nlohmann::json;
   using detail::quote;
   json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
@@ -87,9 +92,9 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 
   // Common keys go to the top level; a whole task section given with set() is merged key by key.
   for (const auto& item : overrides_.items()) {
-    if (detail::is_section_key(item.key())) continue;
+    if (is_section_key(item.key())) continue;
     json& slot = doc[item.key()];
-    if (detail::is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
+    if (is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
       slot.update(item.value());
     else
       slot = item.value();
@@ -113,13 +118,13 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
   const json* task_value = detail::find(doc, "task");
   const std::string section = (task_value && task_value->is_string()) ? task_value->get<std::string>() : "statistics";
   for (const auto& item : overrides_.items()) {
-    if (!detail::is_section_key(item.key())) continue;
+    if (!is_section_key(item.key())) continue;
     json& slot = doc[section];
     if (slot.is_null()) slot = json::object();
     if (slot.is_object()) slot[item.key()] = item.value();  // otherwise parse_config rejects the section itself
   }
 
-  Config config = parse_config(doc);
+  Config config = parse_config(doc, implemented);
   config.warnings.insert(config.warnings.begin(), notes.begin(), notes.end());
   return config;
 }

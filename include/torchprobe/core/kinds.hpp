@@ -1,6 +1,7 @@
 #pragma once
 // The two words a Debugger is named by: its capture level and its task (msprobe's "level" and
 // "task"), with the spellings config.json and dump.json use.
+#include <initializer_list>
 #include <string_view>
 
 namespace torchprobe {
@@ -11,6 +12,20 @@ enum class Level { L0, L1, Mix, L2, Debug };
 
 // What is written for each captured tensor.
 enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+
+// A set of levels: those a task supports.
+class LevelSet {
+ public:
+  constexpr LevelSet(std::initializer_list<Level> levels) {
+    for (Level l : levels) bits_ |= bit(l);
+  }
+  constexpr bool contains(Level l) const { return (bits_ & bit(l)) != 0; }
+  friend constexpr bool operator==(LevelSet a, LevelSet b) { return a.bits_ == b.bits_; }
+
+ private:
+  static constexpr unsigned bit(Level l) { return 1u << static_cast<unsigned>(l); }
+  unsigned bits_ = 0;
+};
 
 constexpr std::string_view level_name(Level l) {
   switch (l) {

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/io/error_log.hpp"
@@ -57,6 +57,14 @@ struct DumpCore {
   std::atomic<std::uint64_t> generation{0};
 
   bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
+
+  // step(): what the last step recorded is gone; a backward pass of that step records nothing.
+  void start_next_step() {
+    generation.fetch_add(1);
+    state.reset();
+    debug_state.reset();
+    errors.reset();
+  }
 
   // Every finished entry goes through here: the task has the last word on it (a task may keep
   // only some entries, or act on the ones it keeps) before it joins the step. A kept entry's

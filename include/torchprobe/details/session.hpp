@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 
 namespace torchprobe::details {
 

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/config/name_filter.hpp"
 #include "torchprobe/core/record.hpp"

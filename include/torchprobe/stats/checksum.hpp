@@ -1,5 +1,5 @@
 #pragma once
-// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype (reference §5.5),
+// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
 // taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
 // tensor is hashed in place, run by run in logical order, without a contiguous copy.
 #include <ATen/ATen.h>

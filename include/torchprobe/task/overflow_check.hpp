@@ -1,5 +1,5 @@
 #pragma once
-// Task::OverflowCheck (classic msprobe's overflow_check, reference §6): an entry overflows when one
+// Task::OverflowCheck (classic msprobe's overflow_check; docs/overflow.md): an entry overflows when one
 // of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
 // are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
 // Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "torchprobe/capture/value_encoder.hpp"
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
@@ -40,12 +40,16 @@ namespace torchprobe {
 class OverflowCheckTask {
  public:
   static constexpr Task kind = Task::OverflowCheck;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix};
+  static constexpr std::array<std::string_view, 1> config_keys{"overflow_nums"};
+  // The tensors of the calls that overflow are saved, as classic msprobe does.
+  static bool saves_tensors(const Config&) { return true; }
   // Entries whose statistics are still on the device are decided in batches of at most this many,
   // or once the tensors they keep alive (for their files) pass kHeldBytesBeforeDecision.
   static constexpr std::size_t kHeldEntriesBeforeDecision = 1000;
   static constexpr std::size_t kHeldBytesBeforeDecision = std::size_t(512) << 20;
 
-  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config) {}
+  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config.max_pending_mb) {}
 
   // As StatisticsTask::force_device_path: CPU tensors take the device path (tests use it to run the
   // deferred decision without a GPU).

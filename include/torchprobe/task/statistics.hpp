@@ -5,12 +5,13 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <memory>
 #include <string>
 
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/capture/value_encoder.hpp"
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/stats/checksum.hpp"
 #include "torchprobe/stats/checksum_worker.hpp"
@@ -23,6 +24,10 @@ namespace torchprobe {
 class StatisticsTask {
  public:
   static constexpr Task kind = Task::Statistics;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
+  // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
+  static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
 
   explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
 
@@ -94,7 +99,7 @@ class StatisticsTask {
  protected:
   StatisticsTask(const Config& config, bool save_every_tensor)
       : mode_(config.summary_mode),
-        saver_(config),
+        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb) : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}

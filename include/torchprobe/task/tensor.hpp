@@ -3,6 +3,9 @@
 // dump_tensor_data/{entry}.{file_key}.pt ("data_name" in its dump.json item), a file Python's
 // torch.load reads back as an equal tensor. The files are written off the training thread
 // (io/tensor_writer.hpp); data_mode, scope and list choose the entries as for statistics.
+#include <array>
+#include <string_view>
+
 #include "torchprobe/task/statistics.hpp"
 
 namespace torchprobe {
@@ -10,6 +13,9 @@ namespace torchprobe {
 class TensorTask : public StatisticsTask {
  public:
   static constexpr Task kind = Task::Tensor;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
+  static bool saves_tensors(const Config&) { return true; }
 
   explicit TensorTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/true) {}
 };

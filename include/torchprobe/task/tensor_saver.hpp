@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "torchprobe/capture/value_encoder.hpp"
-#include "torchprobe/config/config.hpp"
+#include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
@@ -19,13 +19,6 @@
 #include "torchprobe/io/tensor_writer.hpp"
 
 namespace torchprobe {
-
-// Does a run with this configuration write dump_tensor_data/ (and name it in dump.json's
-// "dump_data_dir")? msprobe: task tensor, statistics with a tensor_list, and (classic msprobe)
-// overflow_check, which saves the tensors of the calls that overflow.
-inline bool saves_tensors(const Config& c) {
-  return c.task == Task::Tensor || c.task == Task::OverflowCheck || (c.task == Task::Statistics && !c.tensor_list.empty());
-}
 
 // A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
 // its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
@@ -48,11 +41,10 @@ inline at::Tensor snapshot_for_file(const at::Tensor& t) {
 class TensorSaver {
  public:
   TensorSaver() = default;  // saves nothing
-  // Saves when the configuration asks for tensor files; the writer's threads start with its first file.
-  explicit TensorSaver(const Config& c) {
-    if (saves_tensors(c))
-      writer_ = std::make_shared<io::TensorWriter>(static_cast<std::size_t>(c.max_pending_mb) << 20);
-  }
+  // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
+  // start with its first file.
+  explicit TensorSaver(std::int64_t max_pending_mb)
+      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)) {}
 
   bool enabled() const { return writer_ != nullptr; }
   const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }

@@ -1,5 +1,5 @@
 #pragma once
-// save(value, name): msprobe's single-point save (level "debug", reference §1.5, §3.4, §10).
+// save(value, name): msprobe's single-point save (level "debug"; msprobe's PrecisionDebugger.save).
 //
 // Each call writes the entry "{name}.{count}.debug" of debug.json (count per name per step) with
 // the value encoded as msprobe does: tensors as the task describes them (statistics; with the tensor
@@ -23,9 +23,9 @@
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/details/dump_core.hpp"
-#include "torchprobe/save_value.hpp"
+#include "torchprobe/core/save_value.hpp"
 
-namespace torchprobe::details {
+namespace torchprobe::capture {
 
 // A leaf of a saved value: where it sits in the entry's JSON and in the file name.
 struct SavedLeaf {
@@ -86,9 +86,9 @@ inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
 }
 
 template <class TaskT>
-class DebugSaver {
+class SaveCapture {
  public:
-  using Core = DumpCore<TaskT>;
+  using Core = details::DumpCore<TaskT>;
 
   // Writes the entries of one save() call into the step's debug.json.
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
@@ -177,4 +177,4 @@ class DebugSaver {
   std::unordered_map<std::string, std::int64_t> counts_;
 };
 
-}  // namespace torchprobe::details
+}  // namespace torchprobe::capture

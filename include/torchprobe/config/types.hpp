@@ -1,0 +1,106 @@
+#pragma once
+// The validated configuration and its value types: what parse_config (config/parser.hpp) makes of
+// msprobe's config.json, cut down to what TorchProbe implements.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "torchprobe/core/kinds.hpp"
+
+namespace torchprobe {
+
+// Thrown for every invalid configuration; the message names the key, the bad value and what is allowed.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class SummaryMode { Statistics, Md5, Xor };
+enum class RiskLevel { All, Focus, Core };
+
+// Spellings used in config.json.
+constexpr std::string_view summary_mode_name(SummaryMode m) {
+  switch (m) {
+    case SummaryMode::Statistics: return "statistics";
+    case SummaryMode::Md5: return "md5";
+    case SummaryMode::Xor: return "xor";
+  }
+  return "?";
+}
+
+constexpr std::string_view risk_level_name(RiskLevel r) {
+  switch (r) {
+    case RiskLevel::All: return "ALL";
+    case RiskLevel::Focus: return "FOCUS";
+    case RiskLevel::Core: return "CORE";
+  }
+  return "?";
+}
+
+// msprobe's data_mode: which directions (forward/backward) and which sides
+// (input/output) of an entry are dumped. A key is dumped iff both its direction and its side are allowed.
+struct DataMode {
+  bool forward = true, backward = true, input = true, output = true;
+
+  bool allows(bool is_forward, bool is_input) const {
+    return (is_forward ? forward : backward) && (is_input ? input : output);
+  }
+  // Module "parameters" ride on the forward output (msprobe collects them with it).
+  bool allows_parameters() const { return allows(true, false); }
+  // parameters_grad entries: msprobe registers the grad hooks only when backward is dumped.
+  bool allows_parameter_grads() const { return backward; }
+
+  static DataMode parse(const std::vector<std::string>& modes);  // throws ConfigError
+};
+
+// A step or rank selection. Empty means "every step / every rank", as in msprobe.
+class IndexSet {
+ public:
+  static constexpr int64_t kMax = 1000000;  // msprobe's bound for indices and for the list length
+
+  bool all() const { return values_.empty(); }
+  bool contains(int64_t v) const { return all() || std::binary_search(values_.begin(), values_.end(), v); }
+  const std::vector<int64_t>& values() const { return values_; }  // sorted, without duplicates
+  std::optional<int64_t> max() const {
+    if (values_.empty()) return std::nullopt;
+    return values_.back();
+  }
+
+  // A JSON list of integers and "a" / "a-b" strings; null counts as [].
+  static IndexSet parse(const nlohmann::json& value, const std::string& key);
+
+ private:
+  std::vector<int64_t> values_;
+};
+
+struct Config {
+  Task task = Task::Statistics;
+  Level level = Level::L1;
+  std::string dump_path;
+  IndexSet step, rank;
+  bool async_dump = false;
+  bool extra_info = true;
+  std::string precision = "low";
+  // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
+  RiskLevel risk_level = RiskLevel::All;
+  // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
+  // training thread waits for the writer (tensor task, tensor_list, save()).
+  int64_t max_pending_mb = 1024;
+
+  // Keys of the task's own section ("statistics": {...}, "tensor": {...}, ...).
+  std::vector<std::string> scope, list, tensor_list;
+  DataMode data_mode;
+  SummaryMode summary_mode = SummaryMode::Statistics;
+  int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
+
+  // Unknown keys, ignored keys and forced values: one readable sentence each.
+  std::vector<std::string> warnings;
+};
+
+}  // namespace torchprobe

@@ -1,0 +1,86 @@
+// The task list: what PrecisionDebugger dispatches on, and what the configuration is checked against.
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <torchprobe/torchprobe.hpp>
+
+#include "test_support.hpp"
+#include "toy_task.hpp"
+
+namespace tp = torchprobe;
+
+namespace {
+
+// The built-in tasks plus the test's own: the one line that registers it.
+using TasksWithToy = tp::TaskList<tp::StatisticsTask, tp::TensorTask, tp::OverflowCheckTask, tptest::ToyStructureTask>;
+
+std::string write_config(const tptest::TempDir& tmp, const std::string& task, const std::string& level,
+                         const std::string& section = "{}") {
+  const std::string cfg = tmp / "config.json";
+  std::ofstream(cfg) << R"({"task": ")" << task << R"(", "level": ")" << level << R"(", "dump_path": ")"
+                     << (tmp / "dump") << R"(", ")" << task << "\": " << section << "}";
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("a task registered in a task list runs under PrecisionDebugger and writes what its describe() says") {
+  tptest::TempDir tmp;
+  const at::Tensor a = torch::rand({2, 3}, torch::kFloat64), b = torch::rand({2, 3}, torch::kFloat64);
+  {
+    tp::BasicPrecisionDebugger<TasksWithToy> dbg(write_config(tmp, "structure", "mix"));
+    dbg.start();
+    at::add(a, b);
+    dbg.stop();
+  }
+  const nlohmann::ordered_json dump = tptest::read_json(tmp / ("dump/step0/proc" + std::to_string(::getpid()) + "/dump.json"));
+  CHECK(dump["task"] == "structure");
+  CHECK(dump["level"] == "mix");
+  CHECK(dump["dump_data_dir"].is_null());
+  const nlohmann::ordered_json& in = dump["data"]["Aten.add.0.forward"]["input_args"][0];
+  CHECK(in == nlohmann::ordered_json({{"type", "torch.Tensor"}, {"dtype", "torch.float64"}, {"shape", {2, 3}}}));
+  CHECK(dump["data"]["Aten.add.0.forward"]["output"][0]["shape"] == nlohmann::ordered_json({2, 3}));
+}
+
+TEST_CASE("the task list decides which tasks and levels a config may name, and says what it has") {
+  tptest::TempDir tmp;
+  // The built-in list has no structure task (msprobe runs it at level mix).
+  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{write_config(tmp, "structure", "mix")},
+                       doctest::Contains("level \"mix\" with task \"structure\" is not available"), tp::ConfigError);
+  // The toy declares level mix only; the message lists the whole list's offer.
+  CHECK_THROWS_WITH_AS(
+      tp::BasicPrecisionDebugger<TasksWithToy>{write_config(tmp, "structure", "L0")},
+      doctest::Contains("levels \"L0\", \"L1\", \"mix\", \"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", "
+                        "\"L1\", \"mix\" with task \"overflow_check\"; level \"mix\" with task \"structure\")"),
+      tp::ConfigError);
+}
+
+TEST_CASE("a section key the task does not declare is ignored with a warning") {
+  tptest::TempDir tmp;
+  tp::BasicPrecisionDebugger<TasksWithToy> dbg(write_config(tmp, "structure", "mix", R"({"summary_mode": "md5"})"));
+  const auto& w = dbg.config().warnings;
+  CHECK(std::find(w.begin(), w.end(), "config key \"structure.summary_mode\" is ignored: task \"structure\" does not use it") !=
+        w.end());
+  CHECK(dbg.config().summary_mode == tp::SummaryMode::Statistics);
+}
+
+TEST_CASE("the built-in task list declares what each task reads and saves") {
+  const tp::TaskCatalog& c = tp::BuiltinTasks::catalog();
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].kind == tp::Task::Statistics);
+  CHECK(c[0].reads("tensor_list"));
+  CHECK_FALSE(c[1].reads("tensor_list"));
+  CHECK(c[2].reads("overflow_nums"));
+  CHECK_FALSE(c[2].levels.contains(tp::Level::Debug));
+  tp::Config config;
+  CHECK_FALSE(tp::StatisticsTask::saves_tensors(config));
+  config.tensor_list = {"relu"};
+  CHECK(tp::StatisticsTask::saves_tensors(config));
+  CHECK(tp::TensorTask::saves_tensors(tp::Config{}));
+  CHECK(tp::OverflowCheckTask::saves_tensors(tp::Config{}));
+}
