@@ -1,5 +1,6 @@
 #pragma once
-// Turns the boxed arguments and results of an ATen call into msprobe's JSON (reference §2.4).
+// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
+// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
 // Tensors are handed to the task's describer; everything else is encoded here.
 #include <ATen/core/ivalue.h>
 #include <c10/core/Layout.h>

@@ -1,0 +1,196 @@
+#pragma once
+// The API entries of an outermost ATen call: "Aten.{op}.{n}.forward" with the call's inputs and
+// outputs, and ".backward" with the gradients that flow through the autograd nodes it created
+// (levels L1 and mix).
+#include <ATen/SequenceNumber.h>
+#include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "torchprobe/capture/backward_probe.hpp"
+#include "torchprobe/capture/call_values.hpp"
+#include "torchprobe/capture/captured_call.hpp"
+#include "torchprobe/capture/gradient_recorder.hpp"
+#include "torchprobe/capture/op_registry.hpp"
+#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/probe_guard.hpp"
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/details/block_pool.hpp"
+#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/io/stack_trace.hpp"
+
+namespace torchprobe::capture {
+
+namespace detail {
+
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
+// kept as summaries until written; other tasks' tensors are described into JSON at capture.
+template <class T, class = void>
+struct task_summarizes : std::false_type {};
+template <class T>
+struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
+                              std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+    : std::true_type {};
+
+}  // namespace detail
+
+// What an API call in flight carries from its start to its end.
+struct ApiCall {
+  Record record;
+  std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
+  bool forward = false;   // the forward entry is being recorded
+  bool backward = false;  // its backward is to be hooked
+  bool grad_enabled = false;
+  std::uint64_t seq_begin = 0;
+  std::vector<Edge> input_edges;
+  std::string backward_name;
+  std::string api_name;
+  std::optional<std::string> backward_parent;
+};
+
+template <class TaskT>
+class ApiEntries {
+  using Core = details::DumpCore<TaskT>;
+
+ public:
+  explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+  // The call starts. `parents` tells where its entries sit in construct.json: parents.forward()
+  // and parents.backward() (std::optional<std::string>), asked only when needed.
+  template <class Inputs, class Parents>
+  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
+    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.key_id, op.api);
+    const DataMode& mode = core_->config.data_mode;
+    if (a.admitted) {
+      call.forward = true;
+      call.record.name = std::move(a.name);
+      call.record.order = a.order;
+      call.record.parent = parents.forward();
+      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
+      if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
+    }
+    // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
+      call.backward = true;
+      call.grad_enabled = true;
+      call.seq_begin = at::sequence_number::peek();
+      // Edges are taken now: an in-place op is about to move its input's history.
+      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
+      const std::string& forward = call.forward ? call.record.name : a.name;
+      call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
+      call.api_name = op.api;
+      call.backward_parent = parents.backward();
+    }
+  }
+
+  // The call ended: its forward entry is complete.
+  template <class Outputs>
+  void finish(const Outputs& outputs, ApiCall& call) {
+    if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
+      if (!call.captured) call.captured = new_body();
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
+    }
+    if (call.captured) {
+      call.record.deferred = std::move(call.captured);
+      // Deferred statistics and checksums are filled in through JSON pointers into the body.
+      if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
+    }
+    if (call.record.has_content()) core_->commit(std::move(call.record));
+  }
+
+  // Hooks the backward entry on the autograd nodes the call created.
+  template <class Outputs>
+  void attach_backward(const Outputs& outputs, const ApiCall& call) {
+    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
+    const std::string api = call.api_name;
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
+        core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
+          if (core.state.admit_api(r.name, api)) core.commit_last(std::move(r));
+        });
+    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+ private:
+  auto describer(Record& record) const {
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task.describe(t, site, record); };
+  }
+
+  // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
+  // has neither form is encoded now, by the task's describe().
+  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
+  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
+                     const std::string* name, Record& record) const {
+    CapturedCall::Item& item = cc.items.emplace_back();
+    item.section = section;
+    item.name = name;
+    CapturedValue& c = item.value;
+    c.kind = kind;
+    if (summarized(v, record, c.tensor)) {
+      c.form = CapturedValue::Form::Summary;
+    } else if (CapturedValue::plain(v)) {
+      c.form = CapturedValue::Form::Plain;
+      c.value = v;
+    } else {
+      c.form = CapturedValue::Form::Json;
+      ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
+      auto describe = describer(record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      c.json = encode.encode(v, kind, site_of(section, index, name));
+    }
+  }
+
+  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
+    if constexpr (detail::task_summarizes<TaskT>::value)
+      return v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, out);
+    return false;
+  }
+
+  static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
+    const std::string i = std::to_string(index);
+    switch (section) {
+      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
+      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Arg: break;
+    }
+    return Site{"/input_args/" + i, "input." + i};
+  }
+
+  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
+  // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
+  // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  template <class Inputs>
+  void capture_inputs(const OpInfo& op, const Inputs& inputs, ApiCall& call) const {
+    call.captured = new_body();
+    CapturedCall& cc = *call.captured;
+    cc.has_inputs = true;
+    std::size_t positional = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
+      const ArgKind kind = info ? info->kind : ArgKind::Generic;
+      if (info && info->kwarg_only) {
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record);
+      } else {
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record);
+        ++positional;
+      }
+    }
+  }
+
+  static std::shared_ptr<CapturedCall> new_body() {
+    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace torchprobe::capture
