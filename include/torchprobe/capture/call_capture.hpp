@@ -31,7 +31,7 @@
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/details/block_pool.hpp"
 #include "torchprobe/details/dump_core.hpp"
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
 #include "torchprobe/level/level.hpp"
 
 namespace torchprobe::capture {
