@@ -6,7 +6,8 @@
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build-bench --target torchprobe_stack_benchmark && build-bench/benchmarks/torchprobe_stack_benchmark
 #include "quick_mode.hpp"
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
+#include "torchprobe/io/symbolizer.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -12,7 +12,9 @@
 
 #include <dlfcn.h>
 
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
+#include "torchprobe/io/stack_json.hpp"
+#include "torchprobe/io/symbolizer.hpp"
 #include "../skip.hpp"
 
 using torchprobe::CallStack;

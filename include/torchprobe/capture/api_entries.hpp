@@ -23,7 +23,7 @@
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/details/block_pool.hpp"
 #include "torchprobe/details/dump_core.hpp"
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
 
 namespace torchprobe::capture {
 

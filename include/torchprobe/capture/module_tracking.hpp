@@ -33,7 +33,7 @@
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/details/dump_core.hpp"
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
 #include "torchprobe/level/level.hpp"
 
 namespace torchprobe::capture {

@@ -1,7 +1,7 @@
 #pragma once
 // Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
-// hash, so identical call sites are grouped before anything is symbolized (io/stack_trace.hpp
-// captures and symbolizes them).
+// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
+// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
 #include <cstddef>
 #include <cstdint>
 #include <functional>

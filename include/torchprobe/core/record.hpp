@@ -1,6 +1,7 @@
 #pragma once
 // One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
-// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp).
+// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp,
+// io/memory_budget.hpp).
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +22,7 @@ class Reservation;
 }  // namespace io
 
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
-// (io/tensor_writer.hpp describes the path). Member order matters: `data` is freed before
+// (docs/io.md describes the path). Member order matters: `data` is freed before
 // `memory` returns its bytes to the writer's budget.
 struct PendingSave {
   std::shared_ptr<io::TensorWriter> writer;
@@ -66,7 +67,7 @@ struct Record {
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
   // Tensor files this entry names in "data_name", snapshotted when described and written only
-  // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
+  // if the task keeps the entry (docs/io.md explains the path they take).
   std::vector<PendingSave> saves;
   // The rest of `body`, still in compact form (null when the body is all JSON already).
   std::shared_ptr<const DeferredBody> deferred;

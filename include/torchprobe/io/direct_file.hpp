@@ -3,9 +3,9 @@
 // from the snapshot's memory to the disk without the kernel's copy into the page cache.
 //
 // Why: a tensor file is written once and not read back by the training process, yet an ordinary
-// write() copies every byte into the page cache first. On two cores that copy was three quarters
-// of the writer's time, and it fills memory with dirty pages that the disk then drains in bursts.
-// With O_DIRECT the disk reads the bytes straight from the snapshot.
+// write() copies every byte into the page cache first. That copy was most of the writer's time
+// (docs/tensor.md, Benchmark), and it fills memory with dirty pages that the disk then drains in
+// bursts. With O_DIRECT the disk reads the bytes straight from the snapshot.
 //
 // O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
 // (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
@@ -14,7 +14,7 @@
 //  - a large piece whose memory address lines up with its file offset (same remainder modulo
 //    kDirectAlign) is written straight from the caller's memory, after its first partial block
 //    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
-//    that this is the case (Reservation, tensor_writer.hpp);
+//    that this is the case (Reservation, io/memory_budget.hpp);
 //  - a large piece that does not line up is copied through the staging buffer: still no page
 //    cache, one copy into a buffer that stays in the CPU's cache;
 //  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than

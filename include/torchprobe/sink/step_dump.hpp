@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/io/stack_trace.hpp"
+#include "torchprobe/io/stack_json.hpp"
 
 namespace torchprobe {
 

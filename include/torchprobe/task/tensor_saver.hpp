@@ -1,7 +1,7 @@
 #pragma once
 // TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
 // calls stage() from describe() for each tensor it wants saved; the file is written only if the
-// task keeps the entry (the whole path is described at the top of io/tensor_writer.hpp).
+// task keeps the entry (docs/io.md describes the whole path).
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 

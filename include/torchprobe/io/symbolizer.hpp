@@ -1,26 +1,18 @@
 #pragma once
-// C++ call sites for stack.json.
-//
-// msprobe records, for every forward call, the Python stack that led to it. Our equivalent is the
-// native stack. Capturing must be cheap because it happens on every recorded op, so the hot path
-// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and
-// lines happens once per distinct address when stack.json is written, and is cached.
+// Turning captured return addresses into stack.json frame strings: dladdr for the object and the
+// exported name, addr2line (when on PATH) for inlined calls, source files and lines. It runs when
+// stack.json is written, never per op, and caches every address it resolved.
 //
 // Function names of an executable come from its dynamic symbol table, which only lists them when it
 // is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
 // program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -28,9 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include <cxxabi.h>
 #include <dlfcn.h>
-#include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
 #include <spawn.h>
@@ -38,151 +28,13 @@
 #include <unistd.h>
 
 #include "torchprobe/core/call_stack.hpp"
+#include "torchprobe/io/symbol_names.hpp"
 
 extern char** environ;
 
 namespace torchprobe::io {
 
 namespace detail {
-
-using BacktraceFunction = int (*)(void**, int);
-
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
-// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
-// (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
-// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of
-// the global symbol scope: linked normally, its _Unwind_* functions and its weak backtrace() would
-// replace libgcc's and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
-// falls back to the frame-pointer chain with its memory reads validated.
-inline BacktraceFunction libunwind_backtrace() {
-  static const BacktraceFunction fn = []() -> BacktraceFunction {
-#if defined(__linux__) && defined(__x86_64__)
-    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return nullptr;
-    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
-#else
-    return nullptr;
-#endif
-  }();
-  return fn;
-}
-
-}  // namespace detail
-
-// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
-// else glibc), or glibc's backtrace() always.
-enum class Unwinder { Fastest, Glibc };
-
-// Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
-
-// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
-// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
-// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
-// must not happen inside a signal handler.
-inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
-  constexpr int kLimit = 256;
-  CallStack out;
-  if (max_frames <= 0) return out;
-  if (max_frames > kLimit) max_frames = kLimit;
-  void* buf[kLimit];
-  int n = 0;
-  if (how == Unwinder::Fastest)
-    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
-  if (n <= 0) n = ::backtrace(buf, max_frames);
-  if (n > 0) out.frames.assign(buf, buf + n);
-  return out;
-}
-
-namespace detail {
-
-// Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
-// named "f(int) [clone .constprop.0]"; the user knows them as f(int).
-inline std::string strip_clone_suffix(std::string name) {
-  const std::size_t clone = name.find(" [clone ");
-  if (clone != std::string::npos) name.resize(clone);
-  return name;
-}
-
-inline std::string demangle(const char* sym) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(sym, nullptr, nullptr, &status);
-  std::string out = (status == 0 && d != nullptr) ? d : sym;
-  std::free(d);
-  return strip_clone_suffix(std::move(out));
-}
-
-inline std::string_view base_name(std::string_view path) {
-  const std::size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-inline bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
-// Objects whose frames are never the user's: the torch runtime, the OpenMP runtime, the C and C++
-// runtimes, the dynamic loader, the unwinder and sanitizer runtimes (which intercept backtrace()).
-inline bool is_runtime_module(std::string_view path) {
-  const std::string_view b = base_name(path);
-  for (std::string_view p : {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so",
-                             "libstdc++", "libgcc_s", "libunwind", "libpthread", "libdl.", "libasan", "libubsan",
-                             "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
-    if (starts_with(b, p)) return true;
-  }
-  return false;
-}
-
-// The qualified function name without the return type that demangled template functions carry
-// ("void torchprobe::f<int>(int)" -> "torchprobe::f<int>(int)"): the last top-level space before
-// the parameter list ends the return type.
-inline std::string_view qualified_name(std::string_view s) {
-  std::size_t start = 0;
-  int angle = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '<') {
-      ++angle;
-    } else if (c == '>') {
-      if (angle > 0) --angle;
-    } else if (c == '(' && angle == 0) {
-      constexpr std::string_view kAnon = "(anonymous namespace)";
-      if (s.substr(i, kAnon.size()) == kAnon) {
-        i += kAnon.size() - 1;
-        continue;
-      }
-      break;  // the parameter list (or a lambda's) starts here
-    } else if (c == ' ' && angle == 0) {
-      start = i + 1;
-    }
-  }
-  return s.substr(start);
-}
-
-// Frames of torchprobe itself, of the dispatcher and of process start-up.
-inline bool is_internal_function(std::string_view demangled) {
-  for (std::string_view exact : {"backtrace", "_start", "__libc_start_main", "__libc_start_call_main"}) {
-    if (demangled == exact) return true;
-  }
-  const std::string_view q = qualified_name(demangled);
-  for (std::string_view p : {"torchprobe::", "c10::", "at::_ops::", "at::RecordFunction"}) {
-    if (starts_with(q, p)) return true;
-  }
-  // std::function glue instantiated for torchprobe's callbacks (compiled into the user's binary,
-  // so the module rule does not catch it), e.g. std::_Function_handler<..., torchprobe::...>.
-  return starts_with(q, "std::") && q.find("torchprobe::") != std::string_view::npos;
-}
-
-inline std::string hex(std::uintptr_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-inline std::string frame_text(const std::string& path, long line, const std::string& func,
-                              const std::string& text) {
-  return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
-}
 
 // Resolves addresses to stack.json frame strings; one process-wide instance, guarded by a mutex
 // (symbolizing happens when files are written, never per op).
@@ -464,43 +316,6 @@ class Symbolizer {
 // If nothing remains the result is {"The call stack retrieval failed."}, as msprobe writes.
 inline std::vector<std::string> symbolize(const CallStack& stack) {
   return detail::Symbolizer::instance().symbolize(stack);
-}
-
-// stack.json: {"0": [[names...], [frames...]], "1": ...}. Names whose symbolized stacks are equal
-// share one group (msprobe compares the final frame lists too, so calls from one source line through
-// different internal paths still group); groups and names keep first-appearance order.
-inline nlohmann::ordered_json build_stack_json(
-    const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
-  // Symbolize each distinct raw stack once, all in one batch.
-  std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
-  std::vector<const CallStack*> unique;
-  std::vector<std::size_t> entry_raw;
-  entry_raw.reserve(forward_entries.size());
-  for (const auto& e : forward_entries) {
-    auto [it, added] = raw_index.emplace(e.second, unique.size());
-    if (added) unique.push_back(&e.second);
-    entry_raw.push_back(it->second);
-  }
-  const auto frames = detail::Symbolizer::instance().symbolize_many(unique);
-
-  std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
-  std::vector<std::pair<std::vector<std::string>, std::size_t>> groups;  // names, frames index
-  for (std::size_t i = 0; i < forward_entries.size(); ++i) {
-    const std::size_t r = entry_raw[i];
-    auto [it, added] = group_of.emplace(frames[r], groups.size());
-    if (added) groups.push_back({{}, r});
-    groups[it->second].first.push_back(forward_entries[i].first);
-  }
-
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  // ordered_map's own insert searches the keys linearly; these keys are unique by construction, so
-  // append to the underlying vector directly and keep the build linear.
-  auto& obj = out.get_ref<nlohmann::ordered_json::object_t&>();
-  using Base = nlohmann::ordered_json::object_t::Container;
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    static_cast<Base&>(obj).emplace_back(
-        std::to_string(g), nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
-  return out;
 }
 
 }  // namespace torchprobe::io
