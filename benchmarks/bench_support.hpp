@@ -21,7 +21,8 @@ TORCH_MODULE(QuickStart);
 // A model with real work per op: 4 x (Linear(512, 512) + gelu), then LayerNorm.
 struct MlpImpl : torch::nn::Module {
   MlpImpl() {
-    for (int i = 0; i < 4; ++i) layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
+    for (int i = 0; i < 4; ++i)
+      layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(512, 512)));
     norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
   }
   torch::Tensor forward(torch::Tensor x) {

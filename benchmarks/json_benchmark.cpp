@@ -34,10 +34,9 @@ ordered_json make_dump(int entries) {
                                            {"requires_grad", true}});
     // Unique keys: append without ordered_map's linear key search.
     static_cast<ordered_json::object_t::Container&>(obj).emplace_back(
-        "Aten.add." + std::to_string(i) + ".forward",
-        ordered_json::object({{"input_args", ordered_json::array({t, t})},
-                              {"input_kwargs", ordered_json::object()},
-                              {"output", ordered_json::array({t})}}));
+        "Aten.add." + std::to_string(i) + ".forward", ordered_json::object({{"input_args", ordered_json::array({t, t})},
+                                                                            {"input_kwargs", ordered_json::object()},
+                                                                            {"output", ordered_json::array({t})}}));
   }
   return data;
 }

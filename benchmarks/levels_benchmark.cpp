@@ -4,7 +4,8 @@
 // once written to disk as msprobe's files (DirectorySink, one flush per step).
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_levels_benchmark && build-bench/benchmarks/torchprobe_levels_benchmark
+//   cmake --build build-bench --target torchprobe_levels_benchmark &&
+//   build-bench/benchmarks/torchprobe_levels_benchmark
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
@@ -67,9 +68,12 @@ void measure(const char* name, Model& model, const torch::Tensor& x, int steps, 
       {"L1  capture only (NullSink)", probed_step_us<tp::Level::L1, tp::NullSink>(model, x, dir, steps, repeats)},
       {"L0  capture only (NullSink)", probed_step_us<tp::Level::L0, tp::NullSink>(model, x, dir, steps, repeats)},
       {"mix capture only (NullSink)", probed_step_us<tp::Level::Mix, tp::NullSink>(model, x, dir, steps, repeats)},
-      {"L1  with files (DirectorySink)", probed_step_us<tp::Level::L1, tp::DirectorySink>(model, x, dir, steps, repeats)},
-      {"L0  with files (DirectorySink)", probed_step_us<tp::Level::L0, tp::DirectorySink>(model, x, dir, steps, repeats)},
-      {"mix with files (DirectorySink)", probed_step_us<tp::Level::Mix, tp::DirectorySink>(model, x, dir, steps, repeats)},
+      {"L1  with files (DirectorySink)",
+       probed_step_us<tp::Level::L1, tp::DirectorySink>(model, x, dir, steps, repeats)},
+      {"L0  with files (DirectorySink)",
+       probed_step_us<tp::Level::L0, tp::DirectorySink>(model, x, dir, steps, repeats)},
+      {"mix with files (DirectorySink)",
+       probed_step_us<tp::Level::Mix, tp::DirectorySink>(model, x, dir, steps, repeats)},
   };
   for (const Row& r : rows) std::printf("  %-34s %10.1f us  %6.2fx\n", r.what, r.us, r.us / plain);
   std::filesystem::remove_all(dir);
@@ -80,10 +84,13 @@ void measure(const char* name, Model& model, const torch::Tensor& x, int steps, 
 int main() {
   const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
-  std::printf("TorchProbe level cost: step = forward + sum().backward(); ratios to the un-probed step of the same run\n");
+  std::printf(
+      "TorchProbe level cost: step = forward + sum().backward(); ratios to the un-probed step of the same run\n");
   QuickStart quick;
-  measure("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick_run ? 2 : 50, quick_run ? 1 : 7);
+  measure("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()),
+          quick_run ? 2 : 50, quick_run ? 1 : 7);
   Mlp mlp;
-  measure("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick_run ? 1 : 10, quick_run ? 1 : 5);
+  measure("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()),
+          quick_run ? 1 : 10, quick_run ? 1 : 5);
   return 0;
 }

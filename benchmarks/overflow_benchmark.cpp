@@ -8,7 +8,8 @@
 // whose every call overflows (the worst case: every tensor saved as .pt).
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_overflow_benchmark && build-bench/benchmarks/torchprobe_overflow_benchmark
+//   cmake --build build-bench --target torchprobe_overflow_benchmark &&
+//   build-bench/benchmarks/torchprobe_overflow_benchmark
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
@@ -84,10 +85,14 @@ void measure_model(const char* name, Model& model, const torch::Tensor& x, int s
   using tp::Task;
   row("overflow_check L1, no overflow, capture only (NullSink)",
       measure<Level::L1, Task::OverflowCheck, tp::NullSink>(model, x, dir, steps, rounds));
-  row("overflow_check L1, no overflow (files each step)", measure<Level::L1, Task::OverflowCheck>(model, x, dir, steps, rounds));
-  row("overflow_check L0, no overflow (files each step)", measure<Level::L0, Task::OverflowCheck>(model, x, dir, steps, rounds));
-  row("overflow_check mix, no overflow (files each step)", measure<Level::Mix, Task::OverflowCheck>(model, x, dir, steps, rounds));
-  row("statistics L1 (every entry written), for comparison", measure<Level::L1, Task::Statistics>(model, x, dir, steps, rounds));
+  row("overflow_check L1, no overflow (files each step)",
+      measure<Level::L1, Task::OverflowCheck>(model, x, dir, steps, rounds));
+  row("overflow_check L0, no overflow (files each step)",
+      measure<Level::L0, Task::OverflowCheck>(model, x, dir, steps, rounds));
+  row("overflow_check mix, no overflow (files each step)",
+      measure<Level::Mix, Task::OverflowCheck>(model, x, dir, steps, rounds));
+  row("statistics L1 (every entry written), for comparison",
+      measure<Level::L1, Task::Statistics>(model, x, dir, steps, rounds));
   // Worst case: an inf in the input makes every call overflow, so every tensor is saved.
   torch::Tensor poisoned = x.detach().clone();
   poisoned.view(-1)[0] = std::numeric_limits<float>::infinity();
@@ -102,11 +107,14 @@ void measure_model(const char* name, Model& model, const torch::Tensor& x, int s
 int main() {
   const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
-  std::printf("TorchProbe overflow_check cost: step = forward + sum().backward(), start/stop/step around it;\n"
-              "ratio = median over rounds of probed / un-probed time, measured alternately in the same run\n");
+  std::printf(
+      "TorchProbe overflow_check cost: step = forward + sum().backward(), start/stop/step around it;\n"
+      "ratio = median over rounds of probed / un-probed time, measured alternately in the same run\n");
   QuickStart quick;
-  measure_model("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()), quick_run ? 2 : 50, quick_run ? 1 : 9);
+  measure_model("quick-start model, Linear(8,4)+relu, batch 2", quick, torch::randn({2, 8}, torch::requires_grad()),
+                quick_run ? 2 : 50, quick_run ? 1 : 9);
   Mlp mlp;
-  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp, torch::randn({64, 512}, torch::requires_grad()), quick_run ? 1 : 5, quick_run ? 1 : 15);
+  measure_model("MLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64", mlp,
+                torch::randn({64, 512}, torch::requires_grad()), quick_run ? 1 : 5, quick_run ? 1 : 15);
   return 0;
 }

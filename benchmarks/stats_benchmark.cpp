@@ -58,7 +58,8 @@ __attribute__((target("avx2"))) std::uint64_t xor_words_avx2(const unsigned char
     d = _mm256_xor_si256(d, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
   }
   alignas(32) std::uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d)));
   std::uint64_t x = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
   for (; i < bytes; ++i) x ^= p[i];
   return x;
@@ -151,7 +152,8 @@ void statistics_tables(std::int64_t elements, int rounds) {
     const double bytes = static_cast<double>(t.numel()) * static_cast<double>(t.element_size());
     std::vector<Method> methods = {
         {"fused", [&] { g_sink = tp::stats::cpu_stats(t).norm.d; }},
-        {"aten4", [&] {
+        {"aten4",
+         [&] {
            g_sink = t.max().item<double>() + t.min().item<double>() + t.mean().item<double>() + t.norm().item<double>();
          }},
         {"sum", [&] { g_sink = t.sum().item<double>(); }},
@@ -159,26 +161,29 @@ void statistics_tables(std::int64_t elements, int rounds) {
     };
     // fp16 ATen reductions take over a second each round; fewer rounds keep the run short.
     measure(methods, c.dtype == at::kHalf ? std::max(1, rounds / 2) : rounds);
-    const double fused = methods[0].best_ms, aten4 = methods[1].best_ms, sum = methods[2].best_ms, read = methods[3].best_ms;
+    const double fused = methods[0].best_ms, aten4 = methods[1].best_ms, sum = methods[2].best_ms,
+                 read = methods[3].best_ms;
     const at::Tensor d = t.to(at::kDouble);
     const tp::TensorStats s = tp::stats::cpu_stats(t);
-    std::printf("%-5s | %9.2f %8.1f %8.2f | %11.1f %7.1fx | %9.2f %8.2fx | %9.2f %7.0f%% | %10.1e %10.1e\n", c.label, fused,
-                bytes / fused / 1e6, static_cast<double>(elements) / fused / 1e6, aten4, aten4 / fused, sum, sum / fused, read,
-                100.0 * read / fused, relative_error(s.mean.d, d.mean().item<double>()),
+    std::printf("%-5s | %9.2f %8.1f %8.2f | %11.1f %7.1fx | %9.2f %8.2fx | %9.2f %7.0f%% | %10.1e %10.1e\n", c.label,
+                fused, bytes / fused / 1e6, static_cast<double>(elements) / fused / 1e6, aten4, aten4 / fused, sum,
+                sum / fused, read, 100.0 * read / fused, relative_error(s.mean.d, d.mean().item<double>()),
                 relative_error(s.norm.d, d.norm().item<double>()));
   }
-  std::printf("\n  x ATen4: ATen's max+min+mean+norm time / fused time.  vs sum: fused throughput / ATen sum's.\n"
-              "  of read: fused throughput / a plain read of the same bytes (both on all intra-op threads).\n"
-              "  err: |fused - float64| / |float64| for Mean and Norm.\n\n");
+  std::printf(
+      "\n  x ATen4: ATen's max+min+mean+norm time / fused time.  vs sum: fused throughput / ATen sum's.\n"
+      "  of read: fused throughput / a plain read of the same bytes (both on all intra-op threads).\n"
+      "  err: |fused - float64| / |float64| for Mean and Norm.\n\n");
 
   // The same kernels per instruction set, on one thread and on all intra-op threads.
   std::printf("fused kernel by instruction set, ms (GB/s)\n");
-  std::printf("%-9s | %-22s %-22s | %-22s %-22s | %-22s %-22s\n", "isa", "f32 1 thread", "f32 all threads", "bf16 1 thread",
-              "bf16 all threads", "f16 1 thread", "f16 all threads");
+  std::printf("%-9s | %-22s %-22s | %-22s %-22s | %-22s %-22s\n", "isa", "f32 1 thread", "f32 all threads",
+              "bf16 1 thread", "bf16 all threads", "f16 1 thread", "f16 all threads");
   const int threads = at::get_num_threads();
   std::vector<at::Tensor> tensors;
   for (const DtypeCase& c : cases) tensors.push_back(source.to(c.dtype));
-  for (tp::stats::KernelIsa isa : {tp::stats::KernelIsa::Avx512, tp::stats::KernelIsa::Avx2, tp::stats::KernelIsa::Portable}) {
+  for (tp::stats::KernelIsa isa :
+       {tp::stats::KernelIsa::Avx512, tp::stats::KernelIsa::Avx2, tp::stats::KernelIsa::Portable}) {
     if (!tp::stats::kernel_isa_supported(isa)) continue;
     std::printf("%-9s |", tp::stats::kernel_isa_name(isa));
     for (std::size_t k = 0; k < tensors.size(); ++k) {
@@ -222,10 +227,12 @@ void tiny_op_overhead(std::int64_t calls, int rounds) {
   // NullSink writes nothing; the dump path only has to be somewhere harmless.
   const std::string dump_path = (std::filesystem::temp_directory_path() / "torchprobe_stats_benchmark").string();
   tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> dbg(tp::Options().dump_path(dump_path));
-  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> no_stack(tp::Options().dump_path(dump_path).extra_info(false));
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::NullSink> no_stack(
+      tp::Options().dump_path(dump_path).extra_info(false));
   auto probed_run = [&](auto& d) {
     d.start();
-    const double ns = ns_per_add(a, b, calls, [&] { d.step(); }, kCallsPerStep);
+    const double ns = ns_per_add(
+        a, b, calls, [&] { d.step(); }, kCallsPerStep);
     d.stop();
     return ns;
   };
@@ -245,11 +252,13 @@ void tiny_op_overhead(std::int64_t calls, int rounds) {
   std::printf("capture overhead on a tiny op: at::add of two 16-element float32 tensors, %lld calls, best of %d\n",
               static_cast<long long>(calls), rounds);
   std::printf("  without the probe                                        %8.0f ns/op\n", bare);
-  std::printf("  with Debugger<L1, Statistics, NullSink> started          %8.0f ns/op  (+%.0f ns/op, step() every %lld ops)\n",
-              probed, probed - bare, static_cast<long long>(kCallsPerStep));
+  std::printf(
+      "  with Debugger<L1, Statistics, NullSink> started          %8.0f ns/op  (+%.0f ns/op, step() every %lld ops)\n",
+      probed, probed - bare, static_cast<long long>(kCallsPerStep));
   std::printf("  the same with extra_info false (no call stacks)          %8.0f ns/op  (+%.0f ns/op)\n", without_stack,
               without_stack - bare);
-  std::printf("  of which statistics: cpu_stats on one 16-element tensor  %8.1f ns/call (3 tensors per op)\n", stats_only);
+  std::printf("  of which statistics: cpu_stats on one 16-element tensor  %8.1f ns/call (3 tensors per op)\n",
+              stats_only);
 }
 
 std::int64_t parse_count(const char* text) {
@@ -272,17 +281,22 @@ int main(int argc, char** argv) {
   const int default_threads = at::get_num_threads();
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int k = 1; k + 1 < argc; k += 2) {
-    if (std::strcmp(argv[k], "--elements") == 0) elements = parse_count(argv[k + 1]);
-    else if (std::strcmp(argv[k], "--reps") == 0) rounds = static_cast<int>(parse_count(argv[k + 1]));
-    else if (std::strcmp(argv[k], "--tiny-calls") == 0) tiny_calls = parse_count(argv[k + 1]);
-    else if (std::strcmp(argv[k], "--threads") == 0) threads = static_cast<int>(parse_count(argv[k + 1]));
+    if (std::strcmp(argv[k], "--elements") == 0)
+      elements = parse_count(argv[k + 1]);
+    else if (std::strcmp(argv[k], "--reps") == 0)
+      rounds = static_cast<int>(parse_count(argv[k + 1]));
+    else if (std::strcmp(argv[k], "--tiny-calls") == 0)
+      tiny_calls = parse_count(argv[k + 1]);
+    else if (std::strcmp(argv[k], "--threads") == 0)
+      threads = static_cast<int>(parse_count(argv[k + 1]));
     else {
       std::fprintf(stderr, "usage: %s [--elements N] [--reps R] [--tiny-calls C] [--threads T]\n", argv[0]);
       return 2;
     }
   }
   at::set_num_threads(threads);
-  std::printf("(libtorch's default intra-op thread count here: %d; this run: %d)\n", default_threads, at::get_num_threads());
+  std::printf("(libtorch's default intra-op thread count here: %d; this run: %d)\n", default_threads,
+              at::get_num_threads());
   statistics_tables(elements, rounds);
   tiny_op_overhead(tiny_calls, rounds);
   return 0;

@@ -123,7 +123,8 @@ DumpRun dumped_step(Stack& model, const torch::Tensor& x, const std::string& dir
   DumpRun run;
   settle();
   {
-    tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(tp::Options().dump_path(dir).max_pending_mb(max_pending_mb).extra_info(false));
+    tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(
+        tp::Options().dump_path(dir).max_pending_mb(max_pending_mb).extra_info(false));
     dbg.start();
     auto t0 = Clock::now();
     model->forward(x);
@@ -163,9 +164,10 @@ int main(int argc, char** argv) {
               dir.c_str(), at::get_num_threads(), tp::io::TensorWriter::kDefaultThreads,
               tp::io::direct_io_supported(dir) ? "accepted" : "refused (page cache)");
   std::printf("model step without TorchProbe: %.3f s\n\n", plain_step);
-  std::printf("%-6s %6s | %-27s | %-27s | %7s %8s | %7s %7s %7s\n", "cap MB", "GB", "to the page cache: GB/s", "to the disk: GB/s", "e2e", "", "fwd+", "waits", "stop");
-  std::printf("%-6s %6s | %8s %8s %9s | %8s %8s %9s | %7s %8s | %7s %7s %7s\n", "", "", "plain", "writer", "ratio", "plain",
-              "dump", "ratio", "GB/s", "ratio", "s", "s", "s");
+  std::printf("%-6s %6s | %-27s | %-27s | %7s %8s | %7s %7s %7s\n", "cap MB", "GB", "to the page cache: GB/s",
+              "to the disk: GB/s", "e2e", "", "fwd+", "waits", "stop");
+  std::printf("%-6s %6s | %8s %8s %9s | %8s %8s %9s | %7s %8s | %7s %7s %7s\n", "", "", "plain", "writer", "ratio",
+              "plain", "dump", "ratio", "GB/s", "ratio", "s", "s", "s");
   // Each round brackets one dumped step with the baselines (their speed moves a lot from one
   // moment to the next on a VM); the median of the rounds' ratios is the figure.
   const int rounds = quick ? 1 : 3;
@@ -190,22 +192,28 @@ int main(int argc, char** argv) {
                   static_cast<long long>(cap), gb, gb / cached, gb / writer_s, cached / writer_s, gb / durable,
                   gb / dump_disk_s, durable / dump_disk_s, gb / e2e, cached / e2e, run.forward - plain_step,
                   run.writer.wait_seconds, run.stop);
-      std::printf("%-6s files %llu, failures %llu, %.0f%% of the bytes direct from the snapshots, peak snapshot memory %.0f MiB, "
-                  "plain writes %.3f/%.3f s (cache), %.3f s (disk), sync after stop %.3f s\n",
-                  "", static_cast<unsigned long long>(run.writer.files), static_cast<unsigned long long>(run.writer.failures),
-                  100.0 * static_cast<double>(run.writer.direct_bytes) / static_cast<double>(std::max<std::uint64_t>(run.writer.bytes, 1)),
-                  static_cast<double>(run.writer.peak_held_bytes) / (1 << 20), cached_before, cached_after, durable, run.sync);
+      std::printf(
+          "%-6s files %llu, failures %llu, %.0f%% of the bytes direct from the snapshots, peak snapshot memory %.0f "
+          "MiB, "
+          "plain writes %.3f/%.3f s (cache), %.3f s (disk), sync after stop %.3f s\n",
+          "", static_cast<unsigned long long>(run.writer.files), static_cast<unsigned long long>(run.writer.failures),
+          100.0 * static_cast<double>(run.writer.direct_bytes) /
+              static_cast<double>(std::max<std::uint64_t>(run.writer.bytes, 1)),
+          static_cast<double>(run.writer.peak_held_bytes) / (1 << 20), cached_before, cached_after, durable, run.sync);
     }
     auto range = [](const std::vector<double>& v) {
       return std::make_pair(*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
     };
-    std::printf("%-6s median of %d rounds: disk ratio %.2f (%.2f-%.2f), cache ratio %.2f (%.2f-%.2f), e2e ratio %.2f\n\n", "",
-                rounds, tpbench::median(disk_ratios), range(disk_ratios).first, range(disk_ratios).second,
-                tpbench::median(cache_ratios), range(cache_ratios).first, range(cache_ratios).second,
-                tpbench::median(e2e_ratios));
+    std::printf(
+        "%-6s median of %d rounds: disk ratio %.2f (%.2f-%.2f), cache ratio %.2f (%.2f-%.2f), e2e ratio %.2f\n\n", "",
+        rounds, tpbench::median(disk_ratios), range(disk_ratios).first, range(disk_ratios).second,
+        tpbench::median(cache_ratios), range(cache_ratios).first, range(cache_ratios).second,
+        tpbench::median(e2e_ratios));
   }
-  std::printf("\nfwd+ s: extra time of the forward pass with the dump (capture, statistics, snapshots, waits at the cap);\n"
-              "waits s: part of it spent waiting for the writer at the memory cap; stop s: stop()'s wait for the last files.\n");
+  std::printf(
+      "\nfwd+ s: extra time of the forward pass with the dump (capture, statistics, snapshots, waits at the cap);\n"
+      "waits s: part of it spent waiting for the writer at the memory cap; stop s: stop()'s wait for the last "
+      "files.\n");
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -21,12 +21,14 @@
 // libtorch ships as an NDEBUG build. Without NDEBUG its inline RecordFunction::inputs() asserts on a
 // flag the library never sets, so every capture would fail, and the struct layout differs.
 #ifndef NDEBUG
-#error "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
+#error \
+    "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
 #endif
 // at::parallel_for is an inline OpenMP template: without -fopenmp the statistics of large tensors
 // silently run on one thread. Define TORCHPROBE_NO_OPENMP to accept that.
 #if !defined(_OPENMP) && !defined(TORCHPROBE_NO_OPENMP)
-#error "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
+#error \
+    "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
 #endif
 
 // ---- begin torchprobe/version.hpp ----
@@ -35,26 +37,35 @@
 #define TORCHPROBE_VERSION_PATCH 0
 #define TORCHPROBE_VERSION_STRING "0.1.0"
 // ---- end torchprobe/version.hpp ----
-// ---- begin torchprobe/level/level.hpp ----
-// Capture level: which kinds of calls a Debugger records (msprobe's "level").
+// ---- begin torchprobe/core/kinds.hpp ----
+// The two words a Debugger is named by: its capture level and its task (msprobe's "level" and
+// "task"), with the spellings config.json and dump.json use.
+#include <initializer_list>
 #include <string_view>
 
 namespace torchprobe {
 
-// Debug is msprobe's level "debug": nothing is captured automatically, only what save() is given
-// (debug.json).
+// Which calls are captured. Debug is msprobe's level "debug": nothing is captured automatically,
+// only what save() is given (debug.json).
 enum class Level { L0, L1, Mix, L2, Debug };
 
-// Compile-time facts about a level, used by Debugger to pick the capture mechanisms.
-template <Level L>
-struct LevelTraits {
-  static constexpr bool captures_apis = (L == Level::L1 || L == Level::Mix || L == Level::L2);
-  static constexpr bool captures_modules = (L == Level::L0 || L == Level::Mix);
-  static constexpr bool nested_apis = (L == Level::L2);
-  static constexpr bool save_only = (L == Level::Debug);
+// What is written for each captured tensor.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+
+// A set of levels: those a task supports.
+class LevelSet {
+ public:
+  constexpr LevelSet(std::initializer_list<Level> levels) {
+    for (Level l : levels) bits_ |= bit(l);
+  }
+  constexpr bool contains(Level l) const { return (bits_ & bit(l)) != 0; }
+  friend constexpr bool operator==(LevelSet a, LevelSet b) { return a.bits_ == b.bits_; }
+
+ private:
+  static constexpr unsigned bit(Level l) { return 1u << static_cast<unsigned>(l); }
+  unsigned bits_ = 0;
 };
 
-// The spelling msprobe uses in config.json and in dump.json's "level" field.
 constexpr std::string_view level_name(Level l) {
   switch (l) {
     case Level::L0: return "L0";
@@ -66,16 +77,6 @@ constexpr std::string_view level_name(Level l) {
   return "?";
 }
 
-}  // namespace torchprobe
-// ---- end torchprobe/level/level.hpp ----
-// ---- begin torchprobe/task/task.hpp ----
-// Task: what a Debugger does with each captured tensor (msprobe's "task").
-
-namespace torchprobe {
-
-enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
-
-// The spelling msprobe uses in config.json and in dump.json's "task" field.
 constexpr std::string_view task_name(Task t) {
   switch (t) {
     case Task::Statistics: return "statistics";
@@ -88,28 +89,296 @@ constexpr std::string_view task_name(Task t) {
 }
 
 }  // namespace torchprobe
-// ---- end torchprobe/task/task.hpp ----
-// ---- begin torchprobe/config/config.hpp ----
-// The validated TorchProbe configuration: msprobe's config.json schema (msprobe-reference §5) cut down
-// to what TorchProbe implements. parse_config() is the only place a configuration is checked; the file
-// loader below and Options::resolve (options.hpp) both end there, so every entry point rejects the same
-// values with the same messages.
-#include <algorithm>
-#include <cerrno>
+// ---- end torchprobe/core/kinds.hpp ----
+// ---- begin torchprobe/core/save_value.hpp ----
+// SaveValue: what save(value, name) accepts -- msprobe's "tensor, int, float, str, or nested
+// list/tuple/dict of them" in C++ terms. Built implicitly from a tensor, a number, a string, a
+// std::vector or std::map of such values, or a c10::IValue:
+//
+//   dbg.save(y, "y");
+//   dbg.save(std::vector<torch::Tensor>{a, b}, "pair");
+//   dbg.save(tp::SaveValue::dict({{"a", y}, {"b", tp::SaveValue::list({1, 2.5, "s"})}}), "mix");
+//
+// dict() keeps the order given (as a Python dict does); a std::map gives its sorted order.
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace torchprobe {
+
+class SaveValue {
+ public:
+  enum class Kind { None, Tensor, Bool, Int, Float, String, List, Dict };
+
+  SaveValue() = default;  // None: written as null
+  SaveValue(std::nullptr_t) {}
+  SaveValue(at::Tensor t) : kind_(t.defined() ? Kind::Tensor : Kind::None), tensor_(std::move(t)) {}
+  SaveValue(bool b) : kind_(Kind::Bool), int_(b) {}
+  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  SaveValue(I i) : kind_(Kind::Int), int_(static_cast<std::int64_t>(i)) {}
+  template <class F, std::enable_if_t<std::is_floating_point_v<F>, int> = 0>
+  SaveValue(F f) : kind_(Kind::Float), float_(static_cast<double>(f)) {}
+  SaveValue(const char* s) : kind_(s ? Kind::String : Kind::None), string_(s ? s : "") {}
+  SaveValue(std::string s) : kind_(Kind::String), string_(std::move(s)) {}
+  SaveValue(std::string_view s) : kind_(Kind::String), string_(s) {}
+
+  template <class T, std::enable_if_t<std::is_constructible_v<SaveValue, const T&>, int> = 0>
+  SaveValue(const std::vector<T>& items) : kind_(Kind::List) {
+    items_.reserve(items.size());
+    for (const T& v : items) items_.emplace_back(v);
+  }
+  template <class T, std::enable_if_t<std::is_constructible_v<SaveValue, const T&>, int> = 0>
+  SaveValue(const std::map<std::string, T>& items) : kind_(Kind::Dict) {
+    for (const auto& kv : items) {
+      keys_.push_back(kv.first);
+      items_.emplace_back(kv.second);
+    }
+  }
+
+  // A boxed value: tensors, bool/int/double, strings, lists, tuples (as lists) and dicts with
+  // string keys; anything else (a device, an object) becomes None, written as null like msprobe does.
+  SaveValue(const c10::IValue& v) {
+    if (v.isTensor()) {
+      *this = SaveValue(v.toTensor());
+    } else if (v.isBool()) {
+      *this = SaveValue(v.toBool());
+    } else if (v.isInt()) {
+      *this = SaveValue(v.toInt());
+    } else if (v.isDouble()) {
+      *this = SaveValue(v.toDouble());
+    } else if (v.isString()) {
+      *this = SaveValue(v.toStringRef());
+    } else if (v.isList() || v.isTuple()) {
+      kind_ = Kind::List;
+      if (v.isList()) {
+        for (const c10::IValue& e : v.toListRef()) items_.emplace_back(e);
+      } else {
+        for (const c10::IValue& e : v.toTupleRef().elements()) items_.emplace_back(e);
+      }
+    } else if (v.isGenericDict()) {
+      kind_ = Kind::Dict;
+      for (const auto& kv : v.toGenericDict()) {
+        keys_.push_back(kv.key().isString() ? kv.key().toStringRef() : c10::IValue(kv.key()).tagKind());
+        items_.emplace_back(kv.value());
+      }
+    }
+  }
+
+  static SaveValue list(std::vector<SaveValue> items) {
+    SaveValue v;
+    v.kind_ = Kind::List;
+    v.items_ = std::move(items);
+    return v;
+  }
+  // Keys in the order given.
+  static SaveValue dict(std::vector<std::pair<std::string, SaveValue>> items) {
+    SaveValue v;
+    v.kind_ = Kind::Dict;
+    for (auto& kv : items) {
+      v.keys_.push_back(std::move(kv.first));
+      v.items_.push_back(std::move(kv.second));
+    }
+    return v;
+  }
+
+  Kind kind() const { return kind_; }
+  const at::Tensor& tensor() const { return tensor_; }
+  bool as_bool() const { return int_ != 0; }
+  std::int64_t as_int() const { return int_; }
+  double as_float() const { return float_; }
+  const std::string& as_string() const { return string_; }
+  // List items, or dict values (keys() names them).
+  const std::vector<SaveValue>& items() const { return items_; }
+  const std::vector<std::string>& keys() const { return keys_; }
+
+ private:
+  Kind kind_ = Kind::None;
+  at::Tensor tensor_;
+  std::int64_t int_ = 0;
+  double float_ = 0;
+  std::string string_;
+  std::vector<SaveValue> items_;
+  std::vector<std::string> keys_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/save_value.hpp ----
+// ---- begin torchprobe/config/config.hpp ----
+// The configuration: its types (config/types.hpp) and parse_config / load_config_file
+// (config/parser.hpp).
+// ---- begin torchprobe/config/parser.hpp ----
+// parse_config: the only place a configuration is checked. The file loader below and
+// Options::resolve (config/options.hpp) both end here, so every entry point rejects the same values
+// with the same messages.
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <optional>
-#include <stdexcept>
-#include <string>
 #include <system_error>
-#include <tuple>
-#include <utility>
-#include <vector>
 
 #include <nlohmann/json.hpp>
+
+// ---- begin torchprobe/config/keys.hpp ----
+// Which config.json keys exist, in one table: parse_config warns and reads with it, Options
+// files its overrides with it. And what a task implementation declares about the keys of its
+// section and the levels it supports (TaskCatalog; task/task_list.hpp makes it from the tasks).
+#include <algorithm>
+
+
+namespace torchprobe {
+
+enum class KeyPlace { Top, Section };  // top level, or inside the task's section
+enum class KeySupport {
+  Read,           // TorchProbe reads it
+  NotYet,         // msprobe has it, TorchProbe does not implement it yet: warned about when it asks for something
+  MindSporeOnly,  // msprobe reads it only for MindSpore: warned about as ignored
+};
+
+struct ConfigKey {
+  std::string_view name;
+  KeyPlace place;
+  KeySupport support;
+};
+
+inline constexpr ConfigKey kConfigKeys[] = {
+    {"task", KeyPlace::Top, KeySupport::Read},
+    {"level", KeyPlace::Top, KeySupport::Read},
+    {"dump_path", KeyPlace::Top, KeySupport::Read},
+    {"rank", KeyPlace::Top, KeySupport::Read},
+    {"step", KeyPlace::Top, KeySupport::Read},
+    {"async_dump", KeyPlace::Top, KeySupport::Read},
+    {"extra_info", KeyPlace::Top, KeySupport::Read},
+    {"precision", KeyPlace::Top, KeySupport::Read},
+    {"risk_level", KeyPlace::Top, KeySupport::Read},
+    {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
+    {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
+    {"dump_enable", KeyPlace::Top, KeySupport::NotYet},
+    {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
+    // Every task reads scope, list and data_mode; the others only the tasks that declare them.
+    {"scope", KeyPlace::Section, KeySupport::Read},
+    {"list", KeyPlace::Section, KeySupport::Read},
+    {"data_mode", KeyPlace::Section, KeySupport::Read},
+    {"summary_mode", KeyPlace::Section, KeySupport::Read},
+    {"tensor_list", KeyPlace::Section, KeySupport::Read},
+    {"overflow_nums", KeyPlace::Section, KeySupport::Read},
+    {"check_mode", KeyPlace::Section, KeySupport::MindSporeOnly},
+    {"slice", KeyPlace::Section, KeySupport::NotYet},
+    {"request_id", KeyPlace::Section, KeySupport::NotYet},
+    {"bench_path", KeyPlace::Section, KeySupport::NotYet},
+    {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
+    {"file_format", KeyPlace::Section, KeySupport::NotYet},
+    {"fuzz_device", KeyPlace::Section, KeySupport::NotYet},
+    {"pert_mode", KeyPlace::Section, KeySupport::NotYet},
+    {"handler_type", KeyPlace::Section, KeySupport::NotYet},
+    {"fuzz_level", KeyPlace::Section, KeySupport::NotYet},
+    {"fuzz_stage", KeyPlace::Section, KeySupport::NotYet},
+    {"if_preheat", KeyPlace::Section, KeySupport::NotYet},
+    {"preheat_step", KeyPlace::Section, KeySupport::NotYet},
+    {"max_sample", KeyPlace::Section, KeySupport::NotYet},
+};
+
+inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
+
+// msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
+// is an error.
+inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
+                                                     "diff_check", "nan_check", "exception_dump"};
+
+inline const ConfigKey* find_config_key(std::string_view name) {
+  for (const ConfigKey& k : kConfigKeys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// The key belongs in the task's section (Options files its overrides there).
+inline bool is_section_key(std::string_view name) {
+  const ConfigKey* k = find_config_key(name);
+  return k && k->place == KeyPlace::Section;
+}
+
+inline bool is_task_section_name(std::string_view name) {
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+    if (task_name(t) == name) return true;
+  return false;
+}
+
+inline bool is_foreign_task(std::string_view name) {
+  return std::find(std::begin(kForeignTasks), std::end(kForeignTasks), name) != std::end(kForeignTasks);
+}
+
+// What a task implementation declares (task/task_list.hpp makes these from the task classes): the
+// levels it supports and the keys of its section it reads besides kCommonSectionKeys.
+struct TaskDeclaration {
+  Task kind;
+  LevelSet levels;
+  std::vector<std::string_view> keys;
+
+  bool reads(std::string_view key) const {
+    return std::find(std::begin(kCommonSectionKeys), std::end(kCommonSectionKeys), key) !=
+               std::end(kCommonSectionKeys) ||
+           std::find(keys.begin(), keys.end(), key) != keys.end();
+  }
+};
+using TaskCatalog = std::vector<TaskDeclaration>;
+
+inline const TaskDeclaration* find_task(const TaskCatalog& catalog, Task kind) {
+  for (const TaskDeclaration& d : catalog)
+    if (d.kind == kind) return &d;
+  return nullptr;
+}
+
+// What a catalog offers, for error messages: levels "L0", "L1", "mix", "debug" with tasks
+// "statistics" and "tensor"; levels "L0", "L1", "mix" with task "overflow_check"
+inline std::string describe_available(const TaskCatalog& catalog) {
+  auto quoted = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      out += (i == 0 ? "" : (i + 1 == items.size() ? " and " : ", ")) + items[i];
+    return out;
+  };
+  std::vector<const TaskDeclaration*> done;
+  std::string text;
+  for (const TaskDeclaration& d : catalog) {
+    if (std::any_of(done.begin(), done.end(), [&](const TaskDeclaration* e) { return e->levels == d.levels; }))
+      continue;
+    done.push_back(&d);
+    std::vector<std::string> levels, tasks;
+    for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+      if (d.levels.contains(l)) levels.push_back(quoted(level_name(l)));
+    for (const TaskDeclaration& e : catalog)
+      if (e.levels == d.levels) tasks.push_back(quoted(task_name(e.kind)));
+    std::string levels_text;
+    for (const std::string& l : levels) levels_text += (levels_text.empty() ? "" : ", ") + l;
+    text += (text.empty() ? "" : "; ") + std::string(levels.size() == 1 ? "level " : "levels ") + levels_text +
+            (tasks.size() == 1 ? " with task " : " with tasks ") + join(tasks);
+  }
+  return text;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/keys.hpp ----
+// ---- begin torchprobe/config/readers.hpp ----
+// Reading single config values: each reader names the key, the bad value and what is allowed
+// when it rejects one (ConfigError).
+#include <tuple>
+
+
+// ---- begin torchprobe/config/types.hpp ----
+// The validated configuration and its value types: what parse_config (config/parser.hpp) makes of
+// msprobe's config.json, cut down to what TorchProbe implements.
+#include <optional>
+#include <stdexcept>
+
 
 
 namespace torchprobe {
@@ -142,7 +411,7 @@ constexpr std::string_view risk_level_name(RiskLevel r) {
   return "?";
 }
 
-// msprobe's data_mode (reference §5.4): which directions (forward/backward) and which sides
+// msprobe's data_mode: which directions (forward/backward) and which sides
 // (input/output) of an entry are dumped. A key is dumped iff both its direction and its side are allowed.
 struct DataMode {
   bool forward = true, backward = true, input = true, output = true;
@@ -171,7 +440,7 @@ class IndexSet {
     return values_.back();
   }
 
-  // A JSON list of integers and "a" / "a-b" strings (reference §5.3); null counts as [].
+  // A JSON list of integers and "a" / "a-b" strings; null counts as [].
   static IndexSet parse(const nlohmann::json& value, const std::string& key);
 
  private:
@@ -201,6 +470,11 @@ struct Config {
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;
 };
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/types.hpp ----
+
+namespace torchprobe {
 
 namespace detail {
 
@@ -275,12 +549,18 @@ inline DataMode parse_data_mode(const std::vector<std::string>& modes, const std
   if (modes.size() >= 5) reject(key, shown, "it has " + std::to_string(modes.size()) + " modes", allowed);
   bool all = false, fwd = false, bwd = false, in = false, out = false;
   for (const std::string& m : modes) {
-    if (m == "all") all = true;
-    else if (m == "forward") fwd = true;
-    else if (m == "backward") bwd = true;
-    else if (m == "input") in = true;
-    else if (m == "output") out = true;
-    else reject(key, shown, quote(m) + " is not a data mode", allowed);
+    if (m == "all")
+      all = true;
+    else if (m == "forward")
+      fwd = true;
+    else if (m == "backward")
+      bwd = true;
+    else if (m == "input")
+      in = true;
+    else if (m == "output")
+      out = true;
+    else
+      reject(key, shown, quote(m) + " is not a data mode", allowed);
   }
   if (all && modes.size() > 1) reject(key, shown, "\"all\" cannot be combined with other modes", allowed);
   DataMode mode;  // everything allowed: "all" or an empty list
@@ -322,14 +602,17 @@ inline std::pair<int64_t, int64_t> parse_index_text(const std::string& text, con
     reject(key, text, "a range must be two decimal numbers joined by one hyphen", allowed);
   const int64_t a = bounded(left), b = bounded(right);
   if (a > b)
-    reject(key, text, "the left boundary " + std::to_string(a) + " is greater than the right boundary " + std::to_string(b),
+    reject(key, text,
+           "the left boundary " + std::to_string(a) + " is greater than the right boundary " + std::to_string(b),
            allowed);
   return {a, b};
 }
 
 }  // namespace detail
 
-inline DataMode DataMode::parse(const std::vector<std::string>& modes) { return detail::parse_data_mode(modes, "data_mode"); }
+inline DataMode DataMode::parse(const std::vector<std::string>& modes) {
+  return detail::parse_data_mode(modes, "data_mode");
+}
 
 inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& key) {
   const std::string allowed = "integers or \"a-b\" ranges with 0 <= a <= b <= 1000000";
@@ -360,61 +643,6 @@ inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& 
 }
 
 namespace detail {
-
-// ---- Which keys exist. Kept in one place: parse_config warns with it, Options routes keys with it. ----
-
-inline bool contains(std::initializer_list<std::string_view> names, std::string_view name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-inline bool is_common_key(std::string_view k) {
-  return contains({"task", "level", "dump_path", "rank", "step", "async_dump", "extra_info", "precision", "risk_level",
-                   "max_pending_mb"},
-                  k);
-}
-
-inline bool is_task_section_name(std::string_view k) {
-  return contains({"statistics", "tensor", "overflow_check", "free_benchmark", "structure"}, k);
-}
-
-// msprobe tasks TorchProbe does not have; their sections are warned about, naming them as a task is an error.
-inline bool is_foreign_task(std::string_view k) {
-  return contains({"acc_check", "run_ut", "grad_probe", "diff_check", "nan_check", "exception_dump"}, k);
-}
-
-// Top-level msprobe keys TorchProbe knows but does not implement yet.
-inline bool is_unsupported_common_key(std::string_view k) {
-  return contains({"enable_dataloader", "dump_enable", "custom_op_namespaces"}, k);
-}
-
-// Section keys TorchProbe reads, and the tasks that use them.
-inline bool is_section_key_used(std::string_view k, Task task) {
-  if (contains({"scope", "list", "data_mode"}, k)) return true;
-  if (k == "summary_mode") return task == Task::Statistics || task == Task::Tensor;
-  if (k == "tensor_list") return task == Task::Statistics;
-  if (k == "overflow_nums") return task == Task::OverflowCheck;
-  return false;
-}
-
-// Section keys msprobe has and TorchProbe does not implement yet (slicing, diff dumps, free_benchmark knobs).
-inline bool is_unsupported_section_key(std::string_view k) {
-  return contains({"slice", "request_id", "bench_path", "diff_nums", "file_format", "check_mode", "fuzz_device",
-                   "pert_mode", "handler_type", "fuzz_level", "fuzz_stage", "if_preheat", "preheat_step", "max_sample"},
-                  k);
-}
-
-// Whether a key lives in the task section (Options uses this to put its overrides in the right place).
-inline bool is_section_key(std::string_view k) {
-  return contains({"scope", "list", "data_mode", "summary_mode", "tensor_list", "overflow_nums"}, k) ||
-         is_unsupported_section_key(k);
-}
-
-// A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
-inline bool asks_for_something(const json& v) {
-  return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
-}
-
-// ---- Readers for single keys. ----
 
 inline bool read_bool(const json& object, const std::string& key, bool fallback) {
   const json* v = find(object, key);
@@ -451,13 +679,28 @@ inline std::vector<std::string> read_string_list(const json& object, const std::
   return v->get<std::vector<std::string>>();
 }
 
+}  // namespace detail
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/readers.hpp ----
+
+namespace torchprobe {
+
+namespace detail {
+
+// A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
+inline bool asks_for_something(const json& v) {
+  return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
+}
+
 inline Task parse_task(const json& v) {
   const std::string allowed = "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\"";
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
   for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
     if (task_name(t) == name) return t;
-  if (is_foreign_task(name)) reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
+  if (is_foreign_task(name))
+    reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
   reject("task", v, "it is not a task (names are case-sensitive)", allowed);
 }
 
@@ -508,10 +751,12 @@ inline int64_t parse_max_pending_mb(const json& doc) {
 inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
-    if (is_common_key(k) || is_task_section_name(k)) continue;  // other tasks' sections: silently ignored
+    if (is_task_section_name(k)) continue;  // other tasks' sections: silently ignored
+    const ConfigKey* known = find_config_key(k);
+    if (known && known->place == KeyPlace::Top && known->support == KeySupport::Read) continue;
     if (is_foreign_task(k))
       warnings.push_back("config section " + quote(k) + " is not supported by TorchProbe yet and was ignored");
-    else if (is_unsupported_common_key(k)) {
+    else if (known && known->place == KeyPlace::Top) {
       if (asks_for_something(item.value()))
         warnings.push_back("config key " + quote(k) + " is not supported by TorchProbe yet and was ignored");
     } else {
@@ -520,24 +765,27 @@ inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>&
   }
 }
 
-inline void warn_about_section_keys(const json& section, Task task, std::vector<std::string>& warnings) {
+// `reads(key)`: whether the task that runs reads this key of its section.
+template <class Reads>
+void warn_about_section_keys(const json& section, Task task, const Reads& reads, std::vector<std::string>& warnings) {
   const std::string name(task_name(task));
   for (const auto& item : section.items()) {
     const std::string& k = item.key();
     const std::string label = quote(name + "." + k);
-    if (is_section_key_used(k, task)) continue;
-    if (is_section_key(k) && !is_unsupported_section_key(k))
-      warnings.push_back("config key " + label + " is ignored: task " + quote(name) + " does not use it");
-    else if (k == "check_mode")
-      warnings.push_back("config key " + label + " is ignored: msprobe uses it only for MindSpore");
-    else if (is_unsupported_section_key(k))
-      warnings.push_back("config key " + label + " is not supported by TorchProbe yet and was ignored");
-    else
+    if (reads(k)) continue;
+    const ConfigKey* known = find_config_key(k);
+    if (!known || known->place != KeyPlace::Section)
       warnings.push_back("unknown config key " + label + " ignored");
+    else if (known->support == KeySupport::Read)
+      warnings.push_back("config key " + label + " is ignored: task " + quote(name) + " does not use it");
+    else if (known->support == KeySupport::MindSporeOnly)
+      warnings.push_back("config key " + label + " is ignored: msprobe uses it only for MindSpore");
+    else
+      warnings.push_back("config key " + label + " is not supported by TorchProbe yet and was ignored");
   }
 }
 
-// Scope names must name entries of the configured level (reference §5.3, msprobe's scope.py).
+// Scope names must name entries of the configured level (msprobe's scope rules).
 inline void check_scope(const Config& c, const std::string& label) {
   if (c.scope.empty() || c.level == Level::Debug) return;
   const json shown = c.scope;
@@ -548,7 +796,8 @@ inline void check_scope(const Config& c, const std::string& label) {
     return;
   }
   if (c.level == Level::L2)
-    reject(label, shown, "level \"L2\" does not take a scope", "[] when level is \"L2\" (follow one API with \"list\")");
+    reject(label, shown, "level \"L2\" does not take a scope",
+           "[] when level is \"L2\" (follow one API with \"list\")");
   if (c.scope.size() != 2)
     reject(label, shown, "a scope is a [start, end] pair, this one has " + std::to_string(c.scope.size()) + " names",
            "[] or exactly 2 names: [start_name, end_name]");
@@ -569,7 +818,11 @@ inline void check_scope(const Config& c, const std::string& label) {
 
 }  // namespace detail
 
-inline Config parse_config(const nlohmann::json& doc) {
+// The configuration a config.json object describes. `implemented` (the Debugger's task list) adds
+// the checks of what this build implements: a (task, level) pair it lacks is an error naming what
+// it has, and section keys the task does not declare are ignored with a warning. Without it the
+// document is checked against msprobe's schema only, and every section key TorchProbe knows is read.
+inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* implemented = nullptr) {
   using namespace detail;
   if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
   Config c;
@@ -599,15 +852,27 @@ inline Config parse_config(const nlohmann::json& doc) {
     reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
            "\"tensor\" when level is \"L2\"");
 
+  const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task) : nullptr;
+  if (implemented && (!declared || !declared->levels.contains(c.level)))
+    throw ConfigError("config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " +
+                      quote(task_name(c.task)) + " is not available in this TorchProbe version (available: " +
+                      describe_available(*implemented) + ")");
+  auto reads = [&](std::string_view key) {
+    if (declared) return declared->reads(key);
+    const ConfigKey* known = find_config_key(key);
+    return known && known->place == KeyPlace::Section && known->support == KeySupport::Read;
+  };
+
   // The task's own section; sections of other tasks are not read.
   const std::string section_name(task_name(c.task));
   const json empty = json::object();
   const json* section = find(doc, section_name);
   if (section && !section->is_object())
-    reject(section_name, *section, "a task section should be a JSON object", "an object such as {\"list\": [\"relu\"]}");
+    reject(section_name, *section, "a task section should be a JSON object",
+           "an object such as {\"list\": [\"relu\"]}");
   if (!section) section = &empty;
   auto label = [&](const char* key) { return section_name + "." + key; };
-  warn_about_section_keys(*section, c.task, c.warnings);
+  warn_about_section_keys(*section, c.task, reads, c.warnings);
 
   c.scope = read_string_list(*section, "scope", label("scope"), "[] or a list of 2 entry names [start, end]");
   c.list = read_string_list(*section, "list", label("list"));
@@ -615,22 +880,23 @@ inline Config parse_config(const nlohmann::json& doc) {
       read_string_list(*section, "data_mode", label("data_mode"),
                        "a list of strings from \"all\", \"input\", \"output\", \"forward\", \"backward\""),
       label("data_mode"));
-  if (is_section_key_used("tensor_list", c.task)) c.tensor_list = read_string_list(*section, "tensor_list", label("tensor_list"));
-  if (is_section_key_used("summary_mode", c.task)) {
+  if (reads("tensor_list")) c.tensor_list = read_string_list(*section, "tensor_list", label("tensor_list"));
+  if (reads("summary_mode")) {
     static constexpr Choice<SummaryMode> kModes[] = {
         {"statistics", SummaryMode::Statistics}, {"md5", SummaryMode::Md5}, {"xor", SummaryMode::Xor}};
     c.summary_mode = read_choice(*section, "summary_mode", label("summary_mode"), kModes, SummaryMode::Statistics);
   }
-  if (is_section_key_used("overflow_nums", c.task)) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
+  if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
     c.warnings.push_back("config keys " + quote(label("scope")) + "/" + quote(label("list")) +
                          " are ignored at level \"debug\": save() writes every value it is given");
 
-  // Rules that tie keys together (reference §5.3).
+  // Rules that tie keys together (msprobe's).
   if (c.level == Level::L2 && c.list.size() != 1)
-    reject(label("list"), c.list, "level \"L2\" follows exactly one API", "a list with exactly one name when level is \"L2\"");
+    reject(label("list"), c.list, "level \"L2\" follows exactly one API",
+           "a list with exactly one name when level is \"L2\"");
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
@@ -652,7 +918,8 @@ inline nlohmann::json read_config_json(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) throw ConfigError(where + " is a directory, not a file");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
+  if (!in)
+    throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
     doc = json::parse(in);
@@ -665,16 +932,17 @@ inline nlohmann::json read_config_json(const std::string& path) {
 
 }  // namespace detail
 
-inline Config load_config_file(const std::string& path) {
+inline Config load_config_file(const std::string& path, const TaskCatalog* implemented = nullptr) {
   const nlohmann::json doc = detail::read_config_json(path);
   try {
-    return parse_config(doc);
+    return parse_config(doc, implemented);
   } catch (const ConfigError& e) {
     throw ConfigError("config file " + detail::quote(path) + ": " + e.what());
   }
 }
 
 }  // namespace torchprobe
+// ---- end torchprobe/config/parser.hpp ----
 // ---- end torchprobe/config/config.hpp ----
 // ---- begin torchprobe/config/options.hpp ----
 // Options: the fluent builder a C++ user writes instead of (or on top of) msprobe's config.json.
@@ -684,7 +952,6 @@ inline Config load_config_file(const std::string& path) {
 // It only records overrides, as config.json keys; resolve() merges them over the file (or over msprobe's
 // shipped defaults) and validates the result with parse_config, so a value set here is checked exactly
 // like the same value in a file.
-#include <initializer_list>
 
 
 
@@ -727,9 +994,11 @@ class Options {
 
   // The configuration to run with. `level` / `task` come from a Debugger's template arguments and win
   // over the file and over set("level"/"task"); a disagreement is reported in Config::warnings.
-  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {}) const;
+  // `implemented`: the tasks of the Debugger that will run (see parse_config).
+  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {},
+                 const TaskCatalog* implemented = nullptr) const;
 
-  // msprobe's shipped config.json (reference §5.1) without its "acc_check" section, which TorchProbe lacks.
+  // msprobe's shipped config.json without its "acc_check" section, which TorchProbe lacks.
   static nlohmann::json msprobe_defaults() {
     return nlohmann::json::parse(R"({
       "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
@@ -743,9 +1012,10 @@ class Options {
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
-inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task) const {
-  using nlohmann::json;
+inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task,
+                               const TaskCatalog* implemented) const {
   using detail::quote;
+  using nlohmann::json;
   json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
   std::vector<std::string> notes;
 
@@ -759,9 +1029,9 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 
   // Common keys go to the top level; a whole task section given with set() is merged key by key.
   for (const auto& item : overrides_.items()) {
-    if (detail::is_section_key(item.key())) continue;
+    if (is_section_key(item.key())) continue;
     json& slot = doc[item.key()];
-    if (detail::is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
+    if (is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
       slot.update(item.value());
     else
       slot = item.value();
@@ -785,13 +1055,13 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
   const json* task_value = detail::find(doc, "task");
   const std::string section = (task_value && task_value->is_string()) ? task_value->get<std::string>() : "statistics";
   for (const auto& item : overrides_.items()) {
-    if (!detail::is_section_key(item.key())) continue;
+    if (!is_section_key(item.key())) continue;
     json& slot = doc[section];
     if (slot.is_null()) slot = json::object();
     if (slot.is_object()) slot[item.key()] = item.value();  // otherwise parse_config rejects the section itself
   }
 
-  Config config = parse_config(doc);
+  Config config = parse_config(doc, implemented);
   config.warnings.insert(config.warnings.begin(), notes.begin(), notes.end());
   return config;
 }
@@ -826,9 +1096,7 @@ namespace detail {
 inline std::string strerror_text(const char* gnu_result, const char* /*buf*/) {
   return gnu_result != nullptr ? gnu_result : "Unknown error";
 }
-inline std::string strerror_text(int xsi_rc, const char* buf) {
-  return xsi_rc == 0 ? buf : "Unknown error";
-}
+inline std::string strerror_text(int xsi_rc, const char* buf) { return xsi_rc == 0 ? buf : "Unknown error"; }
 }  // namespace detail
 
 // The OS's words for an errno value (e.g. "No space left on device").
@@ -894,8 +1162,7 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
 // is not) and is renamed over the target. On any error the temporary file is removed, the target is
 // untouched and IoError says which path failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link
 // at `path` is replaced by a regular file. The new file gets `mode` minus the umask.
-inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640,
-                              bool sync = true) {
+inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
   const std::size_t slash = path.rfind('/');
   const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -904,8 +1171,8 @@ inline void write_file_atomic(const std::string& path, std::string_view content,
   // Hidden, unique per process and call; the base name is shortened so the temporary name stays
   // under NAME_MAX even when the target's name is near it.
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) +
-                          "." + std::to_string(counter.fetch_add(1));
+  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
 
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) throw IoError("write file", path, errno);  // the caller knows `path`, not `tmp`
@@ -1003,7 +1270,6 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 #include <charconv>
 #include <cmath>
 #include <ostream>
-#include <type_traits>
 
 namespace torchprobe::io {
 
@@ -1070,8 +1336,7 @@ namespace detail {
 template <class Json>
 class PythonJsonWriter {
  public:
-  PythonJsonWriter(std::string& buf, std::ostream* os, int indent)
-      : buf_(buf), os_(os), indent_(indent) {}
+  PythonJsonWriter(std::string& buf, std::ostream* os, int indent) : buf_(buf), os_(os), indent_(indent) {}
 
   void write(const Json& j) {
     value(j, 0);
@@ -1159,15 +1424,14 @@ class PythonJsonWriter {
       case T::binary:
         // Python has no such value; silently inventing a layout would make files no reader expects.
         throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
-      case T::discarded:
-        throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+      case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
     }
   }
 
   void hex4(unsigned cp) {
     static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
-    const char esc[6] = {'\\', 'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF],
-                         kHex[(cp >> 4) & 0xF], kHex[cp & 0xF]};
+    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
+                         kHex[cp & 0xF]};
     buf_.append(esc, 6);
   }
 
@@ -1292,45 +1556,67 @@ std::string to_python_json(const Json& j, int indent = 1) {
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 
-#include <unordered_map>
 
-// ---- begin torchprobe/sink/record.hpp ----
-// One dump.json entry on its way from a capture callback to a sink.
-#include <ATen/ATen.h>
+// ---- begin torchprobe/core/names.hpp ----
+// Names that more than one part of TorchProbe must spell the same way.
+
+namespace torchprobe {
+
+// The folder of a rank directory that holds the tensor files (msprobe's name).
+inline constexpr std::string_view kTensorDir = "dump_tensor_data";
+
+// How deep nested values (lists, tuples, dicts) are followed before they are cut to null:
+// msprobe's DUMP_MAX_DEPTH.
+inline constexpr int kMaxDepth = 400;
+
+// {rank_directory}/dump_tensor_data
+inline std::string tensor_data_directory(const std::string& rank_directory) {
+  return rank_directory + "/" + std::string(kTensorDir);
+}
+
+// The .pt file of one tensor of an entry: "{entry}.{file_key}.pt", msprobe's name
+// ("Aten.add.0.forward.input.0.pt"); without the key when it is empty, as for save()'s
+// "y.0.debug.pt". Not yet a safe path component: io::safe_component makes it one.
+inline std::string tensor_file_name(const std::string& entry, const std::string& file_key) {
+  std::string name = entry;
+  if (!file_key.empty()) name.append(".").append(file_key);
+  return name.append(".pt");
+}
+
+// ATen's in-place variants: "add_" (the op's name with one trailing underscore) and the
+// augmented-assignment operators "__iand__", "__ilshift__", ... ("__and__" is not one).
+constexpr bool is_dunder(std::string_view op) {
+  return op.size() > 4 && op.substr(0, 2) == "__" && op.substr(op.size() - 2) == "__";
+}
+constexpr bool is_inplace_op(std::string_view op) {
+  if (is_dunder(op)) return op[2] == 'i' && op.size() > 5;
+  return op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_';
+}
+
+// "unsqueeze_" -> "unsqueeze": the op an in-place variant updates in place. The special methods
+// are returned as they are (no list of op names TorchProbe keeps names one).
+constexpr std::string_view without_inplace_mark(std::string_view op) {
+  return is_inplace_op(op) && !is_dunder(op) ? op.substr(0, op.size() - 1) : op;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/names.hpp ----
+// ---- begin torchprobe/core/record.hpp ----
+// One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
+// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp,
+// io/memory_budget.hpp).
 
 #include <future>
 #include <memory>
 
-// ---- begin torchprobe/io/stack_trace.hpp ----
-// C++ call sites for stack.json.
-//
-// msprobe records, for every forward call, the Python stack that led to it. Our equivalent is the
-// native stack. Capturing must be cheap because it happens on every recorded op, so the hot path
-// only stores return addresses (libunwind's or glibc's backtrace); turning them into names and
-// lines happens once per distinct address when stack.json is written, and is cached.
-//
-// Function names of an executable come from its dynamic symbol table, which only lists them when it
-// is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
-// program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
-
-#include <cstdlib>
+// ---- begin torchprobe/core/call_stack.hpp ----
+// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
+// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
+// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
 #include <functional>
-#include <map>
-#include <mutex>
 
-#include <cxxabi.h>
-#include <dlfcn.h>
-#include <execinfo.h>
-#include <link.h>
-#include <spawn.h>
-#include <sys/wait.h>
+namespace torchprobe {
 
-extern char** environ;
-
-namespace torchprobe::io {
-
-// Raw return addresses, innermost first. Cheap to copy, compare and hash, so identical call sites
-// can be grouped before anything is symbolized.
 struct CallStack {
   std::vector<void*> frames;
 
@@ -1349,58 +1635,121 @@ struct CallStackHash {
   }
 };
 
-namespace detail {
+}  // namespace torchprobe
 
-using BacktraceFunction = int (*)(void**, int);
+namespace std {
+template <>
+struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
+}  // namespace std
+// ---- end torchprobe/core/call_stack.hpp ----
 
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
-// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame
-// (10-20 ns a frame here), where glibc's backtrace() interprets the DWARF unwind tables every time
-// (about 200 ns a frame, most of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of
-// the global symbol scope: linked normally, its _Unwind_* functions and its weak backtrace() would
-// replace libgcc's and glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
-// falls back to the frame-pointer chain with its memory reads validated.
-inline BacktraceFunction libunwind_backtrace() {
-  static const BacktraceFunction fn = []() -> BacktraceFunction {
-#if defined(__linux__) && defined(__x86_64__)
-    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return nullptr;
-    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
-#else
-    return nullptr;
-#endif
-  }();
-  return fn;
-}
+namespace torchprobe {
 
-}  // namespace detail
+namespace io {
+class TensorWriter;
+class Reservation;
+}  // namespace io
 
-// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
-// else glibc), or glibc's backtrace() always.
-enum class Unwinder { Fastest, Glibc };
+// One tensor file an entry names in "data_name", written only if the task keeps the entry
+// (docs/io.md describes the path). Member order matters: `data` is freed before
+// `memory` returns its bytes to the writer's budget.
+struct PendingSave {
+  std::shared_ptr<io::TensorWriter> writer;
+  std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
+  std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
+  at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described
+};
 
-// Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
+// Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
+// `pointer` (a JSON pointer into Record::body) is the tensor item whose four keys it fills.
+struct PendingStats {
+  std::string pointer;
+  at::Tensor values;
+  at::ScalarType dtype;
+  bool zero_dim;
+};
 
-// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
-// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
-// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
-// must not happen inside a signal handler.
-inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
-  constexpr int kLimit = 256;
-  CallStack out;
-  if (max_frames <= 0) return out;
-  if (max_frames > kLimit) max_frames = kLimit;
-  void* buf[kLimit];
-  int n = 0;
-  if (how == Unwinder::Fastest)
-    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
-  if (n <= 0) n = ::backtrace(buf, max_frames);
-  if (n > 0) out.frames.assign(buf, buf + n);
-  return out;
-}
+// Members of an entry's body that were captured in compact form and become JSON only when the
+// entry is written (API calls under the statistics task: capture/captured_call.hpp).
+class DeferredBody {
+ public:
+  virtual ~DeferredBody() = default;
+  virtual void append_to(nlohmann::ordered_json& body) const = 0;
+};
 
-namespace detail {
+// A checksum (summary_mode md5) still being computed by a worker: `pointer` is the tensor item
+// whose "md5" it fills when the step is written.
+struct PendingChecksum {
+  std::string pointer;
+  std::shared_future<std::string> value;
+};
+
+struct Record {
+  std::string name;         // "Aten.addmm.0.forward"
+  std::uint64_t order = 0;  // position in dump.json: entries appear in the order calls began
+  // Null until something is put in it (operator[] makes it an object): most entries of a
+  // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
+  nlohmann::ordered_json body;
+  std::vector<PendingStats> pending;
+  std::vector<PendingChecksum> pending_checksums;
+  std::optional<CallStack> stack;  // forward entries: where the user made the call
+  // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
+  std::optional<std::string> parent;
+  // Tensor files this entry names in "data_name", snapshotted when described and written only
+  // if the task keeps the entry (docs/io.md explains the path they take).
+  std::vector<PendingSave> saves;
+  // The rest of `body`, still in compact form (null when the body is all JSON already).
+  std::shared_ptr<const DeferredBody> deferred;
+
+  bool has_content() const { return deferred != nullptr || !body.empty(); }
+
+  // The entry's body as dump.json shows it.
+  nlohmann::ordered_json json_body() const { return json_of(body, deferred.get()); }
+  // The same from a body and its compact part kept apart (the journal's lines).
+  static nlohmann::ordered_json json_of(const nlohmann::ordered_json& body, const DeferredBody* deferred) {
+    if (!deferred) return body;
+    nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
+    deferred->append_to(j);
+    return j;
+  }
+  // Turns the compact part into JSON in place: for code that edits or reads `body` itself.
+  void materialize() {
+    if (!deferred) return;
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    deferred->append_to(body);
+    deferred.reset();
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/record.hpp ----
+// ---- begin torchprobe/io/stack_json.hpp ----
+// stack.json: the symbolized call sites of a step's forward entries, grouped by equal stacks.
+
+
+// ---- begin torchprobe/io/symbolizer.hpp ----
+// Turning captured return addresses into stack.json frame strings: dladdr for the object and the
+// exported name, addr2line (when on PATH) for inlined calls, source files and lines. It runs when
+// stack.json is written, never per op, and caches every address it resolved.
+//
+// Function names of an executable come from its dynamic symbol table, which only lists them when it
+// is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
+// program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
+#include <cstdlib>
+#include <mutex>
+
+#include <dlfcn.h>
+#include <link.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+// ---- begin torchprobe/io/symbol_names.hpp ----
+// How a symbolized frame reads, and which frames are dropped from stack.json: those of the torch
+// and C/C++ runtimes (by object file) and of torchprobe and the dispatcher (by function name).
+
+#include <cxxabi.h>
+
+namespace torchprobe::io::detail {
 
 // Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
 // named "f(int) [clone .constprop.0]"; the user knows them as f(int).
@@ -1423,17 +1772,15 @@ inline std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-inline bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
+inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 // Objects whose frames are never the user's: the torch runtime, the OpenMP runtime, the C and C++
 // runtimes, the dynamic loader, the unwinder and sanitizer runtimes (which intercept backtrace()).
 inline bool is_runtime_module(std::string_view path) {
   const std::string_view b = base_name(path);
-  for (std::string_view p : {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so",
-                             "libstdc++", "libgcc_s", "libunwind", "libpthread", "libdl.", "libasan", "libubsan",
-                             "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
+  for (std::string_view p :
+       {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so", "libstdc++", "libgcc_s",
+        "libunwind", "libpthread", "libdl.", "libasan", "libubsan", "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
     if (starts_with(b, p)) return true;
   }
   return false;
@@ -1485,10 +1832,18 @@ inline std::string hex(std::uintptr_t v) {
   return buf;
 }
 
-inline std::string frame_text(const std::string& path, long line, const std::string& func,
-                              const std::string& text) {
+inline std::string frame_text(const std::string& path, long line, const std::string& func, const std::string& text) {
   return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
 }
+
+}  // namespace torchprobe::io::detail
+// ---- end torchprobe/io/symbol_names.hpp ----
+
+extern char** environ;
+
+namespace torchprobe::io {
+
+namespace detail {
 
 // Resolves addresses to stack.json frame strings; one process-wide instance, guarded by a mutex
 // (symbolizing happens when files are written, never per op).
@@ -1511,9 +1866,7 @@ class Symbolizer {
     sources_.clear();
   }
 
-  std::vector<std::string> symbolize(const CallStack& stack) {
-    return symbolize_many({&stack}).front();
-  }
+  std::vector<std::string> symbolize(const CallStack& stack) { return symbolize_many({&stack}).front(); }
 
   // All addresses that are new are resolved together, so addr2line runs once per module.
   std::vector<std::vector<std::string>> symbolize_many(const std::vector<const CallStack*>& stacks) {
@@ -1554,9 +1907,9 @@ class Symbolizer {
   };
   struct Pending {
     void* addr;
-    std::string module;      // object file path
-    std::uintptr_t offset;   // address relative to the object's load bias (what addr2line wants)
-    std::string dl_func;     // demangled dladdr name, empty if none
+    std::string module;     // object file path
+    std::uintptr_t offset;  // address relative to the object's load bias (what addr2line wants)
+    std::string dl_func;    // demangled dladdr name, empty if none
   };
 
   Symbolizer() {
@@ -1604,8 +1957,7 @@ class Symbolizer {
     const std::string fallback_text = std::string(base_name(p.module)) + "+" + hex(p.offset);
     if (chain.empty()) chain.push_back(Location{});
     // The outermost entry is the real (non-inlined) function, which dladdr names too.
-    if ((chain.back().func.empty() || chain.back().func == "??") && !p.dl_func.empty())
-      chain.back().func = p.dl_func;
+    if ((chain.back().func.empty() || chain.back().func == "??") && !p.dl_func.empty()) chain.back().func = p.dl_func;
     std::vector<std::string> frames;
     for (const Location& l : chain) {
       const std::string func = l.func.empty() ? "??" : l.func;
@@ -1622,8 +1974,7 @@ class Symbolizer {
 
   // Runs `addr2line -a -f -C -i -e module addr...` (no shell) and parses its answer per address.
   // Any failure (not installed, no debug info, odd output) gives empty results: dladdr is used.
-  std::vector<std::vector<Location>> run_addr2line(const std::string& module,
-                                                   const std::vector<Pending>& pending) {
+  std::vector<std::vector<Location>> run_addr2line(const std::string& module, const std::vector<Pending>& pending) {
     std::vector<std::vector<Location>> result(pending.size());
     constexpr std::size_t kBatch = 2000;  // keeps the argument list far below ARG_MAX
     for (std::size_t first = 0; first < pending.size(); first += kBatch) {
@@ -1772,11 +2123,15 @@ inline std::vector<std::string> symbolize(const CallStack& stack) {
   return detail::Symbolizer::instance().symbolize(stack);
 }
 
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/symbolizer.hpp ----
+
+namespace torchprobe::io {
+
 // stack.json: {"0": [[names...], [frames...]], "1": ...}. Names whose symbolized stacks are equal
 // share one group (msprobe compares the final frame lists too, so calls from one source line through
 // different internal paths still group); groups and names keep first-appearance order.
-inline nlohmann::ordered_json build_stack_json(
-    const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
+inline nlohmann::ordered_json build_stack_json(const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
   // Symbolize each distinct raw stack once, all in one batch.
   std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
   std::vector<const CallStack*> unique;
@@ -1789,7 +2144,7 @@ inline nlohmann::ordered_json build_stack_json(
   }
   const auto frames = detail::Symbolizer::instance().symbolize_many(unique);
 
-  std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
+  std::map<std::vector<std::string>, std::size_t> group_of;              // symbolized frames -> group index
   std::vector<std::pair<std::vector<std::string>, std::size_t>> groups;  // names, frames index
   for (std::size_t i = 0; i < forward_entries.size(); ++i) {
     const std::size_t r = entry_raw[i];
@@ -1804,972 +2159,25 @@ inline nlohmann::ordered_json build_stack_json(
   auto& obj = out.get_ref<nlohmann::ordered_json::object_t&>();
   using Base = nlohmann::ordered_json::object_t::Container;
   for (std::size_t g = 0; g < groups.size(); ++g)
-    static_cast<Base&>(obj).emplace_back(
-        std::to_string(g), nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
+    static_cast<Base&>(obj).emplace_back(std::to_string(g),
+                                         nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
   return out;
 }
 
 }  // namespace torchprobe::io
-
-namespace std {
-template <>
-struct hash<torchprobe::io::CallStack> : torchprobe::io::CallStackHash {};
-}  // namespace std
-// ---- end torchprobe/io/stack_trace.hpp ----
-// ---- begin torchprobe/io/tensor_writer.hpp ----
-// Tensor files (.pt) are written off the training thread, with the memory they hold capped.
-//
-// The path of one tensor, for every task that saves tensors (tensor, statistics with tensor_list,
-// and any task that wants the same -- overflow_check, ...):
-//
-//  1. The task's describe() calls TensorSaver::stage(tensor, site, record, item)
-//     (task/tensor_saver.hpp). stage() reserves the tensor's bytes from the writer's budget
-//     (TensorWriter::reserve: the training thread waits here while the budget is spent and earlier
-//     files are still queued), takes a contiguous CPU snapshot right away (an in-place op may change
-//     the tensor a moment later), names the file "{entry}.{file_key}.pt" through safe_component,
-//     writes "data_name" into the tensor's JSON item and appends an io::PendingSave to
-//     Record::saves. Nothing is written yet.
-//  2. The finished entry reaches details::DumpCore::commit()/commit_last(). Only when the task's
-//     keep() accepts it are its saves handed to their writer (TensorWriter::submit) with the step's
-//     dump_tensor_data directory. A dropped entry's snapshots are just freed, returning their
-//     memory to the budget: a task that decides late (overflow_check) never writes files of
-//     entries it drops.
-//  3. The writer's threads write each file under a temporary name and rename it (mode 0640), so a
-//     reader -- or a crash -- never meets half a .pt file under its real name. Large files are
-//     written with direct I/O from the snapshot itself (DirectFile): no copy into the page cache,
-//     which was most of the writer's work. A failure (full disk, file size limit, a vanished
-//     directory) goes to the rank directory's dump_error_info.log, once per kind of failure and
-//     step, and the run continues.
-//  4. Debugger::stop()/step()/destruction wait until everything handed over is on disk
-//     (TensorWriter::flush, through DumpCore::flush_tensor_files) before dump.json is written.
-//
-// A task that saves tensors therefore needs a TensorSaver member and one stage() call per tensor in
-// describe(); keep() decides whether the files are written. The pieces it may also use directly,
-// kept stable: io::PendingSave {writer, memory, file_name, data} (data must be a contiguous CPU
-// tensor owning its storage by the time the entry is committed), TensorWriter::reserve(bytes)
-// (the budget; large reservations carry a reusable buffer), snapshot_for_file(tensor[, memory])
-// and saves_tensors(config) in task/tensor_saver.hpp.
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
-
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <thread>
-
-
-// ---- begin torchprobe/details/probe_guard.hpp ----
-// Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
-// the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
-// probe never adds nodes to the user's autograd graph.
-#include <ATen/record_function.h>
-#include <c10/core/GradMode.h>
-
-namespace torchprobe {
-
-class ProbeGuard {
- public:
-  ProbeGuard() = default;
-  ProbeGuard(const ProbeGuard&) = delete;
-  ProbeGuard& operator=(const ProbeGuard&) = delete;
-
- private:
-  at::DisableRecordFunctionGuard no_record_;
-  c10::NoGradGuard no_grad_;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/details/probe_guard.hpp ----
-// ---- begin torchprobe/io/direct_file.hpp ----
-// A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
-// from the snapshot's memory to the disk without the kernel's copy into the page cache.
-//
-// Why: a tensor file is written once and not read back by the training process, yet an ordinary
-// write() copies every byte into the page cache first. On two cores that copy was three quarters
-// of the writer's time, and it fills memory with dirty pages that the disk then drains in bursts.
-// With O_DIRECT the disk reads the bytes straight from the snapshot.
-//
-// O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
-// (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
-//  - small pieces (zip headers, the pickle) are gathered in an aligned staging buffer and written
-//    in whole blocks;
-//  - a large piece whose memory address lines up with its file offset (same remainder modulo
-//    kDirectAlign) is written straight from the caller's memory, after its first partial block
-//    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
-//    that this is the case (Reservation, tensor_writer.hpp);
-//  - a large piece that does not line up is copied through the staging buffer: still no page
-//    cache, one copy into a buffer that stays in the CPU's cache;
-//  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than
-//    the staging buffer), so the file ends at its exact size without padding or truncation.
-// A file system that refuses O_DIRECT at open (tmpfs before Linux 6.6, some network file systems)
-// or at a write (EINVAL: an unexpected alignment rule) gets ordinary writes from that point on; the
-// bytes are the same either way.
-#include <cstddef>
-
-
-
-
-namespace torchprobe::io {
-
-// Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
-// logical block size of common disks, and a multiple of every smaller one).
-inline constexpr std::size_t kDirectAlign = 4096;
-
-class DirectFile {
- public:
-  // Files of fewer bytes are written ordinarily: for them the page cache costs little and the
-  // direct path's synchronous writes would cost more.
-  static constexpr std::size_t kDirectFrom = std::size_t{1} << 20;
-
-  DirectFile() = default;
-  DirectFile(const DirectFile&) = delete;
-  DirectFile& operator=(const DirectFile&) = delete;
-  ~DirectFile() {
-    if (fd_ >= 0) ::close(fd_);
-    std::free(stage_);
-  }
-
-  // Creates `path` (O_EXCL) with `mode`; with direct I/O when `direct` is asked for and the file
-  // system accepts it. Returns 0 or the errno value.
-  int create(const char* path, mode_t mode, bool direct) {
-#if defined(__linux__) && defined(O_DIRECT)
-    if (direct) {
-      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes));
-      if (stage_) {
-        fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, mode);
-        if (fd_ >= 0) {
-          direct_ = true;
-          return 0;
-        }
-        if (errno != EINVAL) return errno;
-        // EINVAL: this file system has no O_DIRECT. Linux may have created the file before
-        // refusing the flag; the path is the caller's new, unique name, so it is removed.
-        ::unlink(path);
-      }
-    }
-#else
-    (void)direct;
-#endif
-    fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    return fd_ >= 0 ? 0 : errno;
-  }
-
-  // Appends n bytes. After the first error nothing more is written; close() returns that error.
-  void write(const void* data, std::size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    if (err_ != 0 || n == 0) return;
-    if (!direct_) {
-      write_ordinary(p, n);
-      return;
-    }
-    if (n >= kDirectFrom) {
-      // Fill the current block from the front of the piece; then the rest starts on a block
-      // boundary of the file, and can go straight from memory if its address does too.
-      // (What is already written ends on a block boundary, so the staged bytes decide.)
-      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
-      const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
-      if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
-        stage(p, head);
-        flush_whole_blocks();  // the staged bytes now end on a block boundary: all of them go
-        if (err_ == 0 && direct_ && used_ == 0) {
-          write_at_end(p + head, body, /*from_caller=*/true);
-          stage(p + head + body, n - head - body);
-          return;
-        }
-        p += head;
-        n -= head;
-      }
-    }
-    stage(p, n);
-  }
-
-  // Writes what is staged, then closes; returns 0 or the first errno value. The file is complete
-  // once this returns 0.
-  int close() {
-    if (fd_ < 0) return err_;
-    if (err_ == 0 && direct_ && used_ > 0) {
-      // The last partial block, written ordinarily so that the file has its exact length.
-      if (clear_direct()) write_ordinary(stage_, used_);
-    }
-    used_ = 0;
-#if defined(__linux__)
-    // Starts the writeback of what went through the page cache, without waiting for it: the disk
-    // then works while the next files are made, instead of the dirty pages piling up until the
-    // kernel's thresholds or a sync.
-    if (err_ == 0) (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
-#endif
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0 && errno != EINTR && err_ == 0) err_ = errno;
-    return err_;
-  }
-
-  bool direct() const { return direct_; }  // still writing with O_DIRECT
-  // Bytes written straight from the caller's memory, without any copy (for the tests and the
-  // benchmark).
-  std::uint64_t direct_bytes() const { return direct_bytes_; }
-
- private:
-  static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
-  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
-  static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
-
-  // Copies into the staging buffer, writing it out whenever it is full.
-  void stage(const unsigned char* p, std::size_t n) {
-    while (n > 0 && err_ == 0) {
-      if (!direct_) {
-        write_ordinary(p, n);
-        return;
-      }
-      const std::size_t take = std::min(n, kStageBytes - used_);
-      std::memcpy(stage_ + used_, p, take);
-      used_ += take;
-      p += take;
-      n -= take;
-      if (used_ == kStageBytes) flush_whole_blocks();
-    }
-  }
-
-  // Writes the whole blocks of the staging buffer and keeps the partial one at its front.
-  void flush_whole_blocks() {
-    const std::size_t whole = used_ / kDirectAlign * kDirectAlign;
-    if (whole == 0) return;
-    const std::size_t rest = used_ - whole;
-    used_ = 0;  // the staged bytes are no longer pending once handed to write_at_end
-    write_at_end(stage_, whole, /*from_caller=*/false);
-    if (err_ != 0) return;
-    if (direct_) {
-      std::memmove(stage_, stage_ + whole, rest);
-      used_ = rest;
-    } else {
-      write_ordinary(stage_ + whole, rest);
-    }
-  }
-
-  // Writes n bytes at the end of the file: directly while direct_ holds, ordinarily once a direct
-  // write has been refused. `from_caller`: p is the caller's memory, not the staging buffer.
-  void write_at_end(const unsigned char* p, std::size_t n, bool from_caller) {
-    while (n > 0 && err_ == 0) {
-      if (!direct_) {
-        write_ordinary(p, n);
-        return;
-      }
-      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
-      if (w < 0 && errno == EINTR) continue;
-      if (w > 0) {
-        p += w;
-        n -= static_cast<std::size_t>(w);
-        if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
-        if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
-        continue;
-      }
-      if (w < 0 && errno == EINVAL && clear_direct()) continue;  // an alignment rule we do not meet
-      err_ = w < 0 ? errno : ENOSPC;
-    }
-  }
-
-  void write_ordinary(const unsigned char* p, std::size_t n) {
-    if (err_ == 0) err_ = write_all(fd_, p, n);
-  }
-
-  // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
-  bool clear_direct() {
-#if defined(__linux__) && defined(O_DIRECT)
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
-      err_ = errno;
-      return false;
-    }
-#endif
-    direct_ = false;
-    return true;
-  }
-
-  int fd_ = -1;
-  bool direct_ = false;
-  int err_ = 0;
-  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
-  unsigned char* stage_ = nullptr;
-  std::uint64_t direct_bytes_ = 0;
-};
-
-// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
-inline bool direct_io_supported(const std::string& dir) {
-  const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
-  DirectFile file;
-  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
-  file.close();
-  ::unlink(probe.c_str());
-  return direct;
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/direct_file.hpp ----
-// ---- begin torchprobe/io/error_log.hpp ----
-// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
-// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
-//
-// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
-//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
-//   <message>
-//   <blank line>
-// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
-// written once until reset() (the dumper calls it at every step). Logging must never make things
-// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
-// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
-// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
-#include <ctime>
-#include <set>
-#include <typeinfo>
-
-
-
-namespace torchprobe::io {
-
-class ErrorLog {
- public:
-  static constexpr const char* kFileName = "dump_error_info.log";
-
-  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
-
-  // The directory the log goes to (the current rank directory); takes effect for the next entry.
-  void set_directory(std::string directory) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      dir_ = std::move(directory);
-    } catch (...) {
-    }
-  }
-  std::string directory() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return dir_;
-  }
-  std::string path() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return file_path_locked();
-  }
-
-  // Writes one entry unless this (what, kind) was already written since the last reset().
-  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
-  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
-  // Returns true when the entry was written (to the file, or to stderr as a fallback).
-  bool log(std::string_view what, std::string_view name, std::string_view kind,
-           std::string_view message) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
-      std::string entry = "[" + timestamp() + "] [ERROR] ";
-      entry.append(what).append(" failed: name=").append(name);
-      entry += ", pid=" + std::to_string(::getpid()) + "\n";
-      entry.append(message).append("\n\n");
-      const std::string file = file_path_locked();
-      int err = write_pending_locked();
-      if (err == 0) err = append(file, entry);
-      if (err != 0) {
-        fallback(file, err, what, name, message);
-        if (pending_bytes_ + entry.size() <= kMaxPending) {
-          pending_bytes_ += entry.size();
-          pending_.emplace_back(file, std::move(entry));
-        }
-      }
-      return true;
-    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
-      return false;
-    }
-  }
-
-  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
-  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
-    try {
-      return log(what, name, type_name(e), e.what());
-    } catch (...) {
-      return false;
-    }
-  }
-
-  // Writes the entries that could not be written before; those that still cannot be stay kept.
-  void retry() noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      (void)write_pending_locked();
-    } catch (...) {
-    }
-  }
-
-  // Forget which failures were reported, so that the next step reports them again.
-  void reset() noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      seen_.clear();
-    } catch (...) {
-    }
-  }
-
- private:
-  static constexpr std::size_t kMaxPending = 64 * 1024;
-
-  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
-  // of the first that still fails (it and those after it stay kept).
-  int write_pending_locked() {
-    while (!pending_.empty()) {
-      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
-      pending_bytes_ -= pending_.front().second.size();
-      pending_.pop_front();
-    }
-    return 0;
-  }
-
-  std::string file_path_locked() const {
-    if (dir_.empty()) return kFileName;
-    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
-  }
-
-  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
-  static std::string timestamp() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    char buf[64];
-    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
-      return "0000-00-00 00:00:00 +0000";
-    return buf;
-  }
-
-  static std::string type_name(const std::exception& e) {
-    const char* raw = typeid(e).name();
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
-    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
-    std::free(demangled);
-    return out;
-  }
-
-  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
-  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
-  static int append(const std::string& file, const std::string& entry) {
-    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0 && errno == ENOENT) {
-      const std::size_t slash = file.rfind('/');
-      if (slash != std::string::npos && slash != 0) {
-        try {
-          create_directories(file.substr(0, slash));
-        } catch (const IoError& e) {
-          return e.error_code();
-        }
-        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-      }
-    }
-    if (fd < 0) return errno;
-    if (const int err = write_all(fd, entry.data(), entry.size())) {
-      ::close(fd);
-      return err;
-    }
-    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
-  }
-
-  // One line on stderr, with the message's first line (its reason may differ from the log's);
-  // written with ::write so that no stream state or exception gets involved.
-  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
-                       std::string_view message) {
-    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
-                       std::string(what) + " failed: name=" + std::string(name) + ": " +
-                       std::string(message.substr(0, message.find('\n'))) + "\n";
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-  }
-
-  mutable std::mutex mu_;
-  std::string dir_;
-  std::set<std::pair<std::string, std::string>> seen_;
-  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
-  std::size_t pending_bytes_ = 0;
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/error_log.hpp ----
-
-namespace torchprobe::io {
-
-// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
-// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
-// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
-// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
-// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
-inline constexpr std::size_t kTensorPayloadOffset = 64;
-
-// Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
-// torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
-// into the file instead of being assembled in memory first, with direct I/O for large tensors
-// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
-// is written). The file appears under its name only once complete (temporary file + rename, no
-// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
-// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
-// straight from the tensor's memory.
-inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
-  const std::size_t slash = path.rfind('/');
-  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-
-  // The pickle part is small (sizes, dtype, a reference to the storage): build it first.
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* bytes, std::size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); });
-  pickler.protocol();
-  pickler.pushIValue(tensor);
-  pickler.stop();
-
-  DirectFile file;
-  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
-  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
-  // The zip writer is never told about a failed write: in some libtorch versions its destructor
-  // would then throw. It goes on into the void and the error is raised below.
-  auto sink = [&](const void* data, std::size_t n) -> std::size_t {
-    file.write(data, n);
-    return n;
-  };
-  try {
-    caffe2::serialize::PyTorchStreamWriter zip(sink);
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
-    zip.writeEndOfFile();
-  } catch (...) {
-    file.close();
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  int err = file.close();
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    throw IoError("write tensor file", path, err);
-  }
-  return file.direct_bytes();
-}
-
-namespace detail {
-
-// What the writer's threads and every outstanding reservation share. Its mutex also guards the job
-// queue, so a finished file leaves the queue and frees its memory under one lock.
-struct WriterState {
-  explicit WriterState(std::size_t cap) : max_held(cap) {}
-  ~WriterState() {
-    for (auto& kv : idle) std::free(kv.second);
-  }
-
-  std::mutex mu;
-  std::condition_variable work;     // a job was queued, or the writer stops
-  std::condition_variable changed;  // memory was released, or a job finished
-  std::size_t in_flight = 0;        // jobs queued or being written
-  std::size_t held = 0;             // bytes of snapshots alive: staged, queued or being written
-  const std::size_t max_held;
-  bool stopping = false;
-
-  // Statistics (for the benchmark and the tests).
-  std::size_t peak_held = 0;
-  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0, waits = 0;
-  std::chrono::steady_clock::duration waited{0};
-  std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
-  std::size_t writing = 0;
-  std::chrono::steady_clock::time_point busy_since{};
-
-  void release(std::size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      held -= std::min(held, bytes);
-    }
-    changed.notify_all();
-  }
-
-  // Snapshot buffers of large tensors are reused. A fresh large allocation is mapped and zeroed
-  // page by page on first touch, which costs the training thread about twice the copy itself;
-  // training repeats the same shapes every step, so a freed buffer of the same size is soon wanted
-  // again. Idle buffers count against the cap with the live snapshots and are freed when a new
-  // snapshot needs the room.
-  static constexpr std::size_t kReuseFrom = std::size_t{1} << 20;
-  std::multimap<std::size_t, void*> idle;  // size -> buffer
-  std::size_t idle_bytes = 0;
-
-  // A freed snapshot's buffer: kept if live and idle memory stay within the cap (its own bytes
-  // are still counted as live here; its reservation is released right after).
-  void recycle(void* block, std::size_t size) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (held + idle_bytes <= max_held) {
-        idle.emplace(size, block);
-        idle_bytes += size;
-        return;
-      }
-    }
-    std::free(block);
-  }
-
-  // Called with the mutex held, after `bytes` were added to `held`: an idle buffer of that size if
-  // there is one, and the idle buffers to free so that live + idle memory fits the cap again.
-  void* take_idle_locked(std::size_t bytes, std::vector<void*>& to_free) {
-    void* block = nullptr;
-    if (auto it = idle.find(bytes); it != idle.end()) {
-      block = it->second;
-      idle.erase(it);
-      idle_bytes -= bytes;
-    }
-    while (!idle.empty() && held + idle_bytes > max_held) {
-      auto largest = std::prev(idle.end());
-      idle_bytes -= largest->first;
-      to_free.push_back(largest->second);
-      idle.erase(largest);
-    }
-    return block;
-  }
-
-  std::mutex log_mu;
-  ErrorLog log;
-  std::string log_dir;
-};
-
-}  // namespace detail
-
-// Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
-// (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
-// (reused when possible). Move-only.
-class Reservation {
- public:
-  Reservation() = default;
-  Reservation(std::shared_ptr<detail::WriterState> state, std::size_t bytes, void* block = nullptr)
-      : state_(std::move(state)), bytes_(bytes), block_(block) {}
-  Reservation(Reservation&& o) noexcept
-      : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
-  Reservation& operator=(Reservation&& o) noexcept {
-    if (this != &o) {
-      release();
-      state_ = std::move(o.state_);
-      bytes_ = std::exchange(o.bytes_, 0);
-      block_ = std::exchange(o.block_, nullptr);
-    }
-    return *this;
-  }
-  Reservation(const Reservation&) = delete;
-  Reservation& operator=(const Reservation&) = delete;
-  ~Reservation() { release(); }
-
-  std::size_t bytes() const { return bytes_; }
-
-  // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
-  // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
-  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
-  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
-  // offset will have, so that it is written with direct I/O straight from here.
-  at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
-    if (!block_) return at::Tensor();
-    void* block = std::exchange(block_, nullptr);
-    std::weak_ptr<detail::WriterState> state = state_;
-    const std::size_t size = bytes_;
-    return at::from_blob(
-        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
-        [state, size](void* data) {
-          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
-          if (auto s = state.lock()) s->recycle(p, size);
-          else std::free(p);
-        },
-        at::TensorOptions().dtype(dtype));
-  }
-
-  // Must not be called with the writer's mutex held.
-  void release() noexcept {
-    if (block_) {
-      if (state_) state_->recycle(block_, bytes_);
-      else std::free(block_);
-      block_ = nullptr;
-    }
-    if (state_ && bytes_ > 0) state_->release(bytes_);
-    state_.reset();
-    bytes_ = 0;
-  }
-
- private:
-  std::shared_ptr<detail::WriterState> state_;
-  std::size_t bytes_ = 0;
-  void* block_ = nullptr;
-};
-
-class TensorWriter;
-
-namespace detail {
-struct WriteJob {
-  std::string path;
-  std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
-  Reservation memory;   // declared before `data`, so the snapshot is freed first
-  at::Tensor data;
-};
-}  // namespace detail
-
-// One tensor file an entry will have once the entry is kept (see the top of this file).
-// Member order matters: `data` is freed before `memory` returns its bytes to the budget.
-struct PendingSave {
-  std::shared_ptr<TensorWriter> writer;
-  Reservation memory;
-  std::string file_name;  // "Aten.add.0.forward.input.0.pt", already a safe path component
-  at::Tensor data;        // contiguous CPU snapshot taken when the tensor was described
-};
-
-// The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
-// being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
-// some file is still queued (so it can only wait for progress the writer is making; a single
-// snapshot larger than the cap, or entries still open, go ahead when nothing is queued).
-class TensorWriter {
- public:
-  struct Stats {
-    std::uint64_t files = 0;          // written successfully
-    std::uint64_t bytes = 0;          // tensor bytes in those files
-    std::uint64_t direct_bytes = 0;   // of them, bytes written to the disk straight from the snapshots
-    std::uint64_t failures = 0;
-    std::size_t held_bytes = 0;       // snapshot memory alive now
-    std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
-    std::size_t peak_held_bytes = 0;  // the most snapshot memory alive at once
-    std::uint64_t waits = 0;          // reserve() calls that had to wait for the writer
-    double wait_seconds = 0;          // time the callers of reserve() spent waiting
-    double busy_seconds = 0;          // wall time during which some file was being written
-  };
-
-  static constexpr unsigned kDefaultThreads = 2;
-
-  // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
-  // is in write(), which is what a single sequential writer cannot overlap.
-  explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
-      : state_(std::make_shared<detail::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
-        thread_count_(std::max(threads, 1u)) {}
-
-  TensorWriter(const TensorWriter&) = delete;
-  TensorWriter& operator=(const TensorWriter&) = delete;
-
-  // Writes everything still queued, then stops the threads.
-  ~TensorWriter() {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->stopping = true;
-    }
-    state_->work.notify_all();
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
-  std::size_t max_pending_bytes() const { return state_->max_held; }
-
-  // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
-  // will free memory.
-  Reservation reserve(std::size_t bytes) {
-    detail::WriterState& s = *state_;
-    std::unique_lock<std::mutex> lock(s.mu);
-    if (s.held + bytes > s.max_held && s.in_flight > 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      s.changed.wait(lock, [&] { return s.held + bytes <= s.max_held || s.in_flight == 0; });
-      s.waited += std::chrono::steady_clock::now() - t0;
-      ++s.waits;
-    }
-    s.held += bytes;
-    s.peak_held = std::max(s.peak_held, s.held);
-    if (bytes < detail::WriterState::kReuseFrom) return Reservation(state_, bytes);
-    std::vector<void*> to_free;
-    void* block = s.take_idle_locked(bytes, to_free);
-    lock.unlock();
-    for (void* p : to_free) std::free(p);
-    // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
-    if (!block) block = std::aligned_alloc(kDirectAlign, (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
-    return Reservation(state_, bytes, block);
-  }
-
-  // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
-  void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
-    detail::WriterState& s = *state_;
-    {
-      std::lock_guard<std::mutex> lock(s.mu);
-      if (threads_.empty()) start_threads();
-      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data)});
-      ++s.in_flight;
-    }
-    s.work.notify_one();
-  }
-
-  // Returns once every submitted file is written (or has failed and been logged).
-  void flush() {
-    detail::WriterState& s = *state_;
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.changed.wait(lock, [&] { return s.in_flight == 0; });
-  }
-
-  Stats stats() const {
-    detail::WriterState& s = *state_;
-    std::lock_guard<std::mutex> lock(s.mu);
-    Stats out;
-    out.files = s.files;
-    out.bytes = s.bytes_written;
-    out.direct_bytes = s.bytes_direct;
-    out.failures = s.failures;
-    out.held_bytes = s.held;
-    out.idle_bytes = s.idle_bytes;
-    out.peak_held_bytes = s.peak_held;
-    out.waits = s.waits;
-    out.wait_seconds = std::chrono::duration<double>(s.waited).count();
-    out.busy_seconds = std::chrono::duration<double>(s.busy).count();
-    return out;
-  }
-
- private:
-  // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
-  void start_threads() {
-    for (unsigned i = 0; i < thread_count_; ++i)
-      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
-  }
-
-  static void run(detail::WriterState& s, std::deque<detail::WriteJob>& queue) {
-    ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
-    for (;;) {
-      detail::WriteJob job;
-      {
-        std::unique_lock<std::mutex> lock(s.mu);
-        s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        job = std::move(queue.front());
-        queue.pop_front();
-        if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
-      }
-      bool ok = true;
-      std::uint64_t direct = 0;
-      try {
-        direct = write_tensor_file(job.path, job.data);
-      } catch (const std::exception& e) {
-        ok = false;
-        report(s, job, e);
-      }
-      const std::uint64_t bytes = job.memory.bytes();
-      job.data = at::Tensor();  // free the snapshot, then give its bytes back to the budget
-      job.memory.release();
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
-        --s.in_flight;
-        if (ok) {
-          ++s.files;
-          s.bytes_written += bytes;
-          s.bytes_direct += direct;
-        } else {
-          ++s.failures;
-        }
-      }
-      s.changed.notify_all();
-    }
-  }
-
-  // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
-  // each on stderr, so a full disk is noticed without flooding either.
-  static void report(detail::WriterState& s, const detail::WriteJob& job, const std::exception& e) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(s.log_mu);
-      if (job.log_dir != s.log_dir) {  // a new step (or rank directory): report afresh
-        s.log_dir = job.log_dir;
-        s.log.set_directory(job.log_dir);
-        s.log.reset();
-      }
-      const auto* io = dynamic_cast<const IoError*>(&e);
-      const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
-      const std::string name = job.path.substr(job.path.rfind('/') + 1);
-      const std::string message = std::string(e.what()) +
-                                  "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
-      if (s.log.log("save_tensor", name, kind, message)) {
-        const std::string line = std::string(e.what()) + " (the dump continues; see " + s.log.path() + ")\n";
-        (void)!::write(STDERR_FILENO, line.data(), line.size());
-      }
-    } catch (...) {
-    }
-  }
-
-  std::shared_ptr<detail::WriterState> state_;
-  // Guarded by state_->mu; shared with the threads so that they never reach into this object.
-  std::shared_ptr<std::deque<detail::WriteJob>> queue_ = std::make_shared<std::deque<detail::WriteJob>>();
-  const unsigned thread_count_;
-  std::vector<std::thread> threads_;  // started by the first submit
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/tensor_writer.hpp ----
-
-namespace torchprobe {
-
-// Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
-// `pointer` (a JSON pointer into Record::body) is the tensor item whose four keys it fills.
-struct PendingStats {
-  std::string pointer;
-  at::Tensor values;
-  at::ScalarType dtype;
-  bool zero_dim;
-};
-
-// Members of an entry's body that were captured in compact form and become JSON only when the
-// entry is written (API calls under the statistics task: capture/captured_call.hpp).
-class DeferredBody {
- public:
-  virtual ~DeferredBody() = default;
-  virtual void append_to(nlohmann::ordered_json& body) const = 0;
-};
-
-// A checksum (summary_mode md5) still being computed by a worker: `pointer` is the tensor item
-// whose "md5" it fills when the step is written.
-struct PendingChecksum {
-  std::string pointer;
-  std::shared_future<std::string> value;
-};
-
-struct Record {
-  std::string name;              // "Aten.addmm.0.forward"
-  std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
-  // Null until something is put in it (operator[] makes it an object): most entries of a
-  // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
-  nlohmann::ordered_json body;
-  std::vector<PendingStats> pending;
-  std::vector<PendingChecksum> pending_checksums;
-  std::optional<io::CallStack> stack;   // forward entries: where the user made the call
-  // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
-  std::optional<std::string> parent;
-  // Tensor files this entry names in "data_name", snapshotted when described and written only
-  // if the task keeps the entry (io/tensor_writer.hpp explains the path they take).
-  std::vector<io::PendingSave> saves;
-  // The rest of `body`, still in compact form (null when the body is all JSON already).
-  std::shared_ptr<const DeferredBody> deferred;
-
-  bool has_content() const { return deferred != nullptr || !body.empty(); }
-
-  // The entry's body as dump.json shows it.
-  nlohmann::ordered_json json_body() const { return json_of(body, deferred.get()); }
-  // The same from a body and its compact part kept apart (the journal's lines).
-  static nlohmann::ordered_json json_of(const nlohmann::ordered_json& body, const DeferredBody* deferred) {
-    if (!deferred) return body;
-    nlohmann::ordered_json j = body.is_null() ? nlohmann::ordered_json::object() : body;
-    deferred->append_to(j);
-    return j;
-  }
-  // Turns the compact part into JSON in place: for code that edits or reads `body` itself.
-  void materialize() {
-    if (!deferred) return;
-    if (body.is_null()) body = nlohmann::ordered_json::object();
-    deferred->append_to(body);
-    deferred.reset();
-  }
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/sink/record.hpp ----
+// ---- end torchprobe/io/stack_json.hpp ----
 
 namespace torchprobe {
 
 // dump_json() also makes debug.json (save()'s entries, level "debug"): msprobe gives both files the
 // same top-level keys.
 struct StepDump {
-  std::string task;                  // "statistics"
-  std::string level;                 // "L1"
-  std::string directory;             // {dump_path}/step{N}/{rank dir}
+  std::string task;       // "statistics"
+  std::string level;      // "L1"
+  std::string directory;  // {dump_path}/step{N}/{rank dir}
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
-  bool extra_info = true;            // write stack.json and construct.json
+  bool extra_info = true;                          // write stack.json and construct.json
   const std::vector<Record>* records = nullptr;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
@@ -2789,12 +2197,13 @@ struct StepDump {
   nlohmann::ordered_json construct_json() const {
     return keyed_by_name([](const Record& r) {
       if (!r.parent) return std::optional<nlohmann::ordered_json>();
-      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent));
+      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr)
+                                                                     : nlohmann::ordered_json(*r.parent));
     });
   }
 
   nlohmann::ordered_json stack_json() const {
-    std::vector<std::pair<std::string, io::CallStack>> forward;
+    std::vector<std::pair<std::string, CallStack>> forward;
     if (records)
       for (const Record& r : *records)
         if (r.stack) forward.emplace_back(r.name, *r.stack);
@@ -2818,27 +2227,43 @@ struct StepDump {
       std::optional<nlohmann::ordered_json> v = value(r);
       if (!v) continue;
       auto [it, fresh] = where.emplace(r.name, items.size());
-      if (fresh) items.emplace_back(r.name, std::move(*v));
-      else (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
+      if (fresh)
+        items.emplace_back(r.name, std::move(*v));
+      else
+        (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
     }
     return out;
   }
 };
 
-// What a sink may offer besides write_step(StepDump):
+// dump_tensor_data/ of a rank directory, where the writer puts the tensor files (every sink makes
+// it when the task saves tensors: the files go to disk whatever the sink does with the JSON).
+inline void create_tensor_directory(const std::string& rank_directory) {
+  const std::string tensors = tensor_data_directory(rank_directory);
+  try {
+    io::create_directories(tensors);
+  } catch (const io::IoError& e) {
+    throw io::IoError("create the tensor directory", tensors, e.error_code());
+  }
+}
+
+// A sink has open(directory, tensor_files) (called when a dumped step starts; with tensor_files
+// it makes dump_tensor_data/) and write_step(StepDump). What it may offer besides:
 //  - write_debug(StepDump): debug.json, save()'s entries (a sink without it drops them);
 //  - `static constexpr bool keeps_journal = true`: its JSON goes to the step directory, so the
 //    Debugger keeps the step journal there (io/journal.hpp) for crash recovery.
 template <class Sink, class = void>
 struct sink_writes_debug : std::false_type {};
 template <class Sink>
-struct sink_writes_debug<Sink, std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
+struct sink_writes_debug<Sink,
+                         std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
     : std::true_type {};
 
 template <class Sink, class = void>
 struct sink_keeps_journal : std::false_type {};
 template <class Sink>
-struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {};
+struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {
+};
 
 }  // namespace torchprobe
 // ---- end torchprobe/sink/step_dump.hpp ----
@@ -2851,12 +2276,13 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory) {
+  void open(const std::string& directory, bool tensor_files) {
     try {
       io::create_directories(directory);
     } catch (const io::IoError& e) {
       throw io::IoError("create the dump directory", directory, e.error_code());
     }
+    if (tensor_files) create_tensor_directory(directory);
   }
 
   void write_step(const StepDump& d) {
@@ -2870,7 +2296,9 @@ class DirectorySink {
     io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()), 0640, sync);
   }
 
-  void write_debug(const StepDump& d) { io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json())); }
+  void write_debug(const StepDump& d) {
+    io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json()));
+  }
 };
 
 }  // namespace torchprobe
@@ -2886,11 +2314,13 @@ class MemorySink {
  public:
   struct Files {
     nlohmann::ordered_json dump, stack, construct;
-    nlohmann::ordered_json debug;  // save()'s debug.json, null when nothing was saved
+    nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
     std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
   };
 
-  void open(const std::string&) {}
+  void open(const std::string& directory, bool tensor_files) {
+    if (tensor_files) create_tensor_directory(directory);
+  }
 
   void write_step(const StepDump& d) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -2925,38 +2355,39 @@ class MemorySink {
 // Records nothing: for measuring the cost of capture alone.
 class NullSink {
  public:
-  void open(const std::string&) {}
+  void open(const std::string& directory, bool tensor_files) {
+    if (tensor_files) create_tensor_directory(directory);
+  }
   void write_step(const StepDump&) {}
   void write_debug(const StepDump&) {}
 };
 
 }  // namespace torchprobe
 // ---- end torchprobe/sink/memory_sink.hpp ----
-// ---- begin torchprobe/debugger.hpp ----
-// Debugger<Level, Task, Sink>: the composition of the three policies.
+// ---- begin torchprobe/task/registry.hpp ----
+// The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
+// ---- begin torchprobe/task/overflow_check.hpp ----
+// Task::OverflowCheck (classic msprobe's overflow_check; docs/overflow.md): an entry overflows when one
+// of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
+// are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
+// Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
 //
-//   Level  which calls are captured (capture/: the ATen observer for APIs)
-//   Task   what is written for each tensor (task/: statistics, ...)
-//   Sink   where a flushed step goes (sink/: msprobe's directory layout, memory, nowhere)
-//
-// Not started, it registers nothing and costs nothing. start() registers the capture; stop()
-// removes it and writes the step's files; step() moves to the next step{N}/ directory.
-//
-// save(value, name) is msprobe's single-point save: it writes debug.json entries whatever the level
-// (beside dump.json; Level::Debug, msprobe's level "debug", captures nothing else and writes only
-// debug.json). It needs no start(): the first save() of a dumped step opens the step's directory.
-//
-// While a step runs, every kept entry is also appended to the step's journal (io/journal.hpp), so
-// a process killed mid-step leaves records that tools/recover_dump.py turns into dump.json.
-#include <iostream>
+// What keeps it cheap when nothing overflows:
+//  - Statistics are the fused one-pass CPU kernels; the decision is a look at the entry's Max/Min.
+//  - Tensors are not copied while an entry is undecided: the entry holds references, and only a
+//    kept entry's tensors are snapshotted and handed to the writer (io/tensor_writer.hpp). The one
+//    exception is the tensor an in-place op is about to overwrite (see describe()).
+//  - Tensors on a device are reduced there, as for statistics; their entries are held back until
+//    the reductions are read, all at once, at flush (or once many are waiting): no host
+//    synchronisation per op. overflow_nums is then applied at that point.
 
-// ---- begin torchprobe/capture/api_observer.hpp ----
-// The one RecordFunction observer through which the probe sees ATen calls.
-//
-// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
-// in a process-wide slot. The callback is global (not thread-local) because autograd runs
-// backward on its own threads and users run models on several; it is registered only between
-// attach() and detach(), so a debugger that is not started costs nothing at all.
+
+// ---- begin torchprobe/capture/value_encoder.hpp ----
+// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
+// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
+// Tensors are handed to the task's describer; everything else is encoded here.
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
 
 
 // ---- begin torchprobe/capture/op_registry.hpp ----
@@ -2966,6 +2397,7 @@ class NullSink {
 // operator's schema, so the pointer identifies the overload for the life of the process; the
 // cache is keyed by it and the schema is read only on the first call.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 
 #include <unordered_set>
 
@@ -2996,12 +2428,35 @@ struct OpInfo {
 // allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
 // ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
 inline const std::unordered_set<std::string_view>& infrastructure_ops() {
-  static const std::unordered_set<std::string_view> ops = {
-      "detach", "detach_", "alias", "lift", "lift_fresh", "lift_fresh_copy",
-      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-      "ones_like", "zero_", "set_", "resize_", "resize_as_", "record_stream",
-      "_version", "data", "set_data", "is_leaf", "output_nr", "requires_grad_", "retain_grad",
-      "retains_grad", "_backward", "_fw_primal", "_make_dual", "_has_compatible_shallow_copy_type"};
+  static const std::unordered_set<std::string_view> ops = {"detach",
+                                                           "detach_",
+                                                           "alias",
+                                                           "lift",
+                                                           "lift_fresh",
+                                                           "lift_fresh_copy",
+                                                           "empty",
+                                                           "empty_like",
+                                                           "empty_strided",
+                                                           "new_empty",
+                                                           "new_empty_strided",
+                                                           "ones_like",
+                                                           "zero_",
+                                                           "set_",
+                                                           "resize_",
+                                                           "resize_as_",
+                                                           "record_stream",
+                                                           "_version",
+                                                           "data",
+                                                           "set_data",
+                                                           "is_leaf",
+                                                           "output_nr",
+                                                           "requires_grad_",
+                                                           "retain_grad",
+                                                           "retains_grad",
+                                                           "_backward",
+                                                           "_fw_primal",
+                                                           "_make_dual",
+                                                           "_has_compatible_shallow_copy_type"};
   return ops;
 }
 
@@ -3018,7 +2473,7 @@ inline ArgKind kind_of(const c10::TypePtr& declared) {
   }
 }
 
-inline std::unique_ptr<OpInfo> describe(const at::RecordFunction& fn) {
+inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
   auto info = std::make_unique<OpInfo>();
   info->qualified = fn.name();
   constexpr std::string_view ns = "aten::";
@@ -3067,7 +2522,7 @@ class OpRegistry {
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
     if (!slot) {
-      slot = detail::describe(fn);
+      slot = detail::op_info_of(fn);
       // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
       slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
     }
@@ -3085,443 +2540,14 @@ class OpRegistry {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/op_registry.hpp ----
-
-namespace torchprobe::capture {
-
-// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
-// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
-// returns comes back to `on_api_end` with the outputs.
-class ApiHandler;
-
-// A call in flight. It owns a reference to its handler, so a call that is still running when
-// the debugger stops (a backward thread, say) finishes safely.
-struct CallContext : at::ObserverContext {
-  std::shared_ptr<ApiHandler> handler;
-};
-
-class ApiHandler {
- public:
-  virtual ~ApiHandler() = default;
-  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
-  // autograd's own records, which a module tracker needs to see as boundaries.
-  // Return nullptr to ignore the call.
-  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
-  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
-};
-
-class ApiObserver {
- public:
-  ApiObserver() = default;
-  ApiObserver(const ApiObserver&) = delete;
-  ApiObserver& operator=(const ApiObserver&) = delete;
-  ~ApiObserver() { detach(); }
-
-  void attach(std::shared_ptr<ApiHandler> handler) {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ != 0) return;
-    if (std::atomic_load(&slot()))
-      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
-    // A new epoch makes every thread forget a nesting depth left over from an earlier session
-    // (a call that was in flight when the previous session detached never saw its end).
-    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
-    std::atomic_store(&slot(), std::move(handler));
-    epoch().fetch_add(1, std::memory_order_acq_rel);
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                        .needsInputs(true)
-                                        .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION}));
-  }
-
-  void detach() {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ == 0) return;
-    at::removeCallback(handle_);
-    handle_ = 0;
-    // Calls already in flight keep their handler alive through the context they hold.
-    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
-    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
-  }
-
-  bool attached() const { return handle_ != 0; }
-
-  // The handler of the running capture, or null: how RAII module guards find it.
-  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
-
- private:
-  struct Depth {
-    int value = 0;
-    std::uint64_t epoch = 0;
-  };
-
-  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
-  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
-  // inside a backward node from being mistaken for user calls.
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    Depth& d = depth();
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (d.epoch != e) d = Depth{0, e};
-    if (d.value++ != 0) return nullptr;
-    const OpInfo& op = OpRegistry::lookup(fn);
-    std::shared_ptr<ApiHandler> h = current_handler(e);
-    if (!h) return nullptr;
-    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
-    if (ctx) ctx->handler = std::move(h);
-    return ctx;
-  }
-
-  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    Depth& d = depth();
-    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
-    if (ctx == nullptr) return;
-    // Only this observer's start callback made contexts for this callback.
-    auto* call = static_cast<CallContext*>(ctx);
-    call->handler->on_api_end(fn, *call);
-  }
-
-  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
-  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
-  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
-    struct Cached {
-      std::uint64_t epoch = 0;
-      std::weak_ptr<ApiHandler> handler;
-    };
-    thread_local Cached cached;
-    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
-    return cached.handler.lock();
-  }
-
-  static Depth& depth() {
-    thread_local Depth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<ApiHandler>& slot() {
-    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& registration_mutex() {
-    static std::mutex m;
-    return m;
-  }
-
-  at::CallbackHandle handle_ = 0;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/api_observer.hpp ----
-// ---- begin torchprobe/capture/call_capture.hpp ----
-// What the probe makes of each outermost ATen call:
-//  - the API entry "Aten.{op}.{n}.forward" and, through its autograd nodes, ".backward" (L1, mix);
-//  - which module the call belongs to (L0, mix): a parameter-owning leaf module (Linear, Conv,
-//    norms, Embedding, RNNs) is recognised by its parameters among the call's inputs, a call of it
-//    being the run of consecutive calls that use them (its "episode"); other modules are marked
-//    by a ModuleGuard in their forward;
-//  - the module entries "Module.{path}.{Class}.forward.{n}", ".backward.{n}" and
-//    ".parameters_grad.{k}", and construct.json's parent of every entry (mix, L0).
-#include <ATen/SequenceNumber.h>
-
-
-// ---- begin torchprobe/details/block_pool.hpp ----
-// Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
-//
-// A statistics step keeps one body (about 900 bytes) per call until step() frees them all. With
-// hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
-// every call went through malloc's slow path and every step() through free's: together about a
-// tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
-// step (one pool per process, see body_pool()), at the price of one uncontended lock per block.
-#include <new>
-
-namespace torchprobe::details {
-
-class BlockPool {
- public:
-  // Keeps at most `max_free` freed blocks (the rest go back to the heap).
-  explicit BlockPool(std::size_t max_free) : max_free_(max_free) { free_.reserve(max_free); }
-  BlockPool(const BlockPool&) = delete;
-  BlockPool& operator=(const BlockPool&) = delete;
-  ~BlockPool() {
-    for (void* p : free_) ::operator delete(p);
-  }
-
-  // The pool serves one size: the first one asked for. Others come from the heap.
-  void* take(std::size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (block_ == 0) block_ = bytes;
-      if (bytes == block_ && !free_.empty()) {
-        void* p = free_.back();
-        free_.pop_back();
-        return p;
-      }
-    }
-    return ::operator new(bytes);
-  }
-
-  void give(void* p, std::size_t bytes) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (bytes == block_ && free_.size() < max_free_) {
-        free_.push_back(p);  // within the reserved capacity: cannot throw
-        return;
-      }
-    }
-    ::operator delete(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<void*> free_;
-  std::size_t block_ = 0;
-  const std::size_t max_free_;
-};
-
-// The process's pool of entry bodies. It is never destroyed: a body may be freed after every
-// debugger is gone (a sink's records kept by the user, a journal line being written), and at
-// exit. It holds at most kMaxFree blocks of about 1 KB.
-inline BlockPool& body_pool() {
-  static constexpr std::size_t kMaxFree = 4096;
-  static BlockPool* const pool = new BlockPool(kMaxFree);
-  return *pool;
-}
-
-// For std::allocate_shared of entry bodies. Stateless: copying it (allocate_shared does, several
-// times) costs nothing.
-template <class T>
-struct BodyAllocator {
-  using value_type = T;
-  BodyAllocator() = default;
-  template <class U>
-  BodyAllocator(const BodyAllocator<U>&) {}
-
-  T* allocate(std::size_t n) { return static_cast<T*>(body_pool().take(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { body_pool().give(p, n * sizeof(T)); }
-
-  template <class U>
-  bool operator==(const BodyAllocator<U>&) const { return true; }
-  template <class U>
-  bool operator!=(const BodyAllocator<U>&) const { return false; }
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/block_pool.hpp ----
-// ---- begin torchprobe/details/dump_core.hpp ----
-// The state a running capture needs, owned jointly by the Debugger and by every call in flight:
-// a backward thread may still be finishing a call after the Debugger stopped or went away.
-
-// ---- begin torchprobe/io/journal.hpp ----
-// The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
-// line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
-// the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
-// at stop()/step(); the journal is removed once the step's files are complete. A journal that is
-// still there marks an interrupted step, and tools/recover_dump.py rebuilds the step's JSON
-// files from it.
-//
-// Format (one JSON object per line, written with the Python-compatible writer):
-//   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
-//            "debug_data_dir": ..., "extra_info": ...}
-//   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
-// Entries are placed by "order"; a name seen again replaces the earlier body in its first place
-// (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
-// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
-// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
-// last line cut short (the process died mid-write) is ignored by the reader.
-
-
-
-namespace torchprobe::io {
-
-// A line whose text is made when it is written, on the journal's thread.
-class JournalLine {
- public:
-  virtual ~JournalLine() = default;
-  virtual std::string text() const = 0;
-  // The write failed with `error` (errno).
-  virtual void failed(int error) const = 0;
-};
-
-class Journal {
- public:
-  static constexpr const char* kFileName = "journal.jsonl";
-  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
-  // crash loses a bounded number of them and the queue's memory stays bounded.
-  static constexpr std::size_t kMaxQueued = 4096;
-  static constexpr std::size_t kBatchLines = 256;
-
-  Journal() = default;
-  Journal(const Journal&) = delete;
-  Journal& operator=(const Journal&) = delete;
-  ~Journal() {
-    close();
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      stopping_ = true;
-    }
-    queue_cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // Opens `path` for appending (a step that is started again continues its journal). A new
-  // journal appears with its header already in it (write_file_atomic: temporary file, then
-  // rename), so a process killed at any moment leaves either no journal or one that the recovery
-  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
-  // Throws IoError.
-  void open(const std::string& path, const std::string& header_line) {
-    drain();  // lines of the previous journal go to it
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fd_.load() >= 0 && path == path_) return;
-    close_locked();
-    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
-    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
-      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
-      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    }
-    if (fd < 0) throw IoError("open the journal", path, errno);
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
-      const std::string text = header_line + "\n";
-      const int err = write_all(fd, text.data(), text.size());
-      if (err != 0) {
-        ::close(fd);
-        throw IoError("write the journal", path, err);
-      }
-    }
-    path_ = path;
-    fd_.store(fd);
-  }
-
-  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
-  std::string path() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return path_;
-  }
-
-  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
-  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
-  void append_later(std::unique_ptr<JournalLine> line) {
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
-    queue_.push_back(std::move(line));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    queue_cv_.notify_all();
-  }
-
-  // Waits until every line queued so far is written.
-  void drain() {
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
-  }
-
-  void close() {
-    drain();
-    std::lock_guard<std::mutex> lock(mu_);
-    close_locked();
-  }
-
-  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
-  void remove() {
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_.clear();
-      queue_cv_.notify_all();
-      queue_cv_.wait(lock, [this] { return !writing_; });
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string path = path_;
-    close_locked();
-    if (!path.empty()) ::unlink(path.c_str());
-    path_.clear();
-  }
-
- private:
-  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
-  int append(const std::string& line) {
-    std::string text;
-    text.reserve(line.size() + 1);
-    text += line;
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    const int fd = fd_.load();
-    if (fd < 0) return 0;
-    struct stat st;
-    const bool sized = ::fstat(fd, &st) == 0;
-    const int err = write_all(fd, text.data(), text.size());
-    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
-    // room again would follow it, and the reader could not go past it.
-    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
-    return err;
-  }
-
-  void run() {
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    for (;;) {
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      // Whatever has queued up (up to kBatchLines) goes out in one write().
-      std::vector<std::unique_ptr<JournalLine>> batch;
-      while (!queue_.empty() && batch.size() < kBatchLines) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      writing_ = true;
-      queue_cv_.notify_all();  // room in the queue again
-      lock.unlock();
-      std::string text;
-      const JournalLine* first = nullptr;
-      for (const auto& line : batch) {
-        try {
-          std::string t = line->text();
-          if (!text.empty()) text += '\n';
-          text += t;
-          if (!first) first = line.get();
-        } catch (const std::exception&) {
-          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
-        }
-      }
-      if (first)
-        if (const int err = append(text)) first->failed(err);
-      batch.clear();
-      lock.lock();
-      writing_ = false;
-      queue_cv_.notify_all();
-    }
-  }
-
-  void close_locked() {
-    const int fd = fd_.exchange(-1);
-    if (fd >= 0) ::close(fd);
-  }
-
-  mutable std::mutex mu_;
-  std::atomic<int> fd_{-1};
-  std::string path_;
-
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::unique_ptr<JournalLine>> queue_;
-  bool writing_ = false;  // the thread holds a line taken from the queue
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/journal.hpp ----
-// ---- begin torchprobe/details/step_state.hpp ----
-// What one step has captured so far, shared by every thread that records into it.
-
-// ---- begin torchprobe/capture/tensor_json.hpp ----
+// ---- begin torchprobe/core/tensor_json.hpp ----
 // The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
 // statistics slots and requires_grad, in msprobe's key order.
 
 #include <c10/util/SmallVector.h>
 
 
-// ---- begin torchprobe/stats/tensor_stats.hpp ----
+// ---- begin torchprobe/core/tensor_stats.hpp ----
 // The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
 
 namespace torchprobe {
@@ -3536,9 +2562,24 @@ struct StatValue {
   double d = 0.0;
 
   static StatValue null() { return {}; }
-  static StatValue boolean(bool v) { StatValue s; s.kind = Kind::Bool; s.b = v; return s; }
-  static StatValue integer(std::int64_t v) { StatValue s; s.kind = Kind::Int; s.i = v; return s; }
-  static StatValue real(double v) { StatValue s; s.kind = Kind::Float; s.d = v; return s; }
+  static StatValue boolean(bool v) {
+    StatValue s;
+    s.kind = Kind::Bool;
+    s.b = v;
+    return s;
+  }
+  static StatValue integer(std::int64_t v) {
+    StatValue s;
+    s.kind = Kind::Int;
+    s.i = v;
+    return s;
+  }
+  static StatValue real(double v) {
+    StatValue s;
+    s.kind = Kind::Float;
+    s.d = v;
+    return s;
+  }
 
   bool is_null() const { return kind == Kind::Null; }
   // The value as a double (NaN for null), for comparisons and overflow checks.
@@ -3567,7 +2608,7 @@ struct TensorStats {
 };
 
 }  // namespace torchprobe
-// ---- end torchprobe/stats/tensor_stats.hpp ----
+// ---- end torchprobe/core/tensor_stats.hpp ----
 
 namespace torchprobe {
 
@@ -3646,823 +2687,7 @@ inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
 }
 
 }  // namespace torchprobe
-// ---- end torchprobe/capture/tensor_json.hpp ----
-// ---- begin torchprobe/config/name_filter.hpp ----
-// NameFilter: which entries a run dumps, decided name by name in execution order from the config's
-// scope and list (msprobe-reference §5.4, msprobe's core/dump/data_dump/scope.py), plus which ATen ops
-// risk_level lets through. step, rank and data_mode are plain lookups on Config and are not here.
-//
-// A filter is stateful (the scope range is on or off) and not thread-safe: one per capturing thread.
-
-
-namespace torchprobe {
-
-namespace detail {
-
-// "aten::add_.Tensor" -> "add_": risk tables are keyed by the short name that API entries use.
-inline std::string_view aten_short_name(std::string_view op) {
-  if (const auto p = op.rfind("::"); p != std::string_view::npos) op.remove_prefix(p + 2);
-  if (const auto p = op.find('.'); p != std::string_view::npos) op = op.substr(0, p);
-  return op;
-}
-
-// "unsqueeze_" -> "unsqueeze": an in-place variant carries the risk of its op. Dunders ("__and__") stay.
-inline std::string_view without_inplace_mark(std::string_view op) {
-  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1);
-  return op;
-}
-
-// Ops that FOCUS drops: they move, reshape, copy, cast or create data without arithmetic that could
-// differ between devices, so their dumps rarely explain an accuracy problem and mostly add volume.
-// Adapted from msprobe's LOW_RISK_API_SET (Python API names) to the ATen names TorchProbe records,
-// adding ATen-only spellings (_reshape_alias, _unsafe_view, _to_copy, slice, select, copy_, fill_, ...).
-inline bool is_low_risk_op(std::string_view op) {
-  static const std::unordered_set<std::string_view> kLowRisk = {
-      // views and shape changes
-      "view", "view_as", "_unsafe_view", "reshape", "reshape_as", "_reshape_alias", "flatten", "unflatten", "ravel",
-      "squeeze", "unsqueeze", "expand", "expand_as", "transpose", "t", "permute", "movedim", "moveaxis", "swapaxes",
-      "swapdims", "unfold", "as_strided", "alias", "narrow", "slice", "select", "contiguous", "detach", "lift_fresh",
-      "align_as", "align_to", "atleast_1d", "atleast_2d", "atleast_3d",
-      // copies, gathers by index, repeats
-      "clone", "copy", "_copy_from", "_copy_from_and_resize", "index_select", "repeat", "repeat_interleave", "tile",
-      // joins and splits
-      "cat", "_cat", "concat", "concatenate", "stack", "_stack", "hstack", "vstack", "dstack", "column_stack",
-      "row_stack", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "tensor_split", "hsplit",
-      "vsplit", "dsplit", "chunk", "unsafe_chunk", "unbind",
-      // dtype and device conversion
-      "to", "_to_copy", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "byte", "char",
-      "bool", "cfloat",
-      // creation and filling
-      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
-      "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "arange", "linspace",
-      "logspace", "eye", "scalar_tensor", "resize", "resize_as", "set", "diag", "diagflat", "diag_embed", "triu",
-      "tril", "triu_indices", "tril_indices",
-      // clamping (a comparison, no rounding) and reading scalars or metadata
-      "clamp", "clamp_min", "clamp_max", "clip", "item", "_local_scalar_dense", "is_nonzero", "size", "stride"};
-  op = aten_short_name(op);
-  return kLowRisk.count(op) > 0 || kLowRisk.count(without_inplace_mark(op)) > 0;
-}
-
-// Ops that CORE keeps: the compute-heavy families where accuracy problems usually start. Adapted from
-// msprobe's CORE_API_SET: matmul family, linear, convolution, normalization layers, embedding and
-// attention, plus the softmax family. Families are matched by substring so that ATen's many
-// backend-specific spellings (cudnn_convolution, native_layer_norm, _scaled_dot_product_flash_attention,
-// _log_softmax, embedding_bag, ...) are covered. Plain "norm" (a vector norm), "renorm" and "normal"
-// (random) are deliberately not normalization layers.
-inline bool is_core_op(std::string_view op) {
-  static const std::unordered_set<std::string_view> kCore = {
-      "matmul", "__matmul__", "mm", "bmm", "addmm", "_addmm_activation", "addbmm", "baddbmm", "mv", "addmv", "addr",
-      "dot", "einsum", "tensordot", "chain_matmul", "linalg_matmul", "linalg_multi_dot", "linalg_vecdot", "_scaled_mm",
-      "_fused_adam", "_fused_adamw"};
-  op = without_inplace_mark(aten_short_name(op));
-  if (kCore.count(op) > 0) return true;
-  auto has = [op](std::string_view part) { return op.find(part) != std::string_view::npos; };
-  if (has("conv") && !has("convert")) return true;         // conv1d.., conv_transpose*, convolution, _convolution
-  if (has("linear") && !has("upsample")) return true;      // linear, bilinear, mkldnn_linear (not interpolation)
-  for (std::string_view family : {"batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm",
-                                  "local_response_norm", "weight_norm", "embedding", "attention", "softmax"})
-    if (has(family)) return true;
-  return false;
-}
-
-}  // namespace detail
-
-class NameFilter {
- public:
-  explicit NameFilter(const Config& config)
-      : level_(config.level),
-        risk_level_(config.risk_level),
-        exact_scope_(config.task == Task::FreeBenchmark),
-        scope_(config.scope),
-        list_(config.list) {}
-
-  // Called once per entry name in execution order (API names like "Aten.relu.0.forward", their backward
-  // names, module names like "Module.fc.Linear.forward.0"); returns whether the entry is dumped.
-  // scope is an inclusive [start, end] range: on when start is seen, off after end. list keeps names that
-  // contain any of its strings; with a scope it filters inside the range.
-  bool admit(const std::string& name) {
-    if (exact_scope_)  // free_benchmark: scope is a set of exact names (msprobe's ListScope)
-      return (scope_.empty() || std::find(scope_.begin(), scope_.end(), name) != scope_.end()) && in_list(name);
-    if (scope_.empty()) return in_list(name);
-    if (name == scope_.front()) in_range_ = true;
-    const bool admitted = in_range_ && in_list(name);
-    // An L0 module range stays open until the end module's forward finishes, when exit_module says so.
-    if (name == scope_.back() && !end_module_open_) in_range_ = false;
-    return admitted;
-  }
-
-  // Optional module lifetime notifications (forward pre-hook / forward end, with the module's forward
-  // name). Without them admit() works on names alone; with them the module-scoped rules of msprobe hold:
-  //  - L0: a scope ending at a module covers everything executed inside that module;
-  //  - mix: a module whose name matches the list switches on everything executed inside it.
-  void enter_module(const std::string& name) {
-    if (exact_scope_) return;
-    if (!scope_.empty() && name == scope_.front()) in_range_ = true;
-    if (level_ == Level::L0 && !scope_.empty() && name == scope_.back()) end_module_open_ = true;
-    if (level_ == Level::Mix && matches_list(name)) open_list_modules_.push_back(name);
-  }
-  void exit_module(const std::string& name) {
-    if (exact_scope_) return;
-    if (!scope_.empty() && name == scope_.back()) {
-      in_range_ = false;
-      end_module_open_ = false;
-    }
-    auto it = std::find(open_list_modules_.begin(), open_list_modules_.end(), name);
-    if (it != open_list_modules_.end()) open_list_modules_.erase(it);
-  }
-
-  // risk_level for an ATen op ("addmm", "aten::view.default", ...). It only applies at L1 and mix, and
-  // only when neither scope nor list is set: naming what to dump overrides the risk table (as in msprobe).
-  bool admits_op(std::string_view aten_op) const {
-    if ((level_ != Level::L1 && level_ != Level::Mix) || !scope_.empty() || !list_.empty()) return true;
-    switch (risk_level_) {
-      case RiskLevel::All: return true;
-      case RiskLevel::Focus: return !detail::is_low_risk_op(aten_op);
-      case RiskLevel::Core: return detail::is_core_op(aten_op);
-    }
-    return true;
-  }
-
-  // At step(): the range closes, as entry numbering restarts.
-  void reset() {
-    in_range_ = false;
-    end_module_open_ = false;
-    open_list_modules_.clear();
-  }
-
- private:
-  bool matches_list(const std::string& name) const {
-    return std::any_of(list_.begin(), list_.end(),
-                       [&](const std::string& part) { return name.find(part) != std::string::npos; });
-  }
-  bool in_list(const std::string& name) const {
-    return list_.empty() || !open_list_modules_.empty() || matches_list(name);
-  }
-
-  Level level_;
-  RiskLevel risk_level_;
-  bool exact_scope_;
-  std::vector<std::string> scope_, list_;
-  bool in_range_ = false;
-  bool end_module_open_ = false;                // L0: the scope's end module has entered and not yet exited
-  std::vector<std::string> open_list_modules_;  // mix: modules matching the list that are still running
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/config/name_filter.hpp ----
-// ---- begin torchprobe/stats/device_stats.hpp ----
-// Statistics of a tensor on an accelerator, reduced where the tensor lives.
-//
-// Reading each statistic back with .item() would synchronise the host with the device four
-// times per tensor. Instead the four values are reduced on the device into one small float64
-// tensor that stays there; the step's pending tensors are copied to the host in one batch when
-// the step is flushed (see DeferredStats).
-
-
-
-namespace torchprobe::stats {
-
-// Reduce `t` on its own device into a float64 tensor [max, min, mean, norm]. No host sync.
-// bool: [any, all, -, -]; complex: statistics of |z|. Callers check numel() > 0 first.
-inline at::Tensor device_stats_tensor(const at::Tensor& t) {
-  ProbeGuard guard;
-  if (t.scalar_type() == at::kBool) {
-    const at::Tensor any = t.any().to(at::kDouble);
-    const at::Tensor all = t.all().to(at::kDouble);
-    return at::stack({any, all, any, any});
-  }
-  const at::Tensor x = t.is_complex() ? t.to(at::kComplexDouble).abs() : t.to(at::kDouble);
-  // norm of |z| equals the complex tensor's L2 norm.
-  return at::stack({x.max(), x.min(), x.mean(), x.norm()});
-}
-
-// Turn the four reduced values back into statistics with the rules of cpu_stats: Max/Min keep
-// the dtype's kind, bool has null Mean/Norm, a 0-d tensor shows its value in all four.
-inline TensorStats decode_device_stats(const double* v, at::ScalarType dtype, bool zero_dim) {
-  TensorStats s;
-  if (dtype == at::kBool) {
-    s.max = StatValue::boolean(v[0] != 0.0);
-    s.min = StatValue::boolean(v[1] != 0.0);
-    return s;
-  }
-  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
-    s.max = StatValue::integer(static_cast<std::int64_t>(v[0]));
-    s.min = StatValue::integer(static_cast<std::int64_t>(v[1]));
-  } else {
-    s.max = StatValue::real(v[0]);
-    s.min = StatValue::real(v[1]);
-  }
-  s.mean = StatValue::real(zero_dim ? v[0] : v[2]);
-  s.norm = StatValue::real(zero_dim ? v[0] : v[3]);
-  return s;
-}
-
-// Statistics waiting on the device. `add` keeps the reduced tensor; `resolve` copies them all to
-// the host with one transfer and hands each result back in the order they were added.
-class DeferredStats {
- public:
-  struct Item {
-    at::Tensor values;  // float64 [4] on the device
-    at::ScalarType dtype;
-    bool zero_dim;
-  };
-
-  std::size_t add(const at::Tensor& t) { return add_reduced(device_stats_tensor(t), t.scalar_type(), t.dim() == 0); }
-  // For values already reduced by device_stats_tensor.
-  std::size_t add_reduced(at::Tensor values, at::ScalarType dtype, bool zero_dim) {
-    items_.push_back({std::move(values), dtype, zero_dim});
-    return items_.size() - 1;
-  }
-  bool empty() const { return items_.empty(); }
-  std::size_t size() const { return items_.size(); }
-
-  std::vector<TensorStats> resolve() {
-    std::vector<TensorStats> out;
-    if (items_.empty()) return out;
-    ProbeGuard guard;
-    std::vector<at::Tensor> parts;
-    parts.reserve(items_.size());
-    for (auto& it : items_) parts.push_back(it.values.to(items_.front().values.device()));
-    // One device-to-host copy for the whole batch.
-    const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
-    const double* p = host.data_ptr<double>();
-    out.reserve(items_.size());
-    for (std::size_t k = 0; k < items_.size(); ++k)
-      out.push_back(decode_device_stats(p + 4 * k, items_[k].dtype, items_[k].zero_dim));
-    items_.clear();
-    return out;
-  }
-
- private:
-  std::vector<Item> items_;
-};
-
-}  // namespace torchprobe::stats
-// ---- end torchprobe/stats/device_stats.hpp ----
-
-namespace torchprobe::details {
-
-class StepState {
- public:
-  explicit StepState(const Config& config) : filter_(config) {}
-
-  struct Admission {
-    std::string name;
-    std::uint64_t order = 0;
-    bool admitted = false;
-  };
-
-  // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
-  // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
-  // call keeps its number whatever the filters say.
-  // `key_id` numbers `key` (OpInfo::key_id), so the hot path indexes a vector instead of hashing.
-  Admission begin_api_call(const std::string& key, std::size_t key_id, std::string_view api) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Admission a;
-    if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
-    const std::string n = std::to_string(api_counters_[key_id]++);
-    a.name.reserve(key.size() + n.size() + 8);
-    a.name.append(key).append(n).append(".forward");
-    a.order = next_order_++;
-    a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
-    return a;
-  }
-
-  // For entries that are not API forward calls (backward, modules): their number and admission.
-  std::int64_t next_index(const std::string& counter_key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return counters_[counter_key]++;
-  }
-  std::uint64_t next_order() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return next_order_++;
-  }
-  bool admit(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return filter_.admit(name);
-  }
-  // An API's backward entry: its name, and its op under risk_level, as for its forward.
-  bool admit_api(const std::string& name, std::string_view api) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return filter_.admit(name) && filter_.admits_op(api);
-  }
-  void enter_module(const std::string& forward_name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    filter_.enter_module(forward_name);
-  }
-  void exit_module(const std::string& forward_name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    filter_.exit_module(forward_name);
-  }
-
-  // Commits with the next position in dump order (entries that are complete only at their end).
-  void commit_last(Record&& r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    r.order = next_order_++;
-    records_.push_back(std::move(r));
-  }
-
-  void commit(Record&& r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    records_.push_back(std::move(r));
-  }
-
-  // Runs f(records) with the records in dump order and every deferred statistic resolved
-  // (one device-to-host copy for all of them).
-  template <class F>
-  void with_records(F&& f) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    resolve_pending();
-    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
-    // Mostly in order already (API entries commit in call order): sorting would move every record.
-    if (!std::is_sorted(records_.begin(), records_.end(), by_order)) std::stable_sort(records_.begin(), records_.end(), by_order);
-    f(static_cast<const std::vector<Record>&>(records_));
-  }
-
-  std::size_t size() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return records_.size();
-  }
-
-  // step(): a new step starts with no records, counters at 0, and the scope range closed.
-  void reset() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    records_.clear();
-    counters_.clear();
-    std::fill(api_counters_.begin(), api_counters_.end(), 0);
-    next_order_ = 0;
-    filter_.reset();
-  }
-
- private:
-  void resolve_pending() {
-    resolve_checksums();
-    std::vector<std::pair<Record*, std::size_t>> where;
-    stats::DeferredStats batch;
-    for (auto& r : records_)
-      for (std::size_t k = 0; k < r.pending.size(); ++k) {
-        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
-        where.emplace_back(&r, k);
-      }
-    if (batch.empty()) return;
-    const std::vector<TensorStats> resolved = batch.resolve();
-    for (std::size_t i = 0; i < where.size(); ++i) {
-      Record& r = *where[i].first;
-      nlohmann::ordered_json& item = r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
-      put_stats(item, resolved[i]);
-    }
-    for (auto& r : records_) r.pending.clear();
-  }
-
-  // Checksums computed off the training thread (stats/checksum_worker.hpp) join their items.
-  void resolve_checksums() {
-    for (auto& r : records_) {
-      if (r.pending_checksums.empty()) continue;
-      r.materialize();
-      for (PendingChecksum& p : r.pending_checksums) {
-        try {
-          r.body.at(nlohmann::ordered_json::json_pointer(p.pointer))["md5"] = p.value.get();
-        } catch (const std::exception&) {
-          // The checksum could not be computed (memory): the item keeps md5 null, the rest is written.
-        }
-      }
-      r.pending_checksums.clear();
-    }
-  }
-
-  mutable std::mutex mutex_;
-  NameFilter filter_;
-  std::vector<Record> records_;
-  std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
-  std::vector<std::int64_t> api_counters_;                   // API forward calls, by OpInfo::key_id
-  std::uint64_t next_order_ = 0;
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/step_state.hpp ----
-
-namespace torchprobe::details {
-
-// Optional parts of a task policy, found by detection:
-//  - bool ended() const: the task has seen enough and the dump ends (overflow_check's overflow_nums);
-//  - bool decision_due() const and decide_held(commit): keep() may hold entries back until values
-//    still on a device are read, and decides them in one batch (overflow_check on a device);
-//  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
-//    (overflow_check's overflow_summary.json).
-template <class T, class = void>
-struct task_can_end : std::false_type {};
-template <class T>
-struct task_can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
-template <class T, class = void>
-struct task_holds_entries : std::false_type {};
-template <class T>
-struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
-template <class T, class = void>
-struct task_adds_files : std::false_type {};
-template <class T>
-struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(std::declval<const std::vector<Record>&>(),
-                                                                                     std::int64_t()))>> : std::true_type {};
-
-template <class TaskT>
-struct DumpCore {
-  explicit DumpCore(Config c)
-      : config(std::move(c)), task(config), state(config), debug_state(config), errors(std::string()) {}
-  const Config config;
-  TaskT task;
-  StepState state;        // dump.json's entries
-  StepState debug_state;  // debug.json's entries (save())
-  io::ErrorLog errors;
-  io::Journal journal;    // open while a dumped step runs, when the sink keeps files
-  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
-  std::atomic<bool> capturing{false};
-  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
-  std::atomic<std::uint64_t> generation{0};
-
-  bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
-
-  // Every finished entry goes through here: the task has the last word on it (a task may keep
-  // only some entries, or act on the ones it keeps) before it joins the step. A kept entry's
-  // tensor files go to the writer and its JSON to the journal; a dropped one's snapshots are freed.
-  void commit(Record&& r) {
-    if (task.keep(r)) accept(state, "dump", std::move(r));
-    else decide_held_if_due();
-  }
-  // The same, for entries placed in dump order when they complete (backward, modules). The place
-  // is taken before keep(), so an entry the task holds back keeps it.
-  void commit_last(Record&& r) {
-    r.order = state.next_order();
-    if (task.keep(r)) accept(state, "dump", std::move(r));
-    else decide_held_if_due();
-  }
-
-  // Entries the task held back until values still on a device are read (overflow_check) are
-  // decided now, in one batch; those it keeps join the step. Called before each flush.
-  void decide_held() {
-    if constexpr (task_holds_entries<TaskT>::value) task.decide_held([this](Record&& r) { commit(std::move(r)); });
-  }
-  // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
-  bool ended() const {
-    if constexpr (task_can_end<TaskT>::value) return task.ended();
-    else return false;
-  }
-  // What the Debugger does when the task ends the dump; runs once, on the thread that committed
-  // the last entry. Cleared (null) by the Debugger before it goes away.
-  void set_end_hook(std::function<void()> hook) {
-    std::lock_guard<std::mutex> lock(end_mu_);
-    end_hook_ = std::move(hook);
-  }
-  // save()'s entries, for debug.json. An entry committed again under the same name and order
-  // replaces the earlier one (a gradient filling its placeholder).
-  void commit_debug(Record&& r) {
-    if (!task.keep(r)) return;
-    accept(debug_state, "debug", std::move(r));
-    debug_commits.fetch_add(1);
-  }
-  // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
-  std::atomic<std::uint64_t> debug_commits{0};
-
-  // The rank directory of the dumped step: kept entries' tensor files go to its dump_tensor_data/,
-  // their write failures to its dump_error_info.log.
-  void set_step_directory(const std::string& rank_directory) {
-    std::lock_guard<std::mutex> lock(files_mu_);
-    rank_dir_ = rank_directory;
-  }
-
-  // Waits until every tensor file handed over so far is written.
-  void flush_tensor_files() {
-    std::shared_ptr<io::TensorWriter> w;
-    {
-      std::lock_guard<std::mutex> lock(files_mu_);
-      w = writer_;
-    }
-    if (w) w->flush();
-  }
-
- private:
-  void accept(StepState& into, const char* file, Record&& r) {
-    if (!r.saves.empty()) hand_over_saves(r);
-    if (journal.is_open()) append_to_journal(file, r);
-    into.commit(std::move(r));
-    if (ended() && !end_seen_.exchange(true)) end_dump();
-  }
-
-  void decide_held_if_due() {
-    if constexpr (task_holds_entries<TaskT>::value)
-      if (task.decision_due()) decide_held();
-  }
-
-  // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
-  void end_dump() {
-    capturing = false;
-    std::lock_guard<std::mutex> lock(end_mu_);
-    if (end_hook_) end_hook_();
-  }
-
-  void hand_over_saves(Record& r) {
-    std::string rank_dir;
-    {
-      std::lock_guard<std::mutex> lock(files_mu_);
-      rank_dir = rank_dir_;
-      if (!writer_) writer_ = r.saves.front().writer;
-    }
-    if (!rank_dir.empty()) {
-      const std::string dir = rank_dir + "/dump_tensor_data/";
-      for (io::PendingSave& s : r.saves)
-        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data), std::move(s.memory));
-    }
-    r.saves.clear();
-  }
-
-  // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
-  // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
-  // failure is logged once per step (through the error log's de-duplication) and the dump goes on
-  // from memory.
-  class EntryLine final : public io::JournalLine {
-   public:
-    EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
-        : file_(file), name_(r.name), order_(r.order), parent_(r.parent), body_(r.body), deferred_(r.deferred),
-          errors_(errors), journal_(journal) {}
-
-    std::string text() const override {
-      std::string line = "{\"file\": \"";
-      line += file_;
-      line += "\", \"name\": ";
-      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
-      line += ", \"order\": ";
-      line += std::to_string(order_);
-      if (parent_) {
-        line += ", \"parent\": ";
-        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
-      }
-      line += ", \"body\": ";
-      // A body kept whole is written as it is; only a compact one is built first.
-      line += deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
-      line += '}';
-      return line;
-    }
-
-    void failed(int err) const override {
-      errors_.log("write_journal", name_, io::errno_text(err),
-                  io::IoError("write the journal", journal_.path(), err).what() +
-                      std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
-    }
-
-   private:
-    const char* file_;
-    std::string name_;
-    std::uint64_t order_;
-    std::optional<std::string> parent_;
-    nlohmann::ordered_json body_;
-    std::shared_ptr<const DeferredBody> deferred_;
-    io::ErrorLog& errors_;
-    const io::Journal& journal_;
-  };
-
-  void append_to_journal(const char* file, const Record& r) {
-    journal.append_later(std::make_unique<EntryLine>(file, r, errors, journal));
-  }
-
-  std::mutex end_mu_;
-  std::function<void()> end_hook_;
-  std::atomic<bool> end_seen_{false};
-  std::mutex files_mu_;
-  std::string rank_dir_;
-  std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/dump_core.hpp ----
-// ---- begin torchprobe/capture/backward_probe.hpp ----
-// Gradients of one forward region (an ATen call, or a module's forward): the gradients flowing
-// into it (w.r.t. its outputs) and out of it (w.r.t. its tensor inputs).
-//
-// The autograd nodes a region created are those whose sequence numbers fall in
-// [sequence at its start, sequence at its end). A pre-hook on the nodes that produced the
-// region's outputs sees the gradients w.r.t. those outputs; a post-hook on the nodes whose next
-// edges are the region's inputs' gradient edges sees the gradients w.r.t. those inputs. This works
-// for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
-// and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
-#include <torch/csrc/autograd/edge.h>
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
-#include <iterator>
-
-
-namespace torchprobe::capture {
-
-using torch::autograd::Edge;
-using torch::autograd::Node;
-using torch::autograd::variable_list;
-
-// Where the gradient of a forward input will go; an invalid edge for inputs that need none.
-inline Edge gradient_edge_of(const at::Tensor& t) {
-  if (!t.defined() || !t.requires_grad()) return Edge();
-  return torch::autograd::impl::gradient_edge(t);
-}
-
-// Receives the gradients as they arrive (on autograd's threads) and the end of the region's
-// backward. Calls for one probe never overlap.
-class GradientReceiver {
- public:
-  virtual ~GradientReceiver() = default;
-  virtual void grad_output(std::size_t output_index, const at::Tensor& grad) = 0;  // w.r.t. forward output i
-  virtual void grad_input(std::size_t input_index, const at::Tensor& grad) = 0;    // w.r.t. forward input k
-  virtual void backward_done() = 0;
-};
-
-class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
- public:
-  // Hooks the region. Returns false (and hooks nothing) when no output takes part in autograd.
-  static bool attach(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
-                     std::uint64_t seq_end, std::shared_ptr<GradientReceiver> receiver) {
-    auto probe = std::shared_ptr<BackwardProbe>(new BackwardProbe(std::move(receiver)));
-    return probe->hook(outputs, inputs, seq_begin, seq_end);
-  }
-
- private:
-  explicit BackwardProbe(std::shared_ptr<GradientReceiver> r) : receiver_(std::move(r)) {}
-
-  struct Slot {
-    std::size_t node_index;  // which of the node's inputs/outputs
-    std::size_t region_index;
-  };
-
-  class PreHook final : public torch::autograd::FunctionPreHook {
-   public:
-    PreHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
-    variable_list operator()(const variable_list& grads) override {
-      probe_->arrived_outputs(slots_, grads);
-      return grads;  // read only: the gradients flow on unchanged
-    }
-
-   private:
-    std::shared_ptr<BackwardProbe> probe_;
-    std::vector<Slot> slots_;
-  };
-
-  class PostHook final : public torch::autograd::FunctionPostHook {
-   public:
-    PostHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
-    variable_list operator()(const variable_list& grad_inputs, const variable_list& /*grad_outputs*/) override {
-      probe_->arrived_inputs(slots_, grad_inputs);
-      return grad_inputs;
-    }
-
-   private:
-    std::shared_ptr<BackwardProbe> probe_;
-    std::vector<Slot> slots_;
-  };
-
-  bool hook(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
-            std::uint64_t seq_end) {
-    // Roots: the nodes that produced the outputs, each with the outputs it carries.
-    std::vector<std::pair<Node*, std::vector<Slot>>> roots;
-    std::vector<std::shared_ptr<Node>> keep;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      const at::Tensor& out = outputs[i];
-      if (!out.defined() || !out.requires_grad()) continue;
-      const std::shared_ptr<Node>& fn = out.grad_fn();
-      if (!fn) continue;  // a leaf returned as is: no gradient flows through this region for it
-      auto it = std::find_if(roots.begin(), roots.end(), [&](const auto& r) { return r.first == fn.get(); });
-      if (it == roots.end()) {
-        roots.emplace_back(fn.get(), std::vector<Slot>{});
-        keep.push_back(fn);
-        it = std::prev(roots.end());
-      }
-      it->second.push_back({static_cast<std::size_t>(out.output_nr()), i});
-    }
-    if (roots.empty()) return false;
-
-    // The region's nodes: the roots and everything reachable from them inside the sequence range.
-    std::vector<Node*> nodes;
-    std::unordered_set<Node*> seen;
-    for (auto& r : roots)
-      if (seen.insert(r.first).second) nodes.push_back(r.first);
-    for (std::size_t k = 0; k < nodes.size(); ++k)
-      for (const Edge& e : nodes[k]->next_edges()) {
-        Node* f = e.function.get();
-        if (!f || seen.count(f)) continue;
-        const std::uint64_t s = f->sequence_nr();
-        if (s >= seq_begin && s < seq_end) {
-          seen.insert(f);
-          nodes.push_back(f);
-        }
-      }
-
-    // Each input's gradient leaves through the first unused next-edge equal to its gradient edge
-    // (an input passed twice, as in p * p, uses two edges to the same place).
-    std::vector<std::pair<Node*, std::vector<Slot>>> posts;
-    std::unordered_set<const Edge*> used;
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      if (!inputs[k].is_valid()) continue;
-      bool matched = false;
-      for (Node* n : nodes) {
-        const auto& edges = n->next_edges();
-        for (std::size_t j = 0; j < edges.size() && !matched; ++j) {
-          if (edges[j] == inputs[k] && !used.count(&edges[j])) {
-            used.insert(&edges[j]);
-            auto it = std::find_if(posts.begin(), posts.end(), [&](const auto& p) { return p.first == n; });
-            if (it == posts.end()) {
-              posts.emplace_back(n, std::vector<Slot>{});
-              it = std::prev(posts.end());
-            }
-            it->second.push_back({j, k});
-            matched = true;
-          }
-        }
-        if (matched) break;
-      }
-    }
-
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_ = roots.size() + posts.size();
-    }
-    auto self = shared_from_this();
-    for (auto& r : roots) r.first->add_pre_hook(std::make_unique<PreHook>(self, std::move(r.second)));
-    for (auto& p : posts) p.first->add_post_hook(std::make_unique<PostHook>(self, std::move(p.second)));
-    return true;
-  }
-
-  void arrived_outputs(const std::vector<Slot>& slots, const variable_list& grads) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (finished_) return;
-    finish_with_pass_locked();
-    ProbeGuard guard;
-    for (const Slot& s : slots)
-      if (s.node_index < grads.size()) receiver_->grad_output(s.region_index, grads[s.node_index]);
-    step_locked();
-  }
-
-  void arrived_inputs(const std::vector<Slot>& slots, const variable_list& grads) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (finished_) return;
-    finish_with_pass_locked();
-    ProbeGuard guard;
-    for (const Slot& s : slots)
-      if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
-    step_locked();
-  }
-
-  // The region's backward is over when every hooked node has run once. A second backward
-  // through a retained graph is not reported again.
-  void step_locked() {
-    if (--pending_ > 0) return;
-    receiver_->backward_done();
-    finished_ = true;
-  }
-
-  // Some hooked nodes may never run in a pass: an output the loss does not use (an LSTM's last
-  // hidden state), an input whose gradient nobody asked for (autograd::grad with chosen inputs).
-  // So when the first gradient of the region arrives, the end of the backward pass is booked
-  // as the latest moment the entry is complete, with whatever arrived.
-  void finish_with_pass_locked() {
-    if (end_of_pass_booked_) return;
-    end_of_pass_booked_ = true;
-    std::weak_ptr<BackwardProbe> self = shared_from_this();
-    torch::autograd::Engine::get_default_engine().queue_callback([self] {
-      if (auto probe = self.lock()) probe->end_of_pass();
-    });
-  }
-
-  void end_of_pass() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (finished_) return;
-    ProbeGuard guard;
-    receiver_->backward_done();
-    finished_ = true;
-  }
-
-  std::shared_ptr<GradientReceiver> receiver_;
-  std::mutex mutex_;
-  std::size_t pending_ = 0;
-  bool finished_ = false;
-  bool end_of_pass_booked_ = false;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/backward_probe.hpp ----
-// ---- begin torchprobe/capture/captured_call.hpp ----
-// An API call's arguments and results as the training thread captures them under the statistics
-// task: tensors as TensorSummary (their statistics are computed now, the JSON item is not built),
-// plain values (numbers, strings, dtypes, int lists) as the IValue itself, encoded when written.
-// The entry's JSON is built from this when the step is written, or when the journal needs the line.
-//
-// Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
-// and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
-#include <ATen/core/ivalue.h>
-
-
-// ---- begin torchprobe/capture/value_encoder.hpp ----
-// Turns the boxed arguments and results of an ATen call into msprobe's JSON (reference §2.4).
-// Tensors are handed to the task's describer; everything else is encoded here.
-#include <c10/core/Layout.h>
-#include <c10/core/MemoryFormat.h>
-
-
+// ---- end torchprobe/core/tensor_json.hpp ----
 
 namespace torchprobe::capture {
 
@@ -4497,9 +2722,12 @@ inline nlohmann::ordered_json typed(const char* type, nlohmann::ordered_json val
 inline std::string pointer_token(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -4519,7 +2747,7 @@ class ValueEncoder {
   explicit ValueEncoder(DescribeTensor& describe) : describe_(describe) {}
 
   nlohmann::ordered_json encode(const c10::IValue& v, ArgKind kind, const Site& site, int depth = 0) {
-    if (depth > kMaxDepth) return nullptr;  // msprobe's DUMP_MAX_DEPTH
+    if (depth > kMaxDepth) return nullptr;
     if (v.isNone()) return nullptr;
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
@@ -4545,8 +2773,6 @@ class ValueEncoder {
   }
 
  private:
-  static constexpr int kMaxDepth = 400;
-
   template <class Elements>
   nlohmann::ordered_json encode_sequence(const Elements& elements, ArgKind kind, const Site& site, int depth) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -4575,2057 +2801,27 @@ class ValueEncoder {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/value_encoder.hpp ----
-
-namespace torchprobe::capture {
-
-// One captured value, in whichever form was cheapest to keep.
-struct CapturedValue {
-  enum class Form : std::uint8_t { Summary, Plain, Json };
-  Form form = Form::Json;
-  ArgKind kind = ArgKind::Generic;
-  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
-  c10::IValue value;            // Plain: a value without tensors, encoded when written
-  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
-
-  // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
-  // tensors, tuples, dicts, objects) is encoded at capture, as before.
-  static bool plain(const c10::IValue& v) {
-    return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isString() || v.isDevice() || v.isIntList() ||
-           v.isDoubleList() || v.isBoolList();
-  }
-
-  nlohmann::ordered_json to_json() const {
-    switch (form) {
-      case Form::Summary: return tensor_item(tensor);
-      case Form::Plain: {
-        auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
-        ValueEncoder<decltype(no_tensors)> encode(no_tensors);
-        return encode.encode(value, kind, Site{});
-      }
-      case Form::Json: break;
-    }
-    return json;
-  }
-};
-
-// The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
-class CapturedCall final : public DeferredBody {
- public:
-  enum class Section : std::uint8_t { Arg, Kwarg, Output };
-  struct Item {
-    Section section = Section::Arg;
-    const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
-    CapturedValue value;
-  };
-
-  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
-  bool has_inputs = false;
-  bool has_outputs = false;
-
-  void append_to(nlohmann::ordered_json& body) const override {
-    if (body.is_null()) body = nlohmann::ordered_json::object();
-    // Reserved: an ordered_json object that grows copies its values (its keys are const).
-    body.get_ref<nlohmann::ordered_json::object_t&>().reserve(body.size() + 3);
-    if (has_inputs) {
-      nlohmann::ordered_json args = nlohmann::ordered_json::array();
-      nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-      for (const Item& i : items) {
-        if (i.section == Section::Arg) args.push_back(i.value.to_json());
-        else if (i.section == Section::Kwarg) kwargs[*i.name] = i.value.to_json();
-      }
-      body["input_args"] = std::move(args);
-      body["input_kwargs"] = std::move(kwargs);
-    }
-    if (has_outputs) {
-      nlohmann::ordered_json out = nlohmann::ordered_json::array();
-      for (const Item& i : items)
-        if (i.section == Section::Output) out.push_back(i.value.to_json());
-      body["output"] = std::move(out);
-    }
-  }
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/captured_call.hpp ----
-// ---- begin torchprobe/capture/gradient_recorder.hpp ----
-// Builds a backward entry ({"input": grads w.r.t. outputs, "output": grads w.r.t. inputs}) from
-// the gradients a BackwardProbe reports, and hands it on when the region's backward is over.
-
-
-namespace torchprobe::capture {
-
-template <class TaskT>
-class GradientRecorder final : public GradientReceiver {
- public:
-  using Core = details::DumpCore<TaskT>;
-  using Done = std::function<void(Core&, Record&&)>;
-
-  // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a
-  // gradient stay null (an input that needs none, an output that got none).
-  GradientRecorder(const std::shared_ptr<Core>& core, std::string name, std::size_t outputs, std::size_t inputs,
-                   std::optional<std::string> parent, Done done)
-      : core_(core), generation_(core->generation.load()), done_(std::move(done)) {
-    record_.name = std::move(name);
-    record_.parent = std::move(parent);
-    const DataMode& mode = core->config.data_mode;
-    want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
-    want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
-    if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
-    if (want_out_) record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
-  }
-
-  void grad_output(std::size_t i, const at::Tensor& grad) override { put(want_in_, "input", i, grad); }
-  void grad_input(std::size_t k, const at::Tensor& grad) override { put(want_out_, "output", k, grad); }
-
-  void backward_done() override {
-    auto core = live_core();
-    if (!core) return;
-    const std::string name = record_.name;
-    try {
-      done_(*core, std::move(record_));
-    } catch (const std::exception& e) {
-      core->errors.log("backward_data_collect", name, e);
-    }
-  }
-
- private:
-  std::shared_ptr<Core> live_core() const {
-    auto core = core_.lock();
-    return core && core->live(generation_) ? core : nullptr;
-  }
-
-  void put(bool wanted, const char* key, std::size_t index, const at::Tensor& grad) {
-    if (!wanted || !grad.defined()) return;
-    auto core = live_core();
-    if (!core) return;
-    try {
-      const std::string idx = std::to_string(index);
-      record_.body[key][index] =
-          core->task.describe(grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
-    } catch (const std::exception& e) {
-      core->errors.log("backward_data_collect", record_.name, e);
-    }
-  }
-
-  std::weak_ptr<Core> core_;  // a retained graph must not keep a finished debugger alive
-  std::uint64_t generation_;
-  Done done_;
-  Record record_;
-  bool want_in_ = true, want_out_ = true;
-};
-
-// The usual end of a backward entry: filtered by name like any entry, placed in dump order
-// when it completes.
-template <class Core>
-void commit_if_admitted(Core& core, Record&& r) {
-  if (core.state.admit(r.name)) core.commit_last(std::move(r));
-}
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/gradient_recorder.hpp ----
-// ---- begin torchprobe/capture/module_catalog.hpp ----
-// The modules of the model(s) given to start(model): their dotted paths, msprobe class names,
-// entry-name prefixes and own parameters, and which module owns each parameter tensor.
-#include <torch/nn/module.h>
-
-
-// ---- begin torchprobe/capture/model_ref.hpp ----
-// Whatever the user passes to start(model): a torch::nn module holder (`Net`, `torch::nn::Linear`),
-// a std::shared_ptr to a module, a torch::jit::Module, or a list of them (msprobe's list of models).
-#include <torch/nn/pimpl.h>
-#include <torch/csrc/jit/api/module.h>
-
+// ---- begin torchprobe/core/probe_guard.hpp ----
+// Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
+// the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
+// probe never adds nodes to the user's autograd graph.
+#include <c10/core/GradMode.h>
 
 namespace torchprobe {
 
-struct ModelRef {
-  std::vector<std::shared_ptr<torch::nn::Module>> nn;
-  std::vector<torch::jit::Module> jit;
-  bool empty() const { return nn.empty() && jit.empty(); }
-  std::size_t size() const { return nn.size() + jit.size(); }
-};
-
-namespace details {
-
-template <class T, class = void>
-struct is_module_holder : std::false_type {};
-template <class T>
-struct is_module_holder<T, std::void_t<typename T::ContainedType>>
-    : std::is_base_of<torch::nn::Module, typename T::ContainedType> {};
-
-template <class T>
-struct is_shared_module : std::false_type {};
-template <class T>
-struct is_shared_module<std::shared_ptr<T>> : std::is_base_of<torch::nn::Module, T> {};
-
-template <class T>
-struct is_model_list : std::false_type {};
-template <class T, class A>
-struct is_model_list<std::vector<T, A>> : std::true_type {};
-
-template <class M>
-void add_model(ModelRef& ref, const M& m) {
-  using T = std::decay_t<M>;
-  if constexpr (std::is_same_v<T, torch::jit::Module>) {
-    ref.jit.push_back(m);
-  } else if constexpr (is_shared_module<T>::value) {
-    ref.nn.push_back(m);
-  } else if constexpr (is_module_holder<T>::value) {
-    ref.nn.push_back(m.ptr());
-  } else if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
-    ref.nn.push_back(const_cast<T&>(m).shared_from_this());
-  } else if constexpr (is_model_list<T>::value) {
-    for (const auto& item : m) add_model(ref, item);
-  } else {
-    static_assert(!std::is_same_v<T, T>, "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a std::vector of them");
-  }
-}
-
-}  // namespace details
-
-template <class M>
-ModelRef to_model_ref(const M& model) {
-  ModelRef ref;
-  details::add_model(ref, model);
-  return ref;
-}
-inline ModelRef to_model_ref(const ModelRef& ref) { return ref; }
-
-}  // namespace torchprobe
-// ---- end torchprobe/capture/model_ref.hpp ----
-
-namespace torchprobe::capture {
-
-// msprobe's class name for a C++ module: no namespace, no trailing "Impl"
-// ("torch::nn::LinearImpl" -> "Linear", "NetImpl" -> "Net").
-inline std::string module_class_name(const std::string& cpp_name) {
-  std::string s = cpp_name;
-  const auto lt = s.find('<');  // templates: keep the outer name only
-  if (lt != std::string::npos) s.erase(lt);
-  const auto colon = s.rfind("::");
-  if (colon != std::string::npos) s.erase(0, colon + 2);
-  constexpr const char* kImpl = "Impl";
-  if (s.size() > 4 && s.compare(s.size() - 4, 4, kImpl) == 0) s.erase(s.size() - 4);
-  return s;
-}
-
-struct ModuleInfo {
-  const void* key = nullptr;  // the torch::nn::Module, or the TorchScript module's object
-  std::string path;    // "fc", "layer.0"
-  std::string cls;     // "Linear"
-  std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
-  std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
-  bool leaf = false;   // no child modules
-
-  std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
-  std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
-  std::string counter_key() const { return prefix; }
-  bool has_trainable_params() const {
-    for (const auto& p : params)
-      if (p.second.requires_grad()) return true;
-    return false;
-  }
-};
-
-// The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
-inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
-
-class ModuleCatalog {
+class ProbeGuard {
  public:
-  ModuleCatalog() = default;
-  explicit ModuleCatalog(const ModelRef& models) {
-    const bool several = models.size() > 1;  // a list of models, of either kind
-    for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
-    for (std::size_t i = 0; i < models.jit.size(); ++i)
-      add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
-  }
-
-  const ModuleInfo* find(const void* key) const {
-    auto it = by_module_.find(key);
-    return it == by_module_.end() ? nullptr : it->second.get();
-  }
-  // The leaf module that owns this parameter tensor, if any: how ops are attributed to
-  // Linear, Conv, norms, Embedding, RNNs without any hook in the module.
-  const ModuleInfo* owner_of(const c10::TensorImpl* p) const {
-    auto it = param_owner_.find(p);
-    return it == param_owner_.end() ? nullptr : it->second;
-  }
-  bool empty() const { return by_module_.empty(); }
-  std::vector<const ModuleInfo*> all() const {
-    std::vector<const ModuleInfo*> v;
-    for (const auto& kv : by_module_) v.push_back(kv.second.get());
-    return v;
-  }
+  ProbeGuard() = default;
+  ProbeGuard(const ProbeGuard&) = delete;
+  ProbeGuard& operator=(const ProbeGuard&) = delete;
 
  private:
-  void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
-    // The root given to start() is not dumped (msprobe skips it), only its descendants.
-    // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
-    std::vector<std::string> wrappers;
-    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-      std::string path = item.key();
-      if (item.value()->name() == kWrapperName) {
-        wrappers.push_back(path);
-        continue;
-      }
-      for (const std::string& w : wrappers) {
-        const std::string inner = w + ".inner";
-        if (path.compare(0, inner.size(), inner) == 0 && (path.size() == inner.size() || path[inner.size()] == '.')) {
-          path = w + path.substr(inner.size());
-          break;
-        }
-      }
-      index(describe(*item.value(), path, index_prefix));
-    }
-  }
-
-  // TorchScript: every submodule, named as Python names it (its class's unqualified name:
-  // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
-  // probes torchscript.hpp puts around them, so its parameters attribute nothing.
-  void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
-    for (const auto& item : root.named_modules()) {
-      if (item.name.empty()) continue;  // the root
-      auto info = std::make_unique<ModuleInfo>();
-      info->key = item.value._ivalue().get();
-      info->path = item.name;
-      const auto type_name = item.value.type()->name();
-      info->cls = type_name ? type_name->name() : std::string("Module");
-      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
-      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
-      info->leaf = item.value.children().size() == 0;
-      by_module_[info->key] = std::move(info);
-    }
-  }
-
-  static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
-    auto info = std::make_unique<ModuleInfo>();
-    info->key = &m;
-    info->path = path;
-    info->cls = module_class_name(m.name());
-    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
-    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
-    info->leaf = m.children().empty();
-    return info;
-  }
-
-  void index(std::unique_ptr<ModuleInfo> info) {
-    ModuleInfo* raw = info.get();
-    if (raw->leaf) {
-      for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
-      // Buffers (BatchNorm's running statistics and counter) belong to the module's own state,
-      // not to its inputs: they attribute calls like parameters do.
-      for (const auto& b : static_cast<const torch::nn::Module*>(raw->key)->named_buffers(/*recurse=*/false))
-        if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
-    }
-    by_module_[raw->key] = std::move(info);
-  }
-
-  std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;
-  std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/module_catalog.hpp ----
-// ---- begin torchprobe/capture/module_events.hpp ----
-// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
-
-
-namespace torchprobe::capture {
-
-class ModuleEvents {
- public:
-  virtual ~ModuleEvents() = default;
-  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
-  // only this module, under that name, and nothing else on this thread until it ends.
-  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
-  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
-                             std::vector<c10::IValue> inputs) = 0;
-  // `outputs` null: the module's output is that of the last outermost call made inside it.
-  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
-
-  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
-  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
-  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
-  virtual void script_module_exit(const c10::IValue& output) = 0;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/module_events.hpp ----
-
-namespace torchprobe::capture {
-
-namespace detail {
-
-// Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
-// returns false; returns false when stopped.
-template <class Visit>
-bool visit_tensors(const c10::IValue& v, Visit&& visit) {
-  if (v.isTensor()) return visit(v.toTensor());
-  if (v.isList()) {  // tensor lists included
-    for (const c10::IValue& e : v.toListRef())
-      if (!visit_tensors(e, visit)) return false;
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements())
-      if (!visit_tensors(e, visit)) return false;
-  }
-  return true;
-}
-
-template <class Values>
-std::vector<at::Tensor> tensors_of(const Values& values) {
-  std::vector<at::Tensor> out;
-  for (const c10::IValue& v : values)
-    visit_tensors(v, [&](const at::Tensor& t) {
-      out.push_back(t);
-      return true;
-    });
-  return out;
-}
-
-// Does any of these tensors carry autograd history that a backward pass could run through?
-inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
-  for (const at::Tensor& t : tensors)
-    if (t.defined() && t.requires_grad() && t.grad_fn()) return true;
-  return false;
-}
-
-// Could a backward pass reach this call? Only through an input that requires grad: without one,
-// no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
-template <class Values>
-bool any_requires_grad(const Values& values) {
-  for (const c10::IValue& v : values)
-    if (!visit_tensors(v, [](const at::Tensor& t) { return !(t.defined() && t.requires_grad()); })) return true;
-  return false;
-}
-
-// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
-// kept as summaries until written; other tasks' tensors are described into JSON at capture.
-template <class T, class = void>
-struct task_summarizes : std::false_type {};
-template <class T>
-struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
-                              std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
-    : std::true_type {};
-
-// A boxed call (the TorchScript interpreter's) hands RecordFunction its whole stack, the values
-// of earlier instructions included, as inputs and as outputs: the call's own are the last ones.
-template <class T>
-c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::size_t count) {
-  return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
-}
-
-inline bool is_inplace(const std::string& api) {
-  return !api.empty() && api.back() == '_' && api.compare(0, 2, "__") != 0;
-}
-
-}  // namespace detail
-
-template <class TaskT, Level L>
-class CallCapture final : public ApiHandler, public ModuleEvents, public std::enable_shared_from_this<CallCapture<TaskT, L>> {
-  static constexpr bool kApis = LevelTraits<L>::captures_apis;
-  static constexpr bool kModules = LevelTraits<L>::captures_modules;
-  using Core = details::DumpCore<TaskT>;
-
- public:
-  explicit CallCapture(std::shared_ptr<Core> core) : core_(std::move(core)), serial_(next_serial()) {}
-
-  // start(model): the modules to recognise. Kept while the same models are passed again, so
-  // parameter-gradient hooks are registered once per parameter.
-  void set_models(const ModelRef& models) {
-    if (!kModules) return;
-    if (same_models(models)) return;
-    models_ = models;
-    catalog_ = std::make_shared<ModuleCatalog>(models);
-    std::lock_guard<std::mutex> lock(grads_mutex_);
-    grad_state_.clear();
-    for (const ModuleInfo* info : catalog_->all())
-      for (const auto& p : info->params) hook_parameter(p.second);
-  }
-
-  // ---- the observer's callbacks -------------------------------------------------------------
-
-  std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
-    ThreadModules& tm = thread_modules();
-    std::unique_ptr<Call> call;
-    try {
-      if (!op.user_api) {  // infrastructure and autograd's own records end a module's episode
-        if (tm.episode) close_episode(tm);
-        return nullptr;
-      }
-      call = std::make_unique<Call>();
-      call->schema_known = op.schema_known;
-      call->returns = op.returns;
-      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
-      const bool modules = tracks_modules(tm);
-      if (modules) track_module_call(tm, op, inputs, *call);
-      if (kApis && !tm.dump_only) start_api_entry(fn, op, inputs, tm, *call);
-      if (!call->api && !call->backward && !modules) return nullptr;
-      return call;
-    } catch (const std::exception& e) {
-      // The entry's name when it has one, as msprobe logs it.
-      core_->errors.log("forward_input_data_collect", call && !call->record.name.empty() ? call->record.name : op.qualified, e);
-      return nullptr;
-    }
-  }
-
-  void on_api_end(const at::RecordFunction& fn, CallContext& ctx) override {
-    Call& call = static_cast<Call&>(ctx);
-    ThreadModules& tm = thread_modules();
-    try {
-      const auto outputs = detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
-      if (kModules || tm.dump_only) {  // a guard's output is its last call's: keep it (only then)
-        tm.last_outputs.assign(outputs.begin(), outputs.end());
-        ++tm.calls;
-      }
-      if (call.in_episode && tm.episode) {
-        OpenModule& ep = *tm.episode;
-        ep.last_outputs.assign(outputs.begin(), outputs.end());
-        for (const at::Tensor& t : detail::tensors_of(outputs)) {
-          ep.produced.insert(t.unsafeGetTensorImpl());
-          if (call.param_only) ep.derived.insert(t.unsafeGetTensorImpl());  // W.t() and the like
-        }
-      }
-      if (call.api) finish_api_entry(outputs, call);
-      if (call.backward) attach_api_backward(outputs, call);
-    } catch (const std::exception& e) {
-      core_->errors.log("forward_output_data_collect", call.record.name, e);
-    }
-  }
-
-  // ---- module guards ------------------------------------------------------------------------
-
-  void* module_enter(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs) override {
-    ThreadModules& tm = thread_modules();
-    try {
-      const ModuleInfo* info = nullptr;
-      if (dump_name) {
-        if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
-        auto named = std::make_unique<ModuleInfo>();
-        named->key = &module;
-        named->cls = module_class_name(module.name());
-        named->path = *dump_name;
-        named->prefix = "Module." + *dump_name + "." + named->cls + ".";
-        for (const auto& p : module.named_parameters(/*recurse=*/false)) named->params.emplace_back(p.key(), p.value());
-        named->leaf = module.children().empty();
-        tm.dump_only = std::move(named);
-        info = tm.dump_only.get();
-        // A parameter-owning leaf is recognised by its parameters, call by call; the scope
-        // then only switches the capture to this module.
-        if (info->leaf && !info->params.empty()) return tm.dump_only.get();
-      } else {
-        if (!kModules || tm.dump_only || !catalog_) return nullptr;
-        info = catalog_->find(&module);
-        if (!info) return nullptr;
-      }
-      return enter_module(tm, *info, inputs);
-    } catch (const std::exception& e) {
-      core_->errors.log("module_forward_pre", module.name(), e);
-      return nullptr;
-    }
-  }
-
-  void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
-    ThreadModules& tm = thread_modules();
-    void* token = nullptr;
-    try {
-      const ModuleInfo* info = kModules && !tm.dump_only && catalog_ ? catalog_->find(object) : nullptr;
-      if (info) token = enter_module(tm, *info, inputs);
-    } catch (const std::exception& e) {
-      core_->errors.log("module_forward_pre", "TorchScript module", e);
-    }
-    tm.script_tokens.push_back(token);  // pushed even when null: exits pair with enters
-  }
-
-  void script_module_exit(const c10::IValue& output) override {
-    ThreadModules& tm = thread_modules();
-    if (tm.script_tokens.empty()) return;
-    void* token = tm.script_tokens.back();
-    tm.script_tokens.pop_back();
-    if (!token) return;
-    // A module returning a tuple lists its items, as msprobe does for Python modules.
-    std::vector<c10::IValue> outputs;
-    if (output.isTuple()) {
-      for (const c10::IValue& e : output.toTupleRef().elements()) outputs.push_back(e);
-    } else {
-      outputs.push_back(output);
-    }
-    module_exit(token, &outputs, /*unwinding=*/false);
-  }
-
-  void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
-    ThreadModules& tm = thread_modules();
-    try {
-      if (tm.dump_only && token == tm.dump_only.get()) {  // a ScopedModuleDump of a parameter-owning leaf
-        if (tm.episode) close_episode(tm);
-        tm.dump_only.reset();
-        return;
-      }
-      if (tm.episode) close_episode(tm);
-      while (!tm.guards.empty()) {
-        std::unique_ptr<OpenModule> m = std::move(tm.guards.back());
-        tm.guards.pop_back();
-        const bool mine = m.get() == token;
-        std::vector<c10::IValue> out;
-        if (mine && outputs) out = *outputs;
-        else if (mine && tm.calls > m->calls_at_start) out = tm.last_outputs;
-        finish_module(*m, out, /*with_backward=*/mine && !unwinding);
-        if (mine) break;
-      }
-      if (tm.dump_only && tm.guards.empty()) tm.dump_only.reset();
-    } catch (const std::exception& e) {
-      core_->errors.log("module_forward", "module", e);
-    }
-  }
-
-  // ---- the Debugger's calls at stop() and step() --------------------------------------------
-
-  // Ends the episodes still open on every thread (a model's last module ends only when the
-  // next call starts, and there may be none before stop()).
-  void close_open_episodes() {
-    std::lock_guard<std::mutex> lock(threads_mutex_);
-    for (auto& kv : threads_)
-      if (kv.second->episode) close_episode(*kv.second);
-  }
-
-  // Before a flush: module backward entries still waiting for their parameter gradients, and
-  // parameter gradients that arrived only in part, are written as they are.
-  void release_pending() {
-    std::lock_guard<std::mutex> lock(grads_mutex_);
-    for (auto& kv : grad_state_) {
-      GradState& gs = kv.second;
-      if (!gs.arrival.empty()) complete_param_grads(*kv.first, gs);
-      while (!gs.stashed.empty()) {
-        core_->commit_last(std::move(gs.stashed.front()));
-        gs.stashed.pop_front();
-      }
-      gs.params_done = gs.backwards_done = 0;
-    }
-  }
-
-  void on_step() {
-    std::lock_guard<std::mutex> lock(grads_mutex_);
-    for (auto& kv : grad_state_) kv.second = GradState{};
-  }
-
- private:
-  // ---- per-call and per-thread state --------------------------------------------------------
-
-  struct OpenModule {
-    const ModuleInfo* info = nullptr;
-    Record record;
-    std::int64_t index = 0;
-    bool admitted = false;
-    bool grad_enabled = false;
-    std::uint64_t seq_begin = 0;
-    std::string parent_backward;  // the enclosing module's backward entry, "" at top level
-    std::vector<Edge> input_edges;
-    std::unordered_set<const c10::TensorImpl*> inputs_seen, produced, derived;
-    std::vector<c10::IValue> last_outputs;
-    bool has_main = false;  // a call with a non-parameter input ran in it
-    std::uint64_t calls_at_start = 0;
-  };
-
-  struct ThreadModules {
-    std::optional<OpenModule> episode;
-    std::vector<std::unique_ptr<OpenModule>> guards;  // innermost last
-    std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
-    std::vector<c10::IValue> last_outputs;            // of the latest outermost call
-    std::uint64_t calls = 0;
-    std::vector<void*> script_tokens;                 // open TorchScript module calls
-  };
-
-  struct Call : CallContext {
-    Record record;
-    std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
-    bool api = false;       // an API forward entry is being recorded
-    bool backward = false;  // its backward is to be hooked
-    bool in_episode = false;
-    bool param_only = false;
-    bool grad_enabled = false;
-    bool schema_known = false;
-    std::size_t returns = 0;  // the schema's, for on_api_end
-    std::uint64_t seq_begin = 0;
-    std::vector<Edge> input_edges;
-    std::string backward_name;
-    std::string api_name;
-    std::optional<std::string> backward_parent;
-  };
-
-  struct GradState {
-    std::vector<bool> fired;
-    std::vector<std::size_t> arrival;  // parameter indices in the order their gradients arrived
-    std::int64_t k = 0;                // parameters_grad.{k}
-    std::int64_t params_done = 0, backwards_done = 0;
-    std::deque<Record> stashed;        // module backward entries waiting for parameters_grad
-  };
-
-  ThreadModules& thread_modules() {
-    struct Cache {
-      std::uint64_t serial = 0;
-      ThreadModules* tm = nullptr;
-    };
-    thread_local Cache cache;
-    if (cache.serial == serial_ && cache.tm) return *cache.tm;
-    std::lock_guard<std::mutex> lock(threads_mutex_);
-    auto& slot = threads_[std::this_thread::get_id()];
-    if (!slot) slot = std::make_unique<ThreadModules>();
-    cache = {serial_, slot.get()};
-    return *slot;
-  }
-
-  static std::uint64_t next_serial() {
-    static std::atomic<std::uint64_t> s{1};
-    return s.fetch_add(1);
-  }
-
-  bool tracks_modules(const ThreadModules& tm) const { return tm.dump_only || (kModules && catalog_ && !catalog_->empty()); }
-
-  auto describer(Record& record) const {
-    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task.describe(t, site, record); };
-  }
-
-  std::optional<std::string> construct_parent(const ThreadModules& tm, bool in_episode) const {
-    if (!kModules && !tm.dump_only) return std::nullopt;  // L1: construct.json stays {}
-    if (in_episode && tm.episode) return tm.episode->record.name;
-    if (!tm.guards.empty()) return tm.guards.back()->record.name;
-    return std::string();
-  }
-  std::optional<std::string> backward_parent(const ThreadModules& tm, bool in_episode) const {
-    if (!kModules && !tm.dump_only) return std::nullopt;
-    if (in_episode && tm.episode) return tm.episode->info->backward_name(tm.episode->index);
-    if (!tm.guards.empty()) return tm.guards.back()->info->backward_name(tm.guards.back()->index);
-    return std::string();
-  }
-
-  // ---- API entries --------------------------------------------------------------------------
-
-  template <class Inputs>
-  void start_api_entry(const at::RecordFunction& fn, const OpInfo& op, const Inputs& inputs, ThreadModules& tm, Call& call) {
-    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.key_id, op.api);
-    const DataMode& mode = core_->config.data_mode;
-    if (a.admitted) {
-      call.api = true;
-      call.record.name = std::move(a.name);
-      call.record.order = a.order;
-      call.record.parent = construct_parent(tm, call.in_episode);
-      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
-      if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
-    }
-    // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
-      call.backward = true;
-      call.grad_enabled = true;
-      call.seq_begin = at::sequence_number::peek();
-      // Edges are taken now: an in-place op is about to move its input's history.
-      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
-      const std::string& forward = call.api ? call.record.name : a.name;
-      call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
-      call.api_name = op.api;
-      call.backward_parent = backward_parent(tm, call.in_episode);
-    }
-    (void)fn;
-  }
-
-  // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
-  // has neither form is encoded now, by the task's describe().
-  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
-  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
-                     const std::string* name, Record& record) const {
-    CapturedCall::Item& item = cc.items.emplace_back();
-    item.section = section;
-    item.name = name;
-    CapturedValue& c = item.value;
-    c.kind = kind;
-    if (summarized(v, record, c.tensor)) {
-      c.form = CapturedValue::Form::Summary;
-    } else if (CapturedValue::plain(v)) {
-      c.form = CapturedValue::Form::Plain;
-      c.value = v;
-    } else {
-      c.form = CapturedValue::Form::Json;
-      ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
-      auto describe = describer(record);
-      ValueEncoder<decltype(describe)> encode(describe);
-      c.json = encode.encode(v, kind, site_of(section, index, name));
-    }
-  }
-
-  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
-    if constexpr (detail::task_summarizes<TaskT>::value)
-      return v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, out);
-    return false;
-  }
-
-  static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
-    const std::string i = std::to_string(index);
-    switch (section) {
-      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
-      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
-      case CapturedCall::Section::Arg: break;
-    }
-    return Site{"/input_args/" + i, "input." + i};
-  }
-
-  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
-  // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
-  // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
-  template <class Inputs>
-  void capture_inputs(const OpInfo& op, const Inputs& inputs, Call& call) const {
-    call.captured = new_body();
-    CapturedCall& cc = *call.captured;
-    cc.has_inputs = true;
-    std::size_t positional = 0;
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
-      const ArgKind kind = info ? info->kind : ArgKind::Generic;
-      if (info && info->kwarg_only) {
-        capture_value(cc, inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record);
-      } else {
-        capture_value(cc, inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record);
-        ++positional;
-      }
-    }
-  }
-
-  static std::shared_ptr<CapturedCall> new_body() {
-    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
-  }
-
-  template <class Outputs>
-  void finish_api_entry(const Outputs& outputs, Call& call) {
-    if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      if (!call.captured) call.captured = new_body();
-      CapturedCall& cc = *call.captured;
-      cc.has_outputs = true;
-      for (std::size_t k = 0; k < outputs.size(); ++k)
-        capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
-    }
-    if (call.captured) {
-      call.record.deferred = std::move(call.captured);
-      // Deferred statistics and checksums are filled in through JSON pointers into the body.
-      if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
-    }
-    if (call.record.has_content()) core_->commit(std::move(call.record));
-  }
-
-  template <class Outputs>
-  void attach_api_backward(const Outputs& outputs, const Call& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
-    const std::string api = call.api_name;
-    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
-          if (core.state.admit_api(r.name, api)) core.commit_last(std::move(r));
-        });
-    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
-  }
-
-  // A module's forward begins on this thread (a guard, a ScopedModuleDump, a TorchScript call).
-  void* enter_module(ThreadModules& tm, const ModuleInfo& info, const std::vector<c10::IValue>& inputs) {
-    if (tm.episode) close_episode(tm);
-    auto m = std::make_unique<OpenModule>();
-    open_module(tm, info, *m);
-    if (m->admitted && core_->config.data_mode.allows(true, true)) {
-      try {
-        auto describe = describer(m->record);
-        ValueEncoder<decltype(describe)> encode(describe);
-        for (const c10::IValue& v : inputs) {
-          const std::string idx = std::to_string(m->record.body["input_args"].size());
-          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
-        }
-      } catch (const std::exception& e) {
-        // No entry for this call; the module's scope (list/scope filters) closes with it.
-        core_->state.exit_module(m->record.name);
-        core_->errors.log("module_forward_pre", m->record.name, e);
-        return nullptr;
-      }
-    }
-    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
-    m->calls_at_start = tm.calls;
-    tm.guards.push_back(std::move(m));
-    return tm.guards.back().get();
-  }
-
-  // ---- module episodes ----------------------------------------------------------------------
-
-  const ModuleInfo* owner_of(const ThreadModules& tm, const c10::TensorImpl* impl) const {
-    if (tm.dump_only) {  // ScopedModuleDump: only that module's parameters count
-      for (const auto& p : tm.dump_only->params)
-        if (p.second.unsafeGetTensorImpl() == impl) return tm.dump_only.get();
-      return nullptr;
-    }
-    return catalog_ ? catalog_->owner_of(impl) : nullptr;
-  }
-
-  template <class Inputs>
-  void track_module_call(ThreadModules& tm, const OpInfo& op, const Inputs& inputs, Call& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(inputs);
-    const ModuleInfo* owner = nullptr;
-    bool param_only = true;
-    std::vector<const at::Tensor*> plain;
-    for (const at::Tensor& t : tensors) {
-      if (!t.defined()) continue;
-      const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-      const ModuleInfo* o = owner_of(tm, impl);
-      if (!o && tm.episode && tm.episode->derived.count(impl)) o = tm.episode->info;
-      if (o) {
-        if (!owner) owner = o;
-      } else {
-        param_only = false;
-        plain.push_back(&t);
-      }
-    }
-    // A guarded module's own parameters are covered by its guard.
-    if (owner && !tm.guards.empty() && tm.guards.back()->info == owner) owner = nullptr;
-
-    if (tm.episode) {
-      OpenModule& ep = *tm.episode;
-      bool continues = owner == ep.info;
-      if (continues && ep.has_main) {
-        // After the main call, only an in-place update of the episode's own result (Linear's
-        // `output += bias`) continues it; anything else is the module's next call.
-        bool on_result = !plain.empty() && detail::is_inplace(op.api);
-        for (const at::Tensor* t : plain) on_result = on_result && ep.produced.count(t->unsafeGetTensorImpl());
-        continues = on_result;
-      }
-      if (!continues) close_episode(tm);
-    }
-    if (!owner) return;
-    if (!tm.episode) {
-      tm.episode.emplace();
-      open_module(tm, *owner, *tm.episode);
-    }
-    OpenModule& ep = *tm.episode;
-    call.in_episode = true;
-    call.param_only = param_only;
-    if (!param_only) ep.has_main = true;
-    for (const at::Tensor* t : plain) {
-      const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
-      if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
-      ep.input_edges.push_back(gradient_edge_of(*t));
-      if (ep.admitted && core_->config.data_mode.allows(true, true)) {
-        const std::string idx = std::to_string(ep.record.body["input_args"].size());
-        ep.record.body["input_args"].push_back(core_->task.describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
-      }
-    }
-  }
-
-  // A module forward begins: its name, number, parameters and where its backward will start.
-  void open_module(ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
-    m.info = &info;
-    m.index = core_->state.next_index(info.counter_key());
-    m.record.name = info.forward_name(m.index);
-    m.record.parent = construct_parent(tm, /*in_episode=*/false);
-    if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
-    core_->state.enter_module(m.record.name);
-    m.admitted = core_->state.admit(m.record.name);
-    m.grad_enabled = c10::GradMode::is_enabled();
-    m.seq_begin = at::sequence_number::peek();
-    if (!m.admitted) return;
-    const DataMode& mode = core_->config.data_mode;
-    if (mode.allows(true, true)) {
-      m.record.body["input_args"] = nlohmann::ordered_json::array();
-      m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
-    }
-    if (mode.allows(true, false) && !info.params.empty()) {
-      ProbeGuard guard;
-      nlohmann::ordered_json params = nlohmann::ordered_json::object();
-      for (const auto& p : info.params)
-        params[p.first] = core_->task.describe(p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
-      m.record.body["parameters"] = std::move(params);
-    }
-    if (core_->config.extra_info) m.record.stack = io::capture_call_stack();
-  }
-
-  void close_episode(ThreadModules& tm) {
-    OpenModule ep = std::move(*tm.episode);
-    tm.episode.reset();
-    const std::vector<c10::IValue> outputs = std::move(ep.last_outputs);
-    finish_module(ep, outputs, /*with_backward=*/true);
-  }
-
-  // A module forward ends: its entry goes into dump order now (after the calls made inside
-  // it, as msprobe orders them), and its backward is hooked.
-  void finish_module(OpenModule& m, const std::vector<c10::IValue>& outputs, bool with_backward) {
-    core_->state.exit_module(m.record.name);
-    const DataMode& mode = core_->config.data_mode;
-    if (m.admitted) {
-      Record r;
-      r.name = m.record.name;
-      r.stack = std::move(m.record.stack);
-      r.parent = m.record.parent;
-      r.pending = std::move(m.record.pending);
-      r.pending_checksums = std::move(m.record.pending_checksums);
-      r.saves = std::move(m.record.saves);  // tensor files of its inputs and parameters
-      nlohmann::ordered_json& body = m.record.body;
-      if (body.contains("input_args")) {
-        r.body["input_args"] = std::move(body["input_args"]);
-        r.body["input_kwargs"] = std::move(body["input_kwargs"]);
-      }
-      if (mode.allows(true, false)) {
-        ProbeGuard guard;
-        auto describe = describer(r);
-        ValueEncoder<decltype(describe)> encode(describe);
-        nlohmann::ordered_json out = nlohmann::ordered_json::array();
-        for (std::size_t k = 0; k < outputs.size(); ++k)
-          out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
-        r.body["output"] = std::move(out);
-        if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
-      }
-      if (!r.body.empty()) core_->commit_last(std::move(r));
-    }
-    if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return;
-    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
-    // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
-    const ModuleInfo* key = m.info;
-    const bool waits = waits_for_param_grads(*m.info);
-    std::weak_ptr<CallCapture> self = this->shared_from_this();
-    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
-        m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
-        [self, key, waits](Core& core, Record&& r) {
-          if (auto capture = self.lock()) capture->module_backward_done(key, waits, std::move(r));
-          else commit_if_admitted(core, std::move(r));
-        });
-    BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
-  }
-
-  // ---- module backward and parameter gradients ----------------------------------------------
-
-  // msprobe writes a module's parameters_grad before its backward entry: a module's backward is
-  // complete once the gradients of its parameters have been accumulated too.
-  bool waits_for_param_grads(const ModuleInfo& info) const {
-    for (const auto& p : info.params)
-      if (p.second.requires_grad() && hooked_.count(p.second.unsafeGetTensorImpl())) return true;
-    return false;
-  }
-
-  void module_backward_done(const ModuleInfo* key, bool waits, Record&& r) {
-    if (!core_->state.admit(r.name)) return;
-    std::lock_guard<std::mutex> lock(grads_mutex_);
-    GradState& gs = grad_state_[key];
-    if (!waits || gs.backwards_done < gs.params_done) {
-      ++gs.backwards_done;
-      core_->commit_last(std::move(r));
-    } else {
-      gs.stashed.push_back(std::move(r));
-    }
-  }
-
-  class ParamGradHook final : public torch::autograd::FunctionPostHook {
-   public:
-    ParamGradHook(std::weak_ptr<CallCapture> c, const c10::TensorImpl* p) : capture_(std::move(c)), param_(p) {}
-    variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
-      if (auto c = capture_.lock()) c->param_grad_arrived(param_);
-      return outputs;
-    }
-
-   private:
-    std::weak_ptr<CallCapture> capture_;
-    const c10::TensorImpl* param_;
-  };
-
-  // A post-hook on the parameter's AccumulateGrad node runs once its .grad is updated. The node
-  // is kept alive here, so every later graph accumulates through this same node and hook.
-  void hook_parameter(const at::Tensor& p) {
-    if (!p.requires_grad() || !p.is_leaf()) return;
-    const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
-    if (hooked_.count(impl)) return;
-    std::shared_ptr<Node> acc = torch::autograd::impl::grad_accumulator(p);
-    if (!acc) return;
-    acc->add_post_hook(std::make_unique<ParamGradHook>(this->weak_from_this(), impl));
-    hooked_[impl] = std::move(acc);
-  }
-
-  void param_grad_arrived(const c10::TensorImpl* impl) {
-    if (!core_->capturing.load() || !catalog_) return;
-    if (!core_->config.data_mode.backward) return;
-    std::lock_guard<std::mutex> lock(grads_mutex_);
-    for (const ModuleInfo* info : catalog_->all()) {
-      for (std::size_t k = 0; k < info->params.size(); ++k) {
-        if (info->params[k].second.unsafeGetTensorImpl() != impl) continue;
-        GradState& gs = grad_state_[info];
-        gs.fired.resize(info->params.size(), false);
-        if (gs.fired[k]) complete_param_grads(*info, gs);  // a new backward pass began
-        gs.fired[k] = true;
-        gs.arrival.push_back(k);
-        std::size_t trainable = 0;
-        for (const auto& p : info->params) trainable += p.second.requires_grad() ? 1 : 0;
-        if (gs.arrival.size() >= trainable) complete_param_grads(*info, gs);
-        return;
-      }
-    }
-  }
-
-  // Module.{path}.{Class}.parameters_grad.{k}: {"weight": [grad], "bias": [grad]}, in the order
-  // the gradients arrived, then the module's backward entries that were waiting for it.
-  void complete_param_grads(const ModuleInfo& info, GradState& gs) {
-    Record r;
-    r.name = info.prefix + "parameters_grad." + std::to_string(gs.k++);
-    if (core_->state.admit(r.name)) {
-      ProbeGuard guard;
-      for (std::size_t k : gs.arrival) {
-        const auto& p = info.params[k];
-        const at::Tensor grad = p.second.grad();
-        nlohmann::ordered_json one = nlohmann::ordered_json::array();
-        one.push_back(grad.defined() ? core_->task.describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first}, r, /*gradient=*/true)
-                                     : nlohmann::ordered_json(nullptr));
-        r.body[p.first] = std::move(one);
-      }
-      core_->commit_last(std::move(r));
-    }
-    gs.arrival.clear();
-    std::fill(gs.fired.begin(), gs.fired.end(), false);
-    ++gs.params_done;
-    while (!gs.stashed.empty() && gs.backwards_done < gs.params_done) {
-      ++gs.backwards_done;
-      core_->commit_last(std::move(gs.stashed.front()));
-      gs.stashed.pop_front();
-    }
-  }
-
-  bool same_models(const ModelRef& m) const {
-    if (!catalog_ || m.nn.size() != models_.nn.size() || m.jit.size() != models_.jit.size()) return false;
-    for (std::size_t i = 0; i < m.nn.size(); ++i)
-      if (m.nn[i] != models_.nn[i]) return false;
-    for (std::size_t i = 0; i < m.jit.size(); ++i)
-      if (m.jit[i]._ivalue() != models_.jit[i]._ivalue()) return false;
-    return true;
-  }
-
-  std::shared_ptr<Core> core_;
-  const std::uint64_t serial_;
-  ModelRef models_;
-  std::shared_ptr<ModuleCatalog> catalog_;
-  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<Node>> hooked_;
-  std::mutex threads_mutex_;
-  std::unordered_map<std::thread::id, std::unique_ptr<ThreadModules>> threads_;
-  std::mutex grads_mutex_;
-  std::unordered_map<const ModuleInfo*, GradState> grad_state_;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/call_capture.hpp ----
-// ---- begin torchprobe/capture/torchscript.hpp ----
-// Module entries for TorchScript models (torch::jit::load), with no change to the model.
-//
-// TorchScript modules have no C++ hooks that survive compilation, and the optimised executor
-// inlines submodule calls. So, before the model first runs, each module type's forward graph
-// gets two probe ops around every `prim::CallMethod[name="forward"]`:
-//     torchprobe::module_pre(%submodule, (%args...))   ...call...   torchprobe::module_post(%submodule, %out)
-// Registered with CONSERVATIVE alias analysis they count as side effects, so no pass removes
-// them, and they stay in place when the call is inlined. At run time they tell the running
-// capture (if any) which module object begins and ends, with its exact inputs and output.
-#include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/runtime/custom_operator.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
-
-
-
-namespace torchprobe::capture {
-
-namespace script_detail {
-
-inline ModuleEvents* active_events(std::shared_ptr<ApiHandler>& keep) {
-  keep = ApiObserver::active();
-  return dynamic_cast<ModuleEvents*>(keep.get());
-}
-
-inline void pre_probe(torch::jit::Stack& stack) {
-  c10::IValue inputs = torch::jit::pop(stack);
-  c10::IValue module = torch::jit::pop(stack);
-  std::shared_ptr<ApiHandler> keep;
-  if (ModuleEvents* events = active_events(keep)) {
-    std::vector<c10::IValue> args;
-    if (inputs.isTuple())
-      for (const c10::IValue& e : inputs.toTupleRef().elements()) args.push_back(e);
-    events->script_module_enter(module.isObject() ? module.toObject().get() : nullptr, std::move(args));
-  }
-}
-
-inline void post_probe(torch::jit::Stack& stack) {
-  c10::IValue output = torch::jit::pop(stack);
-  torch::jit::pop(stack);
-  std::shared_ptr<ApiHandler> keep;
-  if (ModuleEvents* events = active_events(keep)) events->script_module_exit(output);
-}
-
-inline void register_probe_ops() {
-  // Built by moving, not from an initializer list: copying jit::Operator trips g++ 14's
-  // maybe-uninitialized warning inside libtorch's own types.
-  static const torch::jit::RegisterOperators registered = [] {
-    std::vector<c10::optional<torch::jit::Operator>> ops;
-    ops.emplace_back(torch::jit::Operator("torchprobe::module_pre(Any module, Any inputs) -> ()", &pre_probe,
-                                          c10::AliasAnalysisKind::CONSERVATIVE));
-    ops.emplace_back(torch::jit::Operator("torchprobe::module_post(Any module, Any output) -> ()", &post_probe,
-                                          c10::AliasAnalysisKind::CONSERVATIVE));
-    return torch::jit::RegisterOperators(std::move(ops));
-  }();
-  (void)registered;
-}
-
-// The forward calls in a graph; false if the graph already carries the probes.
-inline bool collect_forward_calls(torch::jit::Block* block, c10::Symbol pre, std::vector<torch::jit::Node*>& out) {
-  for (torch::jit::Node* n : block->nodes()) {
-    if (n->kind() == pre) return false;
-    if (n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward") out.push_back(n);
-    for (torch::jit::Block* b : n->blocks())
-      if (!collect_forward_calls(b, pre, out)) return false;
-  }
-  return true;
-}
-
-inline void instrument_graph(torch::jit::Graph& graph) {
-  static const c10::Symbol pre = c10::Symbol::fromQualString("torchprobe::module_pre");
-  static const c10::Symbol post = c10::Symbol::fromQualString("torchprobe::module_post");
-  std::vector<torch::jit::Node*> calls;
-  if (!collect_forward_calls(graph.block(), pre, calls)) return;
-  for (torch::jit::Node* call : calls) {
-    torch::jit::Value* self = call->inputs()[0];
-    std::vector<torch::jit::Value*> args(call->inputs().begin() + 1, call->inputs().end());
-    torch::jit::WithInsertPoint before(call);
-    torch::jit::Value* packed = graph.insertNode(graph.createTuple(args))->output();
-    graph.insertNode(graph.create(pre, {self, packed}, 0));
-    torch::jit::Node* after = graph.create(post, {self, call->output()}, 0);
-    after->insertAfter(call);
-  }
-}
-
-}  // namespace script_detail
-
-// Puts the probes into the forward of the model's type and of every submodule's type (a graph
-// that has them already is left alone). Must run before the model's first forward: TorchScript
-// compiles a method on its first call and keeps that plan.
-inline void instrument_script_module(const torch::jit::Module& root) {
-  script_detail::register_probe_ops();
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& item : root.named_modules()) {
-    auto method = item.value.find_method("forward");
-    if (!method) continue;
-    if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method->function()))
-      script_detail::instrument_graph(*graph_fn->graph());
-  }
-}
-
-// Autograd's per-op nodes (what API and module backward entries hook) exist only when the
-// TorchScript executor does not fuse a model's ops into one differentiable graph; this switches
-// its optimisation off while a capture of TorchScript models runs, and back on at stop().
-class ScriptExecutorSettings {
- public:
-  void enter() {
-    if (active_) return;
-    previous_ = torch::jit::getGraphExecutorOptimize();
-    torch::jit::setGraphExecutorOptimize(false);
-    active_ = true;
-  }
-  void leave() {
-    if (!active_) return;
-    torch::jit::setGraphExecutorOptimize(previous_);
-    active_ = false;
-  }
-
- private:
-  bool active_ = false;
-  bool previous_ = true;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/torchscript.hpp ----
-// ---- begin torchprobe/debugger_interface.hpp ----
-// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
-
-
-// ---- begin torchprobe/save_value.hpp ----
-// SaveValue: what save(value, name) accepts -- msprobe's "tensor, int, float, str, or nested
-// list/tuple/dict of them" in C++ terms. Built implicitly from a tensor, a number, a string, a
-// std::vector or std::map of such values, or a c10::IValue:
-//
-//   dbg.save(y, "y");
-//   dbg.save(std::vector<torch::Tensor>{a, b}, "pair");
-//   dbg.save(tp::SaveValue::dict({{"a", y}, {"b", tp::SaveValue::list({1, 2.5, "s"})}}), "mix");
-//
-// dict() keeps the order given (as a Python dict does); a std::map gives its sorted order.
-
-
-namespace torchprobe {
-
-class SaveValue {
- public:
-  enum class Kind { None, Tensor, Bool, Int, Float, String, List, Dict };
-
-  SaveValue() = default;  // None: written as null
-  SaveValue(std::nullptr_t) {}
-  SaveValue(at::Tensor t) : kind_(t.defined() ? Kind::Tensor : Kind::None), tensor_(std::move(t)) {}
-  SaveValue(bool b) : kind_(Kind::Bool), int_(b) {}
-  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-  SaveValue(I i) : kind_(Kind::Int), int_(static_cast<std::int64_t>(i)) {}
-  template <class F, std::enable_if_t<std::is_floating_point_v<F>, int> = 0>
-  SaveValue(F f) : kind_(Kind::Float), float_(static_cast<double>(f)) {}
-  SaveValue(const char* s) : kind_(s ? Kind::String : Kind::None), string_(s ? s : "") {}
-  SaveValue(std::string s) : kind_(Kind::String), string_(std::move(s)) {}
-  SaveValue(std::string_view s) : kind_(Kind::String), string_(s) {}
-
-  template <class T, std::enable_if_t<std::is_constructible_v<SaveValue, const T&>, int> = 0>
-  SaveValue(const std::vector<T>& items) : kind_(Kind::List) {
-    items_.reserve(items.size());
-    for (const T& v : items) items_.emplace_back(v);
-  }
-  template <class T, std::enable_if_t<std::is_constructible_v<SaveValue, const T&>, int> = 0>
-  SaveValue(const std::map<std::string, T>& items) : kind_(Kind::Dict) {
-    for (const auto& kv : items) {
-      keys_.push_back(kv.first);
-      items_.emplace_back(kv.second);
-    }
-  }
-
-  // A boxed value: tensors, bool/int/double, strings, lists, tuples (as lists) and dicts with
-  // string keys; anything else (a device, an object) becomes None, written as null like msprobe does.
-  SaveValue(const c10::IValue& v) {
-    if (v.isTensor()) {
-      *this = SaveValue(v.toTensor());
-    } else if (v.isBool()) {
-      *this = SaveValue(v.toBool());
-    } else if (v.isInt()) {
-      *this = SaveValue(v.toInt());
-    } else if (v.isDouble()) {
-      *this = SaveValue(v.toDouble());
-    } else if (v.isString()) {
-      *this = SaveValue(v.toStringRef());
-    } else if (v.isList() || v.isTuple()) {
-      kind_ = Kind::List;
-      if (v.isList()) {
-        for (const c10::IValue& e : v.toListRef()) items_.emplace_back(e);
-      } else {
-        for (const c10::IValue& e : v.toTupleRef().elements()) items_.emplace_back(e);
-      }
-    } else if (v.isGenericDict()) {
-      kind_ = Kind::Dict;
-      for (const auto& kv : v.toGenericDict()) {
-        keys_.push_back(kv.key().isString() ? kv.key().toStringRef() : c10::IValue(kv.key()).tagKind());
-        items_.emplace_back(kv.value());
-      }
-    }
-  }
-
-  static SaveValue list(std::vector<SaveValue> items) {
-    SaveValue v;
-    v.kind_ = Kind::List;
-    v.items_ = std::move(items);
-    return v;
-  }
-  // Keys in the order given.
-  static SaveValue dict(std::vector<std::pair<std::string, SaveValue>> items) {
-    SaveValue v;
-    v.kind_ = Kind::Dict;
-    for (auto& kv : items) {
-      v.keys_.push_back(std::move(kv.first));
-      v.items_.push_back(std::move(kv.second));
-    }
-    return v;
-  }
-
-  Kind kind() const { return kind_; }
-  const at::Tensor& tensor() const { return tensor_; }
-  bool as_bool() const { return int_ != 0; }
-  std::int64_t as_int() const { return int_; }
-  double as_float() const { return float_; }
-  const std::string& as_string() const { return string_; }
-  // List items, or dict values (keys() names them).
-  const std::vector<SaveValue>& items() const { return items_; }
-  const std::vector<std::string>& keys() const { return keys_; }
-
- private:
-  Kind kind_ = Kind::None;
-  at::Tensor tensor_;
-  std::int64_t int_ = 0;
-  double float_ = 0;
-  std::string string_;
-  std::vector<SaveValue> items_;
-  std::vector<std::string> keys_;
+  at::DisableRecordFunctionGuard no_record_;
+  c10::NoGradGuard no_grad_;
 };
 
 }  // namespace torchprobe
-// ---- end torchprobe/save_value.hpp ----
-
-namespace torchprobe {
-
-class DebuggerInterface {
- public:
-  virtual ~DebuggerInterface() = default;
-  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
-  virtual void stop() noexcept = 0;
-  virtual void step() = 0;
-  virtual void set_init_step(std::int64_t step) = 0;
-  // msprobe's single-point save (debug.json); see Debugger::save.
-  virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
-  virtual bool running() const = 0;
-  virtual const Config& config() const = 0;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/debugger_interface.hpp ----
-// ---- begin torchprobe/details/debug_save.hpp ----
-// save(value, name): msprobe's single-point save (level "debug", reference §1.5, §3.4, §10).
-//
-// Each call writes the entry "{name}.{count}.debug" of debug.json (count per name per step) with
-// the value encoded as msprobe does: tensors as the task describes them (statistics; with the tensor
-// task also the file "{name}.{count}.debug[.{index path}].pt"), bool/int/float/str as
-// {"type", "value"}, lists and dicts as JSON lists and objects, anything else null. With
-// save_backward, "{name}_grad.{count}.debug" follows it at once, holding the same structure with
-// every leaf null; a hook on each tensor that requires grad fills its leaf when the gradient arrives
-// (files "{name}_grad.{count}.debug[.{index path}].pt").
-
-
-
-namespace torchprobe::details {
-
-// A leaf of a saved value: where it sits in the entry's JSON and in the file name.
-struct SavedLeaf {
-  std::string pointer;  // JSON pointer inside the entry ("" for the value itself)
-  std::string key;      // index path for the file name ("" for the value itself, "a", "b.0", ...)
-
-  SavedLeaf child(const std::string& token) const {
-    return {pointer + "/" + capture::pointer_token(token), key.empty() ? token : key + "." + token};
-  }
-  capture::Site site() const { return {pointer, key}; }
-};
-
-// Turns a SaveValue into msprobe's JSON; tensors go to `describe(tensor, site)`, and each tensor
-// that requires grad is listed in *needs_grad.
-template <class Describe>
-nlohmann::ordered_json encode_saved(const SaveValue& v, const SavedLeaf& at, Describe& describe,
-                                    std::vector<std::pair<SavedLeaf, at::Tensor>>* needs_grad, int depth = 0) {
-  constexpr int kMaxDepth = 400;  // msprobe's DUMP_MAX_DEPTH
-  if (depth > kMaxDepth) return nullptr;
-  switch (v.kind()) {
-    case SaveValue::Kind::None: return nullptr;
-    case SaveValue::Kind::Tensor:
-      if (needs_grad && v.tensor().requires_grad()) needs_grad->emplace_back(at, v.tensor());
-      return describe(v.tensor(), at.site());
-    case SaveValue::Kind::Bool: return capture::typed("bool", v.as_bool());
-    case SaveValue::Kind::Int: return capture::typed("int", v.as_int());
-    case SaveValue::Kind::Float: return capture::typed("float", v.as_float());
-    case SaveValue::Kind::String: return capture::typed("str", v.as_string());
-    case SaveValue::Kind::List: {
-      nlohmann::ordered_json out = nlohmann::ordered_json::array();
-      for (std::size_t k = 0; k < v.items().size(); ++k)
-        out.push_back(encode_saved(v.items()[k], at.child(std::to_string(k)), describe, needs_grad, depth + 1));
-      return out;
-    }
-    case SaveValue::Kind::Dict: {
-      nlohmann::ordered_json out = nlohmann::ordered_json::object();
-      for (std::size_t k = 0; k < v.items().size(); ++k)
-        out[v.keys()[k]] = encode_saved(v.items()[k], at.child(v.keys()[k]), describe, needs_grad, depth + 1);
-      return out;
-    }
-  }
-  return nullptr;
-}
-
-// The same structure with every leaf null: the gradient entry's placeholder.
-inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
-  if (depth > 400) return nullptr;
-  if (v.kind() == SaveValue::Kind::List) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const SaveValue& e : v.items()) out.push_back(all_null_like(e, depth + 1));
-    return out;
-  }
-  if (v.kind() == SaveValue::Kind::Dict) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < v.items().size(); ++k) out[v.keys()[k]] = all_null_like(v.items()[k], depth + 1);
-    return out;
-  }
-  return nullptr;
-}
-
-template <class TaskT>
-class DebugSaver {
- public:
-  using Core = DumpCore<TaskT>;
-
-  // Writes the entries of one save() call into the step's debug.json.
-  void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
-    const std::int64_t count = next_count(name);
-    Record r;
-    r.name = name + "." + std::to_string(count) + ".debug";
-    r.order = core->debug_state.next_order();
-    std::vector<std::pair<SavedLeaf, at::Tensor>> grads;
-    {
-      ProbeGuard guard;
-      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task.describe(t, site, r); };
-      r.body = encode_saved(value, SavedLeaf{}, describe, save_backward ? &grads : nullptr);
-    }
-    core->commit_debug(std::move(r));
-    if (!save_backward) return;
-
-    auto entry = std::make_shared<GradEntry>();
-    entry->core = core;
-    entry->generation = core->generation.load();
-    entry->name = name + "_grad." + std::to_string(count) + ".debug";
-    entry->order = core->debug_state.next_order();
-    entry->body = all_null_like(value);
-    {
-      Record placeholder;
-      placeholder.name = entry->name;
-      placeholder.order = entry->order;
-      placeholder.body = entry->body;
-      core->commit_debug(std::move(placeholder));
-    }
-    for (auto& [leaf, tensor] : grads) {
-      // Hooks stay on the tensor; after step() (or once the debugger is gone) they do nothing.
-      tensor.register_hook([entry, leaf = leaf](const at::Tensor& grad) { entry->arrived(leaf, grad); });
-    }
-  }
-
-  // step(): counts start again at 0.
-  void reset() {
-    std::lock_guard<std::mutex> lock(mu_);
-    counts_.clear();
-  }
-
- private:
-  // One gradient entry, filled leaf by leaf as gradients arrive. Each arrival commits the whole
-  // entry again under the same name and order, so debug.json (and the journal) always hold the
-  // latest state.
-  struct GradEntry {
-    std::weak_ptr<Core> core;
-    std::uint64_t generation = 0;
-    std::string name;
-    std::uint64_t order = 0;
-    std::mutex mu;
-    nlohmann::ordered_json body;
-    std::vector<PendingStats> pending;  // device statistics of the leaves filled so far
-    std::vector<PendingChecksum> checksums;  // and their checksums still being computed
-
-    void arrived(const SavedLeaf& leaf, const at::Tensor& grad) {
-      auto c = core.lock();
-      if (!c || c->generation.load() != generation || !grad.defined()) return;
-      try {
-        std::lock_guard<std::mutex> lock(mu);
-        ProbeGuard guard;
-        Record r;
-        r.name = name;
-        r.order = order;
-        nlohmann::ordered_json item = c->task.describe(grad, leaf.site(), r, /*gradient=*/true);
-        if (leaf.pointer.empty()) body = std::move(item);
-        else body[nlohmann::ordered_json::json_pointer(leaf.pointer)] = std::move(item);
-        pending.insert(pending.end(), r.pending.begin(), r.pending.end());
-        r.pending = pending;
-        checksums.insert(checksums.end(), r.pending_checksums.begin(), r.pending_checksums.end());
-        r.pending_checksums = checksums;
-        r.body = body;
-        c->commit_debug(std::move(r));
-      } catch (const std::exception& e) {
-        c->errors.log("debug_data_collect_backward", name, e);
-      }
-    }
-  };
-
-  std::int64_t next_count(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return counts_[name]++;
-  }
-
-  std::mutex mu_;
-  std::unordered_map<std::string, std::int64_t> counts_;
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/debug_save.hpp ----
-// ---- begin torchprobe/details/session.hpp ----
-// Step numbering, rank, and whether the current step is dumped at all.
-
-
-
-namespace torchprobe::details {
-
-class Session {
- public:
-  explicit Session(const Config& config) : config_(config) {}
-
-  // Step number = set_init_step() value + number of step() calls since (msprobe's rule).
-  std::int64_t step() const { return init_step_ + loop_; }
-  void advance() { ++loop_; }
-  void set_init_step(std::int64_t s) {
-    if (s < 0) throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
-    init_step_ = s;
-    loop_ = 0;
-  }
-
-  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
-  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
-  void resolve_rank(std::optional<std::int64_t> rank_id) {
-    if (rank_id) {
-      if (*rank_id < 0) throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) + " is invalid; it must be >= 0");
-      rank_ = rank_id;
-      return;
-    }
-    rank_.reset();
-    if (const char* env = std::getenv("RANK")) {
-      char* end = nullptr;
-      const long long v = std::strtoll(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 0) rank_ = v;
-    }
-  }
-  std::optional<std::int64_t> rank() const { return rank_; }
-
-  std::string rank_dir_name() const {
-    return rank_ ? "rank" + std::to_string(*rank_) : "proc" + std::to_string(::getpid());
-  }
-  std::string step_directory() const {
-    std::string base = config_.dump_path;
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    return base + "/step" + std::to_string(step()) + "/" + rank_dir_name();
-  }
-
-  // Past the last configured step nothing is dumped again.
-  bool finished() const {
-    const auto last = config_.step.max();
-    return last && step() > *last;
-  }
-  // Is this step, on this rank, one to dump? A process without a rank counts as rank 0.
-  bool dumps_now() const {
-    return !finished() && config_.step.contains(step()) && config_.rank.contains(rank_.value_or(0));
-  }
-
- private:
-  const Config& config_;
-  std::int64_t init_step_ = 0;
-  std::int64_t loop_ = 0;
-  std::optional<std::int64_t> rank_;
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/session.hpp ----
-// ---- begin torchprobe/task/task_policy.hpp ----
-// Task -> policy class. Adding a task is one header under task/ and one specialisation here.
-// ---- begin torchprobe/task/statistics.hpp ----
-// Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
-// With a tensor_list, the tensors of entries whose name contains one of its items are also saved
-// to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor.
-
-
-// ---- begin torchprobe/stats/checksum.hpp ----
-// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype (reference §5.5),
-// taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
-// tensor is hashed in place, run by run in logical order, without a contiguous copy.
-#include <zlib.h>
-
-
-// ---- begin torchprobe/stats/layout.hpp ----
-// A strided tensor's elements as runs of equally spaced elements, walked without copying the
-// tensor. Statistics do not depend on element order, so their walk may reorder and merge
-// dimensions freely (a transposed or channels-last tensor becomes one dense run); checksums
-// hash the bytes in logical order, so theirs keeps the dimension order.
-
-
-namespace torchprobe::stats::detail {
-
-struct StridedRuns {
-  const char* base = nullptr;          // the element at index 0, the lowest address (strides are >= 0)
-  std::int64_t element_size = 1;       // bytes
-  std::int64_t run_length = 1;         // elements per run (the innermost dimension)
-  std::int64_t run_stride = 1;         // elements between neighbours within a run
-  std::vector<std::int64_t> outer_sizes;    // the other dimensions, outermost first
-  std::vector<std::int64_t> outer_strides;  // in elements
-  std::int64_t repeat = 1;             // how many times each walked element occurs (statistics only)
-
-  std::int64_t runs() const {
-    std::int64_t r = 1;
-    for (std::int64_t s : outer_sizes) r *= s;
-    return r;
-  }
-  std::int64_t elements() const { return runs() * run_length; }
-  bool dense() const { return outer_sizes.empty() && run_stride == 1; }
-};
-
-// Adjacent dimensions (outer first) merge when the outer one steps exactly over the inner one.
-inline void merge_dimensions(std::vector<std::pair<std::int64_t, std::int64_t>>& dims) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
-  for (const auto& d : dims) {
-    if (!merged.empty() && merged.back().second == d.second * d.first) {
-      merged.back() = {merged.back().first * d.first, d.second};
-    } else {
-      merged.push_back(d);
-    }
-  }
-  dims.swap(merged);
-}
-
-inline StridedRuns runs_from(const at::Tensor& t, std::vector<std::pair<std::int64_t, std::int64_t>> dims) {
-  StridedRuns r;
-  r.base = static_cast<const char*>(t.data_ptr());
-  r.element_size = static_cast<std::int64_t>(t.element_size());
-  merge_dimensions(dims);
-  if (!dims.empty()) {
-    r.run_length = dims.back().first;
-    r.run_stride = dims.back().second;
-    for (std::size_t k = 0; k + 1 < dims.size(); ++k) {
-      r.outer_sizes.push_back(dims[k].first);
-      r.outer_strides.push_back(dims[k].second);
-    }
-  }
-  return r;
-}
-
-// Every element of a contiguous or otherwise dense tensor, in memory order.
-inline StridedRuns dense_runs(const at::Tensor& t) {
-  StridedRuns r;
-  r.base = static_cast<const char*>(t.data_ptr());
-  r.element_size = static_cast<std::int64_t>(t.element_size());
-  r.run_length = t.numel();
-  return r;
-}
-
-// For statistics: dimensions of stride 0 (expanded) are walked once and counted `repeat` times,
-// the rest are sorted by stride and merged, so the innermost run is as long as memory allows.
-inline StridedRuns order_free_runs(const at::Tensor& t) {
-  if (t.is_contiguous() || t.is_non_overlapping_and_dense()) return dense_runs(t);
-  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (size, stride)
-  std::int64_t repeat = 1;
-  for (std::int64_t k = 0; k < t.dim(); ++k) {
-    const std::int64_t size = t.size(k), stride = t.stride(k);
-    if (size == 1) continue;
-    if (stride == 0) {
-      repeat *= size;
-      continue;
-    }
-    dims.emplace_back(size, stride);
-  }
-  std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  StridedRuns r = runs_from(t, std::move(dims));
-  r.repeat = repeat;
-  return r;
-}
-
-// For checksums: the elements in row-major logical order, as Python's t.contiguous() has them.
-inline StridedRuns logical_runs(const at::Tensor& t) {
-  if (t.is_contiguous()) return dense_runs(t);
-  std::vector<std::pair<std::int64_t, std::int64_t>> dims;
-  for (std::int64_t k = 0; k < t.dim(); ++k)
-    if (t.size(k) != 1) dims.emplace_back(t.size(k), t.stride(k));
-  return runs_from(t, std::move(dims));
-}
-
-// Calls visit(first, count) for the runs covering elements [begin, end) of the walk, in walk
-// order; consecutive elements of a run are runs.run_stride elements apart. visit returns false
-// to stop early.
-template <class Visit>
-void for_each_run(const StridedRuns& runs, std::int64_t begin, std::int64_t end, Visit&& visit) {
-  if (begin >= end) return;
-  const std::size_t outer = runs.outer_sizes.size();
-  std::vector<std::int64_t> index(outer, 0);
-  std::int64_t offset = 0;  // in elements, of the current run's first element
-  std::int64_t row = begin / runs.run_length;
-  std::int64_t col = begin % runs.run_length;
-  for (std::size_t d = outer; d-- > 0;) {
-    index[d] = row % runs.outer_sizes[d];
-    row /= runs.outer_sizes[d];
-    offset += index[d] * runs.outer_strides[d];
-  }
-  std::int64_t left = end - begin;
-  while (left > 0) {
-    const std::int64_t count = std::min(runs.run_length - col, left);
-    if (!visit(runs.base + (offset + col * runs.run_stride) * runs.element_size, count)) return;
-    left -= count;
-    col = 0;
-    for (std::size_t d = outer; d-- > 0;) {  // odometer: the last outer dimension moves fastest
-      offset += runs.outer_strides[d];
-      if (++index[d] < runs.outer_sizes[d]) break;
-      offset -= runs.outer_strides[d] * runs.outer_sizes[d];
-      index[d] = 0;
-    }
-  }
-}
-
-}  // namespace torchprobe::stats::detail
-// ---- end torchprobe/stats/layout.hpp ----
-
-namespace torchprobe::stats {
-
-// The tensor on the host with the values it represents in memory (lazy conj/neg resolved).
-inline at::Tensor host_values(const at::Tensor& t) {
-  if (t.device().is_cpu() && !t.is_conj() && !t.is_neg()) return t;
-  ProbeGuard guard;
-  at::Tensor h = t.device().is_cpu() ? t : t.to(at::kCPU);
-  return h.resolve_conj().resolve_neg();
-}
-
-// The tensor's bytes as Python's t.numpy().tobytes() sees them: on the host, contiguous.
-inline at::Tensor host_contiguous(const at::Tensor& t) {
-  const at::Tensor h = host_values(t);
-  if (h.is_contiguous()) return h;
-  ProbeGuard guard;
-  return h.contiguous();
-}
-
-namespace detail {
-
-// Calls consume(bytes, n) over the tensor's bytes in logical order. Long contiguous runs are
-// passed as they lie in memory; short or strided ones are gathered into a small buffer first.
-template <class Consume>
-void for_each_logical_chunk(const at::Tensor& host, Consume&& consume) {
-  const std::size_t element_size = host.element_size();
-  if (host.is_contiguous()) {
-    consume(static_cast<const unsigned char*>(host.data_ptr()), static_cast<std::size_t>(host.numel()) * element_size);
-    return;
-  }
-  constexpr std::size_t kBufferBytes = 1 << 16;  // a multiple of every element size
-  constexpr std::size_t kDirectBytes = 1 << 12;
-  alignas(64) unsigned char buffer[kBufferBytes];
-  std::size_t filled = 0;
-  const StridedRuns runs = logical_runs(host);
-  const std::int64_t stride_bytes = runs.run_stride * static_cast<std::int64_t>(element_size);
-  for_each_run(runs, 0, runs.elements(), [&](const char* first, std::int64_t count) {
-    const auto* p = reinterpret_cast<const unsigned char*>(first);
-    if (runs.run_stride == 1 && static_cast<std::size_t>(count) * element_size >= kDirectBytes) {
-      if (filled > 0) consume(buffer, filled);
-      filled = 0;
-      consume(p, static_cast<std::size_t>(count) * element_size);
-      return true;
-    }
-    for (std::int64_t k = 0; k < count; ++k, p += stride_bytes) {
-      std::memcpy(buffer + filled, p, element_size);
-      filled += element_size;
-      if (filled == kBufferBytes) {
-        consume(buffer, filled);
-        filled = 0;
-      }
-    }
-    return true;
-  });
-  if (filled > 0) consume(buffer, filled);
-}
-
-// XOR of a byte stream read as little-endian 64-bit words, the last one zero-padded. Fed in
-// pieces of any length: each byte lands in the word lane of its position in the stream.
-class Xor64Stream {
- public:
-  void feed(const unsigned char* p, std::size_t n) {
-    for (; n > 0 && offset_ % 8 != 0; ++p, --n) add_byte(*p);
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);  // x86 and arm64 hosts are little-endian, as msprobe assumes
-      value_ ^= w;
-      offset_ += 8;
-    }
-    for (; n > 0; ++p, --n) add_byte(*p);
-  }
-  std::uint64_t value() const { return value_; }
-
- private:
-  void add_byte(unsigned char b) {
-    value_ ^= static_cast<std::uint64_t>(b) << (8 * (offset_ % 8));
-    ++offset_;
-  }
-  std::uint64_t value_ = 0;
-  std::uint64_t offset_ = 0;
-};
-
-}  // namespace detail
-
-inline std::uint32_t crc32_of(const at::Tensor& t) {
-  const at::Tensor h = host_values(t);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  detail::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
-    while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
-      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
-      crc = crc32(crc, p, chunk);
-      p += chunk;
-      left -= chunk;
-    }
-  });
-  return static_cast<std::uint32_t>(crc & 0xffffffffUL);
-}
-
-// msprobe's "md5" is really CRC-32 (zlib), as 8 lowercase hex digits.
-inline std::string crc32_hex(const at::Tensor& t) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc32_of(t)));
-  return buf;
-}
-
-// XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
-inline std::uint64_t xor64(const at::Tensor& t) {
-  detail::Xor64Stream x;
-  detail::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
-  return x.value();
-}
-
-inline std::string xor64_hex(const at::Tensor& t) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(xor64(t)));
-  return buf;
-}
-
-}  // namespace torchprobe::stats
-// ---- end torchprobe/stats/checksum.hpp ----
-// ---- begin torchprobe/stats/checksum_worker.hpp ----
-// summary_mode md5 off the training thread (and, for tensors on a device, without a host
-// synchronisation per tensor). zlib's CRC-32 runs at about 1.8 GB/s here, a copy at
-// about 6 GB/s: for a large CPU tensor the training thread takes a contiguous snapshot (the values
-// must be read before a later in-place op changes them) and a worker thread hashes it. The entry
-// gets its checksum when the step is written (Record::pending_checksums).
-//
-// Small tensors are hashed at once (handing one over costs more than hashing it), and so is a
-// tensor that would take the snapshots waiting for the worker past kMaxPendingBytes: memory stays
-// bounded and the training thread is never made to wait for the worker. The xor mode stays on the
-// training thread: it runs at memory speed, as fast as the copy would.
-
-
-
-namespace torchprobe::stats {
-
-class ChecksumWorker {
- public:
-  static constexpr std::int64_t kMinOffloadBytes = std::int64_t(1) << 20;
-  static constexpr std::int64_t kMaxPendingBytes = std::int64_t(256) << 20;
-
-  ChecksumWorker() = default;
-  ChecksumWorker(const ChecksumWorker&) = delete;
-  ChecksumWorker& operator=(const ChecksumWorker&) = delete;
-  ~ChecksumWorker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // The CRC-32 of `t` (8 hex digits) computed later, or nullopt when the caller should hash `t`
-  // now: it is small, or enough is waiting already.
-  //
-  // A tensor on a device (or any tensor, with `as_device`: tests) is copied where it lives, which
-  // needs no host synchronisation, and read back and hashed when the step is written: the future
-  // is deferred and runs in the thread that asks for it.
-  std::optional<std::shared_future<std::string>> submit(const at::Tensor& t, bool as_device = false) {
-    const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
-    if (as_device || !t.device().is_cpu()) {
-      if (!device_budget_->take(bytes)) return std::nullopt;
-      at::Tensor copy;
-      {
-        ProbeGuard guard;
-        copy = t.clone();
-      }
-      // The reservation is returned when the copy is hashed, or when the entry is dropped unread.
-      auto held = std::make_shared<DeviceCopy>(device_budget_, std::move(copy), bytes);
-      return std::async(std::launch::deferred, [held]() {
-               std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
-               held->release();
-               return hex;
-             }).share();
-    }
-    if (bytes < kMinOffloadBytes || !host_budget_.take(bytes)) return std::nullopt;
-    at::Tensor snapshot;
-    {
-      ProbeGuard guard;
-      snapshot = host_values(t).clone(at::MemoryFormat::Contiguous);
-    }
-    std::promise<std::string> promise;
-    std::shared_future<std::string> result = promise.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back({std::move(snapshot), std::move(promise), bytes});
-      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    }
-    cv_.notify_one();
-    return result;
-  }
-
-  // How many checksums the worker thread computed (tests use it to see that one was offloaded).
-  std::uint64_t offloaded() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return offloaded_;
-  }
-
- private:
-  // Bytes of copies waiting to be hashed, capped at kMaxPendingBytes. The device budget is shared
-  // with the copies themselves: a pending checksum may outlive the worker (save()'s gradient
-  // entries live as long as the user's tensor).
-  struct Budget {
-    std::mutex mu;
-    std::int64_t pending = 0;
-    bool take(std::int64_t bytes) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (pending + bytes > kMaxPendingBytes) return false;
-      pending += bytes;
-      return true;
-    }
-    void give(std::int64_t bytes) {
-      std::lock_guard<std::mutex> lock(mu);
-      pending -= bytes;
-    }
-  };
-
-  // A copy on a device waiting for the flush, and the bytes of the budget it holds.
-  struct DeviceCopy {
-    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
-    DeviceCopy(const DeviceCopy&) = delete;
-    DeviceCopy& operator=(const DeviceCopy&) = delete;
-    ~DeviceCopy() { release(); }
-    void release() {
-      if (!budget) return;
-      copy = at::Tensor();
-      budget->give(bytes);
-      budget.reset();
-    }
-    std::shared_ptr<Budget> budget;
-    at::Tensor copy;
-    std::int64_t bytes;
-  };
-
-  struct Job {
-    at::Tensor snapshot;
-    std::promise<std::string> promise;
-    std::int64_t bytes;
-  };
-
-  void run() {
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stopping, and nothing left
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      std::string hex;
-      std::exception_ptr error;
-      try {
-        hex = crc32_hex(job.snapshot);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      job.snapshot = at::Tensor();  // its memory goes before the budget is returned
-      host_budget_.give(job.bytes);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++offloaded_;
-      }
-      // Last: whoever waits on the result sees the counters already updated.
-      if (error) job.promise.set_exception(error);
-      else job.promise.set_value(std::move(hex));
-    }
-  }
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  Budget host_budget_;                                                   // snapshots queued for the worker
-  std::shared_ptr<Budget> device_budget_ = std::make_shared<Budget>();  // copies on devices
-  std::uint64_t offloaded_ = 0;
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
-}  // namespace torchprobe::stats
-// ---- end torchprobe/stats/checksum_worker.hpp ----
+// ---- end torchprobe/core/probe_guard.hpp ----
 // ---- begin torchprobe/stats/cpu_stats.hpp ----
 // Statistics of a CPU tensor in one pass over its memory, with fused SIMD kernels.
 //
@@ -6676,10 +2872,9 @@ class ChecksumWorker {
 // which -Wuninitialized reports once inlined into a caller (GCC PR 105593, fixed in GCC 13).
 // The kernel headers wrap their own code in these; user code keeps every warning.
 #if defined(__GNUC__) && !defined(__clang__)
-#define TORCHPROBE_KERNELS_BEGIN                                  \
-  _Pragma("GCC diagnostic push")                                  \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")           \
-  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define TORCHPROBE_KERNELS_BEGIN                                                       \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #define TORCHPROBE_KERNELS_END _Pragma("GCC diagnostic pop")
 #else
 #define TORCHPROBE_KERNELS_BEGIN
@@ -6761,8 +2956,8 @@ inline double element_value(c10::complex<double> v) {
 }
 
 // The kernels do enough work per cache line that the CPU keeps too few reads in flight to
-// saturate memory from one core (measured: 6 GB/s against 9.6 GB/s for a plain read loop).
-// Asking for the data 1 KiB ahead brings them to 8.5-9.5 GB/s.
+// saturate memory from one core; asking for the data 1 KiB ahead closes most of the gap
+// (docs/statistics.md, Results).
 inline constexpr std::size_t kPrefetchDistance = 1024;
 
 // Prefetches the cache lines that an iteration consuming kBytes at `at` will need
@@ -6831,11 +3026,11 @@ inline CpuFeatures detect_cpu_features() {
   if (!osxsave || !avx) return f;
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;     // SSE and AVX state
-  const bool zmm_saved = (xcr0_lo & 0xE6u) == 0xE6u;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool zmm_saved = (xcr0_lo & 0xE6u) == 0xE6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
-  const bool avx2 = (b >> 5) & 1u, avx512f = (b >> 16) & 1u, avx512dq = (b >> 17) & 1u,
-             avx512bw = (b >> 30) & 1u, avx512vl = (b >> 31) & 1u;
+  const bool avx2 = (b >> 5) & 1u, avx512f = (b >> 16) & 1u, avx512dq = (b >> 17) & 1u, avx512bw = (b >> 30) & 1u,
+             avx512vl = (b >> 31) & 1u;
   f.avx2 = ymm_saved && avx2 && fma && f16c;
   f.avx512 = f.avx2 && zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
   return f;
@@ -6889,7 +3084,7 @@ inline KernelIsa best_kernel_isa() {
 // compiled for (xsimd::default_arch: SSE2 for a plain x86-64 build, AVX2 with -mavx2, NEON on
 // arm64). They run wherever the runtime-dispatched x86 kernels cannot: other CPUs, other
 // compilers, old x86. fp16/bf16 and integers are converted to float/double in small chunks with
-// scalar code first, which is correct everywhere but slow for fp16 (about 1 GB/s, see the notes).
+// scalar code first, which is correct everywhere but slow for fp16 (docs/statistics.md).
 //
 // Written against the xsimd API common to 8.1 and 13: no hadd/reduce_* (horizontal reductions
 // go through a store), no available_architectures().best.
@@ -7229,8 +3424,10 @@ TORCHPROBE_AVX2_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) 
 
 template <class T>
 ScanResult scan(const T* p, std::int64_t n) {
-  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
-  else return scan_double_lanes(p, n);
+  if constexpr (Loader<T>::kFloatLanes)
+    return scan_float_lanes(p, n);
+  else
+    return scan_double_lanes(p, n);
 }
 
 }  // namespace torchprobe::stats::kernels::avx2
@@ -7477,8 +3674,10 @@ TORCHPROBE_AVX512_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n
 
 template <class T>
 ScanResult scan(const T* p, std::int64_t n) {
-  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
-  else return scan_double_lanes(p, n);
+  if constexpr (Loader<T>::kFloatLanes)
+    return scan_float_lanes(p, n);
+  else
+    return scan_double_lanes(p, n);
 }
 
 // int64: Max/Min exact in 64-bit integer lanes, sums in double lanes.
@@ -7549,6 +3748,134 @@ inline Int64ScanFunction int64_scan_function(KernelIsa isa) {
 
 }  // namespace torchprobe::stats::kernels
 // ---- end torchprobe/stats/kernels/dispatch.hpp ----
+// ---- begin torchprobe/stats/layout.hpp ----
+// A strided tensor's elements as runs of equally spaced elements, walked without copying the
+// tensor. Statistics do not depend on element order, so their walk may reorder and merge
+// dimensions freely (a transposed or channels-last tensor becomes one dense run); checksums
+// hash the bytes in logical order, so theirs keeps the dimension order.
+
+
+namespace torchprobe::stats::detail {
+
+struct StridedRuns {
+  const char* base = nullptr;               // the element at index 0, the lowest address (strides are >= 0)
+  std::int64_t element_size = 1;            // bytes
+  std::int64_t run_length = 1;              // elements per run (the innermost dimension)
+  std::int64_t run_stride = 1;              // elements between neighbours within a run
+  std::vector<std::int64_t> outer_sizes;    // the other dimensions, outermost first
+  std::vector<std::int64_t> outer_strides;  // in elements
+  std::int64_t repeat = 1;                  // how many times each walked element occurs (statistics only)
+
+  std::int64_t runs() const {
+    std::int64_t r = 1;
+    for (std::int64_t s : outer_sizes) r *= s;
+    return r;
+  }
+  std::int64_t elements() const { return runs() * run_length; }
+  bool dense() const { return outer_sizes.empty() && run_stride == 1; }
+};
+
+// Adjacent dimensions (outer first) merge when the outer one steps exactly over the inner one.
+inline void merge_dimensions(std::vector<std::pair<std::int64_t, std::int64_t>>& dims) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
+  for (const auto& d : dims) {
+    if (!merged.empty() && merged.back().second == d.second * d.first) {
+      merged.back() = {merged.back().first * d.first, d.second};
+    } else {
+      merged.push_back(d);
+    }
+  }
+  dims.swap(merged);
+}
+
+inline StridedRuns runs_from(const at::Tensor& t, std::vector<std::pair<std::int64_t, std::int64_t>> dims) {
+  StridedRuns r;
+  r.base = static_cast<const char*>(t.data_ptr());
+  r.element_size = static_cast<std::int64_t>(t.element_size());
+  merge_dimensions(dims);
+  if (!dims.empty()) {
+    r.run_length = dims.back().first;
+    r.run_stride = dims.back().second;
+    for (std::size_t k = 0; k + 1 < dims.size(); ++k) {
+      r.outer_sizes.push_back(dims[k].first);
+      r.outer_strides.push_back(dims[k].second);
+    }
+  }
+  return r;
+}
+
+// Every element of a contiguous or otherwise dense tensor, in memory order.
+inline StridedRuns dense_runs(const at::Tensor& t) {
+  StridedRuns r;
+  r.base = static_cast<const char*>(t.data_ptr());
+  r.element_size = static_cast<std::int64_t>(t.element_size());
+  r.run_length = t.numel();
+  return r;
+}
+
+// For statistics: dimensions of stride 0 (expanded) are walked once and counted `repeat` times,
+// the rest are sorted by stride and merged, so the innermost run is as long as memory allows.
+inline StridedRuns order_free_runs(const at::Tensor& t) {
+  if (t.is_contiguous() || t.is_non_overlapping_and_dense()) return dense_runs(t);
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (size, stride)
+  std::int64_t repeat = 1;
+  for (std::int64_t k = 0; k < t.dim(); ++k) {
+    const std::int64_t size = t.size(k), stride = t.stride(k);
+    if (size == 1) continue;
+    if (stride == 0) {
+      repeat *= size;
+      continue;
+    }
+    dims.emplace_back(size, stride);
+  }
+  std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  StridedRuns r = runs_from(t, std::move(dims));
+  r.repeat = repeat;
+  return r;
+}
+
+// For checksums: the elements in row-major logical order, as Python's t.contiguous() has them.
+inline StridedRuns logical_runs(const at::Tensor& t) {
+  if (t.is_contiguous()) return dense_runs(t);
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;
+  for (std::int64_t k = 0; k < t.dim(); ++k)
+    if (t.size(k) != 1) dims.emplace_back(t.size(k), t.stride(k));
+  return runs_from(t, std::move(dims));
+}
+
+// Calls visit(first, count) for the runs covering elements [begin, end) of the walk, in walk
+// order; consecutive elements of a run are runs.run_stride elements apart. visit returns false
+// to stop early.
+template <class Visit>
+void for_each_run(const StridedRuns& runs, std::int64_t begin, std::int64_t end, Visit&& visit) {
+  if (begin >= end) return;
+  const std::size_t outer = runs.outer_sizes.size();
+  std::vector<std::int64_t> index(outer, 0);
+  std::int64_t offset = 0;  // in elements, of the current run's first element
+  std::int64_t row = begin / runs.run_length;
+  std::int64_t col = begin % runs.run_length;
+  for (std::size_t d = outer; d-- > 0;) {
+    index[d] = row % runs.outer_sizes[d];
+    row /= runs.outer_sizes[d];
+    offset += index[d] * runs.outer_strides[d];
+  }
+  std::int64_t left = end - begin;
+  while (left > 0) {
+    const std::int64_t count = std::min(runs.run_length - col, left);
+    if (!visit(runs.base + (offset + col * runs.run_stride) * runs.element_size, count)) return;
+    left -= count;
+    col = 0;
+    for (std::size_t d = outer; d-- > 0;) {  // odometer: the last outer dimension moves fastest
+      offset += runs.outer_strides[d];
+      if (++index[d] < runs.outer_sizes[d]) break;
+      offset -= runs.outer_strides[d] * runs.outer_sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace torchprobe::stats::detail
+// ---- end torchprobe/stats/layout.hpp ----
 
 namespace torchprobe::stats {
 namespace detail {
@@ -7636,7 +3963,7 @@ Result scan_all(const StridedRuns& runs, Scan scan) {
   at::parallel_for(0, pieces, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t k = first; k < last; ++k)
       parts[k] = scan_range<T, Result>(runs, total / pieces * k + std::min(k, total % pieces),
-                                        total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
+                                       total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
   });
   Result r = parts[0];
   for (std::size_t k = 1; k < parts.size(); ++k) kernels::merge(r, parts[k]);
@@ -7761,12 +4088,19 @@ inline TensorStats zero_dim_rule(TensorStats s) {
 // Dtypes the probe can summarise; others (quantized, float8, ...) get null statistics.
 inline bool has_cpu_kernel(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kBool: case at::kComplexFloat: case at::kComplexDouble:
-      return true;
-    default:
-      return false;
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kBool:
+    case at::kComplexFloat:
+    case at::kComplexDouble: return true;
+    default: return false;
   }
 }
 
@@ -7821,219 +4155,95 @@ inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stat
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
-// ---- begin torchprobe/task/tensor_saver.hpp ----
-// TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
-// calls stage() from describe() for each tensor it wants saved; the file is written only if the
-// task keeps the entry (the whole path is described at the top of io/tensor_writer.hpp).
-
-
-
-namespace torchprobe {
-
-// Does a run with this configuration write dump_tensor_data/ (and name it in dump.json's
-// "dump_data_dir")? msprobe: task tensor, statistics with a tensor_list, and (classic msprobe)
-// overflow_check, which saves the tensors of the calls that overflow.
-inline bool saves_tensors(const Config& c) {
-  return c.task == Task::Tensor || c.task == Task::OverflowCheck || (c.task == Task::Statistics && !c.tensor_list.empty());
-}
-
-// The dump_tensor_data directory of a rank directory.
-inline std::string tensor_data_directory(const std::string& rank_directory) { return rank_directory + "/dump_tensor_data"; }
-
-// A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
-// its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
-// copied into the reservation's (reused) buffer.
-inline at::Tensor snapshot_for_file(const at::Tensor& t, io::Reservation& memory) {
-  ProbeGuard guard;
-  at::Tensor d = t.detach().resolve_conj().resolve_neg();
-  at::Tensor out = memory.take_buffer(d.sizes(), d.scalar_type());
-  if (out.defined()) return out.copy_(d);
-  if (!d.device().is_cpu())
-    return d.to(at::kCPU, d.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
-  return d.clone(at::MemoryFormat::Contiguous);
-}
-// The same with the ordinary allocator (no reserved buffer).
-inline at::Tensor snapshot_for_file(const at::Tensor& t) {
-  io::Reservation none;
-  return snapshot_for_file(t, none);
-}
-
-class TensorSaver {
- public:
-  TensorSaver() = default;  // saves nothing
-  // Saves when the configuration asks for tensor files; the writer's threads start with its first file.
-  explicit TensorSaver(const Config& c) {
-    if (saves_tensors(c))
-      writer_ = std::make_shared<io::TensorWriter>(static_cast<std::size_t>(c.max_pending_mb) << 20);
-  }
-
-  bool enabled() const { return writer_ != nullptr; }
-  const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
-
-  // Snapshots `t` now for the file "{record.name}.{site.file_key}.pt" (msprobe's name; without the
-  // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
-  // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
-  // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
-  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
-    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    io::Reservation memory = writer_->reserve(bytes);
-    at::Tensor copy = snapshot_for_file(t, memory);
-    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
-    nlohmann::ordered_json md5;
-    const bool has_md5 = item.contains("md5");
-    if (has_md5) {
-      md5 = std::move(item["md5"]);
-      item.erase("md5");
-    }
-    item["data_name"] = name;
-    if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(io::PendingSave{writer_, std::move(memory), std::move(name), std::move(copy)});
-  }
-
- private:
-  std::shared_ptr<io::TensorWriter> writer_;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/task/tensor_saver.hpp ----
-
-namespace torchprobe {
-
-class StatisticsTask {
- public:
-  static constexpr Task kind = Task::Statistics;
-
-  explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
-
-  // Tensors whose statistics are reduced where they live and read back in one batch at flush.
-  // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
-  // the device path against the CPU one without a GPU).
-  void force_device_path(bool on) { force_device_ = on; }
-
-  // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
-  // as msprobe does for the gradients it captures.
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
-                                  bool gradient = false) const {
-    TensorSummary summary;
-    if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
-      if (gradient) summary.requires_grad = false;
-      return tensor_item(summary);
-    }
-    nlohmann::ordered_json j = tensor_header(t);
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    if (mode_ == SummaryMode::Xor) {
-      // xor mode writes no statistics; a 0-d tensor shows its value instead of a checksum.
-      if (empty) j["md5"] = nullptr;
-      else if (t.dim() == 0) j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
-      else j["md5"] = stats::xor64_hex(t);
-    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
-      put_stats(j, TensorStats{});
-    } else if (t.device().is_cpu() && !force_device_) {
-      put_stats(j, stats::cpu_stats(t));
-    } else {
-      put_stats(j, TensorStats{});  // placeholders, filled at flush
-      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
-    }
-    j["requires_grad"] = gradient ? false : t.requires_grad();
-    if (saves(record)) saver_.stage(t, site, record, j);
-    if (mode_ == SummaryMode::Md5) {
-      if (empty) {
-        j["md5"] = nullptr;
-      } else if (auto later = checksums_->submit(t, force_device_)) {
-        j["md5"] = nullptr;  // filled when the step is written
-        record.pending_checksums.push_back({site.pointer, std::move(*later)});
-      } else {
-        j["md5"] = stats::crc32_hex(t);
-      }
-    }
-    return j;
-  }
-
-  // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
-  // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
-  bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
-    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || saves(record)) return false;
-    out.dtype = t.scalar_type();
-    const at::IntArrayRef sizes = t.sizes();
-    out.shape.assign(sizes.begin(), sizes.end());
-    out.stats = stats::cpu_stats(t);  // nulls for empty tensors and dtypes without a kernel
-    out.requires_grad = t.requires_grad();
-    return true;
-  }
-
-  // Called for every finished entry before it joins the step; statistics keeps them all.
-  bool keep(Record&) const { return true; }
-
-  // How many md5 checksums were computed off the training thread so far.
-  std::uint64_t checksums_offloaded() const { return checksums_ ? checksums_->offloaded() : 0; }
-
-  // Where saved tensors go (its writer() reports throughput and stalls).
-  const TensorSaver& saver() const { return saver_; }
-
- protected:
-  StatisticsTask(const Config& config, bool save_every_tensor)
-      : mode_(config.summary_mode),
-        saver_(config),
-        tensor_list_(config.tensor_list),
-        save_every_tensor_(save_every_tensor),
-        checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
-
- private:
-  // Are this entry's tensors saved to dump_tensor_data/?
-  bool saves(const Record& record) const {
-    return saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name));
-  }
-
-  bool named_in_tensor_list(const std::string& name) const {
-    for (const std::string& item : tensor_list_)
-      if (name.find(item) != std::string::npos) return true;
-    return false;
-  }
-
-  SummaryMode mode_;
-  bool force_device_ = false;
-  TensorSaver saver_;  // enabled for task tensor and for a non-empty tensor_list only
-  std::vector<std::string> tensor_list_;
-  bool save_every_tensor_;
-  std::unique_ptr<stats::ChecksumWorker> checksums_;  // md5 of large CPU tensors, off the training thread
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/task/statistics.hpp ----
-// ---- begin torchprobe/task/tensor.hpp ----
-// Task::Tensor: the statistics of every tensor, and the tensor itself in
-// dump_tensor_data/{entry}.{file_key}.pt ("data_name" in its dump.json item), a file Python's
-// torch.load reads back as an equal tensor. The files are written off the training thread
-// (io/tensor_writer.hpp); data_mode, scope and list choose the entries as for statistics.
-
-namespace torchprobe {
-
-class TensorTask : public StatisticsTask {
- public:
-  static constexpr Task kind = Task::Tensor;
-
-  explicit TensorTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/true) {}
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/task/tensor.hpp ----
-// ---- begin torchprobe/task/overflow_check.hpp ----
-// Task::OverflowCheck (classic msprobe's overflow_check, reference §6): an entry overflows when one
-// of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
-// are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
-// Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
+// ---- begin torchprobe/stats/device_stats.hpp ----
+// Statistics of a tensor on an accelerator, reduced where the tensor lives.
 //
-// What keeps it cheap when nothing overflows:
-//  - Statistics are the fused one-pass CPU kernels; the decision is a look at the entry's Max/Min.
-//  - Tensors are not copied while an entry is undecided: the entry holds references, and only a
-//    kept entry's tensors are snapshotted and handed to the writer (io/tensor_writer.hpp). The one
-//    exception is the tensor an in-place op is about to overwrite (see describe()).
-//  - Tensors on a device are reduced there, as for statistics; their entries are held back until
-//    the reductions are read, all at once, at flush (or once many are waiting): no host
-//    synchronisation per op. overflow_nums is then applied at that point.
+// Reading each statistic back with .item() would synchronise the host with the device four
+// times per tensor. Instead the four values are reduced on the device into one small float64
+// tensor that stays there; the step's pending tensors are copied to the host in one batch when
+// the step is flushed (see DeferredStats).
 
 
+
+namespace torchprobe::stats {
+
+// Reduce `t` on its own device into a float64 tensor [max, min, mean, norm]. No host sync.
+// bool: [any, all, -, -]; complex: statistics of |z|. Callers check numel() > 0 first.
+inline at::Tensor device_stats_tensor(const at::Tensor& t) {
+  ProbeGuard guard;
+  if (t.scalar_type() == at::kBool) {
+    const at::Tensor any = t.any().to(at::kDouble);
+    const at::Tensor all = t.all().to(at::kDouble);
+    return at::stack({any, all, any, any});
+  }
+  const at::Tensor x = t.is_complex() ? t.to(at::kComplexDouble).abs() : t.to(at::kDouble);
+  // norm of |z| equals the complex tensor's L2 norm.
+  return at::stack({x.max(), x.min(), x.mean(), x.norm()});
+}
+
+// Turn the four reduced values back into statistics with the rules of cpu_stats: Max/Min keep
+// the dtype's kind, bool has null Mean/Norm, a 0-d tensor shows its value in all four.
+inline TensorStats decode_device_stats(const double* v, at::ScalarType dtype, bool zero_dim) {
+  TensorStats s;
+  if (dtype == at::kBool) {
+    s.max = StatValue::boolean(v[0] != 0.0);
+    s.min = StatValue::boolean(v[1] != 0.0);
+    return s;
+  }
+  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
+    s.max = StatValue::integer(static_cast<std::int64_t>(v[0]));
+    s.min = StatValue::integer(static_cast<std::int64_t>(v[1]));
+  } else {
+    s.max = StatValue::real(v[0]);
+    s.min = StatValue::real(v[1]);
+  }
+  s.mean = StatValue::real(zero_dim ? v[0] : v[2]);
+  s.norm = StatValue::real(zero_dim ? v[0] : v[3]);
+  return s;
+}
+
+// Statistics waiting on the device. `add` keeps the reduced tensor; `resolve` copies them all to
+// the host with one transfer and hands each result back in the order they were added.
+class DeferredStats {
+ public:
+  struct Item {
+    at::Tensor values;  // float64 [4] on the device
+    at::ScalarType dtype;
+    bool zero_dim;
+  };
+
+  std::size_t add(const at::Tensor& t) { return add_reduced(device_stats_tensor(t), t.scalar_type(), t.dim() == 0); }
+  // For values already reduced by device_stats_tensor.
+  std::size_t add_reduced(at::Tensor values, at::ScalarType dtype, bool zero_dim) {
+    items_.push_back({std::move(values), dtype, zero_dim});
+    return items_.size() - 1;
+  }
+  bool empty() const { return items_.empty(); }
+  std::size_t size() const { return items_.size(); }
+
+  std::vector<TensorStats> resolve() {
+    std::vector<TensorStats> out;
+    if (items_.empty()) return out;
+    ProbeGuard guard;
+    std::vector<at::Tensor> parts;
+    parts.reserve(items_.size());
+    for (auto& it : items_) parts.push_back(it.values.to(items_.front().values.device()));
+    // One device-to-host copy for the whole batch.
+    const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
+    const double* p = host.data_ptr<double>();
+    out.reserve(items_.size());
+    for (std::size_t k = 0; k < items_.size(); ++k)
+      out.push_back(decode_device_stats(p + 4 * k, items_[k].dtype, items_[k].zero_dim));
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<Item> items_;
+};
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/device_stats.hpp ----
 // ---- begin torchprobe/task/overflow_summary.hpp ----
 // overflow_summary.json: which of a step's overflowing calls made the first inf/NaN, and which
 // only passed it on. Built from the entries overflow_check kept (their statistics resolved), so
@@ -8200,24 +4410,958 @@ inline Json summarize(const std::vector<Record>& records, std::int64_t step, boo
 
 }  // namespace torchprobe::overflow
 // ---- end torchprobe/task/overflow_summary.hpp ----
+// ---- begin torchprobe/task/tensor_saver.hpp ----
+// TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
+// calls stage() from describe() for each tensor it wants saved; the file is written only if the
+// task keeps the entry (docs/io.md describes the whole path).
+
+
+// ---- begin torchprobe/io/tensor_writer.hpp ----
+// The writer threads: tensor files (.pt) are written off the training thread, in the order they
+// are handed over, with the memory their snapshots hold capped (io/memory_budget.hpp). A failure
+// is logged to dump_error_info.log and the run continues. docs/io.md describes the whole path of
+// one tensor, from a task's TensorSaver::stage() to the file.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <thread>
+
+
+// ---- begin torchprobe/io/error_log.hpp ----
+// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
+// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
+//
+// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
+//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
+//   <message>
+//   <blank line>
+// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
+// written once until reset() (the dumper calls it at every step). Logging must never make things
+// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
+// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
+#include <ctime>
+#include <set>
+#include <typeinfo>
+
+
+
+namespace torchprobe::io {
+
+class ErrorLog {
+ public:
+  static constexpr const char* kFileName = "dump_error_info.log";
+
+  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
+
+  // The directory the log goes to (the current rank directory); takes effect for the next entry.
+  void set_directory(std::string directory) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      dir_ = std::move(directory);
+    } catch (...) {
+    }
+  }
+  std::string directory() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return file_path_locked();
+  }
+
+  // Writes one entry unless this (what, kind) was already written since the last reset().
+  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
+  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
+  // Returns true when the entry was written (to the file, or to stderr as a fallback).
+  bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
+      std::string entry = "[" + timestamp() + "] [ERROR] ";
+      entry.append(what).append(" failed: name=").append(name);
+      entry += ", pid=" + std::to_string(::getpid()) + "\n";
+      entry.append(message).append("\n\n");
+      const std::string file = file_path_locked();
+      int err = write_pending_locked();
+      if (err == 0) err = append(file, entry);
+      if (err != 0) {
+        fallback(file, err, what, name, message);
+        if (pending_bytes_ + entry.size() <= kMaxPending) {
+          pending_bytes_ += entry.size();
+          pending_.emplace_back(file, std::move(entry));
+        }
+      }
+      return true;
+    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
+  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
+    try {
+      return log(what, name, type_name(e), e.what());
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // Writes the entries that could not be written before; those that still cannot be stay kept.
+  void retry() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      (void)write_pending_locked();
+    } catch (...) {
+    }
+  }
+
+  // Forget which failures were reported, so that the next step reports them again.
+  void reset() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.clear();
+    } catch (...) {
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxPending = 64 * 1024;
+
+  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
+  // of the first that still fails (it and those after it stay kept).
+  int write_pending_locked() {
+    while (!pending_.empty()) {
+      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
+      pending_bytes_ -= pending_.front().second.size();
+      pending_.pop_front();
+    }
+    return 0;
+  }
+
+  std::string file_path_locked() const {
+    if (dir_.empty()) return kFileName;
+    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
+  }
+
+  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
+  static std::string timestamp() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    char buf[64];
+    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+      return "0000-00-00 00:00:00 +0000";
+    return buf;
+  }
+
+  static std::string type_name(const std::exception& e) {
+    const char* raw = typeid(e).name();
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
+    std::free(demangled);
+    return out;
+  }
+
+  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
+  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
+  static int append(const std::string& file, const std::string& entry) {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0 && errno == ENOENT) {
+      const std::size_t slash = file.rfind('/');
+      if (slash != std::string::npos && slash != 0) {
+        try {
+          create_directories(file.substr(0, slash));
+        } catch (const IoError& e) {
+          return e.error_code();
+        }
+        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+      }
+    }
+    if (fd < 0) return errno;
+    if (const int err = write_all(fd, entry.data(), entry.size())) {
+      ::close(fd);
+      return err;
+    }
+    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
+  }
+
+  // One line on stderr, with the message's first line (its reason may differ from the log's);
+  // written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
+                       std::string_view message) {
+    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " + std::string(what) +
+                       " failed: name=" + std::string(name) + ": " +
+                       std::string(message.substr(0, message.find('\n'))) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  mutable std::mutex mu_;
+  std::string dir_;
+  std::set<std::pair<std::string, std::string>> seen_;
+  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::size_t pending_bytes_ = 0;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/error_log.hpp ----
+// ---- begin torchprobe/io/memory_budget.hpp ----
+// The memory budget of tensor snapshots waiting to be written: every snapshot reserves its bytes
+// first, and the training thread waits while the cap would be passed and queued files will free
+// memory. Large snapshots get reusable, direct-I/O-aligned buffers. docs/io.md: the whole path.
+
+#include <iterator>
+
+// ---- begin torchprobe/io/direct_file.hpp ----
+// A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
+// from the snapshot's memory to the disk without the kernel's copy into the page cache.
+//
+// Why: a tensor file is written once and not read back by the training process, yet an ordinary
+// write() copies every byte into the page cache first. That copy was most of the writer's time
+// (docs/tensor.md, Benchmark), and it fills memory with dirty pages that the disk then drains in
+// bursts. With O_DIRECT the disk reads the bytes straight from the snapshot.
+//
+// O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
+// (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
+//  - small pieces (zip headers, the pickle) are gathered in an aligned staging buffer and written
+//    in whole blocks;
+//  - a large piece whose memory address lines up with its file offset (same remainder modulo
+//    kDirectAlign) is written straight from the caller's memory, after its first partial block
+//    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
+//    that this is the case (Reservation, io/memory_budget.hpp);
+//  - a large piece that does not line up is copied through the staging buffer: still no page
+//    cache, one copy into a buffer that stays in the CPU's cache;
+//  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than
+//    the staging buffer), so the file ends at its exact size without padding or truncation.
+// A file system that refuses O_DIRECT at open (tmpfs before Linux 6.6, some network file systems)
+// or at a write (EINVAL: an unexpected alignment rule) gets ordinary writes from that point on; the
+// bytes are the same either way.
+
+
+
+
+namespace torchprobe::io {
+
+// Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
+// logical block size of common disks, and a multiple of every smaller one).
+inline constexpr std::size_t kDirectAlign = 4096;
+
+class DirectFile {
+ public:
+  // Files of fewer bytes are written ordinarily: for them the page cache costs little and the
+  // direct path's synchronous writes would cost more.
+  static constexpr std::size_t kDirectFrom = std::size_t{1} << 20;
+
+  DirectFile() = default;
+  DirectFile(const DirectFile&) = delete;
+  DirectFile& operator=(const DirectFile&) = delete;
+  ~DirectFile() {
+    if (fd_ >= 0) ::close(fd_);
+    std::free(stage_);
+  }
+
+  // Creates `path` (O_EXCL) with `mode`; with direct I/O when `direct` is asked for and the file
+  // system accepts it. Returns 0 or the errno value.
+  int create(const char* path, mode_t mode, bool direct) {
+#if defined(__linux__) && defined(O_DIRECT)
+    if (direct) {
+      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes));
+      if (stage_) {
+        fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, mode);
+        if (fd_ >= 0) {
+          direct_ = true;
+          return 0;
+        }
+        if (errno != EINVAL) return errno;
+        // EINVAL: this file system has no O_DIRECT. Linux may have created the file before
+        // refusing the flag; the path is the caller's new, unique name, so it is removed.
+        ::unlink(path);
+      }
+    }
+#else
+    (void)direct;
+#endif
+    fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    return fd_ >= 0 ? 0 : errno;
+  }
+
+  // Appends n bytes. After the first error nothing more is written; close() returns that error.
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    if (err_ != 0 || n == 0) return;
+    if (!direct_) {
+      write_ordinary(p, n);
+      return;
+    }
+    if (n >= kDirectFrom) {
+      // Fill the current block from the front of the piece; then the rest starts on a block
+      // boundary of the file, and can go straight from memory if its address does too.
+      // (What is already written ends on a block boundary, so the staged bytes decide.)
+      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
+      const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
+      if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
+        stage(p, head);
+        flush_whole_blocks();  // the staged bytes now end on a block boundary: all of them go
+        if (err_ == 0 && direct_ && used_ == 0) {
+          write_at_end(p + head, body, /*from_caller=*/true);
+          stage(p + head + body, n - head - body);
+          return;
+        }
+        p += head;
+        n -= head;
+      }
+    }
+    stage(p, n);
+  }
+
+  // Writes what is staged, then closes; returns 0 or the first errno value. The file is complete
+  // once this returns 0.
+  int close() {
+    if (fd_ < 0) return err_;
+    if (err_ == 0 && direct_ && used_ > 0) {
+      // The last partial block, written ordinarily so that the file has its exact length.
+      if (clear_direct()) write_ordinary(stage_, used_);
+    }
+    used_ = 0;
+#if defined(__linux__)
+    // Starts the writeback of what went through the page cache, without waiting for it: the disk
+    // then works while the next files are made, instead of the dirty pages piling up until the
+    // kernel's thresholds or a sync.
+    if (err_ == 0) (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR && err_ == 0) err_ = errno;
+    return err_;
+  }
+
+  bool direct() const { return direct_; }  // still writing with O_DIRECT
+  // Bytes written straight from the caller's memory, without any copy (for the tests and the
+  // benchmark).
+  std::uint64_t direct_bytes() const { return direct_bytes_; }
+
+ private:
+  static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
+  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
+  static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
+
+  // Copies into the staging buffer, writing it out whenever it is full.
+  void stage(const unsigned char* p, std::size_t n) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const std::size_t take = std::min(n, kStageBytes - used_);
+      std::memcpy(stage_ + used_, p, take);
+      used_ += take;
+      p += take;
+      n -= take;
+      if (used_ == kStageBytes) flush_whole_blocks();
+    }
+  }
+
+  // Writes the whole blocks of the staging buffer and keeps the partial one at its front.
+  void flush_whole_blocks() {
+    const std::size_t whole = used_ / kDirectAlign * kDirectAlign;
+    if (whole == 0) return;
+    const std::size_t rest = used_ - whole;
+    used_ = 0;  // the staged bytes are no longer pending once handed to write_at_end
+    write_at_end(stage_, whole, /*from_caller=*/false);
+    if (err_ != 0) return;
+    if (direct_) {
+      std::memmove(stage_, stage_ + whole, rest);
+      used_ = rest;
+    } else {
+      write_ordinary(stage_ + whole, rest);
+    }
+  }
+
+  // Writes n bytes at the end of the file: directly while direct_ holds, ordinarily once a direct
+  // write has been refused. `from_caller`: p is the caller's memory, not the staging buffer.
+  void write_at_end(const unsigned char* p, std::size_t n, bool from_caller) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
+      if (w < 0 && errno == EINTR) continue;
+      if (w > 0) {
+        p += w;
+        n -= static_cast<std::size_t>(w);
+        if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
+        if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
+        continue;
+      }
+      if (w < 0 && errno == EINVAL && clear_direct()) continue;  // an alignment rule we do not meet
+      err_ = w < 0 ? errno : ENOSPC;
+    }
+  }
+
+  void write_ordinary(const unsigned char* p, std::size_t n) {
+    if (err_ == 0) err_ = write_all(fd_, p, n);
+  }
+
+  // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
+  bool clear_direct() {
+#if defined(__linux__) && defined(O_DIRECT)
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+      err_ = errno;
+      return false;
+    }
+#endif
+    direct_ = false;
+    return true;
+  }
+
+  int fd_ = -1;
+  bool direct_ = false;
+  int err_ = 0;
+  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
+  unsigned char* stage_ = nullptr;
+  std::uint64_t direct_bytes_ = 0;
+};
+
+// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
+inline bool direct_io_supported(const std::string& dir) {
+  const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
+  DirectFile file;
+  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
+  file.close();
+  ::unlink(probe.c_str());
+  return direct;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/direct_file.hpp ----
+// ---- begin torchprobe/io/pt_file.hpp ----
+// The .pt file of one tensor: exactly the bytes torch::pickle_save writes (a torch.save zip), which
+// Python's torch.load reads back. Streamed into the file, large tensors with direct I/O.
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
+
+
+
+namespace torchprobe::io {
+
+// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
+// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
+// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
+// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
+// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
+inline constexpr std::size_t kTensorPayloadOffset = 64;
+
+// Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
+// torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
+// into the file instead of being assembled in memory first, with direct I/O for large tensors
+// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
+// is written). The file appears under its name only once complete (temporary file + rename, no
+// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
+// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
+// straight from the tensor's memory.
+inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
+
+  // The pickle part is small (sizes, dtype, a reference to the storage): build it first.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* bytes, std::size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); });
+  pickler.protocol();
+  pickler.pushIValue(tensor);
+  pickler.stop();
+
+  DirectFile file;
+  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
+  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
+  // The zip writer is never told about a failed write: in some libtorch versions its destructor
+  // would then throw. It goes on into the void and the error is raised below.
+  auto sink = [&](const void* data, std::size_t n) -> std::size_t {
+    file.write(data, n);
+    return n;
+  };
+  try {
+    caffe2::serialize::PyTorchStreamWriter zip(sink);
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
+    zip.writeEndOfFile();
+  } catch (...) {
+    file.close();
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  int err = file.close();
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw IoError("write tensor file", path, err);
+  }
+  return file.direct_bytes();
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/pt_file.hpp ----
+
+namespace torchprobe::io {
+
+namespace detail {
+
+// What every outstanding reservation shares with the writer (which extends it: WriterState in
+// io/tensor_writer.hpp). Its mutex also guards the writer's job queue, so a finished file leaves
+// the queue and frees its memory under one lock.
+struct BudgetState {
+  explicit BudgetState(std::size_t cap) : max_held(cap) {}
+  ~BudgetState() {
+    for (auto& kv : idle) std::free(kv.second);
+  }
+
+  std::mutex mu;
+  std::condition_variable changed;  // memory was released, or a job finished
+  std::size_t in_flight = 0;        // jobs queued or being written
+  std::size_t held = 0;             // bytes of snapshots alive: staged, queued or being written
+  const std::size_t max_held;
+
+  // Statistics (for the benchmark and the tests).
+  std::size_t peak_held = 0;
+  std::uint64_t waits = 0;
+  std::chrono::steady_clock::duration waited{0};
+
+  void release(std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      held -= std::min(held, bytes);
+    }
+    changed.notify_all();
+  }
+
+  // Snapshot buffers of large tensors are reused. A fresh large allocation is mapped and zeroed
+  // page by page on first touch, which costs the training thread more than the copy itself
+  // (docs/tensor.md); training repeats the same shapes every step, so a freed buffer of the same
+  // size is soon wanted again. Idle buffers count against the cap with the live snapshots and are freed when a new
+  // snapshot needs the room.
+  static constexpr std::size_t kReuseFrom = std::size_t{1} << 20;
+  std::multimap<std::size_t, void*> idle;  // size -> buffer
+  std::size_t idle_bytes = 0;
+
+  // A freed snapshot's buffer: kept if live and idle memory stay within the cap (its own bytes
+  // are still counted as live here; its reservation is released right after).
+  void recycle(void* block, std::size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (held + idle_bytes <= max_held) {
+        idle.emplace(size, block);
+        idle_bytes += size;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+  // Called with the mutex held, after `bytes` were added to `held`: an idle buffer of that size if
+  // there is one, and the idle buffers to free so that live + idle memory fits the cap again.
+  void* take_idle_locked(std::size_t bytes, std::vector<void*>& to_free) {
+    void* block = nullptr;
+    if (auto it = idle.find(bytes); it != idle.end()) {
+      block = it->second;
+      idle.erase(it);
+      idle_bytes -= bytes;
+    }
+    while (!idle.empty() && held + idle_bytes > max_held) {
+      auto largest = std::prev(idle.end());
+      idle_bytes -= largest->first;
+      to_free.push_back(largest->second);
+      idle.erase(largest);
+    }
+    return block;
+  }
+};
+
+}  // namespace detail
+
+// Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
+// (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
+// (reused when possible). Move-only.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(std::shared_ptr<detail::BudgetState> state, std::size_t bytes, void* block = nullptr)
+      : state_(std::move(state)), bytes_(bytes), block_(block) {}
+  Reservation(Reservation&& o) noexcept
+      : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
+  Reservation& operator=(Reservation&& o) noexcept {
+    if (this != &o) {
+      release();
+      state_ = std::move(o.state_);
+      bytes_ = std::exchange(o.bytes_, 0);
+      block_ = std::exchange(o.block_, nullptr);
+    }
+    return *this;
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() { release(); }
+
+  std::size_t bytes() const { return bytes_; }
+
+  // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
+  // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
+  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
+  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
+  // offset will have, so that it is written with direct I/O straight from here.
+  at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
+    if (!block_) return at::Tensor();
+    void* block = std::exchange(block_, nullptr);
+    std::weak_ptr<detail::BudgetState> state = state_;
+    const std::size_t size = bytes_;
+    return at::from_blob(
+        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
+        [state, size](void* data) {
+          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
+          if (auto s = state.lock())
+            s->recycle(p, size);
+          else
+            std::free(p);
+        },
+        at::TensorOptions().dtype(dtype));
+  }
+
+  // Must not be called with the writer's mutex held.
+  void release() noexcept {
+    if (block_) {
+      if (state_)
+        state_->recycle(block_, bytes_);
+      else
+        std::free(block_);
+      block_ = nullptr;
+    }
+    if (state_ && bytes_ > 0) state_->release(bytes_);
+    state_.reset();
+    bytes_ = 0;
+  }
+
+ private:
+  std::shared_ptr<detail::BudgetState> state_;
+  std::size_t bytes_ = 0;
+  void* block_ = nullptr;
+};
+
+namespace detail {
+
+// Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
+// will free memory (so it only ever waits for progress the writer is making).
+inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_t bytes) {
+  BudgetState& s = *state;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (s.held + bytes > s.max_held && s.in_flight > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s.changed.wait(lock, [&] { return s.held + bytes <= s.max_held || s.in_flight == 0; });
+    s.waited += std::chrono::steady_clock::now() - t0;
+    ++s.waits;
+  }
+  s.held += bytes;
+  s.peak_held = std::max(s.peak_held, s.held);
+  if (bytes < BudgetState::kReuseFrom) return Reservation(state, bytes);
+  std::vector<void*> to_free;
+  void* block = s.take_idle_locked(bytes, to_free);
+  lock.unlock();
+  for (void* p : to_free) std::free(p);
+  // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
+  if (!block)
+    block = std::aligned_alloc(kDirectAlign,
+                               (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
+  return Reservation(state, bytes, block);
+}
+
+}  // namespace detail
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/memory_budget.hpp ----
+
+namespace torchprobe::io {
+
+namespace detail {
+
+// What the writer's threads share with each other and, through the budget it extends, with every
+// outstanding reservation. Guarded by the budget's mutex, but for the log (log_mu).
+struct WriterState : BudgetState {
+  using BudgetState::BudgetState;
+
+  std::condition_variable work;  // a job was queued, or the writer stops
+  bool stopping = false;
+
+  // Statistics (for the benchmark and the tests).
+  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0;
+  std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
+  std::size_t writing = 0;
+  std::chrono::steady_clock::time_point busy_since{};
+
+  std::mutex log_mu;
+  ErrorLog log;
+  std::string log_dir;
+};
+
+struct WriteJob {
+  std::string path;
+  std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
+  Reservation memory;   // declared before `data`, so the snapshot is freed first
+  at::Tensor data;
+};
+}  // namespace detail
+
+// The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
+// being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
+// some file is still queued (so it can only wait for progress the writer is making; a single
+// snapshot larger than the cap, or entries still open, go ahead when nothing is queued).
+class TensorWriter {
+ public:
+  struct Stats {
+    std::uint64_t files = 0;         // written successfully
+    std::uint64_t bytes = 0;         // tensor bytes in those files
+    std::uint64_t direct_bytes = 0;  // of them, bytes written to the disk straight from the snapshots
+    std::uint64_t failures = 0;
+    std::size_t held_bytes = 0;       // snapshot memory alive now
+    std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
+    std::size_t peak_held_bytes = 0;  // the most snapshot memory alive at once
+    std::uint64_t waits = 0;          // reserve() calls that had to wait for the writer
+    double wait_seconds = 0;          // time the callers of reserve() spent waiting
+    double busy_seconds = 0;          // wall time during which some file was being written
+  };
+
+  static constexpr unsigned kDefaultThreads = 2;
+
+  // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
+  // is in write(), which is what a single sequential writer cannot overlap.
+  explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
+      : state_(std::make_shared<detail::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
+        thread_count_(std::max(threads, 1u)) {}
+
+  TensorWriter(const TensorWriter&) = delete;
+  TensorWriter& operator=(const TensorWriter&) = delete;
+
+  // Writes everything still queued, then stops the threads.
+  ~TensorWriter() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stopping = true;
+    }
+    state_->work.notify_all();
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  std::size_t max_pending_bytes() const { return state_->max_held; }
+
+  // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
+  // will free memory.
+  Reservation reserve(std::size_t bytes) { return detail::reserve(state_, bytes); }
+
+  // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
+  void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
+    detail::WriterState& s = *state_;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (threads_.empty()) start_threads();
+      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data)});
+      ++s.in_flight;
+    }
+    s.work.notify_one();
+  }
+
+  // Returns once every submitted file is written (or has failed and been logged).
+  void flush() {
+    detail::WriterState& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.changed.wait(lock, [&] { return s.in_flight == 0; });
+  }
+
+  Stats stats() const {
+    detail::WriterState& s = *state_;
+    std::lock_guard<std::mutex> lock(s.mu);
+    Stats out;
+    out.files = s.files;
+    out.bytes = s.bytes_written;
+    out.direct_bytes = s.bytes_direct;
+    out.failures = s.failures;
+    out.held_bytes = s.held;
+    out.idle_bytes = s.idle_bytes;
+    out.peak_held_bytes = s.peak_held;
+    out.waits = s.waits;
+    out.wait_seconds = std::chrono::duration<double>(s.waited).count();
+    out.busy_seconds = std::chrono::duration<double>(s.busy).count();
+    return out;
+  }
+
+ private:
+  // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
+  void start_threads() {
+    for (unsigned i = 0; i < thread_count_; ++i)
+      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
+  }
+
+  static void run(detail::WriterState& s, std::deque<detail::WriteJob>& queue) {
+    ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
+    for (;;) {
+      detail::WriteJob job;
+      {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+        if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
+      }
+      bool ok = true;
+      std::uint64_t direct = 0;
+      try {
+        direct = write_tensor_file(job.path, job.data);
+      } catch (const std::exception& e) {
+        ok = false;
+        report(s, job, e);
+      }
+      const std::uint64_t bytes = job.memory.bytes();
+      job.data = at::Tensor();  // free the snapshot, then give its bytes back to the budget
+      job.memory.release();
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
+        --s.in_flight;
+        if (ok) {
+          ++s.files;
+          s.bytes_written += bytes;
+          s.bytes_direct += direct;
+        } else {
+          ++s.failures;
+        }
+      }
+      s.changed.notify_all();
+    }
+  }
+
+  // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
+  // each on stderr, so a full disk is noticed without flooding either.
+  static void report(detail::WriterState& s, const detail::WriteJob& job, const std::exception& e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(s.log_mu);
+      if (job.log_dir != s.log_dir) {  // a new step (or rank directory): report afresh
+        s.log_dir = job.log_dir;
+        s.log.set_directory(job.log_dir);
+        s.log.reset();
+      }
+      const auto* io = dynamic_cast<const IoError*>(&e);
+      const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
+      const std::string name = job.path.substr(job.path.rfind('/') + 1);
+      const std::string message =
+          std::string(e.what()) +
+          "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
+      if (s.log.log("save_tensor", name, kind, message)) {
+        const std::string line = std::string(e.what()) + " (the dump continues; see " + s.log.path() + ")\n";
+        (void)!::write(STDERR_FILENO, line.data(), line.size());
+      }
+    } catch (...) {
+    }
+  }
+
+  std::shared_ptr<detail::WriterState> state_;
+  // Guarded by state_->mu; shared with the threads so that they never reach into this object.
+  std::shared_ptr<std::deque<detail::WriteJob>> queue_ = std::make_shared<std::deque<detail::WriteJob>>();
+  const unsigned thread_count_;
+  std::vector<std::thread> threads_;  // started by the first submit
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/tensor_writer.hpp ----
+
+namespace torchprobe {
+
+// A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
+// its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
+// copied into the reservation's (reused) buffer.
+inline at::Tensor snapshot_for_file(const at::Tensor& t, io::Reservation& memory) {
+  ProbeGuard guard;
+  at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  at::Tensor out = memory.take_buffer(d.sizes(), d.scalar_type());
+  if (out.defined()) return out.copy_(d);
+  if (!d.device().is_cpu())
+    return d.to(at::kCPU, d.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+  return d.clone(at::MemoryFormat::Contiguous);
+}
+// The same with the ordinary allocator (no reserved buffer).
+inline at::Tensor snapshot_for_file(const at::Tensor& t) {
+  io::Reservation none;
+  return snapshot_for_file(t, none);
+}
+
+class TensorSaver {
+ public:
+  TensorSaver() = default;  // saves nothing
+  // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
+  // start with its first file.
+  explicit TensorSaver(std::int64_t max_pending_mb)
+      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)) {}
+
+  bool enabled() const { return writer_ != nullptr; }
+  const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
+
+  // Snapshots `t` now for the file "{record.name}.{site.file_key}.pt" (msprobe's name; without the
+  // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
+  // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
+  // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
+  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+    io::Reservation memory = writer_->reserve(bytes);
+    at::Tensor copy = snapshot_for_file(t, memory);
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
+    nlohmann::ordered_json md5;
+    const bool has_md5 = item.contains("md5");
+    if (has_md5) {
+      md5 = std::move(item["md5"]);
+      item.erase("md5");
+    }
+    item["data_name"] = name;
+    if (has_md5) item["md5"] = std::move(md5);
+    record.saves.push_back(
+        PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
+  }
+
+ private:
+  std::shared_ptr<io::TensorWriter> writer_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/tensor_saver.hpp ----
 
 namespace torchprobe {
 
 class OverflowCheckTask {
  public:
   static constexpr Task kind = Task::OverflowCheck;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix};
+  static constexpr std::array<std::string_view, 1> config_keys{"overflow_nums"};
+  // The tensors of the calls that overflow are saved, as classic msprobe does.
+  static bool saves_tensors(const Config&) { return true; }
   // Entries whose statistics are still on the device are decided in batches of at most this many,
   // or once the tensors they keep alive (for their files) pass kHeldBytesBeforeDecision.
   static constexpr std::size_t kHeldEntriesBeforeDecision = 1000;
   static constexpr std::size_t kHeldBytesBeforeDecision = std::size_t(512) << 20;
 
-  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config) {}
+  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config.max_pending_mb) {}
 
   // As StatisticsTask::force_device_path: CPU tensors take the device path (tests use it to run the
   // deferred decision without a GPU).
   void force_device_path(bool on) { force_device_ = on; }
 
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
+                                  bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
@@ -8298,7 +5442,7 @@ class OverflowCheckTask {
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<Record>& records,
-                                                                        std::int64_t step) const {
+                                                                         std::int64_t step) const {
     nlohmann::ordered_json summary = overflow::summarize(records, step, ended());
     if (summary.is_null()) return {};
     return {{"overflow_summary.json", std::move(summary)}};
@@ -8318,13 +5462,14 @@ class OverflowCheckTask {
   void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
     const auto& writer = saver_.writer();
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
-    std::string name = io::safe_component(record.name + (site.file_key.empty() ? "" : "." + site.file_key) + ".pt");
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     item["data_name"] = name;
-    io::PendingSave save{writer, io::Reservation(), std::move(name), t};
+    PendingSave save{writer, nullptr, std::move(name), t};
     if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
       ProbeGuard guard;
       if (t.device().is_cpu()) {
-        save.memory = writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size());
+        save.memory =
+            std::make_shared<io::Reservation>(writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
         save.data = snapshot_for_file(t);
       } else {
         save.data = t.detach().clone(at::MemoryFormat::Contiguous);
@@ -8336,28 +5481,29 @@ class OverflowCheckTask {
   // Turns the kept entry's references into the CPU snapshots the writer expects. A save that
   // already holds memory from the writer's budget is a snapshot already.
   void snapshot_saves(Record& r) const {
-    for (io::PendingSave& s : r.saves) {
-      if (s.memory.bytes() > 0 || !s.data.defined()) continue;
-      s.memory = s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size());
+    for (PendingSave& s : r.saves) {
+      if (s.memory || !s.data.defined()) continue;
+      s.memory = std::make_shared<io::Reservation>(
+          s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
       s.data = snapshot_for_file(s.data);
     }
   }
 
   void hold(Record&& r) {
     std::size_t bytes = 0;
-    for (const io::PendingSave& s : r.saves) bytes += static_cast<std::size_t>(s.data.numel()) * s.data.element_size();
+    for (const PendingSave& s : r.saves) bytes += static_cast<std::size_t>(s.data.numel()) * s.data.element_size();
     std::lock_guard<std::mutex> lock(mutex_);
     held_bytes_ += bytes;
     held_.push_back(std::move(r));
   }
 
-  // "Aten.add_.0.forward": an in-place op's forward entry (the op name ends with one underscore).
+  // "Aten.add_.0.forward": an in-place op's forward entry.
   static bool is_inplace_api_forward(const std::string& name) {
     if (name.compare(0, 5, "Aten.") != 0) return false;
     const std::size_t end = name.find('.', 5);
     if (end == std::string::npos || end == 5) return false;
-    const std::string op = name.substr(5, end - 5);
-    return op.back() == '_' && op.compare(0, 2, "__") != 0 && name.size() > 8 && name.compare(name.size() - 8, 8, ".forward") == 0;
+    return is_inplace_op(std::string_view(name).substr(5, end - 5)) && name.size() > 8 &&
+           name.compare(name.size() - 8, 8, ".forward") == 0;
   }
 
   const std::int64_t limit_;  // overflow_nums; -1: no limit
@@ -8372,62 +5518,3760 @@ class OverflowCheckTask {
 
 }  // namespace torchprobe
 // ---- end torchprobe/task/overflow_check.hpp ----
+// ---- begin torchprobe/task/statistics.hpp ----
+// Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
+// With a tensor_list, the tensors of entries whose name contains one of its items are also saved
+// to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor.
+
+#include <array>
+
+// ---- begin torchprobe/stats/checksum.hpp ----
+// summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
+// taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
+// tensor is hashed in place, run by run in logical order, without a contiguous copy.
+#include <zlib.h>
+
+
+
+namespace torchprobe::stats {
+
+// The tensor on the host with the values it represents in memory (lazy conj/neg resolved).
+inline at::Tensor host_values(const at::Tensor& t) {
+  if (t.device().is_cpu() && !t.is_conj() && !t.is_neg()) return t;
+  ProbeGuard guard;
+  at::Tensor h = t.device().is_cpu() ? t : t.to(at::kCPU);
+  return h.resolve_conj().resolve_neg();
+}
+
+// The tensor's bytes as Python's t.numpy().tobytes() sees them: on the host, contiguous.
+inline at::Tensor host_contiguous(const at::Tensor& t) {
+  const at::Tensor h = host_values(t);
+  if (h.is_contiguous()) return h;
+  ProbeGuard guard;
+  return h.contiguous();
+}
+
+namespace detail {
+
+// Calls consume(bytes, n) over the tensor's bytes in logical order. Long contiguous runs are
+// passed as they lie in memory; short or strided ones are gathered into a small buffer first.
+template <class Consume>
+void for_each_logical_chunk(const at::Tensor& host, Consume&& consume) {
+  const std::size_t element_size = host.element_size();
+  if (host.is_contiguous()) {
+    consume(static_cast<const unsigned char*>(host.data_ptr()), static_cast<std::size_t>(host.numel()) * element_size);
+    return;
+  }
+  constexpr std::size_t kBufferBytes = 1 << 16;  // a multiple of every element size
+  constexpr std::size_t kDirectBytes = 1 << 12;
+  alignas(64) unsigned char buffer[kBufferBytes];
+  std::size_t filled = 0;
+  const StridedRuns runs = logical_runs(host);
+  const std::int64_t stride_bytes = runs.run_stride * static_cast<std::int64_t>(element_size);
+  for_each_run(runs, 0, runs.elements(), [&](const char* first, std::int64_t count) {
+    const auto* p = reinterpret_cast<const unsigned char*>(first);
+    if (runs.run_stride == 1 && static_cast<std::size_t>(count) * element_size >= kDirectBytes) {
+      if (filled > 0) consume(buffer, filled);
+      filled = 0;
+      consume(p, static_cast<std::size_t>(count) * element_size);
+      return true;
+    }
+    for (std::int64_t k = 0; k < count; ++k, p += stride_bytes) {
+      std::memcpy(buffer + filled, p, element_size);
+      filled += element_size;
+      if (filled == kBufferBytes) {
+        consume(buffer, filled);
+        filled = 0;
+      }
+    }
+    return true;
+  });
+  if (filled > 0) consume(buffer, filled);
+}
+
+// XOR of a byte stream read as little-endian 64-bit words, the last one zero-padded. Fed in
+// pieces of any length: each byte lands in the word lane of its position in the stream.
+class Xor64Stream {
+ public:
+  void feed(const unsigned char* p, std::size_t n) {
+    for (; n > 0 && offset_ % 8 != 0; ++p, --n) add_byte(*p);
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);  // x86 and arm64 hosts are little-endian, as msprobe assumes
+      value_ ^= w;
+      offset_ += 8;
+    }
+    for (; n > 0; ++p, --n) add_byte(*p);
+  }
+  std::uint64_t value() const { return value_; }
+
+ private:
+  void add_byte(unsigned char b) {
+    value_ ^= static_cast<std::uint64_t>(b) << (8 * (offset_ % 8));
+    ++offset_;
+  }
+  std::uint64_t value_ = 0;
+  std::uint64_t offset_ = 0;
+};
+
+}  // namespace detail
+
+inline std::uint32_t crc32_of(const at::Tensor& t) {
+  const at::Tensor h = host_values(t);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  detail::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
+    while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
+      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      left -= chunk;
+    }
+  });
+  return static_cast<std::uint32_t>(crc & 0xffffffffUL);
+}
+
+// msprobe's "md5" is really CRC-32 (zlib), as 8 lowercase hex digits.
+inline std::string crc32_hex(const at::Tensor& t) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc32_of(t)));
+  return buf;
+}
+
+// XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
+inline std::uint64_t xor64(const at::Tensor& t) {
+  detail::Xor64Stream x;
+  detail::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
+  return x.value();
+}
+
+inline std::string xor64_hex(const at::Tensor& t) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(xor64(t)));
+  return buf;
+}
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/checksum.hpp ----
+// ---- begin torchprobe/stats/checksum_worker.hpp ----
+// summary_mode md5 off the training thread (and, for tensors on a device, without a host
+// synchronisation per tensor). A copy is several times faster than zlib's CRC-32 (docs/statistics.md),
+// so for a large CPU tensor the training thread takes a contiguous snapshot (the values
+// must be read before a later in-place op changes them) and a worker thread hashes it. The entry
+// gets its checksum when the step is written (Record::pending_checksums).
+//
+// Small tensors are hashed at once (handing one over costs more than hashing it), and so is a
+// tensor that would take the snapshots waiting for the worker past kMaxPendingBytes: memory stays
+// bounded and the training thread is never made to wait for the worker. The xor mode stays on the
+// training thread: it runs at memory speed, as fast as the copy would.
+
+
+
+namespace torchprobe::stats {
+
+class ChecksumWorker {
+ public:
+  static constexpr std::int64_t kMinOffloadBytes = std::int64_t(1) << 20;
+  static constexpr std::int64_t kMaxPendingBytes = std::int64_t(256) << 20;
+
+  ChecksumWorker() = default;
+  ChecksumWorker(const ChecksumWorker&) = delete;
+  ChecksumWorker& operator=(const ChecksumWorker&) = delete;
+  ~ChecksumWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // The CRC-32 of `t` (8 hex digits) computed later, or nullopt when the caller should hash `t`
+  // now: it is small, or enough is waiting already.
+  //
+  // A tensor on a device (or any tensor, with `as_device`: tests) is copied where it lives, which
+  // needs no host synchronisation, and read back and hashed when the step is written: the future
+  // is deferred and runs in the thread that asks for it.
+  std::optional<std::shared_future<std::string>> submit(const at::Tensor& t, bool as_device = false) {
+    const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
+    if (as_device || !t.device().is_cpu()) {
+      if (!device_budget_->take(bytes)) return std::nullopt;
+      at::Tensor copy;
+      {
+        ProbeGuard guard;
+        copy = t.clone();
+      }
+      // The reservation is returned when the copy is hashed, or when the entry is dropped unread.
+      auto held = std::make_shared<DeviceCopy>(device_budget_, std::move(copy), bytes);
+      return std::async(std::launch::deferred,
+                        [held]() {
+                          std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
+                          held->release();
+                          return hex;
+                        })
+          .share();
+    }
+    if (bytes < kMinOffloadBytes || !host_budget_.take(bytes)) return std::nullopt;
+    at::Tensor snapshot;
+    {
+      ProbeGuard guard;
+      snapshot = host_values(t).clone(at::MemoryFormat::Contiguous);
+    }
+    std::promise<std::string> promise;
+    std::shared_future<std::string> result = promise.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back({std::move(snapshot), std::move(promise), bytes});
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    }
+    cv_.notify_one();
+    return result;
+  }
+
+  // How many checksums the worker thread computed (tests use it to see that one was offloaded).
+  std::uint64_t offloaded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return offloaded_;
+  }
+
+ private:
+  // Bytes of copies waiting to be hashed, capped at kMaxPendingBytes. The device budget is shared
+  // with the copies themselves: a pending checksum may outlive the worker (save()'s gradient
+  // entries live as long as the user's tensor).
+  struct Budget {
+    std::mutex mu;
+    std::int64_t pending = 0;
+    bool take(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (pending + bytes > kMaxPendingBytes) return false;
+      pending += bytes;
+      return true;
+    }
+    void give(std::int64_t bytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      pending -= bytes;
+    }
+  };
+
+  // A copy on a device waiting for the flush, and the bytes of the budget it holds.
+  struct DeviceCopy {
+    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n)
+        : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
+    DeviceCopy(const DeviceCopy&) = delete;
+    DeviceCopy& operator=(const DeviceCopy&) = delete;
+    ~DeviceCopy() { release(); }
+    void release() {
+      if (!budget) return;
+      copy = at::Tensor();
+      budget->give(bytes);
+      budget.reset();
+    }
+    std::shared_ptr<Budget> budget;
+    at::Tensor copy;
+    std::int64_t bytes;
+  };
+
+  struct Job {
+    at::Tensor snapshot;
+    std::promise<std::string> promise;
+    std::int64_t bytes;
+  };
+
+  void run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      std::string hex;
+      std::exception_ptr error;
+      try {
+        hex = crc32_hex(job.snapshot);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      job.snapshot = at::Tensor();  // its memory goes before the budget is returned
+      host_budget_.give(job.bytes);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++offloaded_;
+      }
+      // Last: whoever waits on the result sees the counters already updated.
+      if (error)
+        job.promise.set_exception(error);
+      else
+        job.promise.set_value(std::move(hex));
+    }
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  Budget host_budget_;                                                  // snapshots queued for the worker
+  std::shared_ptr<Budget> device_budget_ = std::make_shared<Budget>();  // copies on devices
+  std::uint64_t offloaded_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/checksum_worker.hpp ----
 
 namespace torchprobe {
 
-template <Task T>
-struct TaskPolicy {
-  static_assert(T == Task::Statistics || T == Task::Tensor || T == Task::OverflowCheck,
-                "torchprobe: this task is not available yet; Task::Statistics, Task::Tensor and Task::OverflowCheck are implemented");
-  using type = StatisticsTask;
-};
+class StatisticsTask {
+ public:
+  static constexpr Task kind = Task::Statistics;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
+  // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
+  static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
 
-template <>
-struct TaskPolicy<Task::Statistics> {
-  using type = StatisticsTask;
-};
+  explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
 
-template <>
-struct TaskPolicy<Task::Tensor> {
-  using type = TensorTask;
-};
+  // Tensors whose statistics are reduced where they live and read back in one batch at flush.
+  // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
+  // the device path against the CPU one without a GPU).
+  void force_device_path(bool on) { force_device_ = on; }
 
-template <>
-struct TaskPolicy<Task::OverflowCheck> {
-  using type = OverflowCheckTask;
+  // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
+  // as msprobe does for the gradients it captures.
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
+                                  bool gradient = false) const {
+    TensorSummary summary;
+    if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
+      if (gradient) summary.requires_grad = false;
+      return tensor_item(summary);
+    }
+    nlohmann::ordered_json j = tensor_header(t);
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    if (mode_ == SummaryMode::Xor) {
+      // xor mode writes no statistics; a 0-d tensor shows its value instead of a checksum.
+      if (empty)
+        j["md5"] = nullptr;
+      else if (t.dim() == 0)
+        j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
+      else
+        j["md5"] = stats::xor64_hex(t);
+    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
+      put_stats(j, TensorStats{});
+    } else if (t.device().is_cpu() && !force_device_) {
+      put_stats(j, stats::cpu_stats(t));
+    } else {
+      put_stats(j, TensorStats{});  // placeholders, filled at flush
+      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+    }
+    j["requires_grad"] = gradient ? false : t.requires_grad();
+    if (saves(record)) saver_.stage(t, site, record, j);
+    if (mode_ == SummaryMode::Md5) {
+      if (empty) {
+        j["md5"] = nullptr;
+      } else if (auto later = checksums_->submit(t, force_device_)) {
+        j["md5"] = nullptr;  // filled when the step is written
+        record.pending_checksums.push_back({site.pointer, std::move(*later)});
+      } else {
+        j["md5"] = stats::crc32_hex(t);
+      }
+    }
+    return j;
+  }
+
+  // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
+  // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
+  bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || saves(record)) return false;
+    out.dtype = t.scalar_type();
+    const at::IntArrayRef sizes = t.sizes();
+    out.shape.assign(sizes.begin(), sizes.end());
+    out.stats = stats::cpu_stats(t);  // nulls for empty tensors and dtypes without a kernel
+    out.requires_grad = t.requires_grad();
+    return true;
+  }
+
+  // Called for every finished entry before it joins the step; statistics keeps them all.
+  bool keep(Record&) const { return true; }
+
+  // How many md5 checksums were computed off the training thread so far.
+  std::uint64_t checksums_offloaded() const { return checksums_ ? checksums_->offloaded() : 0; }
+
+  // Where saved tensors go (its writer() reports throughput and stalls).
+  const TensorSaver& saver() const { return saver_; }
+
+ protected:
+  StatisticsTask(const Config& config, bool save_every_tensor)
+      : mode_(config.summary_mode),
+        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb) : TensorSaver()),
+        tensor_list_(config.tensor_list),
+        save_every_tensor_(save_every_tensor),
+        checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
+
+ private:
+  // Are this entry's tensors saved to dump_tensor_data/?
+  bool saves(const Record& record) const {
+    return saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name));
+  }
+
+  bool named_in_tensor_list(const std::string& name) const {
+    for (const std::string& item : tensor_list_)
+      if (name.find(item) != std::string::npos) return true;
+    return false;
+  }
+
+  SummaryMode mode_;
+  bool force_device_ = false;
+  TensorSaver saver_;  // enabled for task tensor and for a non-empty tensor_list only
+  std::vector<std::string> tensor_list_;
+  bool save_every_tensor_;
+  std::unique_ptr<stats::ChecksumWorker> checksums_;  // md5 of large CPU tensors, off the training thread
 };
 
 }  // namespace torchprobe
-// ---- end torchprobe/task/task_policy.hpp ----
+// ---- end torchprobe/task/statistics.hpp ----
+// ---- begin torchprobe/task/task_list.hpp ----
+// TaskList<Tasks...>: the tasks a Debugger can run, as one list that PrecisionDebugger dispatches
+// on and that configuration checks and error messages read (TaskCatalog).
+//
+// A task class declares, besides what it does with each tensor (describe, keep, ...):
+//   static constexpr Task kind;                       // its msprobe name, through task_name(kind)
+//   static constexpr LevelSet levels;                 // the levels it supports
+//   static constexpr std::array<std::string_view, N> config_keys;  // section keys it reads besides
+//                                                     // scope, list and data_mode
+//   static bool saves_tensors(const Config&);         // does the step get dump_tensor_data/?
+// Adding a task is its header and one entry in the list of task/registry.hpp.
+
 
 namespace torchprobe {
 
-template <Level L, Task T, class Sink = DirectorySink>
-class Debugger final : public DebuggerInterface {
-  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
-  using TaskT = typename TaskPolicy<T>::type;
-  using Core = details::DumpCore<TaskT>;
-  using Capture = capture::CallCapture<TaskT, L>;
-  static constexpr bool kSaveOnly = LevelTraits<L>::save_only;
+template <class TaskT>
+struct TaskTag {
+  using type = TaskT;
+};
+
+template <class TaskT>
+TaskDeclaration declaration_of() {
+  return TaskDeclaration{TaskT::kind, TaskT::levels,
+                         std::vector<std::string_view>(TaskT::config_keys.begin(), TaskT::config_keys.end())};
+}
+
+namespace details {
+template <Task T, class... Tasks>
+struct find_task_class {
+  using type = void;
+};
+template <Task T, class First, class... Rest>
+struct find_task_class<T, First, Rest...> {
+  using type = std::conditional_t<First::kind == T, First, typename find_task_class<T, Rest...>::type>;
+};
+}  // namespace details
+
+template <class... Tasks>
+struct TaskList {
+  // The class of kind T, or void when the list has none.
+  template <Task T>
+  using find = typename details::find_task_class<T, Tasks...>::type;
+
+  static const TaskCatalog& catalog() {
+    static const TaskCatalog c{declaration_of<Tasks>()...};
+    return c;
+  }
+
+  // Calls f(TaskTag<TaskT>{}) for the task of this kind; false when the list has none.
+  template <class F>
+  static bool visit(Task kind, F&& f) {
+    return ((Tasks::kind == kind ? (f(TaskTag<Tasks>{}), true) : false) || ...);
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/task_list.hpp ----
+// ---- begin torchprobe/task/tensor.hpp ----
+// Task::Tensor: the statistics of every tensor, and the tensor itself in
+// dump_tensor_data/{entry}.{file_key}.pt ("data_name" in its dump.json item), a file Python's
+// torch.load reads back as an equal tensor. The files are written off the training thread
+// (io/tensor_writer.hpp); data_mode, scope and list choose the entries as for statistics.
+
+
+namespace torchprobe {
+
+class TensorTask : public StatisticsTask {
+ public:
+  static constexpr Task kind = Task::Tensor;
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
+  static bool saves_tensors(const Config&) { return true; }
+
+  explicit TensorTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/true) {}
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/tensor.hpp ----
+
+namespace torchprobe {
+
+using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask>;
+
+// Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
+template <Task T>
+struct builtin_task {
+  using type = BuiltinTasks::find<T>;
+  static_assert(!std::is_void_v<type>,
+                "torchprobe: this task is not available yet; task/registry.hpp lists the implemented ones");
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/registry.hpp ----
+// ---- begin torchprobe/debugger.hpp ----
+// Debugger<Level, Task, Sink>: what is captured (the level), what each tensor becomes (the task)
+// and where a step goes (the sink), composed.
+//
+// Not started, it registers nothing and costs nothing. start() registers the capture; stop()
+// removes it and writes the step's files; step() moves to the next step{N}/ directory.
+// save(value, name) is msprobe's single-point save (debug.json); it needs no start().
+// While a step runs, every kept entry is also appended to the step's journal, so a process killed
+// mid-step leaves records that tools/recover_dump.py turns into dump.json.
+
+// ---- begin torchprobe/capture/api_observer.hpp ----
+// The one RecordFunction observer through which the probe sees ATen calls.
+//
+// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
+// in a process-wide slot. The callback is global (not thread-local) because autograd runs
+// backward on its own threads and users run models on several; it is registered only between
+// attach() and detach(), so a debugger that is not started costs nothing at all.
+
+
+
+namespace torchprobe::capture {
+
+// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
+// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
+// returns comes back to `on_api_end` with the outputs.
+class ApiHandler;
+
+// A call in flight. It owns a reference to its handler, so a call that is still running when
+// the debugger stops (a backward thread, say) finishes safely.
+struct CallContext : at::ObserverContext {
+  std::shared_ptr<ApiHandler> handler;
+};
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
+  // autograd's own records, which a module tracker needs to see as boundaries.
+  // Return nullptr to ignore the call.
+  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
+  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+};
+
+class ApiObserver {
+ public:
+  ApiObserver() = default;
+  ApiObserver(const ApiObserver&) = delete;
+  ApiObserver& operator=(const ApiObserver&) = delete;
+  ~ApiObserver() { detach(); }
+
+  void attach(std::shared_ptr<ApiHandler> handler) {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ != 0) return;
+    if (std::atomic_load(&slot()))
+      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
+    // A new epoch makes every thread forget a nesting depth left over from an earlier session
+    // (a call that was in flight when the previous session detached never saw its end).
+    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
+    std::atomic_store(&slot(), std::move(handler));
+    epoch().fetch_add(1, std::memory_order_acq_rel);
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .needsOutputs(true)
+                                        .scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    // Calls already in flight keep their handler alive through the context they hold.
+    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
+  }
+
+  bool attached() const { return handle_ != 0; }
+
+  // The handler of the running capture, or null: how RAII module guards find it.
+  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
+
+ private:
+  struct Depth {
+    int value = 0;
+    std::uint64_t epoch = 0;
+  };
+
+  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
+  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
+  // inside a backward node from being mistaken for user calls.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    Depth& d = depth();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (d.epoch != e) d = Depth{0, e};
+    if (d.value++ != 0) return nullptr;
+    const OpInfo& op = OpRegistry::lookup(fn);
+    std::shared_ptr<ApiHandler> h = current_handler(e);
+    if (!h) return nullptr;
+    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
+    if (ctx) ctx->handler = std::move(h);
+    return ctx;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Depth& d = depth();
+    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    if (ctx == nullptr) return;
+    // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
+  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    struct Cached {
+      std::uint64_t epoch = 0;
+      std::weak_ptr<ApiHandler> handler;
+    };
+    thread_local Cached cached;
+    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
+    return cached.handler.lock();
+  }
+
+  static Depth& depth() {
+    thread_local Depth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<ApiHandler>& slot() {
+    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& registration_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/api_observer.hpp ----
+// ---- begin torchprobe/capture/call_capture.hpp ----
+// What the probe makes of each outermost ATen call and each module forward: the composition that
+// a Debugger holds and that the observer (api_observer.hpp) and the module guards call into.
+//  - api_entries.hpp: the API entries "Aten.{op}.{n}.forward" and ".backward" (L1, mix);
+//  - module_tracking.hpp: which module a call belongs to, the module entries ".forward.{n}" and
+//    ".backward.{n}", construct.json's parent of every entry (L0, mix);
+//  - parameter_gradients.hpp: the module entries ".parameters_grad.{k}" (L0, mix).
+// docs/capture.md describes how they fit together.
+
+
+// ---- begin torchprobe/capture/api_entries.hpp ----
+// The API entries of an outermost ATen call: "Aten.{op}.{n}.forward" with the call's inputs and
+// outputs, and ".backward" with the gradients that flow through the autograd nodes it created
+// (levels L1 and mix).
+#include <ATen/SequenceNumber.h>
+
+
+// ---- begin torchprobe/capture/backward_probe.hpp ----
+// Gradients of one forward region (an ATen call, or a module's forward): the gradients flowing
+// into it (w.r.t. its outputs) and out of it (w.r.t. its tensor inputs).
+//
+// The autograd nodes a region created are those whose sequence numbers fall in
+// [sequence at its start, sequence at its end). A pre-hook on the nodes that produced the
+// region's outputs sees the gradients w.r.t. those outputs; a post-hook on the nodes whose next
+// edges are the region's inputs' gradient edges sees the gradients w.r.t. those inputs. This works
+// for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
+// and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+
+
+namespace torchprobe::capture {
+
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// Where the gradient of a forward input will go; an invalid edge for inputs that need none.
+inline Edge gradient_edge_of(const at::Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return Edge();
+  return torch::autograd::impl::gradient_edge(t);
+}
+
+// Receives the gradients as they arrive (on autograd's threads) and the end of the region's
+// backward. Calls for one probe never overlap.
+class GradientReceiver {
+ public:
+  virtual ~GradientReceiver() = default;
+  virtual void grad_output(std::size_t output_index, const at::Tensor& grad) = 0;  // w.r.t. forward output i
+  virtual void grad_input(std::size_t input_index, const at::Tensor& grad) = 0;    // w.r.t. forward input k
+  virtual void backward_done() = 0;
+};
+
+class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
+ public:
+  // Hooks the region. Returns false (and hooks nothing) when no output takes part in autograd.
+  static bool attach(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
+                     std::uint64_t seq_end, std::shared_ptr<GradientReceiver> receiver) {
+    auto probe = std::shared_ptr<BackwardProbe>(new BackwardProbe(std::move(receiver)));
+    return probe->hook(outputs, inputs, seq_begin, seq_end);
+  }
+
+ private:
+  explicit BackwardProbe(std::shared_ptr<GradientReceiver> r) : receiver_(std::move(r)) {}
+
+  struct Slot {
+    std::size_t node_index;  // which of the node's inputs/outputs
+    std::size_t region_index;
+  };
+
+  class PreHook final : public torch::autograd::FunctionPreHook {
+   public:
+    PreHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
+    variable_list operator()(const variable_list& grads) override {
+      probe_->arrived_outputs(slots_, grads);
+      return grads;  // read only: the gradients flow on unchanged
+    }
+
+   private:
+    std::shared_ptr<BackwardProbe> probe_;
+    std::vector<Slot> slots_;
+  };
+
+  class PostHook final : public torch::autograd::FunctionPostHook {
+   public:
+    PostHook(std::shared_ptr<BackwardProbe> p, std::vector<Slot> s) : probe_(std::move(p)), slots_(std::move(s)) {}
+    variable_list operator()(const variable_list& grad_inputs, const variable_list& /*grad_outputs*/) override {
+      probe_->arrived_inputs(slots_, grad_inputs);
+      return grad_inputs;
+    }
+
+   private:
+    std::shared_ptr<BackwardProbe> probe_;
+    std::vector<Slot> slots_;
+  };
+
+  bool hook(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
+            std::uint64_t seq_end) {
+    // Roots: the nodes that produced the outputs, each with the outputs it carries.
+    std::vector<std::pair<Node*, std::vector<Slot>>> roots;
+    std::vector<std::shared_ptr<Node>> keep;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const at::Tensor& out = outputs[i];
+      if (!out.defined() || !out.requires_grad()) continue;
+      const std::shared_ptr<Node>& fn = out.grad_fn();
+      if (!fn) continue;  // a leaf returned as is: no gradient flows through this region for it
+      auto it = std::find_if(roots.begin(), roots.end(), [&](const auto& r) { return r.first == fn.get(); });
+      if (it == roots.end()) {
+        roots.emplace_back(fn.get(), std::vector<Slot>{});
+        keep.push_back(fn);
+        it = std::prev(roots.end());
+      }
+      it->second.push_back({static_cast<std::size_t>(out.output_nr()), i});
+    }
+    if (roots.empty()) return false;
+
+    // The region's nodes: the roots and everything reachable from them inside the sequence range.
+    std::vector<Node*> nodes;
+    std::unordered_set<Node*> seen;
+    for (auto& r : roots)
+      if (seen.insert(r.first).second) nodes.push_back(r.first);
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      for (const Edge& e : nodes[k]->next_edges()) {
+        Node* f = e.function.get();
+        if (!f || seen.count(f)) continue;
+        const std::uint64_t s = f->sequence_nr();
+        if (s >= seq_begin && s < seq_end) {
+          seen.insert(f);
+          nodes.push_back(f);
+        }
+      }
+
+    // Each input's gradient leaves through the first unused next-edge equal to its gradient edge
+    // (an input passed twice, as in p * p, uses two edges to the same place).
+    std::vector<std::pair<Node*, std::vector<Slot>>> posts;
+    std::unordered_set<const Edge*> used;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      if (!inputs[k].is_valid()) continue;
+      bool matched = false;
+      for (Node* n : nodes) {
+        const auto& edges = n->next_edges();
+        for (std::size_t j = 0; j < edges.size() && !matched; ++j) {
+          if (edges[j] == inputs[k] && !used.count(&edges[j])) {
+            used.insert(&edges[j]);
+            auto it = std::find_if(posts.begin(), posts.end(), [&](const auto& p) { return p.first == n; });
+            if (it == posts.end()) {
+              posts.emplace_back(n, std::vector<Slot>{});
+              it = std::prev(posts.end());
+            }
+            it->second.push_back({j, k});
+            matched = true;
+          }
+        }
+        if (matched) break;
+      }
+    }
+
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ = roots.size() + posts.size();
+    }
+    auto self = shared_from_this();
+    for (auto& r : roots) r.first->add_pre_hook(std::make_unique<PreHook>(self, std::move(r.second)));
+    for (auto& p : posts) p.first->add_post_hook(std::make_unique<PostHook>(self, std::move(p.second)));
+    return true;
+  }
+
+  void arrived_outputs(const std::vector<Slot>& slots, const variable_list& grads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    finish_with_pass_locked();
+    ProbeGuard guard;
+    for (const Slot& s : slots)
+      if (s.node_index < grads.size()) receiver_->grad_output(s.region_index, grads[s.node_index]);
+    step_locked();
+  }
+
+  void arrived_inputs(const std::vector<Slot>& slots, const variable_list& grads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    finish_with_pass_locked();
+    ProbeGuard guard;
+    for (const Slot& s : slots)
+      if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
+    step_locked();
+  }
+
+  // The region's backward is over when every hooked node has run once. A second backward
+  // through a retained graph is not reported again.
+  void step_locked() {
+    if (--pending_ > 0) return;
+    receiver_->backward_done();
+    finished_ = true;
+  }
+
+  // Some hooked nodes may never run in a pass: an output the loss does not use (an LSTM's last
+  // hidden state), an input whose gradient nobody asked for (autograd::grad with chosen inputs).
+  // So when the first gradient of the region arrives, the end of the backward pass is booked
+  // as the latest moment the entry is complete, with whatever arrived.
+  void finish_with_pass_locked() {
+    if (end_of_pass_booked_) return;
+    end_of_pass_booked_ = true;
+    std::weak_ptr<BackwardProbe> self = shared_from_this();
+    torch::autograd::Engine::get_default_engine().queue_callback([self] {
+      if (auto probe = self.lock()) probe->end_of_pass();
+    });
+  }
+
+  void end_of_pass() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finished_) return;
+    ProbeGuard guard;
+    receiver_->backward_done();
+    finished_ = true;
+  }
+
+  std::shared_ptr<GradientReceiver> receiver_;
+  std::mutex mutex_;
+  std::size_t pending_ = 0;
+  bool finished_ = false;
+  bool end_of_pass_booked_ = false;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/backward_probe.hpp ----
+// ---- begin torchprobe/capture/call_values.hpp ----
+// The tensors among an ATen call's boxed values, as the API entries and the module tracking both
+// need them.
+#include <c10/util/ArrayRef.h>
+
+
+namespace torchprobe::capture::detail {
+
+// Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
+// returns false; returns false when stopped.
+template <class Visit>
+bool visit_tensors(const c10::IValue& v, Visit&& visit) {
+  if (v.isTensor()) return visit(v.toTensor());
+  if (v.isList()) {  // tensor lists included
+    for (const c10::IValue& e : v.toListRef())
+      if (!visit_tensors(e, visit)) return false;
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (!visit_tensors(e, visit)) return false;
+  }
+  return true;
+}
+
+template <class Values>
+std::vector<at::Tensor> tensors_of(const Values& values) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : values)
+    visit_tensors(v, [&](const at::Tensor& t) {
+      out.push_back(t);
+      return true;
+    });
+  return out;
+}
+
+// Does any of these tensors carry autograd history that a backward pass could run through?
+inline bool any_in_graph(const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& t : tensors)
+    if (t.defined() && t.requires_grad() && t.grad_fn()) return true;
+  return false;
+}
+
+// Could a backward pass reach this call? Only through an input that requires grad: without one,
+// no output gets a grad_fn, so there is nothing to hook (and nothing worth allocating for).
+template <class Values>
+bool any_requires_grad(const Values& values) {
+  for (const c10::IValue& v : values)
+    if (!visit_tensors(v, [](const at::Tensor& t) { return !(t.defined() && t.requires_grad()); })) return true;
+  return false;
+}
+
+// A boxed call (the TorchScript interpreter's) hands RecordFunction its whole stack, the values
+// of earlier instructions included, as inputs and as outputs: the call's own are the last ones.
+template <class T>
+c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::size_t count) {
+  return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
+}
+
+}  // namespace torchprobe::capture::detail
+// ---- end torchprobe/capture/call_values.hpp ----
+// ---- begin torchprobe/capture/captured_call.hpp ----
+// An API call's arguments and results as the training thread captures them under the statistics
+// task: tensors as TensorSummary (their statistics are computed now, the JSON item is not built),
+// plain values (numbers, strings, dtypes, int lists) as the IValue itself, encoded when written.
+// The entry's JSON is built from this when the step is written, or when the journal needs the line.
+//
+// Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
+// and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
+
+
+
+namespace torchprobe::capture {
+
+// One captured value, in whichever form was cheapest to keep.
+struct CapturedValue {
+  enum class Form : std::uint8_t { Summary, Plain, Json };
+  Form form = Form::Json;
+  ArgKind kind = ArgKind::Generic;
+  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
+  c10::IValue value;            // Plain: a value without tensors, encoded when written
+  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
+
+  // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
+  // tensors, tuples, dicts, objects) is encoded at capture, as before.
+  static bool plain(const c10::IValue& v) {
+    return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isString() || v.isDevice() || v.isIntList() ||
+           v.isDoubleList() || v.isBoolList();
+  }
+
+  nlohmann::ordered_json to_json() const {
+    switch (form) {
+      case Form::Summary: return tensor_item(tensor);
+      case Form::Plain: {
+        auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
+        ValueEncoder<decltype(no_tensors)> encode(no_tensors);
+        return encode.encode(value, kind, Site{});
+      }
+      case Form::Json: break;
+    }
+    return json;
+  }
+};
+
+// The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
+class CapturedCall final : public DeferredBody {
+ public:
+  enum class Section : std::uint8_t { Arg, Kwarg, Output };
+  struct Item {
+    Section section = Section::Arg;
+    const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
+    CapturedValue value;
+  };
+
+  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
+  bool has_inputs = false;
+  bool has_outputs = false;
+
+  void append_to(nlohmann::ordered_json& body) const override {
+    if (body.is_null()) body = nlohmann::ordered_json::object();
+    // Reserved: an ordered_json object that grows copies its values (its keys are const).
+    body.get_ref<nlohmann::ordered_json::object_t&>().reserve(body.size() + 3);
+    if (has_inputs) {
+      nlohmann::ordered_json args = nlohmann::ordered_json::array();
+      nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+      for (const Item& i : items) {
+        if (i.section == Section::Arg)
+          args.push_back(i.value.to_json());
+        else if (i.section == Section::Kwarg)
+          kwargs[*i.name] = i.value.to_json();
+      }
+      body["input_args"] = std::move(args);
+      body["input_kwargs"] = std::move(kwargs);
+    }
+    if (has_outputs) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const Item& i : items)
+        if (i.section == Section::Output) out.push_back(i.value.to_json());
+      body["output"] = std::move(out);
+    }
+  }
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/captured_call.hpp ----
+// ---- begin torchprobe/capture/gradient_recorder.hpp ----
+// Builds a backward entry ({"input": grads w.r.t. outputs, "output": grads w.r.t. inputs}) from
+// the gradients a BackwardProbe reports, and hands it on when the region's backward is over.
+
+// ---- begin torchprobe/details/recorder.hpp ----
+// Recorder: where finished entries are recorded, by whichever thread finishes them. Owned jointly
+// by the Debugger and by every call in flight: a backward thread may still be finishing a call
+// after the Debugger stopped or went away.
+
+// ---- begin torchprobe/details/step_state.hpp ----
+// What one step has captured so far, shared by every thread that records into it.
+
+// ---- begin torchprobe/config/name_filter.hpp ----
+// NameFilter: which entries a run dumps, decided name by name in execution order from the config's
+// scope and list (msprobe's data_dump/scope.py), plus which ATen ops
+// risk_level lets through. step, rank and data_mode are plain lookups on Config and are not here.
+//
+// A filter is stateful (the scope range is on or off) and not thread-safe: one per capturing thread.
+
+
+namespace torchprobe {
+
+namespace detail {
+
+// "aten::add_.Tensor" -> "add_": risk tables are keyed by the short name that API entries use.
+inline std::string_view aten_short_name(std::string_view op) {
+  if (const auto p = op.rfind("::"); p != std::string_view::npos) op.remove_prefix(p + 2);
+  if (const auto p = op.find('.'); p != std::string_view::npos) op = op.substr(0, p);
+  return op;
+}
+
+// Ops that FOCUS drops: they move, reshape, copy, cast or create data without arithmetic that could
+// differ between devices, so their dumps rarely explain an accuracy problem and mostly add volume.
+// Adapted from msprobe's LOW_RISK_API_SET (Python API names) to the ATen names TorchProbe records,
+// adding ATen-only spellings (_reshape_alias, _unsafe_view, _to_copy, slice, select, copy_, fill_, ...).
+inline bool is_low_risk_op(std::string_view op) {
+  static const std::unordered_set<std::string_view> kLowRisk = {
+      // views and shape changes
+      "view", "view_as", "_unsafe_view", "reshape", "reshape_as", "_reshape_alias", "flatten", "unflatten", "ravel",
+      "squeeze", "unsqueeze", "expand", "expand_as", "transpose", "t", "permute", "movedim", "moveaxis", "swapaxes",
+      "swapdims", "unfold", "as_strided", "alias", "narrow", "slice", "select", "contiguous", "detach", "lift_fresh",
+      "align_as", "align_to", "atleast_1d", "atleast_2d", "atleast_3d",
+      // copies, gathers by index, repeats
+      "clone", "copy", "_copy_from", "_copy_from_and_resize", "index_select", "repeat", "repeat_interleave", "tile",
+      // joins and splits
+      "cat", "_cat", "concat", "concatenate", "stack", "_stack", "hstack", "vstack", "dstack", "column_stack",
+      "row_stack", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "tensor_split", "hsplit",
+      "vsplit", "dsplit", "chunk", "unsafe_chunk", "unbind",
+      // dtype and device conversion
+      "to", "_to_copy", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "byte", "char",
+      "bool", "cfloat",
+      // creation and filling
+      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+      "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "arange", "linspace",
+      "logspace", "eye", "scalar_tensor", "resize", "resize_as", "set", "diag", "diagflat", "diag_embed", "triu",
+      "tril", "triu_indices", "tril_indices",
+      // clamping (a comparison, no rounding) and reading scalars or metadata
+      "clamp", "clamp_min", "clamp_max", "clip", "item", "_local_scalar_dense", "is_nonzero", "size", "stride"};
+  op = aten_short_name(op);
+  return kLowRisk.count(op) > 0 || kLowRisk.count(without_inplace_mark(op)) > 0;
+}
+
+// Ops that CORE keeps: the compute-heavy families where accuracy problems usually start. Adapted from
+// msprobe's CORE_API_SET: matmul family, linear, convolution, normalization layers, embedding and
+// attention, plus the softmax family. Families are matched by substring so that ATen's many
+// backend-specific spellings (cudnn_convolution, native_layer_norm, _scaled_dot_product_flash_attention,
+// _log_softmax, embedding_bag, ...) are covered. Plain "norm" (a vector norm), "renorm" and "normal"
+// (random) are deliberately not normalization layers.
+inline bool is_core_op(std::string_view op) {
+  static const std::unordered_set<std::string_view> kCore = {"matmul",
+                                                             "__matmul__",
+                                                             "mm",
+                                                             "bmm",
+                                                             "addmm",
+                                                             "_addmm_activation",
+                                                             "addbmm",
+                                                             "baddbmm",
+                                                             "mv",
+                                                             "addmv",
+                                                             "addr",
+                                                             "dot",
+                                                             "einsum",
+                                                             "tensordot",
+                                                             "chain_matmul",
+                                                             "linalg_matmul",
+                                                             "linalg_multi_dot",
+                                                             "linalg_vecdot",
+                                                             "_scaled_mm",
+                                                             "_fused_adam",
+                                                             "_fused_adamw"};
+  op = without_inplace_mark(aten_short_name(op));
+  if (kCore.count(op) > 0) return true;
+  auto has = [op](std::string_view part) { return op.find(part) != std::string_view::npos; };
+  if (has("conv") && !has("convert")) return true;     // conv1d.., conv_transpose*, convolution, _convolution
+  if (has("linear") && !has("upsample")) return true;  // linear, bilinear, mkldnn_linear (not interpolation)
+  for (std::string_view family : {"batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm",
+                                  "local_response_norm", "weight_norm", "embedding", "attention", "softmax"})
+    if (has(family)) return true;
+  return false;
+}
+
+}  // namespace detail
+
+class NameFilter {
+ public:
+  explicit NameFilter(const Config& config)
+      : level_(config.level),
+        risk_level_(config.risk_level),
+        exact_scope_(config.task == Task::FreeBenchmark),
+        scope_(config.scope),
+        list_(config.list) {}
+
+  // Called once per entry name in execution order (API names like "Aten.relu.0.forward", their backward
+  // names, module names like "Module.fc.Linear.forward.0"); returns whether the entry is dumped.
+  // scope is an inclusive [start, end] range: on when start is seen, off after end. list keeps names that
+  // contain any of its strings; with a scope it filters inside the range.
+  bool admit(const std::string& name) {
+    if (exact_scope_)  // free_benchmark: scope is a set of exact names (msprobe's ListScope)
+      return (scope_.empty() || std::find(scope_.begin(), scope_.end(), name) != scope_.end()) && in_list(name);
+    if (scope_.empty()) return in_list(name);
+    if (name == scope_.front()) in_range_ = true;
+    const bool admitted = in_range_ && in_list(name);
+    // An L0 module range stays open until the end module's forward finishes, when exit_module says so.
+    if (name == scope_.back() && !end_module_open_) in_range_ = false;
+    return admitted;
+  }
+
+  // Optional module lifetime notifications (forward pre-hook / forward end, with the module's forward
+  // name). Without them admit() works on names alone; with them the module-scoped rules of msprobe hold:
+  //  - L0: a scope ending at a module covers everything executed inside that module;
+  //  - mix: a module whose name matches the list switches on everything executed inside it.
+  void enter_module(const std::string& name) {
+    if (exact_scope_) return;
+    if (!scope_.empty() && name == scope_.front()) in_range_ = true;
+    if (level_ == Level::L0 && !scope_.empty() && name == scope_.back()) end_module_open_ = true;
+    if (level_ == Level::Mix && matches_list(name)) open_list_modules_.push_back(name);
+  }
+  void exit_module(const std::string& name) {
+    if (exact_scope_) return;
+    if (!scope_.empty() && name == scope_.back()) {
+      in_range_ = false;
+      end_module_open_ = false;
+    }
+    auto it = std::find(open_list_modules_.begin(), open_list_modules_.end(), name);
+    if (it != open_list_modules_.end()) open_list_modules_.erase(it);
+  }
+
+  // risk_level for an ATen op ("addmm", "aten::view.default", ...). It only applies at L1 and mix, and
+  // only when neither scope nor list is set: naming what to dump overrides the risk table (as in msprobe).
+  bool admits_op(std::string_view aten_op) const {
+    if ((level_ != Level::L1 && level_ != Level::Mix) || !scope_.empty() || !list_.empty()) return true;
+    switch (risk_level_) {
+      case RiskLevel::All: return true;
+      case RiskLevel::Focus: return !detail::is_low_risk_op(aten_op);
+      case RiskLevel::Core: return detail::is_core_op(aten_op);
+    }
+    return true;
+  }
+
+  // At step(): the range closes, as entry numbering restarts.
+  void reset() {
+    in_range_ = false;
+    end_module_open_ = false;
+    open_list_modules_.clear();
+  }
+
+ private:
+  bool matches_list(const std::string& name) const {
+    return std::any_of(list_.begin(), list_.end(),
+                       [&](const std::string& part) { return name.find(part) != std::string::npos; });
+  }
+  bool in_list(const std::string& name) const {
+    return list_.empty() || !open_list_modules_.empty() || matches_list(name);
+  }
+
+  Level level_;
+  RiskLevel risk_level_;
+  bool exact_scope_;
+  std::vector<std::string> scope_, list_;
+  bool in_range_ = false;
+  bool end_module_open_ = false;                // L0: the scope's end module has entered and not yet exited
+  std::vector<std::string> open_list_modules_;  // mix: modules matching the list that are still running
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/name_filter.hpp ----
+
+namespace torchprobe::details {
+
+class StepState {
+ public:
+  explicit StepState(const Config& config) : filter_(config) {}
+
+  struct Admission {
+    std::string name;
+    std::uint64_t order = 0;
+    bool admitted = false;
+  };
+
+  // Names the next call of an API ("Aten.add." -> "Aten.add.3.forward") and decides whether it
+  // is dumped. The counter advances even for calls the filters drop, as msprobe's does, so a
+  // call keeps its number whatever the filters say.
+  // `key_id` numbers `key` (OpInfo::key_id), so the hot path indexes a vector instead of hashing.
+  Admission begin_api_call(const std::string& key, std::size_t key_id, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Admission a;
+    if (key_id >= api_counters_.size()) api_counters_.resize(key_id + 1, 0);
+    const std::string n = std::to_string(api_counters_[key_id]++);
+    a.name.reserve(key.size() + n.size() + 8);
+    a.name.append(key).append(n).append(".forward");
+    a.order = next_order_++;
+    a.admitted = filter_.admit(a.name) && filter_.admits_op(api);
+    return a;
+  }
+
+  // For entries that are not API forward calls (backward, modules): their number and admission.
+  std::int64_t next_index(const std::string& counter_key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counters_[counter_key]++;
+  }
+  std::uint64_t next_order() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return next_order_++;
+  }
+  bool admit(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name);
+  }
+  // An API's backward entry: its name, and its op under risk_level, as for its forward.
+  bool admit_api(const std::string& name, std::string_view api) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return filter_.admit(name) && filter_.admits_op(api);
+  }
+  void enter_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.enter_module(forward_name);
+  }
+  void exit_module(const std::string& forward_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    filter_.exit_module(forward_name);
+  }
+
+  // Commits with the next position in dump order (entries that are complete only at their end).
+  void commit_last(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r.order = next_order_++;
+    records_.push_back(std::move(r));
+  }
+
+  void commit(Record&& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.push_back(std::move(r));
+  }
+
+  // Runs f(records) with the records in dump order and every deferred statistic resolved
+  // (one device-to-host copy for all of them).
+  template <class F>
+  void with_records(F&& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    resolve_pending();
+    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
+    // Mostly in order already (API entries commit in call order): sorting would move every record.
+    if (!std::is_sorted(records_.begin(), records_.end(), by_order))
+      std::stable_sort(records_.begin(), records_.end(), by_order);
+    f(static_cast<const std::vector<Record>&>(records_));
+  }
+
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+
+  // step(): a new step starts with no records, counters at 0, and the scope range closed.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.clear();
+    counters_.clear();
+    std::fill(api_counters_.begin(), api_counters_.end(), 0);
+    next_order_ = 0;
+    filter_.reset();
+  }
+
+ private:
+  void resolve_pending() {
+    resolve_checksums();
+    std::vector<std::pair<Record*, std::size_t>> where;
+    stats::DeferredStats batch;
+    for (auto& r : records_)
+      for (std::size_t k = 0; k < r.pending.size(); ++k) {
+        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
+        where.emplace_back(&r, k);
+      }
+    if (batch.empty()) return;
+    const std::vector<TensorStats> resolved = batch.resolve();
+    for (std::size_t i = 0; i < where.size(); ++i) {
+      Record& r = *where[i].first;
+      nlohmann::ordered_json& item =
+          r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
+      put_stats(item, resolved[i]);
+    }
+    for (auto& r : records_) r.pending.clear();
+  }
+
+  // Checksums computed off the training thread (stats/checksum_worker.hpp) join their items.
+  void resolve_checksums() {
+    for (auto& r : records_) {
+      if (r.pending_checksums.empty()) continue;
+      r.materialize();
+      for (PendingChecksum& p : r.pending_checksums) {
+        try {
+          r.body.at(nlohmann::ordered_json::json_pointer(p.pointer))["md5"] = p.value.get();
+        } catch (const std::exception&) {
+          // The checksum could not be computed (memory): the item keeps md5 null, the rest is written.
+        }
+      }
+      r.pending_checksums.clear();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  NameFilter filter_;
+  std::vector<Record> records_;
+  std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
+  std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id
+  std::uint64_t next_order_ = 0;
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/step_state.hpp ----
+// ---- begin torchprobe/io/journal.hpp ----
+// The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
+// line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
+// the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
+// at stop()/step(); the journal is removed once the step's files are complete. A journal that is
+// still there marks an interrupted step, and tools/recover_dump.py rebuilds the step's JSON
+// files from it.
+//
+// Format (one JSON object per line, written with the Python-compatible writer):
+//   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
+//            "debug_data_dir": ..., "extra_info": ...}
+//   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
+// Entries are placed by "order"; a name seen again replaces the earlier body in its first place
+// (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
+// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
+// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
+// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
+// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
+// last line cut short (the process died mid-write) is ignored by the reader.
+
+
+
+namespace torchprobe::io {
+
+// A line whose text is made when it is written, on the journal's thread.
+class JournalLine {
+ public:
+  virtual ~JournalLine() = default;
+  virtual std::string text() const = 0;
+  // The write failed with `error` (errno).
+  virtual void failed(int error) const = 0;
+};
+
+class Journal {
+ public:
+  static constexpr const char* kFileName = "journal.jsonl";
+  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
+  // crash loses a bounded number of them and the queue's memory stays bounded.
+  static constexpr std::size_t kMaxQueued = 4096;
+  static constexpr std::size_t kBatchLines = 256;
+
+  Journal() = default;
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+  ~Journal() {
+    close();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Opens `path` for appending (a step that is started again continues its journal). A new
+  // journal appears with its header already in it (write_file_atomic: temporary file, then
+  // rename), so a process killed at any moment leaves either no journal or one that the recovery
+  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // Throws IoError.
+  void open(const std::string& path, const std::string& header_line) {
+    drain();  // lines of the previous journal go to it
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_.load() >= 0 && path == path_) return;
+    close_locked();
+    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
+      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
+    if (fd < 0) throw IoError("open the journal", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
+      const std::string text = header_line + "\n";
+      const int err = write_all(fd, text.data(), text.size());
+      if (err != 0) {
+        ::close(fd);
+        throw IoError("write the journal", path, err);
+      }
+    }
+    path_ = path;
+    fd_.store(fd);
+  }
+
+  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return path_;
+  }
+
+  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
+  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
+  void append_later(std::unique_ptr<JournalLine> line) {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
+    queue_.push_back(std::move(line));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    queue_cv_.notify_all();
+  }
+
+  // Waits until every line queued so far is written.
+  void drain() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  }
+
+  void close() {
+    drain();
+    std::lock_guard<std::mutex> lock(mu_);
+    close_locked();
+  }
+
+  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
+  void remove() {
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_.clear();
+      queue_cv_.notify_all();
+      queue_cv_.wait(lock, [this] { return !writing_; });
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string path = path_;
+    close_locked();
+    if (!path.empty()) ::unlink(path.c_str());
+    path_.clear();
+  }
+
+ private:
+  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
+  int append(const std::string& line) {
+    std::string text;
+    text.reserve(line.size() + 1);
+    text += line;
+    text += '\n';
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.load();
+    if (fd < 0) return 0;
+    struct stat st;
+    const bool sized = ::fstat(fd, &st) == 0;
+    const int err = write_all(fd, text.data(), text.size());
+    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
+    // room again would follow it, and the reader could not go past it.
+    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    return err;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    for (;;) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      // Whatever has queued up (up to kBatchLines) goes out in one write().
+      std::vector<std::unique_ptr<JournalLine>> batch;
+      while (!queue_.empty() && batch.size() < kBatchLines) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      writing_ = true;
+      queue_cv_.notify_all();  // room in the queue again
+      lock.unlock();
+      std::string text;
+      const JournalLine* first = nullptr;
+      for (const auto& line : batch) {
+        try {
+          std::string t = line->text();
+          if (!text.empty()) text += '\n';
+          text += t;
+          if (!first) first = line.get();
+        } catch (const std::exception&) {
+          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+        }
+      }
+      if (first)
+        if (const int err = append(text)) first->failed(err);
+      batch.clear();
+      lock.lock();
+      writing_ = false;
+      queue_cv_.notify_all();
+    }
+  }
+
+  void close_locked() {
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
+  }
+
+  mutable std::mutex mu_;
+  std::atomic<int> fd_{-1};
+  std::string path_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::unique_ptr<JournalLine>> queue_;
+  bool writing_ = false;  // the thread holds a line taken from the queue
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/journal.hpp ----
+
+namespace torchprobe::details {
+
+// Optional parts of a task policy, found by detection:
+//  - bool ended() const: the task has seen enough and the dump ends (overflow_check's overflow_nums);
+//  - bool decision_due() const and decide_held(commit): keep() may hold entries back until values
+//    still on a device are read, and decides them in one batch (overflow_check on a device);
+//  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
+//    (overflow_check's overflow_summary.json).
+template <class T, class = void>
+struct task_can_end : std::false_type {};
+template <class T>
+struct task_can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
+template <class T, class = void>
+struct task_holds_entries : std::false_type {};
+template <class T>
+struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
+template <class T, class = void>
+struct task_adds_files : std::false_type {};
+template <class T>
+struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
+                              std::declval<const std::vector<Record>&>(), std::int64_t()))>> : std::true_type {};
+
+template <class TaskT>
+class Recorder {
+ public:
+  explicit Recorder(Config c)
+      : config_(std::move(c)), task_(config_), state_(config_), debug_state_(config_), errors_(std::string()) {}
+
+  const Config& config() const { return config_; }
+  TaskT& task() { return task_; }
+  const TaskT& task() const { return task_; }
+  StepState& entries() { return state_; }              // dump.json's entries
+  StepState& debug_entries() { return debug_state_; }  // debug.json's entries (save())
+  io::ErrorLog& errors() { return errors_; }
+  io::Journal& journal() { return journal_; }  // open while a dumped step runs, when the sink keeps files
+
+  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
+  void set_capturing(bool on) { capturing_ = on; }
+  bool capturing() const { return capturing_.load(); }
+  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
+  std::uint64_t generation() const { return generation_.load(); }
+  // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
+  std::uint64_t debug_commits() const { return debug_commits_.load(); }
+
+  bool live(std::uint64_t gen) const { return capturing_.load() && generation_.load() == gen; }
+
+  // step(): what the last step recorded is gone; a backward pass of that step records nothing.
+  void start_next_step() {
+    generation_.fetch_add(1);
+    state_.reset();
+    debug_state_.reset();
+    errors_.reset();
+  }
+
+  // Every finished entry goes through here: the task has the last word on it (a task may keep
+  // only some entries, or act on the ones it keeps) before it joins the step. A kept entry's
+  // tensor files go to the writer and its JSON to the journal; a dropped one's snapshots are freed.
+  void commit(Record&& r) {
+    if (task_.keep(r))
+      accept(state_, "dump", std::move(r));
+    else
+      decide_held_if_due();
+  }
+  // The same, for entries placed in dump order when they complete (backward, modules). The place
+  // is taken before keep(), so an entry the task holds back keeps it.
+  void commit_last(Record&& r) {
+    r.order = state_.next_order();
+    if (task_.keep(r))
+      accept(state_, "dump", std::move(r));
+    else
+      decide_held_if_due();
+  }
+
+  // Entries the task held back until values still on a device are read (overflow_check) are
+  // decided now, in one batch; those it keeps join the step. Called before each flush.
+  void decide_held() {
+    if constexpr (task_holds_entries<TaskT>::value) task_.decide_held([this](Record&& r) { commit(std::move(r)); });
+  }
+  // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
+  bool ended() const {
+    if constexpr (task_can_end<TaskT>::value)
+      return task_.ended();
+    else
+      return false;
+  }
+  // What the Debugger does when the task ends the dump; runs once, on the thread that committed
+  // the last entry. Cleared (null) by the Debugger before it goes away.
+  void set_end_hook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(end_mu_);
+    end_hook_ = std::move(hook);
+  }
+  // save()'s entries, for debug.json. An entry committed again under the same name and order
+  // replaces the earlier one (a gradient filling its placeholder).
+  void commit_debug(Record&& r) {
+    if (!task_.keep(r)) return;
+    accept(debug_state_, "debug", std::move(r));
+    debug_commits_.fetch_add(1);
+  }
+
+  // The rank directory of the dumped step: kept entries' tensor files go to its dump_tensor_data/,
+  // their write failures to its dump_error_info.log.
+  void set_step_directory(const std::string& rank_directory) {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    rank_dir_ = rank_directory;
+  }
+
+  // Waits until every tensor file handed over so far is written.
+  void flush_tensor_files() {
+    std::shared_ptr<io::TensorWriter> w;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      w = writer_;
+    }
+    if (w) w->flush();
+  }
+
+ private:
+  void accept(StepState& into, const char* file, Record&& r) {
+    if (!r.saves.empty()) hand_over_saves(r);
+    if (journal_.is_open()) append_to_journal(file, r);
+    into.commit(std::move(r));
+    if (ended() && !end_seen_.exchange(true)) end_dump();
+  }
+
+  void decide_held_if_due() {
+    if constexpr (task_holds_entries<TaskT>::value)
+      if (task_.decision_due()) decide_held();
+  }
+
+  // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
+  void end_dump() {
+    capturing_ = false;
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (end_hook_) end_hook_();
+  }
+
+  void hand_over_saves(Record& r) {
+    std::string rank_dir;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      rank_dir = rank_dir_;
+      if (!writer_) writer_ = r.saves.front().writer;
+    }
+    if (!rank_dir.empty()) {
+      const std::string dir = tensor_data_directory(rank_dir) + "/";
+      for (PendingSave& s : r.saves)
+        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                         s.memory ? std::move(*s.memory) : io::Reservation());
+    }
+    r.saves.clear();
+  }
+
+  // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
+  // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
+  // failure is logged once per step (through the error log's de-duplication) and the dump goes on
+  // from memory.
+  class EntryLine final : public io::JournalLine {
+   public:
+    EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
+        : file_(file),
+          name_(r.name),
+          order_(r.order),
+          parent_(r.parent),
+          body_(r.body),
+          deferred_(r.deferred),
+          errors_(errors),
+          journal_(journal) {}
+
+    std::string text() const override {
+      std::string line = "{\"file\": \"";
+      line += file_;
+      line += "\", \"name\": ";
+      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
+      line += ", \"order\": ";
+      line += std::to_string(order_);
+      if (parent_) {
+        line += ", \"parent\": ";
+        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
+      }
+      line += ", \"body\": ";
+      // A body kept whole is written as it is; only a compact one is built first.
+      line +=
+          deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
+      line += '}';
+      return line;
+    }
+
+    void failed(int err) const override {
+      errors_.log(
+          "write_journal", name_, io::errno_text(err),
+          io::IoError("write the journal", journal_.path(), err).what() +
+              std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+    }
+
+   private:
+    const char* file_;
+    std::string name_;
+    std::uint64_t order_;
+    std::optional<std::string> parent_;
+    nlohmann::ordered_json body_;
+    std::shared_ptr<const DeferredBody> deferred_;
+    io::ErrorLog& errors_;
+    const io::Journal& journal_;
+  };
+
+  void append_to_journal(const char* file, const Record& r) {
+    journal_.append_later(std::make_unique<EntryLine>(file, r, errors_, journal_));
+  }
+
+  const Config config_;
+  TaskT task_;
+  StepState state_;
+  StepState debug_state_;
+  io::ErrorLog errors_;
+  io::Journal journal_;
+  std::atomic<bool> capturing_{false};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> debug_commits_{0};
+  std::mutex end_mu_;
+  std::function<void()> end_hook_;
+  std::atomic<bool> end_seen_{false};
+  std::mutex files_mu_;
+  std::string rank_dir_;
+  std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/recorder.hpp ----
+
+namespace torchprobe::capture {
+
+template <class TaskT>
+class GradientRecorder final : public GradientReceiver {
+ public:
+  using Core = details::Recorder<TaskT>;
+  using Done = std::function<void(Core&, Record&&)>;
+
+  // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a
+  // gradient stay null (an input that needs none, an output that got none).
+  GradientRecorder(const std::shared_ptr<Core>& core, std::string name, std::size_t outputs, std::size_t inputs,
+                   std::optional<std::string> parent, Done done)
+      : core_(core), generation_(core->generation()), done_(std::move(done)) {
+    record_.name = std::move(name);
+    record_.parent = std::move(parent);
+    const DataMode& mode = core->config().data_mode;
+    want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
+    want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
+    if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
+    if (want_out_)
+      record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
+  }
+
+  void grad_output(std::size_t i, const at::Tensor& grad) override { put(want_in_, "input", i, grad); }
+  void grad_input(std::size_t k, const at::Tensor& grad) override { put(want_out_, "output", k, grad); }
+
+  void backward_done() override {
+    auto core = live_core();
+    if (!core) return;
+    const std::string name = record_.name;
+    try {
+      done_(*core, std::move(record_));
+    } catch (const std::exception& e) {
+      core->errors().log("backward_data_collect", name, e);
+    }
+  }
+
+ private:
+  std::shared_ptr<Core> live_core() const {
+    auto core = core_.lock();
+    return core && core->live(generation_) ? core : nullptr;
+  }
+
+  void put(bool wanted, const char* key, std::size_t index, const at::Tensor& grad) {
+    if (!wanted || !grad.defined()) return;
+    auto core = live_core();
+    if (!core) return;
+    try {
+      const std::string idx = std::to_string(index);
+      record_.body[key][index] = core->task().describe(
+          grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
+    } catch (const std::exception& e) {
+      core->errors().log("backward_data_collect", record_.name, e);
+    }
+  }
+
+  std::weak_ptr<Core> core_;  // a retained graph must not keep a finished debugger alive
+  std::uint64_t generation_;
+  Done done_;
+  Record record_;
+  bool want_in_ = true, want_out_ = true;
+};
+
+// The usual end of a backward entry: filtered by name like any entry, placed in dump order
+// when it completes.
+template <class Core>
+void commit_if_admitted(Core& core, Record&& r) {
+  if (core.entries().admit(r.name)) core.commit_last(std::move(r));
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/gradient_recorder.hpp ----
+// ---- begin torchprobe/details/block_pool.hpp ----
+// Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
+//
+// A statistics step keeps one body (about 900 bytes) per call until step() frees them all. With
+// hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
+// every call went through malloc's slow path and every step() through free's: together about a
+// tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
+// step (one pool per process, see body_pool()), at the price of one uncontended lock per block.
+#include <new>
+
+namespace torchprobe::details {
+
+class BlockPool {
+ public:
+  // Keeps at most `max_free` freed blocks (the rest go back to the heap).
+  explicit BlockPool(std::size_t max_free) : max_free_(max_free) { free_.reserve(max_free); }
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+  ~BlockPool() {
+    for (void* p : free_) ::operator delete(p);
+  }
+
+  // The pool serves one size: the first one asked for. Others come from the heap.
+  void* take(std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (block_ == 0) block_ = bytes;
+      if (bytes == block_ && !free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(bytes);
+  }
+
+  void give(void* p, std::size_t bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (bytes == block_ && free_.size() < max_free_) {
+        free_.push_back(p);  // within the reserved capacity: cannot throw
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<void*> free_;
+  std::size_t block_ = 0;
+  const std::size_t max_free_;
+};
+
+// The process's pool of entry bodies. It is never destroyed: a body may be freed after every
+// debugger is gone (a sink's records kept by the user, a journal line being written), and at
+// exit. It holds at most kMaxFree blocks of about 1 KB.
+inline BlockPool& body_pool() {
+  static constexpr std::size_t kMaxFree = 4096;
+  static BlockPool* const pool = new BlockPool(kMaxFree);
+  return *pool;
+}
+
+// For std::allocate_shared of entry bodies. Stateless: copying it (allocate_shared does, several
+// times) costs nothing.
+template <class T>
+struct BodyAllocator {
+  using value_type = T;
+  BodyAllocator() = default;
+  template <class U>
+  BodyAllocator(const BodyAllocator<U>&) {}
+
+  T* allocate(std::size_t n) { return static_cast<T*>(body_pool().take(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { body_pool().give(p, n * sizeof(T)); }
+
+  template <class U>
+  bool operator==(const BodyAllocator<U>&) const {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const BodyAllocator<U>&) const {
+    return false;
+  }
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/block_pool.hpp ----
+// ---- begin torchprobe/io/call_stack_capture.hpp ----
+// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
+//
+// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
+// native stack. Capturing happens on every recorded op, so it only stores return addresses
+// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
+// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
+#include <execinfo.h>
+
+
+namespace torchprobe::io {
+
+namespace detail {
+
+using BacktraceFunction = int (*)(void**, int);
+
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
+// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
+// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
+// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
+// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// falls back to the frame-pointer chain with its memory reads validated.
+inline BacktraceFunction libunwind_backtrace() {
+  static const BacktraceFunction fn = []() -> BacktraceFunction {
+#if defined(__linux__) && defined(__x86_64__)
+    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
+#else
+    return nullptr;
+#endif
+  }();
+  return fn;
+}
+
+}  // namespace detail
+
+// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
+// else glibc), or glibc's backtrace() always.
+enum class Unwinder { Fastest, Glibc };
+
+// Whether Unwinder::Fastest is libunwind in this process.
+inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
+
+// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
+// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
+// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
+// must not happen inside a signal handler.
+inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
+  constexpr int kLimit = 256;
+  CallStack out;
+  if (max_frames <= 0) return out;
+  if (max_frames > kLimit) max_frames = kLimit;
+  void* buf[kLimit];
+  int n = 0;
+  if (how == Unwinder::Fastest)
+    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
+  if (n <= 0) n = ::backtrace(buf, max_frames);
+  if (n > 0) out.frames.assign(buf, buf + n);
+  return out;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/call_stack_capture.hpp ----
+
+namespace torchprobe::capture {
+
+namespace detail {
+
+// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
+// kept as summaries until written; other tasks' tensors are described into JSON at capture.
+template <class T, class = void>
+struct task_summarizes : std::false_type {};
+template <class T>
+struct task_summarizes<
+    T, std::void_t<decltype(std::declval<const T&>().summarize(
+           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+    : std::true_type {};
+
+}  // namespace detail
+
+// What an API call in flight carries from its start to its end.
+struct ApiCall {
+  Record record;
+  std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
+  bool forward = false;                    // the forward entry is being recorded
+  bool backward = false;                   // its backward is to be hooked
+  bool grad_enabled = false;
+  std::uint64_t seq_begin = 0;
+  std::vector<Edge> input_edges;
+  std::string backward_name;
+  std::string api_name;
+  std::optional<std::string> backward_parent;
+};
+
+template <class TaskT>
+class ApiEntries {
+  using Core = details::Recorder<TaskT>;
 
  public:
-  explicit Debugger(const Options& options = Options())
-      : core_(std::make_shared<Core>(options.resolve(L, T))), session_(core_->config) {
-    for (const std::string& w : core_->config.warnings) std::cerr << "torchprobe: warning: " << w << "\n";
+  explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+  // The call starts. `parents` tells where its entries sit in construct.json: parents.forward()
+  // and parents.backward() (std::optional<std::string>), asked only when needed.
+  template <class Inputs, class Parents>
+  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
+    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    const DataMode& mode = core_->config().data_mode;
+    if (a.admitted) {
+      call.forward = true;
+      call.record.name = std::move(a.name);
+      call.record.order = a.order;
+      call.record.parent = parents.forward();
+      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
+      if (core_->config().extra_info) call.record.stack = io::capture_call_stack();
+    }
+    // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
+        detail::any_requires_grad(inputs)) {
+      call.backward = true;
+      call.grad_enabled = true;
+      call.seq_begin = at::sequence_number::peek();
+      // Edges are taken now: an in-place op is about to move its input's history.
+      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
+      const std::string& forward = call.forward ? call.record.name : a.name;
+      call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
+      call.api_name = op.api;
+      call.backward_parent = parents.backward();
+    }
+  }
+
+  // The call ended: its forward entry is complete.
+  template <class Outputs>
+  void finish(const Outputs& outputs, ApiCall& call) {
+    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+      if (!call.captured) call.captured = new_body();
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
+      for (std::size_t k = 0; k < outputs.size(); ++k)
+        capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
+    }
+    if (call.captured) {
+      call.record.deferred = std::move(call.captured);
+      // Deferred statistics and checksums are filled in through JSON pointers into the body.
+      if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
+    }
+    if (call.record.has_content()) core_->commit(std::move(call.record));
+  }
+
+  // Hooks the backward entry on the autograd nodes the call created.
+  template <class Outputs>
+  void attach_backward(const Outputs& outputs, const ApiCall& call) {
+    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
+    const std::string api = call.api_name;
+    auto recorder =
+        std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
+                                                  call.backward_parent, [api](Core& core, Record&& r) {
+                                                    if (core.entries().admit_api(r.name, api))
+                                                      core.commit_last(std::move(r));
+                                                  });
+    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+ private:
+  auto describer(Record& record) const {
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task().describe(t, site, record); };
+  }
+
+  // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
+  // has neither form is encoded now, by the task's describe().
+  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
+  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section,
+                     std::size_t index, const std::string* name, Record& record) const {
+    CapturedCall::Item& item = cc.items.emplace_back();
+    item.section = section;
+    item.name = name;
+    CapturedValue& c = item.value;
+    c.kind = kind;
+    if (summarized(v, record, c.tensor)) {
+      c.form = CapturedValue::Form::Summary;
+    } else if (CapturedValue::plain(v)) {
+      c.form = CapturedValue::Form::Plain;
+      c.value = v;
+    } else {
+      c.form = CapturedValue::Form::Json;
+      ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
+      auto describe = describer(record);
+      ValueEncoder<decltype(describe)> encode(describe);
+      c.json = encode.encode(v, kind, site_of(section, index, name));
+    }
+  }
+
+  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
+    if constexpr (detail::task_summarizes<TaskT>::value)
+      return v.isTensor() && v.toTensor().defined() && core_->task().summarize(v.toTensor(), record, out);
+    return false;
+  }
+
+  static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
+    const std::string i = std::to_string(index);
+    switch (section) {
+      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
+      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Arg: break;
+    }
+    return Site{"/input_args/" + i, "input." + i};
+  }
+
+  // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
+  // No ProbeGuard around it: summaries run no ATen ops, and switching RecordFunction off and on
+  // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
+  template <class Inputs>
+  void capture_inputs(const OpInfo& op, const Inputs& inputs, ApiCall& call) const {
+    call.captured = new_body();
+    CapturedCall& cc = *call.captured;
+    cc.has_inputs = true;
+    std::size_t positional = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const ArgInfo* info = k < op.args.size() ? &op.args[k] : nullptr;
+      const ArgKind kind = info ? info->kind : ArgKind::Generic;
+      if (info && info->kwarg_only) {
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Kwarg, k, &info->name, call.record);
+      } else {
+        capture_value(cc, inputs[k], kind, CapturedCall::Section::Arg, positional, nullptr, call.record);
+        ++positional;
+      }
+    }
+  }
+
+  static std::shared_ptr<CapturedCall> new_body() {
+    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/api_entries.hpp ----
+// ---- begin torchprobe/capture/model_ref.hpp ----
+// Whatever the user passes to start(model): a torch::nn module holder (`Net`, `torch::nn::Linear`),
+// a std::shared_ptr to a module, a torch::jit::Module, or a list of them (msprobe's list of models).
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/csrc/jit/api/module.h>
+
+
+namespace torchprobe {
+
+struct ModelRef {
+  std::vector<std::shared_ptr<torch::nn::Module>> nn;
+  std::vector<torch::jit::Module> jit;
+  bool empty() const { return nn.empty() && jit.empty(); }
+  std::size_t size() const { return nn.size() + jit.size(); }
+};
+
+namespace details {
+
+template <class T, class = void>
+struct is_module_holder : std::false_type {};
+template <class T>
+struct is_module_holder<T, std::void_t<typename T::ContainedType>>
+    : std::is_base_of<torch::nn::Module, typename T::ContainedType> {};
+
+template <class T>
+struct is_shared_module : std::false_type {};
+template <class T>
+struct is_shared_module<std::shared_ptr<T>> : std::is_base_of<torch::nn::Module, T> {};
+
+template <class T>
+struct is_model_list : std::false_type {};
+template <class T, class A>
+struct is_model_list<std::vector<T, A>> : std::true_type {};
+
+template <class M>
+void add_model(ModelRef& ref, const M& m) {
+  using T = std::decay_t<M>;
+  if constexpr (std::is_same_v<T, torch::jit::Module>) {
+    ref.jit.push_back(m);
+  } else if constexpr (is_shared_module<T>::value) {
+    ref.nn.push_back(m);
+  } else if constexpr (is_module_holder<T>::value) {
+    ref.nn.push_back(m.ptr());
+  } else if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
+    ref.nn.push_back(const_cast<T&>(m).shared_from_this());
+  } else if constexpr (is_model_list<T>::value) {
+    for (const auto& item : m) add_model(ref, item);
+  } else {
+    static_assert(!std::is_same_v<T, T>,
+                  "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a "
+                  "std::vector of them");
+  }
+}
+
+}  // namespace details
+
+template <class M>
+ModelRef to_model_ref(const M& model) {
+  ModelRef ref;
+  details::add_model(ref, model);
+  return ref;
+}
+inline ModelRef to_model_ref(const ModelRef& ref) { return ref; }
+
+}  // namespace torchprobe
+// ---- end torchprobe/capture/model_ref.hpp ----
+// ---- begin torchprobe/capture/module_catalog.hpp ----
+// The modules of the model(s) given to start(model): their dotted paths, msprobe class names,
+// entry-name prefixes and own parameters, and which module owns each parameter tensor.
+
+
+
+namespace torchprobe::capture {
+
+// msprobe's class name for a C++ module: no namespace, no trailing "Impl"
+// ("torch::nn::LinearImpl" -> "Linear", "NetImpl" -> "Net").
+inline std::string module_class_name(const std::string& cpp_name) {
+  std::string s = cpp_name;
+  const auto lt = s.find('<');  // templates: keep the outer name only
+  if (lt != std::string::npos) s.erase(lt);
+  const auto colon = s.rfind("::");
+  if (colon != std::string::npos) s.erase(0, colon + 2);
+  constexpr const char* kImpl = "Impl";
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, kImpl) == 0) s.erase(s.size() - 4);
+  return s;
+}
+
+struct ModuleInfo {
+  const void* key = nullptr;  // the torch::nn::Module, or the TorchScript module's object
+  std::string path;           // "fc", "layer.0"
+  std::string cls;            // "Linear"
+  std::string prefix;         // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
+  std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
+  bool leaf = false;                                       // no child modules
+
+  std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
+  std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
+  std::string counter_key() const { return prefix; }
+  bool has_trainable_params() const {
+    for (const auto& p : params)
+      if (p.second.requires_grad()) return true;
+    return false;
+  }
+};
+
+// The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
+inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
+
+class ModuleCatalog {
+ public:
+  ModuleCatalog() = default;
+  explicit ModuleCatalog(const ModelRef& models) {
+    const bool several = models.size() > 1;  // a list of models, of either kind
+    for (std::size_t i = 0; i < models.nn.size(); ++i) add_tree(*models.nn[i], several ? std::to_string(i) + "." : "");
+    for (std::size_t i = 0; i < models.jit.size(); ++i)
+      add_script_tree(models.jit[i], several ? std::to_string(models.nn.size() + i) + "." : "");
+  }
+
+  const ModuleInfo* find(const void* key) const {
+    auto it = by_module_.find(key);
+    return it == by_module_.end() ? nullptr : it->second.get();
+  }
+  // The leaf module that owns this parameter tensor, if any: how ops are attributed to
+  // Linear, Conv, norms, Embedding, RNNs without any hook in the module.
+  const ModuleInfo* owner_of(const c10::TensorImpl* p) const {
+    auto it = param_owner_.find(p);
+    return it == param_owner_.end() ? nullptr : it->second;
+  }
+  bool empty() const { return by_module_.empty(); }
+  std::vector<const ModuleInfo*> all() const {
+    std::vector<const ModuleInfo*> v;
+    for (const auto& kv : by_module_) v.push_back(kv.second.get());
+    return v;
+  }
+
+ private:
+  void add_tree(const torch::nn::Module& root, const std::string& index_prefix) {
+    // The root given to start() is not dumped (msprobe skips it), only its descendants.
+    // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
+    std::vector<std::string> wrappers;
+    for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+      std::string path = item.key();
+      if (item.value()->name() == kWrapperName) {
+        wrappers.push_back(path);
+        continue;
+      }
+      for (const std::string& w : wrappers) {
+        const std::string inner = w + ".inner";
+        if (path.compare(0, inner.size(), inner) == 0 && (path.size() == inner.size() || path[inner.size()] == '.')) {
+          path = w + path.substr(inner.size());
+          break;
+        }
+      }
+      index(module_info(*item.value(), path, index_prefix));
+    }
+  }
+
+  // TorchScript: every submodule, named as Python names it (its class's unqualified name:
+  // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
+  // probes torchscript.hpp puts around them, so its parameters attribute nothing.
+  void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
+    for (const auto& item : root.named_modules()) {
+      if (item.name.empty()) continue;  // the root
+      auto info = std::make_unique<ModuleInfo>();
+      info->key = item.value._ivalue().get();
+      info->path = item.name;
+      const auto type_name = item.value.type()->name();
+      info->cls = type_name ? type_name->name() : std::string("Module");
+      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
+      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
+      info->leaf = item.value.children().size() == 0;
+      by_module_[info->key] = std::move(info);
+    }
+  }
+
+  static std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
+                                                 const std::string& index_prefix) {
+    auto info = std::make_unique<ModuleInfo>();
+    info->key = &m;
+    info->path = path;
+    info->cls = module_class_name(m.name());
+    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
+    info->leaf = m.children().empty();
+    return info;
+  }
+
+  void index(std::unique_ptr<ModuleInfo> info) {
+    ModuleInfo* raw = info.get();
+    if (raw->leaf) {
+      for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
+      // Buffers (BatchNorm's running statistics and counter) belong to the module's own state,
+      // not to its inputs: they attribute calls like parameters do.
+      for (const auto& b : static_cast<const torch::nn::Module*>(raw->key)->named_buffers(/*recurse=*/false))
+        if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
+    }
+    by_module_[raw->key] = std::move(info);
+  }
+
+  std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;
+  std::unordered_map<const c10::TensorImpl*, const ModuleInfo*> param_owner_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_catalog.hpp ----
+// ---- begin torchprobe/capture/module_events.hpp ----
+// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
+
+
+namespace torchprobe::capture {
+
+class ModuleEvents {
+ public:
+  virtual ~ModuleEvents() = default;
+  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
+  // only this module, under that name, and nothing else on this thread until it ends.
+  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
+  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                             std::vector<c10::IValue> inputs) = 0;
+  // `outputs` null: the module's output is that of the last outermost call made inside it.
+  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+
+  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
+  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
+  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
+  virtual void script_module_exit(const c10::IValue& output) = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_events.hpp ----
+// ---- begin torchprobe/capture/module_state.hpp ----
+// The modules open on a thread while module tracking (module_tracking.hpp) follows its calls,
+// and the construct.json parents they give the entries made meanwhile.
+
+
+
+namespace torchprobe::capture {
+
+// What module tracking learns of a call at its start and needs again at its end.
+struct ModuleCall {
+  bool in_episode = false;  // the call belongs to the open episode
+  bool param_only = false;  // all its tensor inputs are the episode's parameters (W.t() and the like)
+};
+
+namespace detail {
+
+// A module forward in progress: an episode of a parameter-owning leaf, or a guarded module.
+struct OpenModule {
+  const ModuleInfo* info = nullptr;
+  Record record;
+  std::int64_t index = 0;
+  bool admitted = false;
+  bool grad_enabled = false;
+  std::uint64_t seq_begin = 0;
+  std::string parent_backward;  // the enclosing module's backward entry, "" at top level
+  std::vector<Edge> input_edges;
+  std::unordered_set<const c10::TensorImpl*> inputs_seen, produced, derived;
+  std::vector<c10::IValue> last_outputs;
+  bool has_main = false;  // a call with a non-parameter input ran in it
+  std::uint64_t calls_at_start = 0;
+};
+
+// The modules open on one thread.
+struct ThreadModules {
+  std::optional<OpenModule> episode;
+  std::vector<std::unique_ptr<OpenModule>> guards;  // innermost last
+  std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
+  std::vector<c10::IValue> last_outputs;            // of the latest outermost call
+  std::uint64_t calls = 0;
+  std::vector<void*> script_tokens;  // open TorchScript module calls
+};
+
+}  // namespace detail
+
+// The construct.json parents of an entry made by a call on this thread: the innermost open
+// module (the episode, for a call in it), "" at top level, nullopt where no module is tracked
+// (L1: construct.json stays {}). Computed only when asked: most calls never need them.
+class EntryParents {
+ public:
+  EntryParents(const detail::ThreadModules& tm, bool in_episode, bool modules_level)
+      : tm_(tm), in_episode_(in_episode), tracked_(modules_level || tm.dump_only) {}
+
+  std::optional<std::string> forward() const {
+    if (!tracked_) return std::nullopt;
+    if (in_episode_ && tm_.episode) return tm_.episode->record.name;
+    if (!tm_.guards.empty()) return tm_.guards.back()->record.name;
+    return std::string();
+  }
+  std::optional<std::string> backward() const {
+    if (!tracked_) return std::nullopt;
+    if (in_episode_ && tm_.episode) return tm_.episode->info->backward_name(tm_.episode->index);
+    if (!tm_.guards.empty()) return tm_.guards.back()->info->backward_name(tm_.guards.back()->index);
+    return std::string();
+  }
+
+ private:
+  const detail::ThreadModules& tm_;
+  bool in_episode_;
+  bool tracked_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_state.hpp ----
+// ---- begin torchprobe/capture/module_tracking.hpp ----
+// Which module each outermost ATen call belongs to, and the module entries
+// "Module.{path}.{Class}.forward.{n}" and ".backward.{n}" (levels L0 and mix):
+//  - a parameter-owning leaf module (Linear, Conv, norms, Embedding, RNNs) is recognised by its
+//    parameters among the call's inputs, a call of it being the run of consecutive calls that
+//    use them (its "episode");
+//  - other modules are marked by a ModuleGuard in their forward, a ScopedModuleDump, or the
+//    probes around TorchScript submodule calls (torchscript.hpp);
+//  - every entry's parent in construct.json is the innermost module open on its thread.
+
+
+// ---- begin torchprobe/capture/parameter_gradients.hpp ----
+// The entries "Module.{path}.{Class}.parameters_grad.{k}" (levels L0 and mix): the gradients of a
+// module's own parameters once they have been accumulated, and the order of a module's backward
+// entry after them, as msprobe writes them.
+
+
+
+namespace torchprobe::capture {
+
+// Owned by a shared_ptr (the hooks on parameters and the module backward entries reach it
+// weakly): once the capture is gone they record nothing more.
+template <class TaskT>
+class ParameterGradients final : public std::enable_shared_from_this<ParameterGradients<TaskT>> {
+  using Core = details::Recorder<TaskT>;
+
+ public:
+  explicit ParameterGradients(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+  // The modules whose parameters to follow. Parameters already hooked stay hooked (once each).
+  void set_catalog(std::shared_ptr<ModuleCatalog> catalog) {
+    catalog_ = std::move(catalog);
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_.clear();
+    for (const ModuleInfo* info : catalog_->all())
+      for (const auto& p : info->params) hook_parameter(p.second);
+  }
+
+  // msprobe writes a module's parameters_grad before its backward entry: a module's backward is
+  // complete once the gradients of its parameters have been accumulated too.
+  bool waits_for(const ModuleInfo& info) const {
+    for (const auto& p : info.params)
+      if (p.second.requires_grad() && hooked_.count(p.second.unsafeGetTensorImpl())) return true;
+    return false;
+  }
+
+  // A module's backward entry `r` is complete; `key` is its ModuleInfo, as a key only (a
+  // ScopedModuleDump's one is gone by then). Written now, or after its parameters_grad.
+  void module_backward_done(const ModuleInfo* key, bool waits, Record&& r) {
+    if (!core_->entries().admit(r.name)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    State& s = state_[key];
+    if (!waits || s.backwards_done < s.params_done) {
+      ++s.backwards_done;
+      core_->commit_last(std::move(r));
+    } else {
+      s.stashed.push_back(std::move(r));
+    }
+  }
+
+  // Before a flush: module backward entries still waiting for their parameter gradients, and
+  // parameter gradients that arrived only in part, are written as they are.
+  void release_pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& kv : state_) {
+      State& s = kv.second;
+      if (!s.arrival.empty()) complete(*kv.first, s);
+      while (!s.stashed.empty()) {
+        core_->commit_last(std::move(s.stashed.front()));
+        s.stashed.pop_front();
+      }
+      s.params_done = s.backwards_done = 0;
+    }
+  }
+
+  void on_step() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& kv : state_) kv.second = State{};
+  }
+
+ private:
+  struct State {
+    std::vector<bool> fired;
+    std::vector<std::size_t> arrival;  // parameter indices in the order their gradients arrived
+    std::int64_t k = 0;                // parameters_grad.{k}
+    std::int64_t params_done = 0, backwards_done = 0;
+    std::deque<Record> stashed;  // module backward entries waiting for parameters_grad
+  };
+
+  class Hook final : public torch::autograd::FunctionPostHook {
+   public:
+    Hook(std::weak_ptr<ParameterGradients> owner, const c10::TensorImpl* p) : owner_(std::move(owner)), param_(p) {}
+    variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+      if (auto o = owner_.lock()) o->arrived(param_);
+      return outputs;
+    }
+
+   private:
+    std::weak_ptr<ParameterGradients> owner_;
+    const c10::TensorImpl* param_;
+  };
+
+  // A post-hook on the parameter's AccumulateGrad node runs once its .grad is updated. The node
+  // is kept alive here, so every later graph accumulates through this same node and hook.
+  void hook_parameter(const at::Tensor& p) {
+    if (!p.requires_grad() || !p.is_leaf()) return;
+    const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
+    if (hooked_.count(impl)) return;
+    std::shared_ptr<Node> acc = torch::autograd::impl::grad_accumulator(p);
+    if (!acc) return;
+    acc->add_post_hook(std::make_unique<Hook>(this->weak_from_this(), impl));
+    hooked_[impl] = std::move(acc);
+  }
+
+  void arrived(const c10::TensorImpl* impl) {
+    if (!core_->capturing() || !catalog_) return;
+    if (!core_->config().data_mode.backward) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ModuleInfo* info : catalog_->all()) {
+      for (std::size_t k = 0; k < info->params.size(); ++k) {
+        if (info->params[k].second.unsafeGetTensorImpl() != impl) continue;
+        State& s = state_[info];
+        s.fired.resize(info->params.size(), false);
+        if (s.fired[k]) complete(*info, s);  // a new backward pass began
+        s.fired[k] = true;
+        s.arrival.push_back(k);
+        std::size_t trainable = 0;
+        for (const auto& p : info->params) trainable += p.second.requires_grad() ? 1 : 0;
+        if (s.arrival.size() >= trainable) complete(*info, s);
+        return;
+      }
+    }
+  }
+
+  // Module.{path}.{Class}.parameters_grad.{k}: {"weight": [grad], "bias": [grad]}, in the order
+  // the gradients arrived, then the module's backward entries that were waiting for it.
+  void complete(const ModuleInfo& info, State& s) {
+    Record r;
+    r.name = info.prefix + "parameters_grad." + std::to_string(s.k++);
+    if (core_->entries().admit(r.name)) {
+      ProbeGuard guard;
+      for (std::size_t k : s.arrival) {
+        const auto& p = info.params[k];
+        const at::Tensor grad = p.second.grad();
+        nlohmann::ordered_json one = nlohmann::ordered_json::array();
+        one.push_back(grad.defined() ? core_->task().describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first},
+                                                              r, /*gradient=*/true)
+                                     : nlohmann::ordered_json(nullptr));
+        r.body[p.first] = std::move(one);
+      }
+      core_->commit_last(std::move(r));
+    }
+    s.arrival.clear();
+    std::fill(s.fired.begin(), s.fired.end(), false);
+    ++s.params_done;
+    while (!s.stashed.empty() && s.backwards_done < s.params_done) {
+      ++s.backwards_done;
+      core_->commit_last(std::move(s.stashed.front()));
+      s.stashed.pop_front();
+    }
+  }
+
+  std::shared_ptr<Core> core_;
+  std::shared_ptr<ModuleCatalog> catalog_;
+  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<Node>> hooked_;
+  std::mutex mutex_;
+  std::unordered_map<const ModuleInfo*, State> state_;  // per module
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/parameter_gradients.hpp ----
+// ---- begin torchprobe/level/level.hpp ----
+// The level policy: which capture mechanisms a Debugger of a level switches on.
+
+namespace torchprobe {
+
+template <Level L>
+struct LevelTraits {
+  static constexpr bool captures_apis = (L == Level::L1 || L == Level::Mix || L == Level::L2);
+  static constexpr bool captures_modules = (L == Level::L0 || L == Level::Mix);
+  static constexpr bool nested_apis = (L == Level::L2);
+  static constexpr bool save_only = (L == Level::Debug);
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/level/level.hpp ----
+
+namespace torchprobe::capture {
+
+template <class TaskT, Level L>
+class ModuleTracker {
+  static constexpr bool kModules = LevelTraits<L>::captures_modules;
+  using Core = details::Recorder<TaskT>;
+  using OpenModule = detail::OpenModule;
+
+ public:
+  using ThreadModules = detail::ThreadModules;
+
+  ModuleTracker(std::shared_ptr<Core> core, std::shared_ptr<ParameterGradients<TaskT>> grads)
+      : core_(std::move(core)), grads_(std::move(grads)), serial_(next_serial()) {}
+
+  void set_catalog(std::shared_ptr<ModuleCatalog> catalog) { catalog_ = std::move(catalog); }
+
+  // This thread's modules. A thread-local cache, keyed by the tracker's serial number, spares
+  // the lock on every call.
+  ThreadModules& this_thread() {
+    struct Cache {
+      std::uint64_t serial = 0;
+      ThreadModules* tm = nullptr;
+    };
+    thread_local Cache cache;
+    if (cache.serial == serial_ && cache.tm) return *cache.tm;
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    auto& slot = threads_[std::this_thread::get_id()];
+    if (!slot) slot = std::make_unique<ThreadModules>();
+    cache = {serial_, slot.get()};
+    return *slot;
+  }
+
+  // The construct.json parents of the entries of a call on this thread.
+  EntryParents parents(const ThreadModules& tm, bool in_episode) const {
+    return EntryParents(tm, in_episode, kModules);
+  }
+
+  bool tracks(const ThreadModules& tm) const { return tm.dump_only || (kModules && catalog_ && !catalog_->empty()); }
+
+  // Infrastructure ops and autograd's own records end a module's episode.
+  void boundary(ThreadModules& tm) {
+    if (tm.episode) close_episode(tm);
+  }
+
+  // A user call starts: it may continue the open episode, end it, or begin one.
+  template <class Inputs>
+  void call_started(ThreadModules& tm, const OpInfo& op, const Inputs& inputs, ModuleCall& call) {
+    const std::vector<at::Tensor> tensors = detail::tensors_of(inputs);
+    const ModuleInfo* owner = nullptr;
+    bool param_only = true;
+    std::vector<const at::Tensor*> plain;
+    for (const at::Tensor& t : tensors) {
+      if (!t.defined()) continue;
+      const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+      const ModuleInfo* o = owner_of(tm, impl);
+      if (!o && tm.episode && tm.episode->derived.count(impl)) o = tm.episode->info;
+      if (o) {
+        if (!owner) owner = o;
+      } else {
+        param_only = false;
+        plain.push_back(&t);
+      }
+    }
+    // A guarded module's own parameters are covered by its guard.
+    if (owner && !tm.guards.empty() && tm.guards.back()->info == owner) owner = nullptr;
+
+    if (tm.episode) {
+      OpenModule& ep = *tm.episode;
+      bool continues = owner == ep.info;
+      if (continues && ep.has_main) {
+        // After the main call, only an in-place update of the episode's own result (Linear's
+        // `output += bias`) continues it; anything else is the module's next call.
+        bool on_result = !plain.empty() && is_inplace_op(op.api);
+        for (const at::Tensor* t : plain) on_result = on_result && ep.produced.count(t->unsafeGetTensorImpl());
+        continues = on_result;
+      }
+      if (!continues) close_episode(tm);
+    }
+    if (!owner) return;
+    if (!tm.episode) {
+      tm.episode.emplace();
+      open_module(tm, *owner, *tm.episode);
+    }
+    OpenModule& ep = *tm.episode;
+    call.in_episode = true;
+    call.param_only = param_only;
+    if (!param_only) ep.has_main = true;
+    for (const at::Tensor* t : plain) {
+      const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
+      if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
+      ep.input_edges.push_back(gradient_edge_of(*t));
+      if (ep.admitted && core_->config().data_mode.allows(true, true)) {
+        const std::string idx = std::to_string(ep.record.body["input_args"].size());
+        ep.record.body["input_args"].push_back(
+            core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
+      }
+    }
+  }
+
+  // A user call ended with these outputs.
+  template <class Outputs>
+  void call_ended(ThreadModules& tm, const Outputs& outputs, const ModuleCall& call) {
+    if (kModules || tm.dump_only) {  // a guard's output is its last call's: keep it (only then)
+      tm.last_outputs.assign(outputs.begin(), outputs.end());
+      ++tm.calls;
+    }
+    if (call.in_episode && tm.episode) {
+      OpenModule& ep = *tm.episode;
+      ep.last_outputs.assign(outputs.begin(), outputs.end());
+      for (const at::Tensor& t : detail::tensors_of(outputs)) {
+        ep.produced.insert(t.unsafeGetTensorImpl());
+        if (call.param_only) ep.derived.insert(t.unsafeGetTensorImpl());  // W.t() and the like
+      }
+    }
+  }
+
+  // ---- module guards (ModuleEvents, through the capture) --------------------------------------
+
+  void* module_enter(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs) {
+    ThreadModules& tm = this_thread();
+    try {
+      const ModuleInfo* info = nullptr;
+      if (dump_name) {
+        if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
+        auto named = std::make_unique<ModuleInfo>();
+        named->key = &module;
+        named->cls = module_class_name(module.name());
+        named->path = *dump_name;
+        named->prefix = "Module." + *dump_name + "." + named->cls + ".";
+        for (const auto& p : module.named_parameters(/*recurse=*/false)) named->params.emplace_back(p.key(), p.value());
+        named->leaf = module.children().empty();
+        tm.dump_only = std::move(named);
+        info = tm.dump_only.get();
+        // A parameter-owning leaf is recognised by its parameters, call by call; the scope
+        // then only switches the capture to this module.
+        if (info->leaf && !info->params.empty()) return tm.dump_only.get();
+      } else {
+        if (!kModules || tm.dump_only || !catalog_) return nullptr;
+        info = catalog_->find(&module);
+        if (!info) return nullptr;
+      }
+      return enter_module(tm, *info, inputs);
+    } catch (const std::exception& e) {
+      core_->errors().log("module_forward_pre", module.name(), e);
+      return nullptr;
+    }
+  }
+
+  void script_module_enter(const void* object, std::vector<c10::IValue> inputs) {
+    ThreadModules& tm = this_thread();
+    void* token = nullptr;
+    try {
+      const ModuleInfo* info = kModules && !tm.dump_only && catalog_ ? catalog_->find(object) : nullptr;
+      if (info) token = enter_module(tm, *info, inputs);
+    } catch (const std::exception& e) {
+      core_->errors().log("module_forward_pre", "TorchScript module", e);
+    }
+    tm.script_tokens.push_back(token);  // pushed even when null: exits pair with enters
+  }
+
+  void script_module_exit(const c10::IValue& output) {
+    ThreadModules& tm = this_thread();
+    if (tm.script_tokens.empty()) return;
+    void* token = tm.script_tokens.back();
+    tm.script_tokens.pop_back();
+    if (!token) return;
+    // A module returning a tuple lists its items, as msprobe does for Python modules.
+    std::vector<c10::IValue> outputs;
+    if (output.isTuple()) {
+      for (const c10::IValue& e : output.toTupleRef().elements()) outputs.push_back(e);
+    } else {
+      outputs.push_back(output);
+    }
+    module_exit(token, &outputs, /*unwinding=*/false);
+  }
+
+  void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) {
+    ThreadModules& tm = this_thread();
+    try {
+      if (tm.dump_only && token == tm.dump_only.get()) {  // a ScopedModuleDump of a parameter-owning leaf
+        if (tm.episode) close_episode(tm);
+        tm.dump_only.reset();
+        return;
+      }
+      if (tm.episode) close_episode(tm);
+      while (!tm.guards.empty()) {
+        std::unique_ptr<OpenModule> m = std::move(tm.guards.back());
+        tm.guards.pop_back();
+        const bool mine = m.get() == token;
+        std::vector<c10::IValue> out;
+        if (mine && outputs)
+          out = *outputs;
+        else if (mine && tm.calls > m->calls_at_start)
+          out = tm.last_outputs;
+        finish_module(*m, out, /*with_backward=*/mine && !unwinding);
+        if (mine) break;
+      }
+      if (tm.dump_only && tm.guards.empty()) tm.dump_only.reset();
+    } catch (const std::exception& e) {
+      core_->errors().log("module_forward", "module", e);
+    }
+  }
+
+  // Ends the episodes still open on every thread (a model's last module ends only when the
+  // next call starts, and there may be none before stop()).
+  void close_open_episodes() {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    for (auto& kv : threads_)
+      if (kv.second->episode) close_episode(*kv.second);
+  }
+
+ private:
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> s{1};
+    return s.fetch_add(1);
+  }
+
+  auto describer(Record& record) const {
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task().describe(t, site, record); };
+  }
+
+  const ModuleInfo* owner_of(const ThreadModules& tm, const c10::TensorImpl* impl) const {
+    if (tm.dump_only) {  // ScopedModuleDump: only that module's parameters count
+      for (const auto& p : tm.dump_only->params)
+        if (p.second.unsafeGetTensorImpl() == impl) return tm.dump_only.get();
+      return nullptr;
+    }
+    return catalog_ ? catalog_->owner_of(impl) : nullptr;
+  }
+
+  // A module's forward begins on this thread (a guard, a ScopedModuleDump, a TorchScript call).
+  void* enter_module(ThreadModules& tm, const ModuleInfo& info, const std::vector<c10::IValue>& inputs) {
+    if (tm.episode) close_episode(tm);
+    auto m = std::make_unique<OpenModule>();
+    open_module(tm, info, *m);
+    if (m->admitted && core_->config().data_mode.allows(true, true)) {
+      try {
+        auto describe = describer(m->record);
+        ValueEncoder<decltype(describe)> encode(describe);
+        for (const c10::IValue& v : inputs) {
+          const std::string idx = std::to_string(m->record.body["input_args"].size());
+          m->record.body["input_args"].push_back(
+              encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+        }
+      } catch (const std::exception& e) {
+        // No entry for this call; the module's scope (list/scope filters) closes with it.
+        core_->entries().exit_module(m->record.name);
+        core_->errors().log("module_forward_pre", m->record.name, e);
+        return nullptr;
+      }
+    }
+    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+    m->calls_at_start = tm.calls;
+    tm.guards.push_back(std::move(m));
+    return tm.guards.back().get();
+  }
+
+  // A module forward begins: its name, number, parameters and where its backward will start.
+  void open_module(ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
+    m.info = &info;
+    m.index = core_->entries().next_index(info.counter_key());
+    m.record.name = info.forward_name(m.index);
+    m.record.parent = parents(tm, /*in_episode=*/false).forward();
+    if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
+    core_->entries().enter_module(m.record.name);
+    m.admitted = core_->entries().admit(m.record.name);
+    m.grad_enabled = c10::GradMode::is_enabled();
+    m.seq_begin = at::sequence_number::peek();
+    if (!m.admitted) return;
+    const DataMode& mode = core_->config().data_mode;
+    if (mode.allows(true, true)) {
+      m.record.body["input_args"] = nlohmann::ordered_json::array();
+      m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
+    }
+    if (mode.allows(true, false) && !info.params.empty()) {
+      ProbeGuard guard;
+      nlohmann::ordered_json params = nlohmann::ordered_json::object();
+      for (const auto& p : info.params)
+        params[p.first] = core_->task().describe(
+            p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
+      m.record.body["parameters"] = std::move(params);
+    }
+    if (core_->config().extra_info) m.record.stack = io::capture_call_stack();
+  }
+
+  void close_episode(ThreadModules& tm) {
+    OpenModule ep = std::move(*tm.episode);
+    tm.episode.reset();
+    const std::vector<c10::IValue> outputs = std::move(ep.last_outputs);
+    finish_module(ep, outputs, /*with_backward=*/true);
+  }
+
+  // A module forward ends: its entry goes into dump order now (after the calls made inside
+  // it, as msprobe orders them), and its backward is hooked.
+  void finish_module(OpenModule& m, const std::vector<c10::IValue>& outputs, bool with_backward) {
+    core_->entries().exit_module(m.record.name);
+    const DataMode& mode = core_->config().data_mode;
+    if (m.admitted) {
+      Record r;
+      r.name = m.record.name;
+      r.stack = std::move(m.record.stack);
+      r.parent = m.record.parent;
+      r.pending = std::move(m.record.pending);
+      r.pending_checksums = std::move(m.record.pending_checksums);
+      r.saves = std::move(m.record.saves);  // tensor files of its inputs and parameters
+      nlohmann::ordered_json& body = m.record.body;
+      if (body.contains("input_args")) {
+        r.body["input_args"] = std::move(body["input_args"]);
+        r.body["input_kwargs"] = std::move(body["input_kwargs"]);
+      }
+      if (mode.allows(true, false)) {
+        ProbeGuard guard;
+        auto describe = describer(r);
+        ValueEncoder<decltype(describe)> encode(describe);
+        nlohmann::ordered_json out = nlohmann::ordered_json::array();
+        for (std::size_t k = 0; k < outputs.size(); ++k)
+          out.push_back(encode.encode(outputs[k], ArgKind::Generic,
+                                      Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+        r.body["output"] = std::move(out);
+        if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
+      }
+      if (!r.body.empty()) core_->commit_last(std::move(r));
+    }
+    if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
+    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    if (!detail::any_in_graph(tensors)) return;
+    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
+    // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
+    const ModuleInfo* key = m.info;
+    const bool waits = grads_->waits_for(*m.info);
+    std::weak_ptr<ParameterGradients<TaskT>> grads = grads_;
+    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
+        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
+        [grads, key, waits](Core& core, Record&& r) {
+          if (auto g = grads.lock())
+            g->module_backward_done(key, waits, std::move(r));
+          else
+            commit_if_admitted(core, std::move(r));
+        });
+    BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+  }
+
+  std::shared_ptr<Core> core_;
+  std::shared_ptr<ParameterGradients<TaskT>> grads_;  // the capture's own, shared with it
+  const std::uint64_t serial_;
+  std::shared_ptr<ModuleCatalog> catalog_;
+  std::mutex threads_mutex_;
+  std::unordered_map<std::thread::id, std::unique_ptr<ThreadModules>> threads_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_tracking.hpp ----
+
+namespace torchprobe::capture {
+
+template <class TaskT, Level L>
+class CallCapture final : public ApiHandler, public ModuleEvents {
+  static constexpr bool kApis = LevelTraits<L>::captures_apis;
+  static constexpr bool kModules = LevelTraits<L>::captures_modules;
+  using Core = details::Recorder<TaskT>;
+
+ public:
+  explicit CallCapture(std::shared_ptr<Core> core)
+      : core_(std::move(core)),
+        apis_(core_),
+        grads_(std::make_shared<ParameterGradients<TaskT>>(core_)),
+        modules_(core_, grads_) {}
+
+  // start(model): the modules to recognise. Kept while the same models are passed again, so
+  // parameter-gradient hooks are registered once per parameter.
+  void set_models(const ModelRef& models) {
+    if (!kModules) return;
+    if (same_models(models)) return;
+    models_ = models;
+    has_models_ = true;
+    auto catalog = std::make_shared<ModuleCatalog>(models);
+    modules_.set_catalog(catalog);
+    grads_->set_catalog(std::move(catalog));
+  }
+
+  // ---- the observer's callbacks -------------------------------------------------------------
+
+  std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    ThreadModules& tm = modules_.this_thread();
+    std::unique_ptr<Call> call;
+    try {
+      if (!op.user_api) {
+        modules_.boundary(tm);
+        return nullptr;
+      }
+      call = std::make_unique<Call>();
+      call->schema_known = op.schema_known;
+      call->returns = op.returns;
+      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+      const bool modules = modules_.tracks(tm);
+      if (modules) modules_.call_started(tm, op, inputs, call->module);
+      if (kApis && !tm.dump_only) apis_.start(op, inputs, modules_.parents(tm, call->module.in_episode), call->api);
+      if (!call->api.forward && !call->api.backward && !modules) return nullptr;
+      return call;
+    } catch (const std::exception& e) {
+      // The entry's name when it has one, as msprobe logs it.
+      core_->errors().log("forward_input_data_collect",
+                          call && !call->api.record.name.empty() ? call->api.record.name : op.qualified, e);
+      return nullptr;
+    }
+  }
+
+  void on_api_end(const at::RecordFunction& fn, CallContext& ctx) override {
+    Call& call = static_cast<Call&>(ctx);
+    ThreadModules& tm = modules_.this_thread();
+    try {
+      const auto outputs =
+          detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
+      modules_.call_ended(tm, outputs, call.module);
+      if (call.api.forward) apis_.finish(outputs, call.api);
+      if (call.api.backward) apis_.attach_backward(outputs, call.api);
+    } catch (const std::exception& e) {
+      core_->errors().log("forward_output_data_collect", call.api.record.name, e);
+    }
+  }
+
+  // ---- module guards, ScopedModuleDump and TorchScript probes (ModuleEvents) ----------------
+
+  void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                     std::vector<c10::IValue> inputs) override {
+    return modules_.module_enter(module, dump_name, std::move(inputs));
+  }
+  void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
+    modules_.module_exit(token, outputs, unwinding);
+  }
+  void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
+    modules_.script_module_enter(object, std::move(inputs));
+  }
+  void script_module_exit(const c10::IValue& output) override { modules_.script_module_exit(output); }
+
+  // ---- the Debugger's calls at stop() and step() --------------------------------------------
+
+  // Ends the episodes still open on every thread (a model's last module ends only when the
+  // next call starts, and there may be none before stop()).
+  void close_open_episodes() { modules_.close_open_episodes(); }
+
+  // Before a flush: module backward entries still waiting for their parameter gradients, and
+  // parameter gradients that arrived only in part, are written as they are.
+  void release_pending() { grads_->release_pending(); }
+
+  void on_step() { grads_->on_step(); }
+
+ private:
+  using ThreadModules = typename ModuleTracker<TaskT, L>::ThreadModules;
+
+  // A call in flight, from on_api_start to on_api_end.
+  struct Call : CallContext {
+    ApiCall api;
+    ModuleCall module;
+    bool schema_known = false;
+    std::size_t returns = 0;  // the schema's, for on_api_end
+  };
+
+  bool same_models(const ModelRef& m) const {
+    if (!has_models_ || m.nn.size() != models_.nn.size() || m.jit.size() != models_.jit.size()) return false;
+    for (std::size_t i = 0; i < m.nn.size(); ++i)
+      if (m.nn[i] != models_.nn[i]) return false;
+    for (std::size_t i = 0; i < m.jit.size(); ++i)
+      if (m.jit[i]._ivalue() != models_.jit[i]._ivalue()) return false;
+    return true;
+  }
+
+  std::shared_ptr<Core> core_;
+  ApiEntries<TaskT> apis_;
+  std::shared_ptr<ParameterGradients<TaskT>> grads_;  // hooks on parameters reach it weakly
+  ModuleTracker<TaskT, L> modules_;
+  ModelRef models_;
+  bool has_models_ = false;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/call_capture.hpp ----
+// ---- begin torchprobe/capture/save_capture.hpp ----
+// save(value, name): msprobe's single-point save (level "debug"; msprobe's PrecisionDebugger.save).
+//
+// Each call writes the entry "{name}.{count}.debug" of debug.json (count per name per step) with
+// the value encoded as msprobe does: tensors as the task describes them (statistics; with the tensor
+// task also the file "{name}.{count}.debug[.{index path}].pt"), bool/int/float/str as
+// {"type", "value"}, lists and dicts as JSON lists and objects, anything else null. With
+// save_backward, "{name}_grad.{count}.debug" follows it at once, holding the same structure with
+// every leaf null; a hook on each tensor that requires grad fills its leaf when the gradient arrives
+// (files "{name}_grad.{count}.debug[.{index path}].pt").
+
+
+
+namespace torchprobe::capture {
+
+// A leaf of a saved value: where it sits in the entry's JSON and in the file name.
+struct SavedLeaf {
+  std::string pointer;  // JSON pointer inside the entry ("" for the value itself)
+  std::string key;      // index path for the file name ("" for the value itself, "a", "b.0", ...)
+
+  SavedLeaf child(const std::string& token) const {
+    return {pointer + "/" + capture::pointer_token(token), key.empty() ? token : key + "." + token};
+  }
+  capture::Site site() const { return {pointer, key}; }
+};
+
+// Turns a SaveValue into msprobe's JSON; tensors go to `describe(tensor, site)`, and each tensor
+// that requires grad is listed in *needs_grad.
+template <class Describe>
+nlohmann::ordered_json encode_saved(const SaveValue& v, const SavedLeaf& at, Describe& describe,
+                                    std::vector<std::pair<SavedLeaf, at::Tensor>>* needs_grad, int depth = 0) {
+  if (depth > kMaxDepth) return nullptr;
+  switch (v.kind()) {
+    case SaveValue::Kind::None: return nullptr;
+    case SaveValue::Kind::Tensor:
+      if (needs_grad && v.tensor().requires_grad()) needs_grad->emplace_back(at, v.tensor());
+      return describe(v.tensor(), at.site());
+    case SaveValue::Kind::Bool: return capture::typed("bool", v.as_bool());
+    case SaveValue::Kind::Int: return capture::typed("int", v.as_int());
+    case SaveValue::Kind::Float: return capture::typed("float", v.as_float());
+    case SaveValue::Kind::String: return capture::typed("str", v.as_string());
+    case SaveValue::Kind::List: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (std::size_t k = 0; k < v.items().size(); ++k)
+        out.push_back(encode_saved(v.items()[k], at.child(std::to_string(k)), describe, needs_grad, depth + 1));
+      return out;
+    }
+    case SaveValue::Kind::Dict: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (std::size_t k = 0; k < v.items().size(); ++k)
+        out[v.keys()[k]] = encode_saved(v.items()[k], at.child(v.keys()[k]), describe, needs_grad, depth + 1);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+// The same structure with every leaf null: the gradient entry's placeholder.
+inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
+  if (depth > kMaxDepth) return nullptr;
+  if (v.kind() == SaveValue::Kind::List) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const SaveValue& e : v.items()) out.push_back(all_null_like(e, depth + 1));
+    return out;
+  }
+  if (v.kind() == SaveValue::Kind::Dict) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (std::size_t k = 0; k < v.items().size(); ++k) out[v.keys()[k]] = all_null_like(v.items()[k], depth + 1);
+    return out;
+  }
+  return nullptr;
+}
+
+template <class TaskT>
+class SaveCapture {
+ public:
+  using Core = details::Recorder<TaskT>;
+
+  // Writes the entries of one save() call into the step's debug.json.
+  void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
+    const std::int64_t count = next_count(name);
+    Record r;
+    r.name = name + "." + std::to_string(count) + ".debug";
+    r.order = core->debug_entries().next_order();
+    std::vector<std::pair<SavedLeaf, at::Tensor>> grads;
+    {
+      ProbeGuard guard;
+      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task().describe(t, site, r); };
+      r.body = encode_saved(value, SavedLeaf{}, describe, save_backward ? &grads : nullptr);
+    }
+    core->commit_debug(std::move(r));
+    if (!save_backward) return;
+
+    auto entry = std::make_shared<GradEntry>();
+    entry->core = core;
+    entry->generation = core->generation();
+    entry->name = name + "_grad." + std::to_string(count) + ".debug";
+    entry->order = core->debug_entries().next_order();
+    entry->body = all_null_like(value);
+    {
+      Record placeholder;
+      placeholder.name = entry->name;
+      placeholder.order = entry->order;
+      placeholder.body = entry->body;
+      core->commit_debug(std::move(placeholder));
+    }
+    for (auto& [leaf, tensor] : grads) {
+      // Hooks stay on the tensor; after step() (or once the debugger is gone) they do nothing.
+      tensor.register_hook([entry, leaf = leaf](const at::Tensor& grad) { entry->arrived(leaf, grad); });
+    }
+  }
+
+  // step(): counts start again at 0.
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    counts_.clear();
+  }
+
+ private:
+  // One gradient entry, filled leaf by leaf as gradients arrive. Each arrival commits the whole
+  // entry again under the same name and order, so debug.json (and the journal) always hold the
+  // latest state.
+  struct GradEntry {
+    std::weak_ptr<Core> core;
+    std::uint64_t generation = 0;
+    std::string name;
+    std::uint64_t order = 0;
+    std::mutex mu;
+    nlohmann::ordered_json body;
+    std::vector<PendingStats> pending;       // device statistics of the leaves filled so far
+    std::vector<PendingChecksum> checksums;  // and their checksums still being computed
+
+    void arrived(const SavedLeaf& leaf, const at::Tensor& grad) {
+      auto c = core.lock();
+      if (!c || c->generation() != generation || !grad.defined()) return;
+      try {
+        std::lock_guard<std::mutex> lock(mu);
+        ProbeGuard guard;
+        Record r;
+        r.name = name;
+        r.order = order;
+        nlohmann::ordered_json item = c->task().describe(grad, leaf.site(), r, /*gradient=*/true);
+        if (leaf.pointer.empty())
+          body = std::move(item);
+        else
+          body[nlohmann::ordered_json::json_pointer(leaf.pointer)] = std::move(item);
+        pending.insert(pending.end(), r.pending.begin(), r.pending.end());
+        r.pending = pending;
+        checksums.insert(checksums.end(), r.pending_checksums.begin(), r.pending_checksums.end());
+        r.pending_checksums = checksums;
+        r.body = body;
+        c->commit_debug(std::move(r));
+      } catch (const std::exception& e) {
+        c->errors().log("debug_data_collect_backward", name, e);
+      }
+    }
+  };
+
+  std::int64_t next_count(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counts_[name]++;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<std::string, std::int64_t> counts_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/save_capture.hpp ----
+// ---- begin torchprobe/capture/torchscript.hpp ----
+// Module entries for TorchScript models (torch::jit::load), with no change to the model.
+//
+// TorchScript modules have no C++ hooks that survive compilation, and the optimised executor
+// inlines submodule calls. So, before the model first runs, each module type's forward graph
+// gets two probe ops around every `prim::CallMethod[name="forward"]`:
+//     torchprobe::module_pre(%submodule, (%args...))   ...call...   torchprobe::module_post(%submodule, %out)
+// Registered with CONSERVATIVE alias analysis they count as side effects, so no pass removes
+// them, and they stay in place when the call is inlined. At run time they tell the running
+// capture (if any) which module object begins and ends, with its exact inputs and output.
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+
+
+namespace torchprobe::capture {
+
+namespace script_detail {
+
+inline ModuleEvents* active_events(std::shared_ptr<ApiHandler>& keep) {
+  keep = ApiObserver::active();
+  return dynamic_cast<ModuleEvents*>(keep.get());
+}
+
+inline void pre_probe(torch::jit::Stack& stack) {
+  c10::IValue inputs = torch::jit::pop(stack);
+  c10::IValue module = torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) {
+    std::vector<c10::IValue> args;
+    if (inputs.isTuple())
+      for (const c10::IValue& e : inputs.toTupleRef().elements()) args.push_back(e);
+    events->script_module_enter(module.isObject() ? module.toObject().get() : nullptr, std::move(args));
+  }
+}
+
+inline void post_probe(torch::jit::Stack& stack) {
+  c10::IValue output = torch::jit::pop(stack);
+  torch::jit::pop(stack);
+  std::shared_ptr<ApiHandler> keep;
+  if (ModuleEvents* events = active_events(keep)) events->script_module_exit(output);
+}
+
+inline void register_probe_ops() {
+  // Built by moving, not from an initializer list: copying jit::Operator trips g++ 14's
+  // maybe-uninitialized warning inside libtorch's own types.
+  static const torch::jit::RegisterOperators registered = [] {
+    std::vector<c10::optional<torch::jit::Operator>> ops;
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_pre(Any module, Any inputs) -> ()", &pre_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    ops.emplace_back(torch::jit::Operator("torchprobe::module_post(Any module, Any output) -> ()", &post_probe,
+                                          c10::AliasAnalysisKind::CONSERVATIVE));
+    return torch::jit::RegisterOperators(std::move(ops));
+  }();
+  (void)registered;
+}
+
+// The forward calls in a graph; false if the graph already carries the probes.
+inline bool collect_forward_calls(torch::jit::Block* block, c10::Symbol pre, std::vector<torch::jit::Node*>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    if (n->kind() == pre) return false;
+    if (n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward") out.push_back(n);
+    for (torch::jit::Block* b : n->blocks())
+      if (!collect_forward_calls(b, pre, out)) return false;
+  }
+  return true;
+}
+
+inline void instrument_graph(torch::jit::Graph& graph) {
+  static const c10::Symbol pre = c10::Symbol::fromQualString("torchprobe::module_pre");
+  static const c10::Symbol post = c10::Symbol::fromQualString("torchprobe::module_post");
+  std::vector<torch::jit::Node*> calls;
+  if (!collect_forward_calls(graph.block(), pre, calls)) return;
+  for (torch::jit::Node* call : calls) {
+    torch::jit::Value* self = call->inputs()[0];
+    std::vector<torch::jit::Value*> args(call->inputs().begin() + 1, call->inputs().end());
+    torch::jit::WithInsertPoint before(call);
+    torch::jit::Value* packed = graph.insertNode(graph.createTuple(args))->output();
+    graph.insertNode(graph.create(pre, {self, packed}, 0));
+    torch::jit::Node* after = graph.create(post, {self, call->output()}, 0);
+    after->insertAfter(call);
+  }
+}
+
+}  // namespace script_detail
+
+// Puts the probes into the forward of the model's type and of every submodule's type (a graph
+// that has them already is left alone). Must run before the model's first forward: TorchScript
+// compiles a method on its first call and keeps that plan.
+inline void instrument_script_module(const torch::jit::Module& root) {
+  script_detail::register_probe_ops();
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& item : root.named_modules()) {
+    auto method = item.value.find_method("forward");
+    if (!method) continue;
+    if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method->function()))
+      script_detail::instrument_graph(*graph_fn->graph());
+  }
+}
+
+// Autograd's per-op nodes (what API and module backward entries hook) exist only when the
+// TorchScript executor does not fuse a model's ops into one differentiable graph; this switches
+// its optimisation off while a capture of TorchScript models runs, and back on at stop().
+class ScriptExecutorSettings {
+ public:
+  void enter() {
+    if (active_) return;
+    previous_ = torch::jit::getGraphExecutorOptimize();
+    torch::jit::setGraphExecutorOptimize(false);
+    active_ = true;
+  }
+  void leave() {
+    if (!active_) return;
+    torch::jit::setGraphExecutorOptimize(previous_);
+    active_ = false;
+  }
+
+ private:
+  bool active_ = false;
+  bool previous_ = true;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/torchscript.hpp ----
+// ---- begin torchprobe/debugger_interface.hpp ----
+// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
+
+
+
+namespace torchprobe {
+
+class DebuggerInterface {
+ public:
+  virtual ~DebuggerInterface() = default;
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
+  virtual void stop() noexcept = 0;
+  virtual void step() = 0;
+  virtual void set_init_step(std::int64_t step) = 0;
+  // msprobe's single-point save (debug.json); see Debugger::save.
+  virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
+  virtual bool running() const = 0;
+  virtual const Config& config() const = 0;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/debugger_interface.hpp ----
+// ---- begin torchprobe/details/step_lifecycle.hpp ----
+// One dumped step from its first start() or save() to its end: the step directory (made when the
+// step opens), its journal, and writing its files. Owned by the Debugger, used from the training
+// thread; an entry committed on another thread reaches it only through Recorder.
+//
+//   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
+//   flush()      tensor files first (dump.json must not name a file that is not there yet), then
+//                the JSON files; the journal is drained before, so it never holds less than them
+//   end_step()   the journal goes once the files are written (a failed write keeps it, for
+//                tools/recover_dump.py)
+//   next_step()  numbers the next step and starts it empty
+
+
+// ---- begin torchprobe/details/session.hpp ----
+// Step numbering, rank, and whether the current step is dumped at all.
+
+
+
+namespace torchprobe::details {
+
+class Session {
+ public:
+  explicit Session(const Config& config) : config_(config) {}
+
+  // Step number = set_init_step() value + number of step() calls since (msprobe's rule).
+  std::int64_t step() const { return init_step_ + loop_; }
+  void advance() { ++loop_; }
+  void set_init_step(std::int64_t s) {
+    if (s < 0)
+      throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
+    init_step_ = s;
+    loop_ = 0;
+  }
+
+  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
+  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
+  void resolve_rank(std::optional<std::int64_t> rank_id) {
+    if (rank_id) {
+      if (*rank_id < 0)
+        throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) +
+                                    " is invalid; it must be >= 0");
+      rank_ = rank_id;
+      return;
+    }
+    rank_.reset();
+    if (const char* env = std::getenv("RANK")) {
+      char* end = nullptr;
+      const long long v = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0) rank_ = v;
+    }
+  }
+  std::optional<std::int64_t> rank() const { return rank_; }
+
+  std::string rank_dir_name() const {
+    return rank_ ? "rank" + std::to_string(*rank_) : "proc" + std::to_string(::getpid());
+  }
+  std::string step_directory() const {
+    std::string base = config_.dump_path;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    return base + "/step" + std::to_string(step()) + "/" + rank_dir_name();
+  }
+
+  // Past the last configured step nothing is dumped again.
+  bool finished() const {
+    const auto last = config_.step.max();
+    return last && step() > *last;
+  }
+  // Is this step, on this rank, one to dump? A process without a rank counts as rank 0.
+  bool dumps_now() const {
+    return !finished() && config_.step.contains(step()) && config_.rank.contains(rank_.value_or(0));
+  }
+
+ private:
+  const Config& config_;
+  std::int64_t init_step_ = 0;
+  std::int64_t loop_ = 0;
+  std::optional<std::int64_t> rank_;
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/session.hpp ----
+// ---- begin torchprobe/io/console.hpp ----
+// What the user must hear at once, on standard error, one line each: TorchProbe never stops
+// training, so this (and dump_error_info.log) is how a problem is seen.
+#include <iostream>
+
+namespace torchprobe::io {
+
+inline void tell_user(const std::string& message) { std::cerr << "torchprobe: " << message << "\n"; }
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/console.hpp ----
+
+namespace torchprobe::details {
+
+template <Level L, class TaskT, class Sink>
+class StepLifecycle {
+  static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
+
+ public:
+  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core) : core_(std::move(core)), session_(core_->config()) {}
+
+  Session& session() { return session_; }
+  const Session& session() const { return session_; }
+  Sink& sink() { return sink_; }
+  const std::string& directory() const { return directory_; }
+  bool is_open() const { return open_; }
+
+  // The step's directory (and dump_tensor_data/, and the journal) exist from the first start() or
+  // save() of a dumped step. Throws IoError when the dump path cannot be written.
+  void open() {
+    const std::string directory = session_.step_directory();
+    if (open_ && directory == directory_) return;
+    directory_ = directory;
+    sink_.open(directory_, TaskT::saves_tensors(core_->config()));
+    core_->errors().set_directory(directory_);
+    core_->set_step_directory(directory_);
+    if constexpr (sink_keeps_journal<Sink>::value) {
+      // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
+      // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
+      try {
+        core_->journal().open(directory_ + "/" + io::Journal::kFileName, journal_header());
+      } catch (const io::IoError& e) {
+        if (e.error_code() != ENOSPC && e.error_code() != EDQUOT) throw;
+        core_->errors().log("write_journal", directory_, e);
+      }
+    }
+    open_ = true;
+  }
+
+  // The step has something to write: a capture ran in it (and it gets a dump.json) or save() did.
+  void capture_started() {
+    has_data_ = true;
+    captured_ = !kSaveOnly;
+  }
+  void saved() { has_data_ = true; }
+
+  // save() entries (or gradients of saved tensors) committed since the last flush.
+  bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
+
+  // Writes what the step has. `release` runs first, inside the error handling: the capture hands
+  // over what it still holds. Never throws: a full disk or a vanished directory must not stop
+  // training; it is reported and the step's journal is kept.
+  template <class Release>
+  void flush(Release&& release) noexcept {
+    flushed_debug_commits_ = core_->debug_commits();
+    if (!has_data_) return;
+    written_ = false;
+    core_->journal().drain();
+    written_ = write([&](StepDump& d) {
+      release();
+      core_->decide_held();
+      core_->flush_tensor_files();
+      if (captured_) write_dump(d);  // a step with save() calls only has no dump.json
+      if constexpr (sink_writes_debug<Sink>::value) {
+        if (core_->debug_entries().size() > 0) {
+          core_->debug_entries().with_records([&](const std::vector<Record>& records) {
+            d.level = std::string(level_name(Level::Debug));
+            d.records = &records;
+            sink_.write_debug(d);
+          });
+        }
+      }
+    });
+    core_->errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
+  }
+
+  // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
+  // written now, on the thread that committed the last entry, as msprobe does, not at the next
+  // stop() (the run may well crash on the NaN it just met).
+  void write_now() noexcept {
+    core_->journal().drain();
+    write([&](StepDump& d) {
+      core_->flush_tensor_files();
+      write_dump(d);
+    });
+  }
+
+  void end_step() noexcept {
+    if (written_)
+      core_->journal().remove();
+    else
+      core_->journal().close();
+    open_ = false;
+    written_ = false;
+  }
+
+  // After end_step(): the next step, empty.
+  void next_step() {
+    session_.advance();
+    core_->start_next_step();
+    has_data_ = false;
+    captured_ = false;
+  }
+
+ private:
+  template <class Body>
+  bool write(Body&& body) noexcept {
+    try {
+      StepDump d;
+      d.task = std::string(task_name(TaskT::kind));
+      d.directory = directory_;
+      d.step = session_.step();
+      d.extra_info = core_->config().extra_info;
+      d.dump_data_dir = dump_data_dir();
+      body(d);
+      return true;
+    } catch (const std::exception& e) {
+      core_->errors().log("write_json", directory_, e);
+      io::tell_user("could not write the dump of step " + std::to_string(session_.step()) + ": " + e.what());
+      return false;
+    }
+  }
+
+  // dump.json, stack.json and construct.json, and the files the task adds (overflow_summary.json).
+  void write_dump(StepDump& d) {
+    core_->entries().with_records([&](const std::vector<Record>& records) {
+      d.level = std::string(level_name(L));
+      d.records = &records;
+      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(records, d.step);
+      sink_.write_step(d);
+    });
+  }
+
+  nlohmann::ordered_json dump_data_dir() const {
+    if (!TaskT::saves_tensors(core_->config())) return nullptr;
+    return tensor_data_directory(directory_);
+  }
+
+  std::string journal_header() const {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    h["journal"] = 1;
+    h["task"] = std::string(task_name(TaskT::kind));
+    h["level"] = std::string(level_name(L));
+    h["framework"] = "pytorch";
+    h["dump_data_dir"] = dump_data_dir();
+    h["writes_dump"] = !kSaveOnly;
+    h["extra_info"] = core_->config().extra_info;
+    h["step"] = session_.step();
+    return io::to_python_json(h, -1);
+  }
+
+  std::shared_ptr<Recorder<TaskT>> core_;
+  Session session_;
+  Sink sink_;
+  std::string directory_;
+  bool open_ = false;                        // this step's directory (and journal) are open
+  bool has_data_ = false;                    // a capture or a save() ran in this step
+  bool captured_ = false;                    // a capture ran in this step: it has a dump.json
+  bool written_ = false;                     // the step's files were written by the last flush
+  std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/step_lifecycle.hpp ----
+
+namespace torchprobe {
+
+// The Debugger of one task class: Debugger<L, Task::X> names a built-in one; a task of your own
+// (task/task_list.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
+template <Level L, class TaskT, class Sink = DirectorySink>
+class BasicDebugger final : public DebuggerInterface {
+  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
+  static_assert(TaskT::levels.contains(L),
+                "torchprobe: this task does not support this level (see the task's `levels`)");
+  using Core = details::Recorder<TaskT>;
+  using Capture = capture::CallCapture<TaskT, L>;
+
+ public:
+  explicit BasicDebugger(const Options& options = Options())
+      : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
+    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
-  explicit Debugger(const std::string& config_path) : Debugger(Options().config_file(config_path)) {}
-  explicit Debugger(const char* config_path) : Debugger(std::string(config_path)) {}
+  explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
+  explicit BasicDebugger(const char* config_path) : BasicDebugger(std::string(config_path)) {}
+  BasicDebugger(const BasicDebugger&) = delete;
+  BasicDebugger& operator=(const BasicDebugger&) = delete;
 
-  Debugger(const Debugger&) = delete;
-  Debugger& operator=(const Debugger&) = delete;
-  // Writes what the step has (tensor files first, then the JSON files); the journal goes once they are written.
-  ~Debugger() override {
+  // Writes what the step has; the journal goes once the files are written.
+  ~BasicDebugger() override {
     core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
     stop();
-    if (saves_unflushed()) flush();
-    end_step();
+    if (step_.saves_unflushed()) flush();
+    step_.end_step();
   }
 
   void start() { start_with(ModelRef{}, std::nullopt); }
@@ -8437,42 +9281,25 @@ class Debugger final : public DebuggerInterface {
   }
 
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    if (running_) return;
-    if constexpr (details::task_can_end<TaskT>::value) {
-      if (core_->ended()) {  // overflow_check reached overflow_nums: nothing more is dumped
-        if (!told_ended_) std::cerr << "torchprobe: " << core_->task.end_reason() << "\n";
-        told_ended_ = true;
-        return;
-      }
-    }
-    if (session_.finished()) {
-      if (!told_finished_) std::cerr << "torchprobe: the last configured step has passed; nothing more is dumped\n";
-      told_finished_ = true;
-      return;
-    }
-    session_.resolve_rank(rank_id);
+    if (running_ || !may_dump()) return;
+    step_.session().resolve_rank(rank_id);
     rank_id_ = rank_id;
     model_ = model;
-    if (!session_.dumps_now()) return;
-    open_step();  // an unwritable dump_path is reported here, with the path and the reason
-    if constexpr (kSaveOnly) {
-      core_->capturing = true;
-      running_ = true;
-      step_has_data_ = true;
-      return;
+    if (!step_.session().dumps_now()) return;
+    step_.open();  // an unwritable dump_path is reported here, with the path and the reason
+    if constexpr (!LevelTraits<L>::save_only) {
+      if (!capture_) capture_ = std::make_shared<Capture>(core_);
+      capture_->set_models(model);
+      if (!model.jit.empty()) {
+        if (LevelTraits<L>::captures_modules)
+          for (const auto& m : model.jit) capture::instrument_script_module(m);
+        script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
+      }
+      observer_.attach(capture_);
     }
-    if (!capture_) capture_ = std::make_shared<Capture>(core_);
-    capture_->set_models(model);
-    if (!model.jit.empty()) {
-      if (LevelTraits<L>::captures_modules)
-        for (const auto& m : model.jit) capture::instrument_script_module(m);
-      script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
-    }
-    observer_.attach(capture_);
-    core_->capturing = true;
+    core_->set_capturing(true);
     running_ = true;
-    step_has_data_ = true;
-    started_in_step_ = true;
+    step_.capture_started();
   }
 
   void stop() noexcept override {
@@ -8481,9 +9308,9 @@ class Debugger final : public DebuggerInterface {
     try {
       if (capture_) capture_->close_open_episodes();
     } catch (const std::exception& e) {
-      core_->errors.log("module_forward", "stop", e);
+      core_->errors().log("module_forward", "stop", e);
     }
-    core_->capturing = false;
+    core_->set_capturing(false);
     running_ = false;
     script_settings_.leave();
     flush();
@@ -8492,199 +9319,89 @@ class Debugger final : public DebuggerInterface {
   // Writes the step, then numbers the next one; a running capture continues into the new step.
   void step() override {
     const bool was_running = running_;
-    stop();  // writes the step's files (a stopped capture wrote them at its stop())
-    if (saves_unflushed()) flush();  // save()s, or gradients of saved tensors, since
-    end_step();
-    session_.advance();
-    core_->generation.fetch_add(1);
-    core_->state.reset();
-    core_->debug_state.reset();
-    core_->errors.reset();
-    debug_saver_.reset();
+    stop();
+    if (step_.saves_unflushed()) flush();  // save()s, or gradients of saved tensors, since
+    step_.end_step();
+    step_.next_step();
+    save_capture_.reset();
     if (capture_) capture_->on_step();
-    step_has_data_ = false;
-    started_in_step_ = false;
     if (was_running) start_with(model_, rank_id_);
   }
 
   // msprobe's save(variable, name, save_backward): debug.json entry "{name}.{count}.debug" (and,
   // with save_backward, "{name}_grad.{count}.debug", filled when the gradients arrive); tensor files
-  // with the tensor task. Only in dumped steps (step/rank); scope, list and data_mode do not apply.
-  // A failure to encode the value is logged to dump_error_info.log; an unwritable dump_path throws
-  // IoError, as start() does.
+  // with the tensor task. Only in dumped steps. A value that cannot be encoded is logged to
+  // dump_error_info.log; an unwritable dump_path throws IoError, as start() does.
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    if (session_.finished()) return;
-    if (!step_open_) {
-      session_.resolve_rank(rank_id_);
-      if (!session_.dumps_now()) return;
-      open_step();
+    if (step_.session().finished()) return;
+    if (!step_.is_open()) {
+      step_.session().resolve_rank(rank_id_);
+      if (!step_.session().dumps_now()) return;
+      step_.open();
     }
-    step_has_data_ = true;
+    step_.saved();
     try {
-      debug_saver_.save(core_, value, name, save_backward);
+      save_capture_.save(core_, value, name, save_backward);
     } catch (const std::exception& e) {
-      core_->errors.log("debug_data_collect", name, e);
+      core_->errors().log("debug_data_collect", name, e);
     }
   }
 
-  void set_init_step(std::int64_t step) override { session_.set_init_step(step); }
+  void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
-  const Config& config() const override { return core_->config; }
-
-  std::int64_t current_step() const { return session_.step(); }
+  const Config& config() const override { return core_->config(); }
+  std::int64_t current_step() const { return step_.session().step(); }
   // {dump_path}/step{N}/{rank dir} of the last start().
-  const std::string& directory() const { return directory_; }
-  Sink& sink() { return sink_; }
-  TaskT& task() { return core_->task; }
+  const std::string& directory() const { return step_.directory(); }
+  Sink& sink() { return step_.sink(); }
+  TaskT& task() { return core_->task(); }
 
  private:
-  // The step's directory (and dump_tensor_data/, and the journal) exist from the first start()
-  // or save() of a dumped step. Throws IoError when the dump path cannot be written.
-  void open_step() {
-    const std::string directory = session_.step_directory();
-    if (step_open_ && directory == directory_) return;
-    directory_ = directory;
-    sink_.open(directory_);
-    if (saves_tensors(core_->config)) {
-      const std::string tensors = tensor_data_directory(directory_);
-      try {
-        io::create_directories(tensors);
-      } catch (const io::IoError& e) {
-        throw io::IoError("create the tensor directory", tensors, e.error_code());
+  // Past the last configured step, or after the task ended the dump, nothing more is captured;
+  // the user hears why once.
+  bool may_dump() {
+    if constexpr (details::task_can_end<TaskT>::value) {
+      if (core_->ended()) {  // overflow_check reached overflow_nums
+        if (!told_why_not_) io::tell_user(core_->task().end_reason());
+        told_why_not_ = true;
+        return false;
       }
     }
-    core_->errors.set_directory(directory_);
-    core_->set_step_directory(directory_);
-    if constexpr (sink_keeps_journal<Sink>::value) {
-      // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
-      // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
-      try {
-        core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
-      } catch (const io::IoError& e) {
-        if (e.error_code() != ENOSPC && e.error_code() != EDQUOT) throw;
-        core_->errors.log("write_journal", directory_, e);
-      }
+    if (step_.session().finished()) {
+      if (!told_why_not_) io::tell_user("the last configured step has passed; nothing more is dumped");
+      told_why_not_ = true;
+      return false;
     }
-    step_open_ = true;
+    return true;
   }
 
-  nlohmann::ordered_json dump_data_dir() const {
-    if (!saves_tensors(core_->config)) return nullptr;
-    return tensor_data_directory(directory_);
-  }
-
-  std::string journal_header() const {
-    nlohmann::ordered_json h = nlohmann::ordered_json::object();
-    h["journal"] = 1;
-    h["task"] = std::string(task_name(T));
-    h["level"] = std::string(level_name(L));
-    h["framework"] = "pytorch";
-    h["dump_data_dir"] = dump_data_dir();
-    h["writes_dump"] = !kSaveOnly;
-    h["extra_info"] = core_->config.extra_info;
-    h["step"] = session_.step();
-    return io::to_python_json(h, -1);
-  }
-
-  // save() entries (or gradients of saved tensors) committed since the last flush.
-  bool saves_unflushed() const { return core_->debug_commits.load() != flushed_debug_commits_; }
-
-  // Tensor files first (dump.json must not name a file that is not there yet), then the JSON files.
   void flush() noexcept {
-    flushed_debug_commits_ = core_->debug_commits.load();
-    if (!step_has_data_) return;
-    last_flush_ok_ = false;
-    // The journal catches up first: recovery rebuilds dump.json from it, so it must never hold
-    // less than a dump.json already written.
-    core_->journal.drain();
-    try {
+    step_.flush([this] {
       if (capture_) capture_->release_pending();
-      core_->decide_held();
-      core_->flush_tensor_files();
-      StepDump d = step_dump_header();
-      if (!kSaveOnly && started_in_step_) write_dump(d);  // a step with save() calls only has no dump.json
-      if constexpr (sink_writes_debug<Sink>::value) {
-        if (core_->debug_state.size() > 0) {
-          core_->debug_state.with_records([&](const std::vector<Record>& records) {
-            d.level = std::string(level_name(Level::Debug));
-            d.records = &records;
-            sink_.write_debug(d);
-          });
-        }
-      }
-      last_flush_ok_ = true;
-    } catch (const std::exception& e) {
-      // Never let a full disk or a vanished directory stop training: report and go on.
-      core_->errors.log("write_json", directory_, e);
-      std::cerr << "torchprobe: could not write the dump of step " << session_.step() << ": " << e.what() << "\n";
-    }
-    core_->errors.retry();  // entries a full disk kept out of dump_error_info.log earlier
-  }
-
-  StepDump step_dump_header() const {
-    StepDump d;
-    d.task = std::string(task_name(T));
-    d.directory = directory_;
-    d.step = session_.step();
-    d.extra_info = core_->config.extra_info;
-    d.dump_data_dir = dump_data_dir();
-    return d;
-  }
-
-  // dump.json, stack.json and construct.json, and the files the task adds (overflow_summary.json).
-  void write_dump(StepDump& d) {
-    core_->state.with_records([&](const std::vector<Record>& records) {
-      d.level = std::string(level_name(L));
-      d.records = &records;
-      if constexpr (details::task_adds_files<TaskT>::value) d.task_files = core_->task.step_files(records, d.step);
-      sink_.write_step(d);
     });
   }
 
-  // The task ended the dump (overflow_check after overflow_nums overflowing calls). Runs on the
-  // thread that committed the last entry: capture stops and the files are written now, as msprobe
-  // does, not at the next stop() (the run may well crash on the NaN it just met).
+  // The task ended the dump: capture stops and the files are written now (StepLifecycle::write_now).
   void end_now() noexcept {
     observer_.detach();
-    core_->journal.drain();
-    try {
-      core_->flush_tensor_files();
-      StepDump d = step_dump_header();
-      write_dump(d);
-    } catch (const std::exception& e) {
-      core_->errors.log("write_json", directory_, e);
-      std::cerr << "torchprobe: could not write the dump of step " << session_.step() << ": " << e.what() << "\n";
-    }
-  }
-
-  // The step is over: its journal goes once its files are written (a failed write keeps it, for
-  // tools/recover_dump.py).
-  void end_step() noexcept {
-    if (last_flush_ok_) core_->journal.remove();
-    else core_->journal.close();
-    step_open_ = false;
-    last_flush_ok_ = false;
+    step_.write_now();
   }
 
   std::shared_ptr<Core> core_;
-  details::Session session_;
-  Sink sink_;
+  details::StepLifecycle<L, TaskT, Sink> step_;
   capture::ApiObserver observer_;
   std::shared_ptr<Capture> capture_;
   capture::ScriptExecutorSettings script_settings_;
-  details::DebugSaver<TaskT> debug_saver_;
+  capture::SaveCapture<TaskT> save_capture_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
-  std::string directory_;
   bool running_ = false;
-  bool step_has_data_ = false;
-  bool step_open_ = false;      // this step's directory (and journal) are open
-  bool started_in_step_ = false;  // capture ran in this step: it has a dump.json
-  std::uint64_t flushed_debug_commits_ = 0;  // DumpCore::debug_commits at the last flush
-  bool last_flush_ok_ = false;  // the step's files were written by the last flush
-  bool told_finished_ = false;
-  bool told_ended_ = false;
+  bool told_why_not_ = false;
 };
+
+// Debugger<Level::Mix, Task::Statistics>: a built-in task (task/registry.hpp) by its name.
+template <Level L, Task T, class Sink = DirectorySink>
+using Debugger = BasicDebugger<L, typename builtin_task<T>::type, Sink>;
 
 }  // namespace torchprobe
 // ---- end torchprobe/debugger.hpp ----
@@ -8801,8 +9518,10 @@ class ScopedModuleDump : public details::ModuleScopeBase {
  private:
   template <class Holder>
   static const torch::nn::Module& as_module(const Holder& m) {
-    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>) return m;
-    else return *m;  // a module holder or a pointer
+    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>)
+      return m;
+    else
+      return *m;  // a module holder or a pointer
   }
 };
 
@@ -8816,7 +9535,9 @@ class ScopedModuleDump : public details::ModuleScopeBase {
 // must map one tensor to one tensor, as a Sequential chains them.
 class ProbedChildImpl : public torch::nn::Module {
  public:
-  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) { register_module("inner", inner_.ptr()); }
+  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) {
+    register_module("inner", inner_.ptr());
+  }
   torch::Tensor forward(torch::Tensor x) {
     ModuleGuard guard(inner_.ptr().get(), x);
     return inner_.forward<torch::Tensor>(std::move(x));
@@ -8839,23 +9560,26 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 // ---- end torchprobe/module_guard.hpp ----
 // ---- begin torchprobe/precision_debugger.hpp ----
 // PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
-// the file at run time, so it picks the matching Debugger<Level, Task> instantiation.
+// the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
 
 
 namespace torchprobe {
 
-class PrecisionDebugger final : public DebuggerInterface {
+template <class Tasks>
+class BasicPrecisionDebugger final : public DebuggerInterface {
  public:
-  explicit PrecisionDebugger(const std::string& config_path, Options overrides = Options())
-      : PrecisionDebugger(overrides.config_file(config_path)) {}
-  explicit PrecisionDebugger(const Options& options) : impl_(make(options)) {}
+  explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
+      : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
+  explicit BasicPrecisionDebugger(const Options& options) : impl_(make(options)) {}
 
   void start() { impl_->start_with(ModelRef{}, std::nullopt); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     impl_->start_with(to_model_ref(model), rank_id);
   }
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override { impl_->start_with(model, rank_id); }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+    impl_->start_with(model, rank_id);
+  }
   void stop() noexcept override { impl_->stop(); }
   void step() override { impl_->step(); }
   void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
@@ -8866,44 +9590,34 @@ class PrecisionDebugger final : public DebuggerInterface {
   const Config& config() const override { return impl_->config(); }
 
  private:
-  // Each (level, task) pair that is implemented gets one line here.
+  // The configuration is checked against the list first: a (task, level) pair it lacks is a
+  // ConfigError that names what the list has.
   static std::unique_ptr<DebuggerInterface> make(const Options& options) {
-    const Config c = options.resolve();
-    if (c.task == Task::Statistics) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Statistics>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Statistics>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Statistics>>(options);
-        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Statistics>>(options);
-        default: break;
-      }
-    }
-    if (c.task == Task::Tensor) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::Tensor>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::Tensor>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::Tensor>>(options);
-        case Level::Debug: return std::make_unique<Debugger<Level::Debug, Task::Tensor>>(options);
-        default: break;
-      }
-    }
-    if (c.task == Task::OverflowCheck) {
-      switch (c.level) {
-        case Level::L0: return std::make_unique<Debugger<Level::L0, Task::OverflowCheck>>(options);
-        case Level::L1: return std::make_unique<Debugger<Level::L1, Task::OverflowCheck>>(options);
-        case Level::Mix: return std::make_unique<Debugger<Level::Mix, Task::OverflowCheck>>(options);
-        default: break;
-      }
-    }
-    throw ConfigError("config keys \"level\"/\"task\": level \"" + std::string(level_name(c.level)) + "\" with task \"" +
-                      std::string(task_name(c.task)) +
-                      "\" is not available in this TorchProbe version (available: levels \"L0\", \"L1\", \"mix\", "
-                      "\"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", \"L1\", \"mix\" with task "
-                      "\"overflow_check\")");
+    const Config c = options.resolve(std::nullopt, std::nullopt, &Tasks::catalog());
+    std::unique_ptr<DebuggerInterface> made;
+    Tasks::visit(c.task, [&](auto tag) { made = make_at_level<typename decltype(tag)::type>(c.level, options); });
+    return made;
+  }
+
+  template <class TaskT>
+  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options) {
+    std::unique_ptr<DebuggerInterface> made;
+    auto one = [&](auto constant) {
+      constexpr Level l = decltype(constant)::value;
+      if constexpr (l != Level::L2 && TaskT::levels.contains(l))
+        if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
+    };
+    one(std::integral_constant<Level, Level::L0>{});
+    one(std::integral_constant<Level, Level::L1>{});
+    one(std::integral_constant<Level, Level::Mix>{});
+    one(std::integral_constant<Level, Level::Debug>{});
+    return made;
   }
 
   std::unique_ptr<DebuggerInterface> impl_;
 };
+
+using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
 
 }  // namespace torchprobe
 // ---- end torchprobe/precision_debugger.hpp ----

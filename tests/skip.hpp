@@ -4,8 +4,8 @@
 // "SKIPPED:" and returns. .ci/run counts these lines and prints the total.
 #include <doctest/doctest.h>
 
-#define TP_SKIP(reason)                  \
-  do {                                   \
-    MESSAGE("SKIPPED: " << reason);      \
-    return;                              \
+#define TP_SKIP(reason)             \
+  do {                              \
+    MESSAGE("SKIPPED: " << reason); \
+    return;                         \
   } while (false)

@@ -20,7 +20,7 @@
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/core/save_value.hpp"
 #include "torchprobe/debugger_interface.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/details/step_lifecycle.hpp"
 #include "torchprobe/io/console.hpp"
 #include "torchprobe/level/level.hpp"
@@ -35,14 +35,15 @@ namespace torchprobe {
 template <Level L, class TaskT, class Sink = DirectorySink>
 class BasicDebugger final : public DebuggerInterface {
   static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
-  static_assert(TaskT::levels.contains(L), "torchprobe: this task does not support this level (see the task's `levels`)");
-  using Core = details::DumpCore<TaskT>;
+  static_assert(TaskT::levels.contains(L),
+                "torchprobe: this task does not support this level (see the task's `levels`)");
+  using Core = details::Recorder<TaskT>;
   using Capture = capture::CallCapture<TaskT, L>;
 
  public:
   explicit BasicDebugger(const Options& options = Options())
       : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
-    for (const std::string& w : core_->config.warnings) io::tell_user("warning: " + w);
+    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
@@ -82,7 +83,7 @@ class BasicDebugger final : public DebuggerInterface {
       }
       observer_.attach(capture_);
     }
-    core_->capturing = true;
+    core_->set_capturing(true);
     running_ = true;
     step_.capture_started();
   }
@@ -93,9 +94,9 @@ class BasicDebugger final : public DebuggerInterface {
     try {
       if (capture_) capture_->close_open_episodes();
     } catch (const std::exception& e) {
-      core_->errors.log("module_forward", "stop", e);
+      core_->errors().log("module_forward", "stop", e);
     }
-    core_->capturing = false;
+    core_->set_capturing(false);
     running_ = false;
     script_settings_.leave();
     flush();
@@ -128,18 +129,18 @@ class BasicDebugger final : public DebuggerInterface {
     try {
       save_capture_.save(core_, value, name, save_backward);
     } catch (const std::exception& e) {
-      core_->errors.log("debug_data_collect", name, e);
+      core_->errors().log("debug_data_collect", name, e);
     }
   }
 
   void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
-  const Config& config() const override { return core_->config; }
+  const Config& config() const override { return core_->config(); }
   std::int64_t current_step() const { return step_.session().step(); }
   // {dump_path}/step{N}/{rank dir} of the last start().
   const std::string& directory() const { return step_.directory(); }
   Sink& sink() { return step_.sink(); }
-  TaskT& task() { return core_->task; }
+  TaskT& task() { return core_->task(); }
 
  private:
   // Past the last configured step, or after the task ended the dump, nothing more is captured;
@@ -147,7 +148,7 @@ class BasicDebugger final : public DebuggerInterface {
   bool may_dump() {
     if constexpr (details::task_can_end<TaskT>::value) {
       if (core_->ended()) {  // overflow_check reached overflow_nums
-        if (!told_why_not_) io::tell_user(core_->task.end_reason());
+        if (!told_why_not_) io::tell_user(core_->task().end_reason());
         told_why_not_ = true;
         return false;
       }

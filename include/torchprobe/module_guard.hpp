@@ -92,8 +92,10 @@ class ScopedModuleDump : public details::ModuleScopeBase {
  private:
   template <class Holder>
   static const torch::nn::Module& as_module(const Holder& m) {
-    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>) return m;
-    else return *m;  // a module holder or a pointer
+    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>)
+      return m;
+    else
+      return *m;  // a module holder or a pointer
   }
 };
 
@@ -107,7 +109,9 @@ class ScopedModuleDump : public details::ModuleScopeBase {
 // must map one tensor to one tensor, as a Sequential chains them.
 class ProbedChildImpl : public torch::nn::Module {
  public:
-  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) { register_module("inner", inner_.ptr()); }
+  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) {
+    register_module("inner", inner_.ptr());
+  }
   torch::Tensor forward(torch::Tensor x) {
     ModuleGuard guard(inner_.ptr().get(), x);
     return inner_.forward<torch::Tensor>(std::move(x));

@@ -26,7 +26,9 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     impl_->start_with(to_model_ref(model), rank_id);
   }
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override { impl_->start_with(model, rank_id); }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+    impl_->start_with(model, rank_id);
+  }
   void stop() noexcept override { impl_->stop(); }
   void step() override { impl_->step(); }
   void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }

@@ -13,12 +13,14 @@
 // libtorch ships as an NDEBUG build. Without NDEBUG its inline RecordFunction::inputs() asserts on a
 // flag the library never sets, so every capture would fail, and the struct layout differs.
 #ifndef NDEBUG
-#error "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
+#error \
+    "TorchProbe must be compiled with -DNDEBUG to match the release libtorch; link the CMake target torchprobe::torchprobe, which sets it"
 #endif
 // at::parallel_for is an inline OpenMP template: without -fopenmp the statistics of large tensors
 // silently run on one thread. Define TORCHPROBE_NO_OPENMP to accept that.
 #if !defined(_OPENMP) && !defined(TORCHPROBE_NO_OPENMP)
-#error "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
+#error \
+    "TorchProbe expects -fopenmp (as libtorch's at::parallel_for does); link torchprobe::torchprobe, which adds it, or define TORCHPROBE_NO_OPENMP"
 #endif
 
 #include "torchprobe/version.hpp"

@@ -44,9 +44,10 @@ TEST_CASE("a Linear + relu step records t, addmm, relu and sum, counted per API 
   const auto steps = dbg.sink().steps();
   REQUIRE(steps.size() == 2);
   for (const auto& kv : steps) {
-    CHECK(names_of(kv.second.dump) == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.relu.0.forward",
-                                                                "Aten.sum.0.forward", "Aten.t.1.forward", "Aten.addmm.1.forward",
-                                                                "Aten.relu.1.forward"});
+    CHECK(names_of(kv.second.dump) == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward",
+                                                               "Aten.relu.0.forward", "Aten.sum.0.forward",
+                                                               "Aten.t.1.forward", "Aten.addmm.1.forward",
+                                                               "Aten.relu.1.forward"});
     CHECK(kv.second.dump["task"] == "statistics");
     CHECK(kv.second.dump["level"] == "L1");
   }
@@ -56,14 +57,15 @@ TEST_CASE("positional arguments go to input_args and keyword-only ones to input_
   MemoryDebugger dbg(memory_options());
   const auto x = torch::ones({2, 3});
   dbg.start();
-  x.add(x, 0.5);                               // add.Tensor(self, other, *, alpha)
-  x.to(at::kHalf);                             // to.dtype(self, dtype, non_blocking, copy, memory_format)
+  x.add(x, 0.5);                                    // add.Tensor(self, other, *, alpha)
+  x.to(at::kHalf);                                  // to.dtype(self, dtype, non_blocking, copy, memory_format)
   x.sum(at::IntArrayRef{0, 1}, /*keepdim=*/false);  // sum.dim_IntList(self, dim, keepdim, *, dtype)
   torch::full({2}, 1.5, torch::dtype(torch::kFloat64));
   x.t().contiguous(at::MemoryFormat::Contiguous);  // an already contiguous tensor would not call the op
   dbg.stop();
   const Json d = dbg.sink().step(0).dump["data"];
-  for (const char* name : {"Aten.add.0.forward", "Aten.to.0.forward", "Aten.sum.0.forward", "Aten.full.0.forward", "Aten.contiguous.0.forward"})
+  for (const char* name : {"Aten.add.0.forward", "Aten.to.0.forward", "Aten.sum.0.forward", "Aten.full.0.forward",
+                           "Aten.contiguous.0.forward"})
     REQUIRE(d.contains(name));
 
   const Json& add = d["Aten.add.0.forward"];
@@ -92,7 +94,8 @@ TEST_CASE("positional arguments go to input_args and keyword-only ones to input_
   CHECK(full["input_kwargs"]["device"].is_null());
 
   const Json& cont = d["Aten.contiguous.0.forward"];
-  CHECK(cont["input_kwargs"]["memory_format"] == Json::parse(R"({"type": "torch.memory_format", "format": "contiguous_format"})"));
+  CHECK(cont["input_kwargs"]["memory_format"] ==
+        Json::parse(R"({"type": "torch.memory_format", "format": "contiguous_format"})"));
 }
 
 TEST_CASE("tensor items carry type, dtype, shape, the four statistics and requires_grad, in that order") {
@@ -122,7 +125,7 @@ TEST_CASE("only outermost calls are recorded: ops nested in an op, in backward, 
   auto b = torch::randn({4, 5});
   dbg.start();
   auto y = torch::addmm(torch::zeros({5}), a, b);  // addmm expands its bias and copies internally
-  y.t().contiguous().sum().backward();            // backward runs mm, t, ... inside autograd nodes
+  y.t().contiguous().sum().backward();             // backward runs mm, t, ... inside autograd nodes
   a.detach();                                      // infrastructure op: not a user API
   dbg.stop();
   const auto names = names_of(dbg.sink().step(0).dump);
@@ -135,7 +138,8 @@ TEST_CASE("only outermost calls are recorded: ops nested in an op, in backward, 
 TEST_CASE("with the probe on, losses and gradients are bit-identical to a run without it") {
   auto run = [](bool probed) {
     torch::manual_seed(42);
-    torch::nn::Sequential model(torch::nn::Linear(16, 32), torch::nn::Functional(torch::tanh), torch::nn::Linear(32, 3));
+    torch::nn::Sequential model(torch::nn::Linear(16, 32), torch::nn::Functional(torch::tanh),
+                                torch::nn::Linear(32, 3));
     torch::optim::SGD opt(model->parameters(), 0.1);
     MemoryDebugger dbg(memory_options());
     std::vector<torch::Tensor> out;

@@ -62,8 +62,10 @@ void check_against_float64(const Json& item, const at::Tensor& cpu) {
   for (const auto& [key, want] : {std::pair<const char*, double>{"Mean", mean}, {"Norm", norm}}) {
     CAPTURE(key);
     const double got = number(item[key]);
-    if (std::isnan(want) || std::isinf(want)) CHECK(same_or_both_nan(got, want));
-    else CHECK(std::abs(got - want) <= 1e-9 * std::max(1.0, std::abs(want)));
+    if (std::isnan(want) || std::isinf(want))
+      CHECK(same_or_both_nan(got, want));
+    else
+      CHECK(std::abs(got - want) <= 1e-9 * std::max(1.0, std::abs(want)));
   }
 }
 
@@ -109,7 +111,8 @@ Json read_python_json(const std::string& path) {
       "    if isinstance(v, list): return [fix(e) for e in v]\n"
       "    if isinstance(v, dict): return {k: fix(e) for k, e in v.items()}\n"
       "    return v\n"
-      "print(json.dumps(fix(json.load(open('" + path + "')))))\n",
+      "print(json.dumps(fix(json.load(open('" +
+          path + "')))))\n",
       &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   return Json::parse(out);
@@ -143,7 +146,9 @@ TEST_CASE("statistics of CUDA fp32, bf16 and fp16 tensors, with NaN and inf, equ
     const Json& entry = data["Aten.neg." + std::to_string(k) + ".forward"];
     const Json& in = entry["input_args"][0];
     const at::ScalarType dtype = samples[k].scalar_type();
-    CHECK(in["dtype"] == (dtype == at::kFloat ? "torch.float32" : dtype == at::kBFloat16 ? "torch.bfloat16" : "torch.float16"));
+    CHECK(in["dtype"] == (dtype == at::kFloat      ? "torch.float32"
+                          : dtype == at::kBFloat16 ? "torch.bfloat16"
+                                                   : "torch.float16"));
     CHECK(in["shape"] == Json(samples[k].sizes().vec()));
     if (samples[k].dim() == 0) {  // the value in all four, Norm keeping the sign, as on the CPU
       for (const char* key : {"Max", "Min", "Mean", "Norm"}) {
@@ -197,17 +202,21 @@ TEST_CASE("overflow_check writes the same entries, flags and files for CUDA tens
   int rc = 0;
   const std::string out = tptest::run_python(
       "import os, torch\n"
-      "a, b = '" + cpu + "/dump_tensor_data', '" + cuda + "/dump_tensor_data'\n"
-      "for f in sorted(os.listdir(a)):\n"
-      "    x, y = torch.load(os.path.join(a, f)), torch.load(os.path.join(b, f))\n"
-      "    same = y.device.type == 'cpu' and x.dtype == y.dtype and torch.equal(x.isnan(), y.isnan()) \\\n"
-      "        and torch.equal(x.nan_to_num(), y.nan_to_num())\n"
-      "    print(f, same)\n",
+      "a, b = '" +
+          cpu + "/dump_tensor_data', '" + cuda +
+          "/dump_tensor_data'\n"
+          "for f in sorted(os.listdir(a)):\n"
+          "    x, y = torch.load(os.path.join(a, f)), torch.load(os.path.join(b, f))\n"
+          "    same = y.device.type == 'cpu' and x.dtype == y.dtype and torch.equal(x.isnan(), y.isnan()) \\\n"
+          "        and torch.equal(x.nan_to_num(), y.nan_to_num())\n"
+          "    print(f, same)\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
-  CHECK(out ==
-        "Aten.add_.0.forward.input.0.pt True\nAten.add_.0.forward.output.0.pt True\nAten.mul.0.forward.input.0.pt True\n"
-        "Aten.mul.0.forward.output.0.pt True\nAten.sqrt.0.forward.input.0.pt True\nAten.sqrt.0.forward.output.0.pt True\n");
+  CHECK(
+      out ==
+      "Aten.add_.0.forward.input.0.pt True\nAten.add_.0.forward.output.0.pt True\nAten.mul.0.forward.input.0.pt True\n"
+      "Aten.mul.0.forward.output.0.pt True\nAten.sqrt.0.forward.input.0.pt True\nAten.sqrt.0.forward.output.0.pt "
+      "True\n");
   CHECK_FALSE(fs::exists(cuda + "/dump_error_info.log"));
 }
 
@@ -234,16 +243,18 @@ TEST_CASE("tensor task: .pt files of CUDA tensors, contiguous and strided, load 
   int rc = 0;
   const std::string out = tptest::run_python(
       "import torch\n"
-      "d = '" + rank + "/dump_tensor_data/'\n"
-      "k = 0\n"
-      "for dtype in (torch.float32, torch.bfloat16, torch.float16):\n"
-      "    x = (torch.arange(12, dtype=torch.float32) * 0.25 - 1.5).reshape(3, 4).to(dtype)\n"
-      "    for want in (x, x.t()):\n"
-      "        a = torch.load(d + 'Aten.neg.%d.forward.input.0.pt' % k)\n"
-      "        b = torch.load(d + 'Aten.neg.%d.forward.output.0.pt' % k)\n"
-      "        ok = all(t.device.type == 'cpu' and t.dtype == dtype and t.is_contiguous() for t in (a, b))\n"
-      "        print(k, ok and torch.equal(a, want) and torch.equal(b, -want))\n"
-      "        k += 1\n",
+      "d = '" +
+          rank +
+          "/dump_tensor_data/'\n"
+          "k = 0\n"
+          "for dtype in (torch.float32, torch.bfloat16, torch.float16):\n"
+          "    x = (torch.arange(12, dtype=torch.float32) * 0.25 - 1.5).reshape(3, 4).to(dtype)\n"
+          "    for want in (x, x.t()):\n"
+          "        a = torch.load(d + 'Aten.neg.%d.forward.input.0.pt' % k)\n"
+          "        b = torch.load(d + 'Aten.neg.%d.forward.output.0.pt' % k)\n"
+          "        ok = all(t.device.type == 'cpu' and t.dtype == dtype and t.is_contiguous() for t in (a, b))\n"
+          "        print(k, ok and torch.equal(a, want) and torch.equal(b, -want))\n"
+          "        k += 1\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out == "0 True\n1 True\n2 True\n3 True\n4 True\n5 True\n");
@@ -253,9 +264,12 @@ TEST_CASE("tensor task: .pt files of CUDA tensors, contiguous and strided, load 
 TEST_CASE("summary_mode md5 of a CUDA tensor is zlib.crc32 of its CPU bytes") {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   torch::manual_seed(22);
-  const std::vector<at::Tensor> samples = {torch::randn({100}), torch::randn({7, 9}).to(at::kBFloat16),
-                                           torch::randn({64}).to(at::kHalf), torch::arange(50, at::kLong),
-                                           torch::randn({10, 12}).t(), torch::tensor(3.25)};
+  const std::vector<at::Tensor> samples = {torch::randn({100}),
+                                           torch::randn({7, 9}).to(at::kBFloat16),
+                                           torch::randn({64}).to(at::kHalf),
+                                           torch::arange(50, at::kLong),
+                                           torch::randn({10, 12}).t(),
+                                           torch::tensor(3.25)};
   std::vector<at::Tensor> on_gpu;
   for (const at::Tensor& s : samples) on_gpu.push_back(s.to(kCuda));
   tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::MemorySink> dbg(

@@ -47,7 +47,9 @@ std::string only_subdir(const std::string& dir) {
 std::string proc_dir() { return "proc" + std::to_string(::getpid()); }
 
 // Forward tensors: Max/Min exactly as msprobe's, Mean/Norm within 1e-6.
-void check_same_statistics(const Json& ours, const Json& theirs) { tptest::check_same_statistics(ours, theirs, /*extrema_rel=*/0.0); }
+void check_same_statistics(const Json& ours, const Json& theirs) {
+  tptest::check_same_statistics(ours, theirs, /*extrema_rel=*/0.0);
+}
 
 }  // namespace
 
@@ -59,9 +61,11 @@ TEST_CASE("the quick-start model's statistics equal those msprobe's Python dump 
     CAPTURE(s);
     const std::string step = "/step" + std::to_string(s);
     const Json ours = tptest::read_json(tmp.path() + step + "/" + proc_dir() + "/dump.json")["data"];
-    const Json ref = tptest::read_json(only_subdir(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/stat_L1" + step) + "/dump.json")["data"];
+    const Json ref = tptest::read_json(only_subdir(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/stat_L1" + step) +
+                                       "/dump.json")["data"];
     const Json& linear = ref["Functional.linear.0.forward"];
-    const Json &x = linear["input_args"][0], &w = linear["input_args"][1], &b = linear["input_args"][2], &y = linear["output"][0];
+    const Json &x = linear["input_args"][0], &w = linear["input_args"][1], &b = linear["input_args"][2],
+               &y = linear["output"][0];
     const Json& relu = ref["Functional.relu.0.forward"]["output"][0];
     const Json& sum = ref["Tensor.sum.0.forward"]["output"][0];
 
@@ -71,7 +75,8 @@ TEST_CASE("the quick-start model's statistics equal those msprobe's Python dump 
     check_same_statistics(addmm["input_args"][1], x);
     CHECK(addmm["input_args"][2]["shape"] == Json::parse("[8, 4]"));  // the transposed weight
     CHECK(addmm["input_args"][2]["Max"] == w["Max"]);
-    CHECK(addmm["input_kwargs"] == Json::parse(R"({"beta": {"type": "int", "value": 1}, "alpha": {"type": "int", "value": 1}})"));
+    CHECK(addmm["input_kwargs"] ==
+          Json::parse(R"({"beta": {"type": "int", "value": 1}, "alpha": {"type": "int", "value": 1}})"));
     check_same_statistics(addmm["output"][0], y);
     check_same_statistics(ours["Aten.relu.0.forward"]["input_args"][0], y);
     check_same_statistics(ours["Aten.relu.0.forward"]["output"][0], relu);
@@ -80,7 +85,9 @@ TEST_CASE("the quick-start model's statistics equal those msprobe's Python dump 
   }
 }
 
-TEST_CASE("the step directories hold dump.json, stack.json and construct.json that python's json reads in msprobe's key order") {
+TEST_CASE(
+    "the step directories hold dump.json, stack.json and construct.json that python's json reads in msprobe's key "
+    "order") {
   tptest::TempDir tmp;
   L1Stats dbg(tp::Options().dump_path(tmp.path()));
   run_reference_program(dbg);
@@ -94,15 +101,20 @@ TEST_CASE("the step directories hold dump.json, stack.json and construct.json th
   int rc = 0;
   const std::string out = tptest::run_python(
       "import json\n"
-      "d = json.load(open('" + dir0 + "/dump.json'))\n"
-      "print(list(d.keys()))\n"
-      "print(list(d['data'].keys()))\n"
-      "print(list(d['data']['Aten.addmm.0.forward'].keys()))\n"
-      "print(list(d['data']['Aten.addmm.0.forward']['output'][0].keys()))\n"
-      "s = json.load(open('" + dir0 + "/stack.json'))\n"
-      "print(sorted(n for g in s.values() for n in g[0]))\n"
-      "print(all(isinstance(f, str) and f.startswith('File ') for g in s.values() for f in g[1]))\n"
-      "print(open('" + dir0 + "/dump.json').read() == json.dumps(d, indent=1))\n",
+      "d = json.load(open('" +
+          dir0 +
+          "/dump.json'))\n"
+          "print(list(d.keys()))\n"
+          "print(list(d['data'].keys()))\n"
+          "print(list(d['data']['Aten.addmm.0.forward'].keys()))\n"
+          "print(list(d['data']['Aten.addmm.0.forward']['output'][0].keys()))\n"
+          "s = json.load(open('" +
+          dir0 +
+          "/stack.json'))\n"
+          "print(sorted(n for g in s.values() for n in g[0]))\n"
+          "print(all(isinstance(f, str) and f.startswith('File ') for g in s.values() for f in g[1]))\n"
+          "print(open('" +
+          dir0 + "/dump.json').read() == json.dumps(d, indent=1))\n",
       &rc);
   REQUIRE(rc == 0);
   CHECK(out ==
@@ -139,10 +151,11 @@ TEST_CASE("NaN and infinities are written as Python's json writes them") {
   CHECK(text.find("\"Min\": -Infinity") != std::string::npos);
   CHECK(text.find("\"Max\": Infinity") != std::string::npos);
   int rc = 0;
-  const std::string out = tptest::run_python("import json, math\nd = json.load(open('" + file +
-                                                 "'))['data']\nprint(math.isnan(d['Aten.neg.0.forward']['output'][0]['Mean']), "
-                                                 "d['Aten.abs.0.forward']['output'][0]['Min'])\n",
-                                             &rc);
+  const std::string out =
+      tptest::run_python("import json, math\nd = json.load(open('" + file +
+                             "'))['data']\nprint(math.isnan(d['Aten.neg.0.forward']['output'][0]['Mean']), "
+                             "d['Aten.abs.0.forward']['output'][0]['Min'])\n",
+                         &rc);
   CHECK(rc == 0);
   CHECK(out == "True inf\n");
   CHECK_FALSE(fs::exists(tmp.path() + "/step0/" + proc_dir() + "/stack.json"));  // extra_info false
@@ -216,18 +229,22 @@ TEST_CASE("scope, list and data_mode select what is written") {
     return out;
   };
   CHECK(names_with(tp::Options().scope({"Aten.addmm.0.forward", "Aten.relu.0.forward"})) ==
-        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,"});
+        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,",
+                                 "Aten.relu.0.forward:input_args,input_kwargs,output,"});
   CHECK(names_with(tp::Options().list({"relu", "Aten.t.0"})) ==
-        std::vector<std::string>{"Aten.t.0.forward:input_args,input_kwargs,output,", "Aten.relu.0.forward:input_args,input_kwargs,output,",
+        std::vector<std::string>{"Aten.t.0.forward:input_args,input_kwargs,output,",
+                                 "Aten.relu.0.forward:input_args,input_kwargs,output,",
                                  "Aten.relu.0.backward:input,output,", "Aten.t.0.backward:input,output,"});
-  CHECK(names_with(tp::Options().data_mode({"forward", "output"}).list({"sum"})) == std::vector<std::string>{"Aten.sum.0.forward:output,"});
+  CHECK(names_with(tp::Options().data_mode({"forward", "output"}).list({"sum"})) ==
+        std::vector<std::string>{"Aten.sum.0.forward:output,"});
   CHECK(names_with(tp::Options().data_mode({"input"}).list({"sum"})) ==
         std::vector<std::string>{"Aten.sum.0.forward:input_args,input_kwargs,", "Aten.sum.0.backward:input,"});
   CHECK(names_with(tp::Options().data_mode({"backward"})) ==
         std::vector<std::string>{"Aten.sum.0.backward:input,output,", "Aten.relu.0.backward:input,output,",
                                  "Aten.addmm.0.backward:input,output,", "Aten.t.0.backward:input,output,"});
   CHECK(names_with(tp::Options().risk_level("CORE")) ==
-        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,", "Aten.addmm.0.backward:input,output,"});
+        std::vector<std::string>{"Aten.addmm.0.forward:input_args,input_kwargs,output,",
+                                 "Aten.addmm.0.backward:input,output,"});
 }
 
 TEST_CASE("summary_mode md5 adds the CRC-32 that python's zlib computes; xor replaces the statistics") {
@@ -238,10 +255,13 @@ TEST_CASE("summary_mode md5 adds the CRC-32 that python's zlib computes; xor rep
     torch::arange(6, at::kFloat).reshape({2, 3}).t().neg();
     dbg.stop();
   }
-  const Json md5 = tptest::read_json(tmp / "md5/step0/" + proc_dir() + "/dump.json")["data"]["Aten.neg.0.forward"]["output"][0];
+  const Json md5 =
+      tptest::read_json(tmp / "md5/step0/" + proc_dir() + "/dump.json")["data"]["Aten.neg.0.forward"]["output"][0];
   int rc = 0;
-  const std::string want = tptest::run_python("import torch, zlib\nt = -torch.arange(6, dtype=torch.float32).reshape(2, 3).t()\n"
-                                              "print('%08x' % zlib.crc32(t.contiguous().numpy().tobytes()))\n", &rc);
+  const std::string want = tptest::run_python(
+      "import torch, zlib\nt = -torch.arange(6, dtype=torch.float32).reshape(2, 3).t()\n"
+      "print('%08x' % zlib.crc32(t.contiguous().numpy().tobytes()))\n",
+      &rc);
   REQUIRE(rc == 0);
   CHECK(md5["md5"].get<std::string>() + "\n" == want);
   CHECK(md5.contains("Max"));
@@ -289,10 +309,12 @@ TEST_CASE("md5 of a large tensor is computed off the training thread, from the v
   // The item keeps msprobe's key order, with md5 last.
   std::vector<std::string> keys;
   for (const auto& kv : data["Aten.neg.0.forward"]["output"][0].items()) keys.push_back(kv.key());
-  CHECK(keys == std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5"});
+  CHECK(keys ==
+        std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5"});
 }
 
-TEST_CASE("md5 on the device path copies the tensor where it lives and hashes it at flush, with the values the call saw") {
+TEST_CASE(
+    "md5 on the device path copies the tensor where it lives and hashes it at flush, with the values the call saw") {
   tptest::TempDir tmp;
   Json forced, direct;
   for (bool force : {true, false}) {
@@ -342,8 +364,9 @@ TEST_CASE("an exception thrown inside the scope still stops the dump and leaves 
   CHECK_FALSE(dbg.running());
   CHECK_FALSE(at::hasCallbacks());
   int rc = 0;
-  const std::string out = tptest::run_python("import json\nprint(len(json.load(open('" + tmp.path() + "/step0/" + proc_dir() +
-                                             "/dump.json'))['data']))\n", &rc);
+  const std::string out = tptest::run_python(
+      "import json\nprint(len(json.load(open('" + tmp.path() + "/step0/" + proc_dir() + "/dump.json'))['data']))\n",
+      &rc);
   CHECK(rc == 0);
   CHECK(out == "4\n");  // randn, t, addmm, relu
 }
@@ -351,7 +374,8 @@ TEST_CASE("an exception thrown inside the scope still stops the dump and leaves 
 TEST_CASE("a config.json drives both Debugger and PrecisionDebugger; Options override the file") {
   tptest::TempDir tmp;
   const std::string cfg = tmp / "config.json";
-  std::ofstream(cfg) << R"({"task": "statistics", "dump_path": ")" << tmp / "from_file" << R"(", "level": "L1", "step": [],
+  std::ofstream(cfg) << R"({"task": "statistics", "dump_path": ")" << tmp / "from_file"
+                     << R"(", "level": "L1", "step": [],
                            "statistics": {"scope": [], "list": ["relu"], "data_mode": ["all"], "summary_mode": "statistics"}})";
   {
     tp::PrecisionDebugger dbg(cfg);
@@ -376,14 +400,19 @@ TEST_CASE("a level and task pair that is not implemented yet is refused with the
   tptest::TempDir tmp;
   const std::string cfg = tmp / "config.json";
   std::ofstream(cfg) << R"({"task": "free_benchmark", "dump_path": ")" << tmp.path() << R"(", "level": "L1"})";
-  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{cfg}, doctest::Contains("\"free_benchmark\" is not available"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{cfg}, doctest::Contains("\"free_benchmark\" is not available"),
+                       tp::ConfigError);
 }
 
 TEST_CASE("bad config values are rejected when the Debugger is built, naming the key") {
-  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").step({"6-4"})), doctest::Contains("step"), tp::ConfigError);
-  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").data_mode({"all", "input"})), doctest::Contains("data_mode"), tp::ConfigError);
-  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").scope({"Aten.t.0.forward"})), doctest::Contains("scope"), tp::ConfigError);
-  CHECK_THROWS_WITH_AS(L1Stats("/nonexistent/config.json"), doctest::Contains("/nonexistent/config.json"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").step({"6-4"})), doctest::Contains("step"),
+                       tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").data_mode({"all", "input"})),
+                       doctest::Contains("data_mode"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats(tp::Options().dump_path("/tmp/x").scope({"Aten.t.0.forward"})),
+                       doctest::Contains("scope"), tp::ConfigError);
+  CHECK_THROWS_WITH_AS(L1Stats("/nonexistent/config.json"), doctest::Contains("/nonexistent/config.json"),
+                       tp::ConfigError);
 }
 
 TEST_CASE("an unwritable dump_path is reported at start() with the path and the OS error") {

@@ -69,8 +69,10 @@ class SmallDisk {
     REQUIRE(::fstat(filler_, &st) == 0);
     const off_t target = st.st_size + static_cast<off_t>(free_bytes()) - static_cast<off_t>(bytes);
     REQUIRE(target >= 0);
-    if (target > st.st_size) REQUIRE(::fallocate(filler_, 0, 0, target) == 0);
-    else REQUIRE(::ftruncate(filler_, target) == 0);
+    if (target > st.st_size)
+      REQUIRE(::fallocate(filler_, 0, 0, target) == 0);
+    else
+      REQUIRE(::ftruncate(filler_, target) == 0);
     REQUIRE(free_bytes() == bytes);
   }
 
@@ -168,7 +170,9 @@ std::string rank_dir(const std::string& dump_path, int step) {
 
 }  // namespace
 
-TEST_CASE("a full disk (tmpfs): journal, dump.json and stack.json fail with ENOSPC, training goes on, recover_dump.py rebuilds the steps") {
+TEST_CASE(
+    "a full disk (tmpfs): journal, dump.json and stack.json fail with ENOSPC, training goes on, recover_dump.py "
+    "rebuilds the steps") {
   SmallDisk disk(8 << 20);
   if (!disk.mounted()) TP_SKIP("cannot mount a tmpfs here (" << disk.why() << "); needs root");
   const std::vector<at::Tensor> plain = train(nullptr, 4);
@@ -196,9 +200,11 @@ TEST_CASE("a full disk (tmpfs): journal, dump.json and stack.json fail with ENOS
   {
     Probe dbg(tp::Options().dump_path(dump));
     probed = train(&dbg, 4, [&](int s, const std::string& point) {
-      if (point == "start") fs::create_directories(rank_dir(dump, s));  // directories take no pages; made now, they are not counted
-      if (s == 0 && point == "start") disk.leave_free((pages(journal_size[0]) + 1) * kPage);  // the journal, and one page for the log
-      if (s == 1 && point == "start") disk.leave_free(0);  // not even the journal's first line fits
+      if (point == "start")
+        fs::create_directories(rank_dir(dump, s));  // directories take no pages; made now, they are not counted
+      if (s == 0 && point == "start")
+        disk.leave_free((pages(journal_size[0]) + 1) * kPage);  // the journal, and one page for the log
+      if (s == 1 && point == "start") disk.leave_free(0);       // not even the journal's first line fits
       if (s == 1 && point == "mid") disk.leave_free(1 << 20);
       if (s == 2 && point == "start")  // the journal and dump.json fit, with one page left for the log
         disk.leave_free((pages(journal_size[2]) + pages(size_of(2, "dump.json")) + 1) * kPage);
@@ -221,15 +227,16 @@ TEST_CASE("a full disk (tmpfs): journal, dump.json and stack.json fail with ENOS
   auto log_of = [](const std::string& rank) { return tptest::read_text(rank + "/dump_error_info.log"); };
 
   // Step 0: dump.json did not fit; the journal is kept.
-  CHECK(contains(stderr_text, "torchprobe: could not write the dump of step 0: torchprobe: cannot write file '" + r0 + "/dump.json': " + enospc));
+  CHECK(contains(stderr_text, "torchprobe: could not write the dump of step 0: torchprobe: cannot write file '" + r0 +
+                                  "/dump.json': " + enospc));
   CHECK(contains(log_of(r0), "] [ERROR] write_json failed: name=" + r0 + ", pid="));
   CHECK(contains(log_of(r0), "cannot write file '" + r0 + "/dump.json': " + enospc));
   CHECK(files_in(r0) == std::set<std::string>{"journal.jsonl", "dump_error_info.log"});
   // Step 1: its journal could not be created. start() went on, the error went to stderr at once and
   // to the log once there was room; the step was dumped whole, and step 0's kept journal is untouched.
   const std::string journal_error = "cannot write file '" + r1 + "/journal.jsonl': " + enospc;
-  CHECK(contains(stderr_text, "torchprobe: cannot write '" + r1 + "/dump_error_info.log' (" + enospc + "); write_journal failed: name=" + r1 +
-                                  ": torchprobe: " + journal_error));
+  CHECK(contains(stderr_text, "torchprobe: cannot write '" + r1 + "/dump_error_info.log' (" + enospc +
+                                  "); write_journal failed: name=" + r1 + ": torchprobe: " + journal_error));
   CHECK(contains(log_of(r1), "] [ERROR] write_journal failed: name=" + r1 + ", pid="));
   CHECK(contains(log_of(r1), journal_error));
   CHECK(files_in(r1) == std::set<std::string>{"dump.json", "stack.json", "construct.json", "dump_error_info.log"});
@@ -254,10 +261,12 @@ TEST_CASE("a full disk (tmpfs): journal, dump.json and stack.json fail with ENOS
     CAPTURE(s);
     const std::string ours = rank_dir(dump, s), theirs = rank_dir(normal.path(), s);
     const std::size_t entries = tptest::read_json(theirs + "/dump.json")["data"].size();
-    CHECK(contains(r.out, ours + ": recovered " + std::to_string(entries) + " dump entries and 0 debug entries (dump.json, construct.json)\n"));
+    CHECK(contains(r.out, ours + ": recovered " + std::to_string(entries) +
+                              " dump entries and 0 debug entries (dump.json, construct.json)\n"));
     CHECK(tptest::compare_dump_files(ours + "/dump.json", theirs + "/dump.json") == "SAME\n");
     CHECK(tptest::compare_json_files(ours + "/construct.json", theirs + "/construct.json") == "SAME\n");
-    CHECK(files_in(ours) == std::set<std::string>{"dump.json", "construct.json", "dump_error_info.log"});  // stack.json cannot be rebuilt
+    CHECK(files_in(ours) ==
+          std::set<std::string>{"dump.json", "construct.json", "dump_error_info.log"});  // stack.json cannot be rebuilt
   }
 
   // Step 3's journal lost the lines that did not fit, but whole: the lines written after them are
@@ -265,16 +274,23 @@ TEST_CASE("a full disk (tmpfs): journal, dump.json and stack.json fail with ENOS
   const tptest::ToolRun r3run = tptest::run_recover_tool(journal3_copy);
   CAPTURE(r3run.err);
   CHECK(r3run.rc == 0);
-  CHECK(tptest::run_python("import json\n"
-                           "ours = json.load(open('" + journal3_copy + "/dump.json'))['data']\n"
-                           "full = json.load(open('" + rank_dir(normal.path(), 3) + "/dump.json'))['data']\n"
-                           "names = [n for n in full if n in ours]\n"
-                           "ok = list(ours) == names and all(ours[n] == full[n] for n in names)\n"
-                           "print(ok, 0 < len(ours) < len(full), any(n.startswith('Module.fc.Linear.forward.4') for n in ours))\n") ==
+  CHECK(tptest::run_python(
+            "import json\n"
+            "ours = json.load(open('" +
+            journal3_copy +
+            "/dump.json'))['data']\n"
+            "full = json.load(open('" +
+            rank_dir(normal.path(), 3) +
+            "/dump.json'))['data']\n"
+            "names = [n for n in full if n in ours]\n"
+            "ok = list(ours) == names and all(ours[n] == full[n] for n in names)\n"
+            "print(ok, 0 < len(ours) < len(full), any(n.startswith('Module.fc.Linear.forward.4') for n in ours))\n") ==
         "True True True\n");
 }
 
-TEST_CASE("a dump directory removed while the step runs: no crash, the same training, the failure reported, the next step dumped") {
+TEST_CASE(
+    "a dump directory removed while the step runs: no crash, the same training, the failure reported, the next step "
+    "dumped") {
   const std::vector<at::Tensor> plain = train(nullptr, 2);
   tptest::TempDir normal;
   {
@@ -302,7 +318,8 @@ TEST_CASE("a dump directory removed while the step runs: no crash, the same trai
     const std::string failure = "cannot write file '" + r0 + "/dump.json': " + tp::io::errno_text(ENOENT);
     CHECK(contains(stderr_text, "torchprobe: could not write the dump of step 0: torchprobe: " + failure));
     CHECK(files_in(r0) == std::set<std::string>{"dump_error_info.log"});
-    CHECK(contains(tptest::read_text(r0 + "/dump_error_info.log"), "] [ERROR] write_json failed: name=" + r0 + ", pid="));
+    CHECK(
+        contains(tptest::read_text(r0 + "/dump_error_info.log"), "] [ERROR] write_json failed: name=" + r0 + ", pid="));
     CHECK(contains(tptest::read_text(r0 + "/dump_error_info.log"), failure));
     // The next step is dumped whole.
     CHECK(files_in(r1) == std::set<std::string>{"dump.json", "stack.json", "construct.json"});

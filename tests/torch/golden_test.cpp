@@ -37,7 +37,9 @@ namespace {
 using Files = std::map<std::string, std::string>;  // path relative to the dump directory -> bytes
 constexpr const char* kDumpPathToken = "{dump_path}";
 
-std::string golden_set() { return "torch-" + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR); }
+std::string golden_set() {
+  return "torch-" + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+}
 std::string golden_root() { return std::string(TORCHPROBE_TESTS_DIR) + "/data/golden/" + golden_set(); }
 bool updating() {
   const char* v = std::getenv("TORCHPROBE_UPDATE_GOLDEN");
@@ -50,7 +52,8 @@ std::string read_bytes(const fs::path& p) {
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
 }
 
 // Every file below `dir` but stack.json, with `dir` itself replaced by kDumpPathToken in the JSON files.
@@ -77,8 +80,8 @@ Files read_golden(const std::string& dir) {
 std::string first_difference(const std::string& want, const std::string& got) {
   std::size_t i = 0;
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  std::string msg = "first difference at byte " + std::to_string(i) + " (sizes " + std::to_string(want.size()) + " vs " +
-                    std::to_string(got.size()) + ")";
+  std::string msg = "first difference at byte " + std::to_string(i) + " (sizes " + std::to_string(want.size()) +
+                    " vs " + std::to_string(got.size()) + ")";
   if (want.find('\0') == std::string::npos && got.find('\0') == std::string::npos) {
     auto line_at = [i](const std::string& s) {
       const std::size_t nl = i == 0 ? std::string::npos : s.rfind('\n', i - 1);
@@ -86,7 +89,8 @@ std::string first_difference(const std::string& want, const std::string& got) {
       const std::size_t end = s.find('\n', start);
       return s.substr(start, end == std::string::npos ? std::string::npos : end - start);
     };
-    msg += ", line " + std::to_string(1 + std::count(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(i), '\n')) +
+    msg += ", line " +
+           std::to_string(1 + std::count(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(i), '\n')) +
            "\n  golden: " + line_at(want) + "\n  now:    " + line_at(got);
   }
   return msg;
@@ -97,8 +101,10 @@ std::vector<std::string> differences(const Files& want, const Files& got) {
   std::vector<std::string> out;
   for (const auto& [name, bytes] : want) {
     const auto it = got.find(name);
-    if (it == got.end()) out.push_back(name + ": in the golden set, not written now");
-    else if (it->second != bytes) out.push_back(name + ": " + first_difference(bytes, it->second));
+    if (it == got.end())
+      out.push_back(name + ": in the golden set, not written now");
+    else if (it->second != bytes)
+      out.push_back(name + ": " + first_difference(bytes, it->second));
   }
   for (const auto& kv : got)
     if (!want.count(kv.first)) out.push_back(kv.first + ": written now, not in the golden set");
@@ -126,8 +132,8 @@ void check_golden(const std::string& scenario, const std::string& dump_dir) {
 }
 
 // Neither updating nor a golden set for this libtorch: say so (a visible skip) rather than fail.
-#define GOLDEN_REQUIRES_SET()                                                                                      \
-  if (!updating() && !fs::exists(golden_root()))                                                                  \
+#define GOLDEN_REQUIRES_SET()                    \
+  if (!updating() && !fs::exists(golden_root())) \
   TP_SKIP("no golden set " << golden_set() << " in tests/data/golden; make one with TORCHPROBE_UPDATE_GOLDEN=1")
 
 torch::Tensor eighths(const torch::Tensor& t) { return torch::round(t * 8) / 8; }
@@ -168,8 +174,8 @@ TORCH_MODULE(Block);
 struct ModulesNetImpl : torch::nn::Module {
   ModulesNetImpl()
       : block(register_module("block", Block())),
-        head(register_module("head", tp::probe_children(torch::nn::Sequential(torch::nn::Linear(8, 4), torch::nn::ReLU(),
-                                                                              torch::nn::Linear(4, 1))))) {}
+        head(register_module("head", tp::probe_children(torch::nn::Sequential(
+                                         torch::nn::Linear(8, 4), torch::nn::ReLU(), torch::nn::Linear(4, 1))))) {}
   torch::Tensor forward(torch::Tensor x) { return head->forward(block(x)); }
   Block block;
   torch::nn::Sequential head;
@@ -219,11 +225,15 @@ TEST_CASE("golden comparison reports a changed byte, a missing file and an extra
   changed["step0/rank0/dump.json"] = "{\n \"a\": 1.25\n}";
   const auto d = differences(want, changed);
   REQUIRE(d.size() == 1);
-  CHECK(d[0] == "step0/rank0/dump.json: first difference at byte 10 (sizes 13 vs 14), line 2\n  golden:  \"a\": 1.5\n  now:     \"a\": 1.25");
+  CHECK(d[0] ==
+        "step0/rank0/dump.json: first difference at byte 10 (sizes 13 vs 14), line 2\n  golden:  \"a\": 1.5\n  now:    "
+        " \"a\": 1.25");
   Files binary = want;
   binary["step0/rank0/x.pt"][3] = '\2';
-  CHECK(differences(want, binary) == std::vector<std::string>{"step0/rank0/x.pt: first difference at byte 3 (sizes 4 vs 4)"});
-  Files renamed = {{"step0/rank0/dump.json", want.at("step0/rank0/dump.json")}, {"step0/rank0/y.pt", want.at("step0/rank0/x.pt")}};
+  CHECK(differences(want, binary) ==
+        std::vector<std::string>{"step0/rank0/x.pt: first difference at byte 3 (sizes 4 vs 4)"});
+  Files renamed = {{"step0/rank0/dump.json", want.at("step0/rank0/dump.json")},
+                   {"step0/rank0/y.pt", want.at("step0/rank0/x.pt")}};
   CHECK(differences(want, renamed) == std::vector<std::string>{"step0/rank0/x.pt: in the golden set, not written now",
                                                                "step0/rank0/y.pt: written now, not in the golden set"});
   // The dump directory is replaced in JSON files only.
@@ -305,7 +315,9 @@ TEST_CASE("golden: save() of a tensor with its gradient, a list and a dict write
   dbg.start(net, 0);
   const auto y = net->forward(x);
   dbg.save(y, "y");
-  dbg.save(tp::SaveValue::dict({{"w", net->fc->bias.detach()}, {"meta", tp::SaveValue::list({1, 2.5, "s", true, nullptr})}}), "mixed");
+  dbg.save(
+      tp::SaveValue::dict({{"w", net->fc->bias.detach()}, {"meta", tp::SaveValue::list({1, 2.5, "s", true, nullptr})}}),
+      "mixed");
   y.sum().backward();
   dbg.stop();
   dbg.step();
@@ -345,7 +357,9 @@ TEST_CASE("golden: a TorchScript model scripted by python3 at mix") {
       "            self.fc.bias.copy_(torch.tensor([0.5, -0.25, 0.0, 1.0]))\n"
       "    def forward(self, x):\n"
       "        return torch.relu(self.fc(x))\n"
-      "torch.jit.script(Net()).save('" + path + "')\n", &rc);
+      "torch.jit.script(Net()).save('" +
+          path + "')\n",
+      &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   torch::jit::Module scripted = torch::jit::load(path);
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp / "dump"));

@@ -63,7 +63,9 @@ const std::string& scripted_mlp_path() {
         "        self.fc2 = torch.nn.Linear(8, 3)\n"
         "    def forward(self, x):\n"
         "        return self.fc2(torch.tanh(self.norm(self.fc1(x))))\n"
-        "torch.jit.script(Mlp()).save('" + p + "')\n", &rc);
+        "torch.jit.script(Mlp()).save('" +
+            p + "')\n",
+        &rc);
     REQUIRE_MESSAGE(rc == 0, out);
     return p;
   }();
@@ -123,7 +125,8 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
 // dump.json as Python's json reads it; Infinity and NaN (the overflowing exp) come back as strings.
 Json read_with_python(const std::string& path) {
   int rc = 0;
-  const std::string out = tptest::run_python("import json\nprint(json.dumps(json.load(open('" + path + "'), parse_constant=str)))\n", &rc);
+  const std::string out =
+      tptest::run_python("import json\nprint(json.dumps(json.load(open('" + path + "'), parse_constant=str)))\n", &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   return Json::parse(out);
 }
@@ -165,7 +168,8 @@ struct Case {
 
 template <tp::Level L, tp::Task T, class Sink>
 Case make_case(const std::string& label, bool md5) {
-  return {label, [md5](const std::string& dir) -> std::unique_ptr<Probe> {
+  return {label,
+          [md5](const std::string& dir) -> std::unique_ptr<Probe> {
             tp::Options o = tp::Options().dump_path(dir);
             if (md5) o.summary_mode("md5");
             if (T == tp::Task::OverflowCheck) o.overflow_nums(-1);
@@ -186,9 +190,12 @@ void add_tasks(std::vector<Case>& cases, const std::string& where) {
 // time; Level::Debug captures nothing) with both sinks that keep what they get.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  add_tasks<tp::Level::L0, tp::MemorySink>(cases, "L0 memory"), add_tasks<tp::Level::L0, tp::DirectorySink>(cases, "L0 directory");
-  add_tasks<tp::Level::L1, tp::MemorySink>(cases, "L1 memory"), add_tasks<tp::Level::L1, tp::DirectorySink>(cases, "L1 directory");
-  add_tasks<tp::Level::Mix, tp::MemorySink>(cases, "mix memory"), add_tasks<tp::Level::Mix, tp::DirectorySink>(cases, "mix directory");
+  add_tasks<tp::Level::L0, tp::MemorySink>(cases, "L0 memory"),
+      add_tasks<tp::Level::L0, tp::DirectorySink>(cases, "L0 directory");
+  add_tasks<tp::Level::L1, tp::MemorySink>(cases, "L1 memory"),
+      add_tasks<tp::Level::L1, tp::DirectorySink>(cases, "L1 directory");
+  add_tasks<tp::Level::Mix, tp::MemorySink>(cases, "mix memory"),
+      add_tasks<tp::Level::Mix, tp::DirectorySink>(cases, "mix directory");
   return cases;
 }
 
@@ -202,7 +209,8 @@ void check_dumped(const Case& c, const std::vector<Json>& dumps) {
       CHECK(text.find("\"Aten.addmm") == std::string::npos);
       continue;
     }
-    if (c.level != tp::Level::L1) CHECK((data.contains("Module.fc1.Linear.forward.0") && data.contains("Module.fc1.Linear.backward.0")));
+    if (c.level != tp::Level::L1)
+      CHECK((data.contains("Module.fc1.Linear.forward.0") && data.contains("Module.fc1.Linear.backward.0")));
     if (c.level != tp::Level::L0) CHECK(data.contains("Aten.log_softmax.0.backward"));
     if (c.md5) CHECK(text.find("\"md5\":\"") != std::string::npos);
   }
@@ -300,7 +308,9 @@ FailureRun run_failure(bool probed, bool nested) {
 
 }  // namespace
 
-TEST_CASE("captures that throw (a nested tensor in, out, and into a guarded module) are logged; training and the other entries are untouched") {
+TEST_CASE(
+    "captures that throw (a nested tensor in, out, and into a guarded module) are logged; training and the other "
+    "entries are untouched") {
   const FailureRun plain = run_failure(false, true);
   const FailureRun failing = run_failure(true, true);
   const FailureRun clean = run_failure(true, false);
@@ -318,9 +328,14 @@ TEST_CASE("captures that throw (a nested tensor in, out, and into a guarded modu
   // One line per failed capture, naming what failed and the entry, with ATen's reason.
   CAPTURE(failing.log);
   CHECK(clean.log.empty());
-  CHECK(failing.log.find("[ERROR] forward_output_data_collect failed: name=Aten._nested_tensor_from_tensor_list.0.forward, pid=") != std::string::npos);
-  CHECK(failing.log.find("[ERROR] module_forward_pre failed: name=Module.pad.Pad.forward.0, pid=") != std::string::npos);
-  CHECK(failing.log.find("[ERROR] forward_input_data_collect failed: name=Aten.nested_to_padded_tensor.0.forward, pid=") != std::string::npos);
+  CHECK(failing.log.find(
+            "[ERROR] forward_output_data_collect failed: name=Aten._nested_tensor_from_tensor_list.0.forward, pid=") !=
+        std::string::npos);
+  CHECK(failing.log.find("[ERROR] module_forward_pre failed: name=Module.pad.Pad.forward.0, pid=") !=
+        std::string::npos);
+  CHECK(failing.log.find(
+            "[ERROR] forward_input_data_collect failed: name=Aten.nested_to_padded_tensor.0.forward, pid=") !=
+        std::string::npos);
   CHECK(failing.log.find("NestedTensorImpl doesn't support sizes") != std::string::npos);
 
   // Every entry of the run without the nested call is there, unchanged; the failed calls have
@@ -364,7 +379,8 @@ TEST_CASE("a backward run by std::async on another thread: same gradients, and i
   auto run = [](bool probed, Json* data) {
     torch::manual_seed(13);
     Mlp m;
-    tp::Debugger<tp::Level::Mix, tp::Task::Statistics, tp::MemorySink> dbg(tp::Options().dump_path("/tmp/torchprobe-memory-sink").extra_info(false));
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics, tp::MemorySink> dbg(
+        tp::Options().dump_path("/tmp/torchprobe-memory-sink").extra_info(false));
     const auto x = torch::randn({4, 6}, torch::requires_grad());
     if (probed) dbg.start(m);
     auto h = m->fc1(x), n = m->norm(h), a = n.tanh(), y = m->fc2(a);
@@ -388,8 +404,9 @@ TEST_CASE("a backward run by std::async on another thread: same gradients, and i
   REQUIRE(plain.size() == probed.size());
   for (std::size_t k = 0; k < plain.size(); ++k) CHECK(same_bits(probed[k], plain[k]));
   const auto &x_grad = probed[1], &h_grad = probed[2], &n_grad = probed[3], &a_grad = probed[4], &y_grad = probed[5];
-  for (const char* name : {"Aten.pow.0.backward", "Aten.tanh.0.backward", "Module.fc2.Linear.backward.0", "Module.norm.LayerNorm.backward.0",
-                           "Module.fc1.Linear.backward.0", "Module.fc1.Linear.parameters_grad.0"})
+  for (const char* name :
+       {"Aten.pow.0.backward", "Aten.tanh.0.backward", "Module.fc2.Linear.backward.0",
+        "Module.norm.LayerNorm.backward.0", "Module.fc1.Linear.backward.0", "Module.fc1.Linear.parameters_grad.0"})
     REQUIRE_MESSAGE(d.contains(name), name);
   check_item_is(d["Aten.pow.0.backward"]["output"][0], y_grad);
   check_item_is(d["Aten.tanh.0.backward"]["input"][0], a_grad);

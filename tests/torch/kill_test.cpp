@@ -86,7 +86,8 @@ void run_steps(D& dbg, int steps, int progress_fd) {
 }
 
 int run_case(int which, const std::string& dir, int steps, const std::string& progress) {
-  const int fd = ::open(progress.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);  // its existence says "ready"
+  const int fd =
+      ::open(progress.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);  // its existence says "ready"
   if (fd < 0) return 3;
   const tp::Options options = tp::Options().dump_path(dir);
   if (which == 0) {
@@ -139,28 +140,34 @@ Json read_json_files(const std::string& root, bool recover) {
   int rc = -1;
   const std::string out = tptest::run_python(
       "import contextlib, io, json, os, sys\n"
-      "sys.path.insert(0, '" + std::string(TORCHPROBE_TESTS_DIR) + "/../tools')\n"
-      "import recover_dump\n"
-      "root = '" + root + "'\n"
-      "def read():\n"
-      "    out = {}\n"
-      "    for base, dirs, files in os.walk(root):\n"
-      "        for f in files:\n"
-      "            if not f.endswith('.json'): continue\n"
-      "            parts = os.path.relpath(os.path.join(base, f), root).split(os.sep)\n"
-      "            key = '/'.join(parts[:1] + parts[2:])\n"
-      "            try:\n"
-      "                out[key] = json.load(open(os.path.join(base, f)), parse_constant=str)\n"
-      "            except Exception as e:\n"
-      "                out[key] = {'unreadable': repr(e)}\n"
-      "    return out\n"
-      "if " + std::string(recover ? "True" : "False") + ":\n"
-      "    before = read()\n"
-      "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-      "        rc = recover_dump.main([root])\n"
-      "    print(json.dumps({'before': before, 'rc': rc, 'after': read()}))\n"
-      "else:\n"
-      "    print(json.dumps(read()))\n",
+      "sys.path.insert(0, '" +
+          std::string(TORCHPROBE_TESTS_DIR) +
+          "/../tools')\n"
+          "import recover_dump\n"
+          "root = '" +
+          root +
+          "'\n"
+          "def read():\n"
+          "    out = {}\n"
+          "    for base, dirs, files in os.walk(root):\n"
+          "        for f in files:\n"
+          "            if not f.endswith('.json'): continue\n"
+          "            parts = os.path.relpath(os.path.join(base, f), root).split(os.sep)\n"
+          "            key = '/'.join(parts[:1] + parts[2:])\n"
+          "            try:\n"
+          "                out[key] = json.load(open(os.path.join(base, f)), parse_constant=str)\n"
+          "            except Exception as e:\n"
+          "                out[key] = {'unreadable': repr(e)}\n"
+          "    return out\n"
+          "if " +
+          std::string(recover ? "True" : "False") +
+          ":\n"
+          "    before = read()\n"
+          "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+          "        rc = recover_dump.main([root])\n"
+          "    print(json.dumps({'before': before, 'rc': rc, 'after': read()}))\n"
+          "else:\n"
+          "    print(json.dumps(read()))\n",
       &rc);
   CAPTURE(out);
   REQUIRE(rc == 0);
@@ -192,11 +199,14 @@ std::vector<std::string> leftovers(const std::string& rank) {
   return out;
 }
 
-std::set<std::string> tensor_files(const std::string& rank) { return files_below(rank.empty() ? rank : rank + "/dump_tensor_data"); }
+std::set<std::string> tensor_files(const std::string& rank) {
+  return files_below(rank.empty() ? rank : rank + "/dump_tensor_data");
+}
 
 bool all_leaves_null(const Json& v) {
   if (v.is_object() || v.is_array()) {
-    for (const auto& e : v) if (!all_leaves_null(e)) return false;
+    for (const auto& e : v)
+      if (!all_leaves_null(e)) return false;
     return true;
   }
   return v.is_null();
@@ -240,7 +250,9 @@ void check_prefix(const Json& data, const Json& full, const std::set<std::string
 
 }  // namespace
 
-TEST_CASE("a child killed with SIGKILL at random points leaves complete finished steps and a recoverable prefix, for every task") {
+TEST_CASE(
+    "a child killed with SIGKILL at random points leaves complete finished steps and a recoverable prefix, for every "
+    "task") {
   tptest::TempDir tmp;
   std::mt19937 rng(20240611);
   for (int which = 0; which < static_cast<int>(std::size(kCases)); ++which) {
@@ -255,7 +267,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
     };
     auto wait_ready = [](const std::string& dir) {
       const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!fs::exists(dir + ".progress") && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (!fs::exists(dir + ".progress") && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return std::chrono::steady_clock::now();
     };
 
@@ -264,7 +277,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
     const pid_t ref_pid = spawn(ref);
     const auto began = wait_ready(ref);
     const int ref_status = tptest::wait_child(ref_pid);
-    const auto loop_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count();
+    const auto loop_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count();
     REQUIRE(WIFEXITED(ref_status));
     REQUIRE(WEXITSTATUS(ref_status) == 0);
     const Json full = read_json_files(ref, false);
@@ -279,7 +293,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
     }
     CHECK(full.dump().find("\"unreadable\"") == std::string::npos);
     MESSAGE(case_name << ": uninterrupted loop of " << kSteps << " steps: " << loop_us / 1000 << " ms, "
-                    << full["step0/dump.json"]["data"].size() << " entries and " << tensor_files(ref_rank[0]).size() << " .pt files in step 0");
+                      << full["step0/dump.json"]["data"].size() << " entries and " << tensor_files(ref_rank[0]).size()
+                      << " .pt files in step 0");
 
     // A .pt file present is the uninterrupted run's file of the same name, byte for byte.
     auto check_tensor_bytes = [&](const std::string& rank, int s) {
@@ -317,8 +332,10 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
       std::this_thread::sleep_for(std::chrono::microseconds(moment(rng)));
       ::kill(pid, SIGKILL);
       const int status = tptest::wait_child(pid);
-      if (WIFSIGNALED(status)) ++kills;
-      else REQUIRE(WEXITSTATUS(status) == 0);  // it finished first: every step is checked as finished
+      if (WIFSIGNALED(status))
+        ++kills;
+      else
+        REQUIRE(WEXITSTATUS(status) == 0);  // it finished first: every step is checked as finished
 
       std::set<int> done;
       {
@@ -329,7 +346,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
       CHECK(static_cast<int>(done.size()) == open_step);
       std::map<int, std::string> ranks;  // step -> rank directory ("" when it has none)
       if (fs::exists(dir))
-        for (const auto& e : fs::directory_iterator(dir)) ranks[std::stoi(e.path().filename().string().substr(4))] = rank_dir_of(e.path().string());
+        for (const auto& e : fs::directory_iterator(dir))
+          ranks[std::stoi(e.path().filename().string().substr(4))] = rank_dir_of(e.path().string());
       for (int s : done) CHECK(ranks.count(s) == 1);
       for (const auto& [s, rank] : ranks) CHECK((done.count(s) == 1 || s == open_step));
 
@@ -345,7 +363,8 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
         check_finished_json(before, s);
       }
       CHECK(files["rc"] == 0);
-      CHECK(before.dump().find("\"unreadable\"") == std::string::npos);  // written whole or not at all, the open step's too
+      CHECK(before.dump().find("\"unreadable\"") ==
+            std::string::npos);  // written whole or not at all, the open step's too
       CHECK(after.dump().find("\"unreadable\"") == std::string::npos);
       for (int s : done) {
         CAPTURE(s);
@@ -380,8 +399,9 @@ TEST_CASE("a child killed with SIGKILL at random points leaves complete finished
         CHECK(files_below(rank) == std::set<std::string>{});
       }
     }
-    MESSAGE(case_name << ": kills " << kills << ", finished steps checked " << finished << ", journals recovered " << recovered
-                    << ", empty rank directories " << empty << ", finished but unreported " << unreported);
+    MESSAGE(case_name << ": kills " << kills << ", finished steps checked " << finished << ", journals recovered "
+                      << recovered << ", empty rank directories " << empty << ", finished but unreported "
+                      << unreported);
     CHECK(finished > 0);
     CHECK(recovered > 0);
   }

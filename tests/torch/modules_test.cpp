@@ -44,18 +44,22 @@ void check_item_is(const Json& item_, const at::Tensor& t) {
 }
 
 // Module entries include gradients, which C++ and Python may round differently in the last bit.
-void check_same_statistics(const Json& ours, const Json& theirs) { tptest::check_same_statistics(ours, theirs, /*extrema_rel=*/1e-6); }
+void check_same_statistics(const Json& ours, const Json& theirs) {
+  tptest::check_same_statistics(ours, theirs, /*extrema_rel=*/1e-6);
+}
 
 // msprobe's Python dump of step `s` at a level ("stat_L0", "stat_mix").
 Json reference(const std::string& level, int s) {
   const std::string dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/" + level + "/step" + std::to_string(s);
-  for (const auto& e : std::filesystem::directory_iterator(dir)) return tptest::read_json(e.path().string() + "/dump.json")["data"];
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    return tptest::read_json(e.path().string() + "/dump.json")["data"];
   return Json();
 }
 
 }  // namespace
 
-TEST_CASE("API backward entries hold the gradients autograd computes: w.r.t. outputs as input, w.r.t. inputs as output") {
+TEST_CASE(
+    "API backward entries hold the gradients autograd computes: w.r.t. outputs as input, w.r.t. inputs as output") {
   MemoryDebugger<tp::Level::L1> dbg(memory_options());
   torch::manual_seed(3);
   auto x = torch::randn({3, 5}, torch::requires_grad());
@@ -186,9 +190,10 @@ TEST_CASE("L0 and mix: the Linear module's entries equal msprobe's Python dumps 
       CHECK(c["Aten.relu.0.forward"].is_null());
       CHECK(c["Aten.addmm.0.backward"] == "Module.fc.Linear.backward.0");
       CHECK(names_of(steps.at(0).dump["data"]) ==
-            std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Module.fc.Linear.forward.0", "Aten.relu.0.forward",
-                                     "Aten.sum.0.forward", "Aten.sum.0.backward", "Aten.relu.0.backward", "Aten.addmm.0.backward",
-                                     "Aten.t.0.backward", "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0"});
+            std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Module.fc.Linear.forward.0",
+                                     "Aten.relu.0.forward", "Aten.sum.0.forward", "Aten.sum.0.backward",
+                                     "Aten.relu.0.backward", "Aten.addmm.0.backward", "Aten.t.0.backward",
+                                     "Module.fc.Linear.parameters_grad.0", "Module.fc.Linear.backward.0"});
     }
   }
 }
@@ -206,7 +211,9 @@ TEST_CASE("a TorchScript export of the model, loaded with torch::jit::load, give
       "        self.fc = torch.nn.Linear(8, 4)\n"
       "    def forward(self, x):\n"
       "        return torch.relu(self.fc(x))\n"
-      "torch.jit.script(Net()).save('" + path + "')\n", &rc);
+      "torch.jit.script(Net()).save('" +
+          path + "')\n",
+      &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   for (int level = 0; level < 2; ++level) {
     CAPTURE(level);
@@ -214,7 +221,8 @@ TEST_CASE("a TorchScript export of the model, loaded with torch::jit::load, give
     torch::manual_seed(1234);
     torch::nn::Linear same_draws(8, 4);  // consume the generator as the Python model's init did
     auto forward = [&](const torch::Tensor& x) { return scripted.forward({x}).toTensor(); };
-    auto steps = level == 0 ? run_reference<tp::Level::L0>(scripted, forward) : run_reference<tp::Level::Mix>(scripted, forward);
+    auto steps =
+        level == 0 ? run_reference<tp::Level::L0>(scripted, forward) : run_reference<tp::Level::Mix>(scripted, forward);
     check_against_msprobe(level, steps);
     if (level == 1) {
       Json& c = steps.at(0).construct;
@@ -228,7 +236,9 @@ TEST_CASE("a TorchScript export of the model, loaded with torch::jit::load, give
 namespace {
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl() : proj(register_module("proj", torch::nn::Linear(6, 6))), norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})))) {}
+  BlockImpl()
+      : proj(register_module("proj", torch::nn::Linear(6, 6))),
+        norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     tp::ModuleGuard guard(this, x);  // the one line a parameter-free or container module needs
     return norm(proj(x)).relu() + x;
@@ -243,11 +253,12 @@ struct ModelImpl : torch::nn::Module {
       : embed(register_module("embed", torch::nn::Embedding(10, 6))),
         block(register_module("block", Block())),
         conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 2, 3).padding(1)))),
-        head(register_module("head", tp::probe_children(torch::nn::Sequential(torch::nn::Linear(12, 5), torch::nn::ReLU(), torch::nn::Linear(5, 2))))) {}
+        head(register_module("head", tp::probe_children(torch::nn::Sequential(
+                                         torch::nn::Linear(12, 5), torch::nn::ReLU(), torch::nn::Linear(5, 2))))) {}
   torch::Tensor forward(const torch::Tensor& tokens) {
-    auto h = block(embed(tokens));                     // [B, 2, 6]
-    auto c = conv(h.unsqueeze(1)).mean(1);             // [B, 2, 6]
-    return head->forward((h + c).flatten(1));          // [B, 2]
+    auto h = block(embed(tokens));             // [B, 2, 6]
+    auto c = conv(h.unsqueeze(1)).mean(1);     // [B, 2, 6]
+    return head->forward((h + c).flatten(1));  // [B, 2]
   }
   torch::nn::Embedding embed;
   Block block;
@@ -258,7 +269,9 @@ TORCH_MODULE(Model);
 
 }  // namespace
 
-TEST_CASE("a model with Embedding, a guarded block with Linear and LayerNorm, Conv2d and a probed Sequential: entries, counters, construct.json") {
+TEST_CASE(
+    "a model with Embedding, a guarded block with Linear and LayerNorm, Conv2d and a probed Sequential: entries, "
+    "counters, construct.json") {
   torch::manual_seed(5);
   Model model;
   MemoryDebugger<tp::Level::Mix> dbg(memory_options());
@@ -273,18 +286,36 @@ TEST_CASE("a model with Embedding, a guarded block with Linear and LayerNorm, Co
   std::set<std::string> modules;
   for (const auto& n : names_of(d))
     if (n.rfind("Module.", 0) == 0) modules.insert(n);
-  const std::set<std::string> expected = {
-      "Module.embed.Embedding.forward.0", "Module.embed.Embedding.forward.1", "Module.embed.Embedding.backward.0",
-      "Module.embed.Embedding.parameters_grad.0",
-      "Module.block.Block.forward.0", "Module.block.Block.forward.1", "Module.block.Block.backward.0",
-      "Module.block.proj.Linear.forward.0", "Module.block.proj.Linear.forward.1", "Module.block.proj.Linear.backward.0",
-      "Module.block.proj.Linear.parameters_grad.0",
-      "Module.block.norm.LayerNorm.forward.0", "Module.block.norm.LayerNorm.forward.1", "Module.block.norm.LayerNorm.backward.0",
-      "Module.block.norm.LayerNorm.parameters_grad.0",
-      "Module.conv.Conv2d.forward.0", "Module.conv.Conv2d.forward.1", "Module.conv.Conv2d.backward.0", "Module.conv.Conv2d.parameters_grad.0",
-      "Module.head.0.Linear.forward.0", "Module.head.0.Linear.forward.1", "Module.head.0.Linear.backward.0", "Module.head.0.Linear.parameters_grad.0",
-      "Module.head.1.ReLU.forward.0", "Module.head.1.ReLU.forward.1", "Module.head.1.ReLU.backward.0",
-      "Module.head.2.Linear.forward.0", "Module.head.2.Linear.forward.1", "Module.head.2.Linear.backward.0", "Module.head.2.Linear.parameters_grad.0"};
+  const std::set<std::string> expected = {"Module.embed.Embedding.forward.0",
+                                          "Module.embed.Embedding.forward.1",
+                                          "Module.embed.Embedding.backward.0",
+                                          "Module.embed.Embedding.parameters_grad.0",
+                                          "Module.block.Block.forward.0",
+                                          "Module.block.Block.forward.1",
+                                          "Module.block.Block.backward.0",
+                                          "Module.block.proj.Linear.forward.0",
+                                          "Module.block.proj.Linear.forward.1",
+                                          "Module.block.proj.Linear.backward.0",
+                                          "Module.block.proj.Linear.parameters_grad.0",
+                                          "Module.block.norm.LayerNorm.forward.0",
+                                          "Module.block.norm.LayerNorm.forward.1",
+                                          "Module.block.norm.LayerNorm.backward.0",
+                                          "Module.block.norm.LayerNorm.parameters_grad.0",
+                                          "Module.conv.Conv2d.forward.0",
+                                          "Module.conv.Conv2d.forward.1",
+                                          "Module.conv.Conv2d.backward.0",
+                                          "Module.conv.Conv2d.parameters_grad.0",
+                                          "Module.head.0.Linear.forward.0",
+                                          "Module.head.0.Linear.forward.1",
+                                          "Module.head.0.Linear.backward.0",
+                                          "Module.head.0.Linear.parameters_grad.0",
+                                          "Module.head.1.ReLU.forward.0",
+                                          "Module.head.1.ReLU.forward.1",
+                                          "Module.head.1.ReLU.backward.0",
+                                          "Module.head.2.Linear.forward.0",
+                                          "Module.head.2.Linear.forward.1",
+                                          "Module.head.2.Linear.backward.0",
+                                          "Module.head.2.Linear.parameters_grad.0"};
   CHECK(modules == expected);
   Json& c = files.construct;
   CHECK(c["Module.block.proj.Linear.forward.0"] == "Module.block.Block.forward.0");
@@ -292,7 +323,7 @@ TEST_CASE("a model with Embedding, a guarded block with Linear and LayerNorm, Co
   CHECK(c["Module.block.Block.forward.0"].is_null());
   CHECK(c["Module.head.1.ReLU.forward.0"].is_null());
   CHECK(c["Module.embed.Embedding.forward.0"].is_null());
-  CHECK(c["Aten.relu.0.forward"] == "Module.block.Block.forward.0");        // inside the guarded block
+  CHECK(c["Aten.relu.0.forward"] == "Module.block.Block.forward.0");  // inside the guarded block
   CHECK(c["Aten.layer_norm.0.forward"] == "Module.block.norm.LayerNorm.forward.0");
   CHECK(c["Aten.conv2d.0.forward"] == "Module.conv.Conv2d.forward.0");
   CHECK(c["Aten.relu.1.forward"] == "Module.head.1.ReLU.forward.0");
@@ -329,14 +360,33 @@ TEST_CASE("every parameter-owning leaf of torch::nn is found without any change 
   const auto v = torch::randn({4, 6}, torch::requires_grad());
   const auto seq = torch::randn({5, 2, 6}, torch::requires_grad());
   const std::vector<std::pair<std::string, std::vector<std::int64_t>>> expect = {
-      {"linear.Linear", {4, 6}}, {"conv1.Conv1d", {2, 2, 7}}, {"conv2.Conv2d", {2, 2, 5, 5}}, {"conv3.Conv3d", {1, 2, 4, 4, 4}},
-      {"deconv.ConvTranspose2d", {2, 2, 5, 5}}, {"bn.BatchNorm1d", {4, 6}}, {"ln.LayerNorm", {4, 6}}, {"gn.GroupNorm", {4, 6}},
-      {"emb.Embedding", {4}}, {"lstm.LSTM", {5, 2, 6}}, {"gru.GRU", {5, 2, 6}}, {"rnn.RNN", {5, 2, 6}}, {"prelu.PReLU", {4, 6}}};
+      {"linear.Linear", {4, 6}},
+      {"conv1.Conv1d", {2, 2, 7}},
+      {"conv2.Conv2d", {2, 2, 5, 5}},
+      {"conv3.Conv3d", {1, 2, 4, 4, 4}},
+      {"deconv.ConvTranspose2d", {2, 2, 5, 5}},
+      {"bn.BatchNorm1d", {4, 6}},
+      {"ln.LayerNorm", {4, 6}},
+      {"gn.GroupNorm", {4, 6}},
+      {"emb.Embedding", {4}},
+      {"lstm.LSTM", {5, 2, 6}},
+      {"gru.GRU", {5, 2, 6}},
+      {"rnn.RNN", {5, 2, 6}},
+      {"prelu.PReLU", {4, 6}}};
   dbg.start(zoo);
-  std::vector<torch::Tensor> outs = {
-      zoo->linear(v), zoo->conv1(torch::randn({2, 2, 7})), zoo->conv2(torch::randn({2, 2, 5, 5})), zoo->conv3(torch::randn({1, 2, 4, 4, 4})),
-      zoo->deconv(torch::randn({2, 2, 5, 5})), zoo->bn(v), zoo->ln(v), zoo->gn(v), zoo->emb(torch::randint(0, 10, {4})),
-      std::get<0>(zoo->lstm(seq)), std::get<0>(zoo->gru(seq)), std::get<0>(zoo->rnn(seq)), zoo->prelu(v)};
+  std::vector<torch::Tensor> outs = {zoo->linear(v),
+                                     zoo->conv1(torch::randn({2, 2, 7})),
+                                     zoo->conv2(torch::randn({2, 2, 5, 5})),
+                                     zoo->conv3(torch::randn({1, 2, 4, 4, 4})),
+                                     zoo->deconv(torch::randn({2, 2, 5, 5})),
+                                     zoo->bn(v),
+                                     zoo->ln(v),
+                                     zoo->gn(v),
+                                     zoo->emb(torch::randint(0, 10, {4})),
+                                     std::get<0>(zoo->lstm(seq)),
+                                     std::get<0>(zoo->gru(seq)),
+                                     std::get<0>(zoo->rnn(seq)),
+                                     zoo->prelu(v)};
   torch::Tensor total = torch::zeros({});
   for (const auto& o : outs) total = total + o.sum();
   total.backward();
@@ -375,7 +425,8 @@ TEST_CASE("with mix on, losses and gradients stay bit-identical") {
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
 }
 
-TEST_CASE("two models run forward and backward on two threads at once: every entry complete and on its own model's shapes") {
+TEST_CASE(
+    "two models run forward and backward on two threads at once: every entry complete and on its own model's shapes") {
   torch::manual_seed(6);
   struct TwoImpl : torch::nn::Module {
     TwoImpl() : a(register_module("a", torch::nn::Linear(8, 4))), b(register_module("b", torch::nn::Linear(6, 3))) {}
@@ -416,7 +467,8 @@ TEST_CASE("two models run forward and backward on two threads at once: every ent
     if (kv.key().rfind("Aten.", 0) != 0 || kv.key().rfind("Aten.randn", 0) == 0) continue;  // randn has no backward
     const bool fwd = kv.key().find(".forward") != std::string::npos;
     (fwd ? forwards : backwards)++;
-    if (kv.key().rfind("Aten.tanh", 0) == 0 || kv.key().rfind("Aten.sigmoid", 0) == 0) CHECK(files.construct[kv.key()].is_null());
+    if (kv.key().rfind("Aten.tanh", 0) == 0 || kv.key().rfind("Aten.sigmoid", 0) == 0)
+      CHECK(files.construct[kv.key()].is_null());
   }
   CHECK(forwards == backwards);
   for (const auto& kv : files.construct.items()) {
@@ -439,7 +491,8 @@ TEST_CASE("ScopedModuleDump records only the named module, under the given name,
   torch::ones({2}).neg();  // after the scope: API entries again
   dbg.stop();
   Json d = dbg.sink().step(0).dump["data"];
-  CHECK(names_of(d) == std::vector<std::string>{"Module.fc_only.Linear.forward.0", "Module.fc_only.Linear.backward.0", "Aten.ones.0.forward", "Aten.neg.0.forward"});
+  CHECK(names_of(d) == std::vector<std::string>{"Module.fc_only.Linear.forward.0", "Module.fc_only.Linear.backward.0",
+                                                "Aten.ones.0.forward", "Aten.neg.0.forward"});
   CHECK(d["Module.fc_only.Linear.forward.0"]["input_args"][0]["shape"] == Json::parse("[2, 8]"));
 }
 

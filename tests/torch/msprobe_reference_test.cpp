@@ -33,8 +33,10 @@ Json read_python_json(const std::string& path) {
     const char c = text[i];
     if (in_string) {
       out += c;
-      if (c == '\\') out += text[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        out += text[++i];
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     in_string = c == '"';
@@ -60,7 +62,8 @@ Json reference(const std::string& name, int s) {
 }
 
 Json ours_step(const tptest::TempDir& tmp, int s) {
-  return read_python_json(tmp.path() + "/step" + std::to_string(s) + "/proc" + std::to_string(::getpid()) + "/dump.json")["data"];
+  return read_python_json(tmp.path() + "/step" + std::to_string(s) + "/proc" + std::to_string(::getpid()) +
+                          "/dump.json")["data"];
 }
 
 // Calls visit(pointer, item) for every item ({"type": ...}: a tensor or another value) of an entry.
@@ -152,7 +155,9 @@ int compare_checksums(const Json& theirs, const Json& ours, bool statistics, std
 
 }  // namespace
 
-TEST_CASE("summary_mode md5 at level mix: every CRC-32 equals the one msprobe wrote for the same tensor of the quick-start model") {
+TEST_CASE(
+    "summary_mode md5 at level mix: every CRC-32 equals the one msprobe wrote for the same tensor of the quick-start "
+    "model") {
   std::vector<Json> ours = run_quick_start<tp::Level::Mix>("md5");
   for (int s = 0; s < 2; ++s) {
     CAPTURE(s);
@@ -168,15 +173,19 @@ TEST_CASE("summary_mode md5 at level mix: every CRC-32 equals the one msprobe wr
     for (const auto& kv : ours[s].items())
       if (!paired.count(kv.key())) unpaired.insert(kv.key());
     CHECK(unpaired == std::set<std::string>{"Aten.t.0.backward"});
-    CHECK(ours[s]["Aten.t.0.backward"]["input"][0]["md5"] == theirs["Functional.linear.0.backward"]["output"][2]["md5"]);
+    CHECK(ours[s]["Aten.t.0.backward"]["input"][0]["md5"] ==
+          theirs["Functional.linear.0.backward"]["output"][2]["md5"]);
   }
   // The two steps differ where the tensors do (x, and the accumulated gradients of step 1).
-  CHECK(ours[0]["Aten.addmm.0.forward"]["input_args"][1]["md5"] != ours[1]["Aten.addmm.0.forward"]["input_args"][1]["md5"]);
+  CHECK(ours[0]["Aten.addmm.0.forward"]["input_args"][1]["md5"] !=
+        ours[1]["Aten.addmm.0.forward"]["input_args"][1]["md5"]);
   CHECK(ours[0]["Module.fc.Linear.parameters_grad.0"]["weight"][0]["md5"] !=
         ours[1]["Module.fc.Linear.parameters_grad.0"]["weight"][0]["md5"]);
 }
 
-TEST_CASE("summary_mode xor at L1: every XOR word, and the value of the 0-d loss, equal what msprobe wrote for the same tensor") {
+TEST_CASE(
+    "summary_mode xor at L1: every XOR word, and the value of the 0-d loss, equal what msprobe wrote for the same "
+    "tensor") {
   std::vector<Json> ours = run_quick_start<tp::Level::L1>("xor");
   for (int s = 0; s < 2; ++s) {
     CAPTURE(s);
@@ -184,12 +193,15 @@ TEST_CASE("summary_mode xor at L1: every XOR word, and the value of the 0-d loss
     std::set<std::string> paired;
     // linear 4, relu 2, sum 2 (forward); sum 2, relu 2, linear 4 (backward)
     CHECK(compare_checksums(theirs, ours[s], /*statistics=*/false, paired) == 16);
-    CHECK(paired == std::set<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.relu.0.forward", "Aten.sum.0.forward",
-                                          "Aten.sum.0.backward", "Aten.relu.0.backward", "Aten.addmm.0.backward"});
+    CHECK(paired == std::set<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.relu.0.forward",
+                                          "Aten.sum.0.forward", "Aten.sum.0.backward", "Aten.relu.0.backward",
+                                          "Aten.addmm.0.backward"});
     CHECK(ours[s].size() == 8);  // and Aten.t.0.backward
-    CHECK(ours[s]["Aten.t.0.backward"]["input"][0]["md5"] == theirs["Functional.linear.0.backward"]["output"][2]["md5"]);
+    CHECK(ours[s]["Aten.t.0.backward"]["input"][0]["md5"] ==
+          theirs["Functional.linear.0.backward"]["output"][2]["md5"]);
     // xor mode writes no statistics, as msprobe
-    for (const char* key : {"Max", "Min", "Mean", "Norm"}) CHECK_FALSE(ours[s]["Aten.relu.0.forward"]["output"][0].contains(key));
+    for (const char* key : {"Max", "Min", "Mean", "Norm"})
+      CHECK_FALSE(ours[s]["Aten.relu.0.forward"]["output"][0].contains(key));
   }
 }
 
@@ -223,9 +235,13 @@ const std::vector<EntryPair> kTypesPairs = {
     {"Torch.add.3.forward", "Aten.add.3.forward", {}},
     {"Torch.mul.1.forward", "Aten.mul.2.forward", {}},
     {"Torch.einsum.0.forward", "Aten.einsum.0.forward", {{"/input_args/1", "/input_args/1/0"}}},
-    {"Functional.pad.0.forward", "Aten.constant_pad_nd.0.forward", {{"/input_kwargs/mode", ""}, {"/input_kwargs/value", "/input_args/2"}}},
+    {"Functional.pad.0.forward",
+     "Aten.constant_pad_nd.0.forward",
+     {{"/input_kwargs/mode", ""}, {"/input_kwargs/value", "/input_args/2"}}},
     {"Torch.add.4.forward", "Aten.add.4.forward", {}},
-    {"Torch.sum.0.forward", "Aten.sum.0.forward", {{"/input_kwargs/dim", "/input_args/1"}, {"/input_kwargs/keepdim", "/input_args/2"}}},
+    {"Torch.sum.0.forward",
+     "Aten.sum.0.forward",
+     {{"/input_kwargs/dim", "/input_args/1"}, {"/input_kwargs/keepdim", "/input_args/2"}}},
 };
 
 double as_double(const Json& v) {
@@ -234,7 +250,9 @@ double as_double(const Json& v) {
 }
 
 // v rounded to a dtype, as a double.
-double rounded(double v, at::ScalarType dtype) { return torch::tensor(v, at::kDouble).to(dtype).to(at::kDouble).item<double>(); }
+double rounded(double v, at::ScalarType dtype) {
+  return torch::tensor(v, at::kDouble).to(dtype).to(at::kDouble).item<double>();
+}
 
 struct TypesResult {
   int tensors = 0, values = 0, unpaired = 0;
@@ -247,10 +265,12 @@ struct TypesResult {
 // For the tensors of `known`, whose dtype is one of those, the difference is asserted to be there.
 void compare_mean_norm(Json o, Json t, const at::Tensor* known, TypesResult& r) {
   const std::string dtype = t["dtype"].get<std::string>();
-  const bool reduced = t["shape"].size() > 0 && t["dtype"] != "torch.bool" && !t["Max"].is_null();  // not 0-d, bool, empty
+  const bool reduced =
+      t["shape"].size() > 0 && t["dtype"] != "torch.bool" && !t["Max"].is_null();  // not 0-d, bool, empty
   const bool deliberate = reduced && (dtype == "torch.int64" || dtype == "torch.float64" || dtype == "torch.float16" ||
                                       dtype == "torch.bfloat16");
-  REQUIRE_MESSAGE((known != nullptr) == deliberate, "a tensor of a deliberate difference must be known, and only those");
+  REQUIRE_MESSAGE((known != nullptr) == deliberate,
+                  "a tensor of a deliberate difference must be known, and only those");
   for (const char* key : {"Mean", "Norm"}) {
     CAPTURE(std::string(key));
     if (deliberate) {
@@ -317,7 +337,9 @@ TypesResult compare_types(const Json& theirs, const Json& ours, const std::map<s
 
 }  // namespace
 
-TEST_CASE("types_L1: every field of msprobe's dump of many argument kinds, with only TorchProbe's deliberate Mean/Norm differences") {
+TEST_CASE(
+    "types_L1: every field of msprobe's dump of many argument kinds, with only TorchProbe's deliberate Mean/Norm "
+    "differences") {
   tptest::TempDir tmp;
   std::map<std::string, at::Tensor> known;
   {
@@ -350,7 +372,7 @@ TEST_CASE("types_L1: every field of msprobe's dump of many argument kinds, with 
     const at::Tensor zz = torch::add(z, 1);
     torch::sum(x, at::IntArrayRef{0, 1}, false);
     dbg.stop();
-    known = {{"Tensor.to.0.forward /output/0", h},          {"Tensor.to.1.forward /output/0", bf},
+    known = {{"Tensor.to.0.forward /output/0", h},           {"Tensor.to.1.forward /output/0", bf},
              {"Tensor.__mul__.0.forward /input_args/0", bf}, {"Tensor.__mul__.0.forward /output/0", m},
              {"Torch.arange.0.forward /output/0", ints},     {"Torch.add.2.forward /input_args/0", ints},
              {"Torch.add.2.forward /output/0", i2},          {"Torch.add.4.forward /input_args/0", z},
@@ -363,8 +385,8 @@ TEST_CASE("types_L1: every field of msprobe's dump of many argument kinds, with 
   CHECK(keys_of(ours) == want_names);
   CHECK(theirs.size() == kTypesPairs.size());
   const TypesResult r = compare_types(theirs, ours, known);
-  CHECK(r.tensors == 35);      // all of msprobe's tensor items
-  CHECK(r.values == 22);       // and its 24 other values but the two without a counterpart
+  CHECK(r.tensors == 35);  // all of msprobe's tensor items
+  CHECK(r.values == 22);   // and its 24 other values but the two without a counterpart
   CHECK(r.unpaired == 2);
   CHECK(r.deliberate == 2 * 9);  // Mean and Norm of the 9 items of `known`: 4 fp16/bf16, 3 int64, 2 float64
   MESSAGE("types_L1: " << r.tensors << " tensors, " << r.values << " other values compared; " << r.float32_rounding

@@ -37,7 +37,8 @@ Json read_python_json(const std::string& path) {
       "    if isinstance(v, list): return [fix(e) for e in v]\n"
       "    if isinstance(v, dict): return {k: fix(e) for k, e in v.items()}\n"
       "    return v\n"
-      "print(json.dumps(fix(json.load(open('" + path + "')))))\n",
+      "print(json.dumps(fix(json.load(open('" +
+          path + "')))))\n",
       &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   return Json::parse(out);
@@ -118,7 +119,8 @@ void run_forward_model(D& dbg, ForwardOverflow& model, int steps = 1) {
 
 std::vector<std::string> roles(const Json& summary) {
   std::vector<std::string> out;
-  for (const Json& c : summary["calls"]) out.push_back(c["name"].get<std::string>() + ":" + c["role"].get<std::string>());
+  for (const Json& c : summary["calls"])
+    out.push_back(c["name"].get<std::string>() + ":" + c["role"].get<std::string>());
   return out;
 }
 
@@ -139,7 +141,9 @@ std::string stderr_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE("overflow_check at L1: only the calls with a non-finite Max/Min are written, each tensor saved as a .pt torch.load reads") {
+TEST_CASE(
+    "overflow_check at L1: only the calls with a non-finite Max/Min are written, each tensor saved as a .pt torch.load "
+    "reads") {
   tptest::TempDir tmp;
   ForwardOverflow model;
   Overflow<tp::Level::L1> dbg(tp::Options().dump_path(tmp.path()).overflow_nums(-1));
@@ -152,12 +156,14 @@ TEST_CASE("overflow_check at L1: only the calls with a non-finite Max/Min are wr
   CHECK(dump["level"] == "L1");
   CHECK(dump["dump_data_dir"] == dir + "/dump_tensor_data");
   // t, addmm, to and every backward entry are finite and leave nothing.
-  CHECK(keys_of(dump["data"]) == std::vector<std::string>{"Aten.mul.0.forward", "Aten.add.0.forward", "Aten.sum.0.forward"});
+  CHECK(keys_of(dump["data"]) ==
+        std::vector<std::string>{"Aten.mul.0.forward", "Aten.add.0.forward", "Aten.sum.0.forward"});
 
   const Json& mul = dump["data"]["Aten.mul.0.forward"];
   CHECK(keys_of(mul) == std::vector<std::string>{"input_args", "input_kwargs", "output"});
   const Json& in = mul["input_args"][0];
-  CHECK(keys_of(in) == std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "data_name"});
+  CHECK(keys_of(in) ==
+        std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "data_name"});
   CHECK(in["dtype"] == "torch.float16");
   CHECK(in["Max"] == 8.0);
   CHECK(in["data_name"] == "Aten.mul.0.forward.input.0.pt");
@@ -167,15 +173,18 @@ TEST_CASE("overflow_check at L1: only the calls with a non-finite Max/Min are wr
   CHECK(dump["data"]["Aten.add.0.forward"]["input_args"][0]["Min"] == "Infinity");
 
   CHECK(files_in(dir + "/dump_tensor_data") ==
-        std::vector<std::string>{"Aten.add.0.forward.input.0.pt", "Aten.add.0.forward.output.0.pt", "Aten.mul.0.forward.input.0.pt",
-                                 "Aten.mul.0.forward.output.0.pt", "Aten.sum.0.forward.input.0.pt", "Aten.sum.0.forward.output.0.pt"});
+        std::vector<std::string>{"Aten.add.0.forward.input.0.pt", "Aten.add.0.forward.output.0.pt",
+                                 "Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt",
+                                 "Aten.sum.0.forward.input.0.pt", "Aten.sum.0.forward.output.0.pt"});
   int rc = 0;
   const std::string out = tptest::run_python(
       "import torch\n"
-      "d = '" + dir + "/dump_tensor_data/'\n"
-      "a = torch.load(d + 'Aten.mul.0.forward.input.0.pt')\n"
-      "b = torch.load(d + 'Aten.mul.0.forward.output.0.pt')\n"
-      "print(a.dtype, list(a.shape), a.float().unique().tolist(), b.isinf().all().item(), a.requires_grad)\n",
+      "d = '" +
+          dir +
+          "/dump_tensor_data/'\n"
+          "a = torch.load(d + 'Aten.mul.0.forward.input.0.pt')\n"
+          "b = torch.load(d + 'Aten.mul.0.forward.output.0.pt')\n"
+          "print(a.dtype, list(a.shape), a.float().unique().tolist(), b.isinf().all().item(), a.requires_grad)\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out == "torch.float16 [2, 4] [8.0] True False\n");
@@ -183,7 +192,8 @@ TEST_CASE("overflow_check at L1: only the calls with a non-finite Max/Min are wr
   // stack.json and construct.json name the written calls only.
   const Json stack = tptest::read_json(dir + "/stack.json");
   std::vector<std::string> stacked;
-  for (const auto& group : stack) for (const auto& n : group[0]) stacked.push_back(n.get<std::string>());
+  for (const auto& group : stack)
+    for (const auto& n : group[0]) stacked.push_back(n.get<std::string>());
   std::sort(stacked.begin(), stacked.end());
   CHECK(stacked == std::vector<std::string>{"Aten.add.0.forward", "Aten.mul.0.forward", "Aten.sum.0.forward"});
   CHECK(tptest::read_text(dir + "/construct.json") == "{}");
@@ -193,7 +203,8 @@ TEST_CASE("overflow_check at L1: only the calls with a non-finite Max/Min are wr
   CHECK(summary["origin_parent"].is_null());
   CHECK(summary["overflowing_calls"] == 3);
   CHECK(summary["limit_reached"] == false);
-  CHECK(roles(summary) == std::vector<std::string>{"Aten.mul.0.forward:origin", "Aten.add.0.forward:propagated", "Aten.sum.0.forward:propagated"});
+  CHECK(roles(summary) == std::vector<std::string>{"Aten.mul.0.forward:origin", "Aten.add.0.forward:propagated",
+                                                   "Aten.sum.0.forward:propagated"});
   CHECK(summary["calls"][0]["nonfinite"] == Json::parse(R"(["output.0"])"));
   CHECK(summary["calls"][1]["nonfinite"] == Json::parse(R"(["input.0", "output.0"])"));
   CHECK(!fs::exists(dir + "/" + tp::io::Journal::kFileName));
@@ -216,12 +227,15 @@ TEST_CASE("an overflow only in backward: the backward entry that made it is writ
   CHECK(e["output"][0]["Max"] == "Infinity");
   CHECK(e["output"][0]["data_name"] == "Aten.mul.0.backward.output.0.pt");
   CHECK(e["output"][1].is_null());  // w needs no gradient
-  CHECK(files_in(dir + "/dump_tensor_data") == std::vector<std::string>{"Aten.mul.0.backward.input.0.pt", "Aten.mul.0.backward.output.0.pt"});
+  CHECK(files_in(dir + "/dump_tensor_data") ==
+        std::vector<std::string>{"Aten.mul.0.backward.input.0.pt", "Aten.mul.0.backward.output.0.pt"});
   int rc = 0;
   const std::string out = tptest::run_python(
       "import torch\n"
-      "t = torch.load('" + dir + "/dump_tensor_data/Aten.mul.0.backward.output.0.pt')\n"
-      "print(t.dtype, t.isinf().all().item())\n",
+      "t = torch.load('" +
+          dir +
+          "/dump_tensor_data/Aten.mul.0.backward.output.0.pt')\n"
+          "print(t.dtype, t.isinf().all().item())\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out == "torch.float16 True\n");
@@ -238,7 +252,10 @@ TEST_CASE("the planted op is the origin: a multiply by a large constant, an exp,
   const Case cases[] = {
       {"Aten.mul.0.forward", [] { return (torch::full({3}, 30000.0, torch::kHalf) * 4).neg(); }},
       {"Aten.exp.0.forward", [] { return torch::exp(torch::linspace(0, 100, 5)).sum(); }},
-      {"Aten.matmul.0.forward", [] { return torch::matmul(torch::full({2, 3}, 1e20), torch::full({3, 2}, 1e20)).relu(); }},
+      {"Aten.matmul.0.forward",
+       [] {
+         return torch::matmul(torch::full({2, 3}, 1e20), torch::full({3, 2}, 1e20)).relu();
+       }},
   };
   for (const Case& c : cases) {
     CAPTURE(c.origin);
@@ -270,7 +287,8 @@ TEST_CASE("overflow_nums 1: the first overflowing call is written at once, then 
     REQUIRE(fs::exists(dir + "/dump.json"));
     const Json early = read_python_json(dir + "/dump.json");
     CHECK(keys_of(early["data"]) == std::vector<std::string>{"Aten.mul.0.forward"});
-    CHECK(files_in(dir + "/dump_tensor_data") == std::vector<std::string>{"Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt"});
+    CHECK(files_in(dir + "/dump_tensor_data") ==
+          std::vector<std::string>{"Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt"});
     loss.backward();
   }
   const std::string said = stderr_of([&] {
@@ -302,7 +320,8 @@ TEST_CASE("overflow_nums 2 keeps two calls; -1 keeps every overflowing call of e
     tptest::TempDir tmp;
     Overflow<tp::Level::L1, tp::MemorySink> dbg(tp::Options().dump_path(tmp.path()).overflow_nums(2));
     std::string said = stderr_of([&] { run_forward_model(dbg, model, 2); });
-    CHECK(keys_of(dbg.sink().step(0).dump["data"]) == std::vector<std::string>{"Aten.mul.0.forward", "Aten.add.0.forward"});
+    CHECK(keys_of(dbg.sink().step(0).dump["data"]) ==
+          std::vector<std::string>{"Aten.mul.0.forward", "Aten.add.0.forward"});
     CHECK(dbg.sink().steps().count(1) == 0);
     CHECK(said.find("overflow_nums = 2") != std::string::npos);
   }
@@ -380,7 +399,8 @@ TEST_CASE("device path (forced on CPU): decisions wait for one batched read at f
   auto dump_of = [](bool device, std::int64_t nums) {
     ForwardOverflow model;
     tptest::TempDir tmp;
-    auto dbg = std::make_unique<Overflow<tp::Level::L1, tp::MemorySink>>(tp::Options().dump_path(tmp.path()).overflow_nums(nums));
+    auto dbg = std::make_unique<Overflow<tp::Level::L1, tp::MemorySink>>(
+        tp::Options().dump_path(tmp.path()).overflow_nums(nums));
     dbg->task().force_device_path(device);
     {
       tp::ScopedDump scope(*dbg, model);
@@ -408,7 +428,9 @@ TEST_CASE("device path (forced on CPU): decisions wait for one batched read at f
   CHECK(limited.second["limit_reached"] == true);
 }
 
-TEST_CASE("device path: after many undecided calls the batch is read before the flush, and overflow_nums ends the dump there") {
+TEST_CASE(
+    "device path: after many undecided calls the batch is read before the flush, and overflow_nums ends the dump "
+    "there") {
   tptest::TempDir tmp;
   Overflow<tp::Level::L1> dbg(tp::Options().dump_path(tmp.path()));
   dbg.task().force_device_path(true);
@@ -425,7 +447,8 @@ TEST_CASE("device path: after many undecided calls the batch is read before the 
   });
   const Json dump = read_python_json(dir + "/dump.json");
   CHECK(keys_of(dump["data"]) == std::vector<std::string>{"Aten.mul.0.forward"});
-  CHECK(files_in(dir + "/dump_tensor_data") == std::vector<std::string>{"Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt"});
+  CHECK(files_in(dir + "/dump_tensor_data") ==
+        std::vector<std::string>{"Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt"});
 }
 
 TEST_CASE("an in-place op's input file holds the value before the op overwrote it") {
@@ -440,8 +463,11 @@ TEST_CASE("an in-place op's input file holds the value before the op overwrote i
   int rc = 0;
   const std::string out = tptest::run_python(
       "import torch\n"
-      "d = '" + dir + "/dump_tensor_data/'\n"
-      "print(torch.load(d + 'Aten.mul_.0.forward.input.0.pt').tolist(), torch.load(d + 'Aten.mul_.0.forward.output.0.pt').tolist())\n",
+      "d = '" +
+          dir +
+          "/dump_tensor_data/'\n"
+          "print(torch.load(d + 'Aten.mul_.0.forward.input.0.pt').tolist(), torch.load(d + "
+          "'Aten.mul_.0.forward.output.0.pt').tolist())\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out == "[40000.0, 40000.0, 40000.0] [inf, inf, inf]\n");
@@ -450,7 +476,8 @@ TEST_CASE("an in-place op's input file holds the value before the op overwrote i
 TEST_CASE("the format matches classic msprobe's overflow_check dump of the same program (Torch.mul is our Aten.mul)") {
   // msprobe's program: full((4,), 60000.0, float16) then torch.mul(big, 2), overflow_nums 1.
   tptest::TempDir tmp;
-  tp::PrecisionDebugger dbg(tp::Options().set("task", "overflow_check").set("level", "L1").dump_path(tmp.path()).overflow_nums(1));
+  tp::PrecisionDebugger dbg(
+      tp::Options().set("task", "overflow_check").set("level", "L1").dump_path(tmp.path()).overflow_nums(1));
   {
     tp::ScopedDump scope(dbg);
     const torch::Tensor big = torch::full({4}, 60000.0, torch::kHalf);
@@ -490,10 +517,12 @@ TEST_CASE("the format matches classic msprobe's overflow_check dump of the same 
   int rc = 0;
   const std::string out = tptest::run_python(
       "import torch\n"
-      "ours, theirs = '" + rank_dir(tmp.path()) + "/dump_tensor_data/Aten', '" + ref_dir + "/dump_tensor_data/Torch'\n"
-      "for f in ('.mul.0.forward.input.0.pt', '.mul.0.forward.output.0.pt'):\n"
-      "    a, b = torch.load(ours + f), torch.load(theirs + f)\n"
-      "    print(a.dtype == b.dtype, a.shape == b.shape, torch.equal(a, b))\n",
+      "ours, theirs = '" +
+          rank_dir(tmp.path()) + "/dump_tensor_data/Aten', '" + ref_dir +
+          "/dump_tensor_data/Torch'\n"
+          "for f in ('.mul.0.forward.input.0.pt', '.mul.0.forward.output.0.pt'):\n"
+          "    a, b = torch.load(ours + f), torch.load(theirs + f)\n"
+          "    print(a.dtype == b.dtype, a.shape == b.shape, torch.equal(a, b))\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out == "True True True\nTrue True True\n");

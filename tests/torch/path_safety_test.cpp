@@ -52,9 +52,11 @@ std::string python_first_values(const std::string& dir) {
   int rc = 0;
   const std::string out = tptest::run_python(
       "import os, torch\n"
-      "d = '" + dir + "'\n"
-      "for f in sorted(os.listdir(d)):\n"
-      "    print(f + ': ' + str(torch.load(os.path.join(d, f)).flatten()[0].item()))\n",
+      "d = '" +
+          dir +
+          "'\n"
+          "for f in sorted(os.listdir(d)):\n"
+          "    print(f + ': ' + str(torch.load(os.path.join(d, f)).flatten()[0].item()))\n",
       &rc);
   CHECK_MESSAGE(rc == 0, out);
   return out;
@@ -89,7 +91,8 @@ struct Holder : torch::nn::Module {
 
 }  // namespace
 
-TEST_CASE("a dump_path with a NUL character is refused before anything is created, in the working directory or elsewhere") {
+TEST_CASE(
+    "a dump_path with a NUL character is refused before anything is created, in the working directory or elsewhere") {
   tptest::TempDir tmp;
   InDirectory cwd(tmp.path());
   CHECK_THROWS_WITH_AS(dump_one_op(tp::Options().dump_path(kNulPath)),
@@ -117,15 +120,16 @@ TEST_CASE("save() names with '..', '/' or NUL stay inside dump_tensor_data, and 
     dbg.save(tp::SaveValue::dict({{"../../k", torch::full({2}, 6.0)}}), "dict");
   }
   const std::string rank = tmp / ("d/step0/" + proc_dir());
-  const std::set<std::string> tensors = {".._x.0.debug.pt", "a_b.0.debug.pt", "n_ul.0.debug.pt", "...0.debug.pt",
-                                         "_abs.0.debug.pt", "dict.0.debug..._.._k.pt"};
+  const std::set<std::string> tensors = {".._x.0.debug.pt", "a_b.0.debug.pt",  "n_ul.0.debug.pt",
+                                         "...0.debug.pt",   "_abs.0.debug.pt", "dict.0.debug..._.._k.pt"};
   CHECK(tree(tmp.path()) == rank_tree("debug.json", tensors));
   // The entries keep the names the program gave; data_name is the file that holds the tensor.
   const Json data = tptest::read_json(rank + "/debug.json")["data"];
-  const std::map<std::string, std::string> files = {
-      {"../x.0.debug", ".._x.0.debug.pt"}, {"a/b.0.debug", "a_b.0.debug.pt"},
-      {std::string("n\0ul.0.debug", 12), "n_ul.0.debug.pt"}, {"...0.debug", "...0.debug.pt"},
-      {"/abs.0.debug", "_abs.0.debug.pt"}};
+  const std::map<std::string, std::string> files = {{"../x.0.debug", ".._x.0.debug.pt"},
+                                                    {"a/b.0.debug", "a_b.0.debug.pt"},
+                                                    {std::string("n\0ul.0.debug", 12), "n_ul.0.debug.pt"},
+                                                    {"...0.debug", "...0.debug.pt"},
+                                                    {"/abs.0.debug", "_abs.0.debug.pt"}};
   for (const auto& [entry, file] : files) {
     CAPTURE(entry);
     REQUIRE(data.contains(entry));
@@ -149,11 +153,13 @@ TEST_CASE("module names with '..' and '/' (a class name, a module_dump name) sta
     dbg.stop();
   }
   const std::string rank = tmp / ("d/step0/" + proc_dir());
-  CHECK(tree(tmp.path()) == rank_tree("dump.json stack.json construct.json",
-                                      {"Module.leaf..._odd_Leaf.forward.0.input.0.pt", "Module.leaf..._odd_Leaf.forward.0.output.0.pt",
-                                       "Module.leaf..._odd_Leaf.forward.0.parameters.w.pt"}));
+  CHECK(tree(tmp.path()) ==
+        rank_tree("dump.json stack.json construct.json",
+                  {"Module.leaf..._odd_Leaf.forward.0.input.0.pt", "Module.leaf..._odd_Leaf.forward.0.output.0.pt",
+                   "Module.leaf..._odd_Leaf.forward.0.parameters.w.pt"}));
   const Json data = tptest::read_json(rank + "/dump.json")["data"];
-  CHECK(data["Module.leaf.../odd/Leaf.forward.0"]["output"][0]["data_name"] == "Module.leaf..._odd_Leaf.forward.0.output.0.pt");
+  CHECK(data["Module.leaf.../odd/Leaf.forward.0"]["output"][0]["data_name"] ==
+        "Module.leaf..._odd_Leaf.forward.0.output.0.pt");
   // x @ w: 2 * 0.5 * 3 = 3 in every element.
   CHECK(python_first_values(rank + "/dump_tensor_data") ==
         "Module.leaf..._odd_Leaf.forward.0.input.0.pt: 2.0\nModule.leaf..._odd_Leaf.forward.0.output.0.pt: 3.0\n"
@@ -176,11 +182,13 @@ TEST_CASE("module names with '..' and '/' (a class name, a module_dump name) sta
     dbg.stop();
   }
   const std::string rank2 = tmp2 / ("d/step0/" + proc_dir());
-  CHECK(tree(tmp2.path()) == rank_tree("dump.json stack.json construct.json",
-                                       {"Module..._.._m.Linear.forward.0.input.0.pt", "Module..._.._m.Linear.forward.0.output.0.pt",
-                                        "Module..._.._m.Linear.forward.0.parameters.weight.pt"}));
+  CHECK(tree(tmp2.path()) ==
+        rank_tree("dump.json stack.json construct.json",
+                  {"Module..._.._m.Linear.forward.0.input.0.pt", "Module..._.._m.Linear.forward.0.output.0.pt",
+                   "Module..._.._m.Linear.forward.0.parameters.weight.pt"}));
   const Json data2 = tptest::read_json(rank2 + "/dump.json")["data"];
-  CHECK(data2["Module.../../m.Linear.forward.0"]["input_args"][0]["data_name"] == "Module..._.._m.Linear.forward.0.input.0.pt");
+  CHECK(data2["Module.../../m.Linear.forward.0"]["input_args"][0]["data_name"] ==
+        "Module..._.._m.Linear.forward.0.input.0.pt");
   // 2 * 0.25 * 3 = 1.5
   CHECK(python_first_values(rank2 + "/dump_tensor_data") ==
         "Module..._.._m.Linear.forward.0.input.0.pt: 2.0\nModule..._.._m.Linear.forward.0.output.0.pt: 1.5\n"
@@ -205,7 +213,8 @@ struct OddOps {
 
 }  // namespace
 
-TEST_CASE("custom operators whose names hold '..' and '/' stay inside dump_tensor_data, in the tensor and overflow tasks") {
+TEST_CASE(
+    "custom operators whose names hold '..' and '/' stay inside dump_tensor_data, in the tensor and overflow tasks") {
   OddOps ops;
   tptest::TempDir tmp;
   {
@@ -218,11 +227,13 @@ TEST_CASE("custom operators whose names hold '..' and '/' stay inside dump_tenso
     CHECK(z.equal(torch::full({2}, 9.0)));  // the ops ran as registered
   }
   const std::string rank = tmp / ("d/step0/" + proc_dir());
-  const std::set<std::string> tensors = {"Aten..._.._tp_escape.0.forward.input.0.pt", "Aten..._.._tp_escape.0.forward.output.0.pt",
+  const std::set<std::string> tensors = {"Aten..._.._tp_escape.0.forward.input.0.pt",
+                                         "Aten..._.._tp_escape.0.forward.output.0.pt",
                                          "Aten.tp_slash.0.forward.input.0.pt", "Aten.tp_slash.0.forward.output.0.pt"};
   CHECK(tree(tmp.path()) == rank_tree("dump.json stack.json construct.json", tensors));
   const Json data = tptest::read_json(rank + "/dump.json")["data"];
-  CHECK(data["Aten.../../tp_escape.0.forward"]["output"][0]["data_name"] == "Aten..._.._tp_escape.0.forward.output.0.pt");
+  CHECK(data["Aten.../../tp_escape.0.forward"]["output"][0]["data_name"] ==
+        "Aten..._.._tp_escape.0.forward.output.0.pt");
   CHECK(data["Aten.tp/slash.0.forward"]["input_args"][0]["data_name"] == "Aten.tp_slash.0.forward.input.0.pt");
   CHECK(python_first_values(rank + "/dump_tensor_data") ==
         "Aten..._.._tp_escape.0.forward.input.0.pt: 1.5\nAten..._.._tp_escape.0.forward.output.0.pt: 3.0\n"
@@ -239,8 +250,9 @@ TEST_CASE("custom operators whose names hold '..' and '/' stay inside dump_tenso
     dbg.stop();
   }
   const std::string rank2 = tmp2 / ("d/step0/" + proc_dir());
-  CHECK(tree(tmp2.path()) == rank_tree("dump.json stack.json construct.json overflow_summary.json",
-                                       {"Aten..._.._tp_escape.0.forward.input.0.pt", "Aten..._.._tp_escape.0.forward.output.0.pt"}));
+  CHECK(tree(tmp2.path()) ==
+        rank_tree("dump.json stack.json construct.json overflow_summary.json",
+                  {"Aten..._.._tp_escape.0.forward.input.0.pt", "Aten..._.._tp_escape.0.forward.output.0.pt"}));
   CHECK(python_first_values(rank2 + "/dump_tensor_data") ==
         "Aten..._.._tp_escape.0.forward.input.0.pt: inf\nAten..._.._tp_escape.0.forward.output.0.pt: inf\n");
 }

@@ -55,7 +55,8 @@ struct InterruptedStep {
   explicit InterruptedStep(bool extra_info = true) {
     full = tmp / "full/step0/" + tptest::rank_name();
     cut = tmp / "cut/step0/" + tptest::rank_name();
-    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp / "full").extra_info(extra_info));
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(
+        tp::Options().dump_path(tmp / "full").extra_info(extra_info));
     torch::manual_seed(5);
     tptest::Net net;
     const at::Tensor x = torch::randn({3, 8}, torch::requires_grad());
@@ -80,7 +81,9 @@ pid_t die_while_replacing(const std::string& path) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    struct rlimit no_core {0, 0}, limit {4096, 4096};
+    struct rlimit no_core {
+      0, 0
+    }, limit{4096, 4096};
     ::setrlimit(RLIMIT_CORE, &no_core);
     ::setrlimit(RLIMIT_FSIZE, &limit);
     ::signal(SIGXFSZ, SIG_DFL);
@@ -158,8 +161,9 @@ TEST_CASE("a journal whose first line is not a TorchProbe header is refused") {
   const InterruptedStep s;
   std::vector<std::string> lines = lines_of(s.journal());
   const Json header = Json::parse(lines[0]);
-  for (const std::string& bad : {std::string(R"({"hello": 1})"), std::string("[1, 2]"), std::string(R"({"journal": 2, "task": "statistics", "level": "mix"})"),
-                                std::string(R"({"journal": 1, "level": "mix"})")}) {
+  for (const std::string& bad : {std::string(R"({"hello": 1})"), std::string("[1, 2]"),
+                                 std::string(R"({"journal": 2, "task": "statistics", "level": "mix"})"),
+                                 std::string(R"({"journal": 1, "level": "mix"})")}) {
     CAPTURE(bad);
     lines[0] = bad;
     write_lines(s.journal(), lines);
@@ -219,12 +223,15 @@ TEST_CASE("with extra_info false the journal says so and recovery writes no cons
   const tptest::ToolRun r = tptest::run_recover_tool(s.cut);
   CAPTURE(r.out);
   CHECK(r.rc == 0);
-  CHECK(contains(r.out, "recovered " + std::to_string(s.dump_entries()) + " dump entries and 2 debug entries (dump.json, debug.json)\n"));
+  CHECK(contains(r.out, "recovered " + std::to_string(s.dump_entries()) +
+                            " dump entries and 2 debug entries (dump.json, debug.json)\n"));
   CHECK(files_in(s.cut) == files_in(s.full));
   CHECK(tptest::compare_dump_files(s.cut + "/dump.json", s.full + "/dump.json") == "SAME\n");
 }
 
-TEST_CASE("temporary files of JSON files a killed process was replacing are removed by recover_dump.py; --check only lists them") {
+TEST_CASE(
+    "temporary files of JSON files a killed process was replacing are removed by recover_dump.py; --check only lists "
+    "them") {
   const InterruptedStep s;
   // A complete step whose dump.json and stack.json were being rewritten, and an interrupted one
   // whose dump.json was being written for the first time.
@@ -234,13 +241,16 @@ TEST_CASE("temporary files of JSON files a killed process was replacing are remo
   // Files that only look alike stay: not hidden, or not a temporary's name.
   std::ofstream(s.full + "/notes.json.tmp1.2") << "x";
   std::ofstream(s.full + "/.dump.json.bak") << "x";
-  const std::set<std::string> good = {"dump.json", "stack.json", "construct.json", "debug.json", "notes.json.tmp1.2", ".dump.json.bak"};
+  const std::set<std::string> good = {"dump.json",  "stack.json",        "construct.json",
+                                      "debug.json", "notes.json.tmp1.2", ".dump.json.bak"};
   const std::string dump_before = tptest::read_text(s.full + "/dump.json");
 
   // The names are io::write_file_atomic's own: "." + name + ".tmp" + pid + "." + a counter.
   std::set<std::string> temps;
-  for (const auto& [dir, pid, name] : {std::tuple{s.full, p1, "dump.json"}, std::tuple{s.full, p2, "stack.json"}, std::tuple{s.cut, p3, "dump.json"}}) {
-    const std::regex expected("\\." + std::regex_replace(std::string(name), std::regex("\\."), "\\.") + "\\.tmp" + std::to_string(pid) + "\\.\\d+");
+  for (const auto& [dir, pid, name] : {std::tuple{s.full, p1, "dump.json"}, std::tuple{s.full, p2, "stack.json"},
+                                       std::tuple{s.cut, p3, "dump.json"}}) {
+    const std::regex expected("\\." + std::regex_replace(std::string(name), std::regex("\\."), "\\.") + "\\.tmp" +
+                              std::to_string(pid) + "\\.\\d+");
     int found = 0;
     for (const std::string& f : files_in(dir))
       if (std::regex_match(f, expected)) ++found, temps.insert(dir + "/" + f);

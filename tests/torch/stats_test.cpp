@@ -97,9 +97,7 @@ void check_against_reference(const at::Tensor& t, const StatsPath& path) {
   check_close(s.norm.as_double(), r.norm, 1e-12);
 }
 
-void check_against_reference(const at::Tensor& t, KernelIsa isa) {
-  check_against_reference(t, path_of(isa));
-}
+void check_against_reference(const at::Tensor& t, KernelIsa isa) { check_against_reference(t, path_of(isa)); }
 
 // Values spread over the dtype's range: randn * 50 for floating dtypes, the full range of
 // small integer types, +-2^62 for int64.
@@ -108,21 +106,24 @@ at::Tensor sample(at::ScalarType dtype, std::int64_t n) {
     case at::kByte: return torch::randint(0, 256, {n}).to(dtype);
     case at::kChar: return torch::randint(-128, 128, {n}).to(dtype);
     case at::kShort: return torch::randint(-32768, 32768, {n}).to(dtype);
-    case at::kInt: return torch::randint(std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max(), {n}, at::kLong).to(dtype);
+    case at::kInt:
+      return torch::randint(std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max(), {n},
+                            at::kLong)
+          .to(dtype);
     case at::kLong: return torch::randint(-(std::int64_t(1) << 62), std::int64_t(1) << 62, {n}, at::kLong);
     case at::kBool: return torch::rand({n}) > 0.5;
     default: return (torch::randn({n}, at::kDouble) * 50).to(dtype);
   }
 }
 
-const std::vector<at::ScalarType> kNumericDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
-                                                    at::kByte, at::kChar, at::kShort, at::kInt, at::kLong,
-                                                    at::kComplexFloat, at::kComplexDouble};
+const std::vector<at::ScalarType> kNumericDtypes = {at::kFloat, at::kDouble,       at::kHalf,         at::kBFloat16,
+                                                    at::kByte,  at::kChar,         at::kShort,        at::kInt,
+                                                    at::kLong,  at::kComplexFloat, at::kComplexDouble};
 const std::vector<at::ScalarType> kFloatDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
 
 // Lengths around every vector width and unrolled step (4..64 lanes) and around 4096.
-const std::vector<std::int64_t> kLengths = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65,
-                                            127, 128, 129, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097};
+const std::vector<std::int64_t> kLengths = {1,  2,  3,   4,   5,   7,   8,   9,   15,   16,   17,   31,   32,   33,  63,
+                                            64, 65, 127, 128, 129, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097};
 
 }  // namespace
 
@@ -132,7 +133,9 @@ TEST_CASE("the CPU offers the portable kernels always, and the best supported se
   MESSAGE("statistics kernels: " << name_of(tp::stats::best_kernel_isa()));
 }
 
-TEST_CASE("every dtype, every length around the SIMD widths, every instruction set and the tiny path: equal to ATen in float64") {
+TEST_CASE(
+    "every dtype, every length around the SIMD widths, every instruction set and the tiny path: equal to ATen in "
+    "float64") {
   torch::manual_seed(7);
   for (at::ScalarType dtype : kNumericDtypes) {
     for (std::int64_t n : kLengths) {
@@ -145,7 +148,8 @@ TEST_CASE("every dtype, every length around the SIMD widths, every instruction s
 TEST_CASE("integer extremes keep exact Max/Min in every instruction set") {
   const auto i64 = std::numeric_limits<std::int64_t>::max();
   const std::vector<at::Tensor> tensors = {
-      torch::tensor({-128, 127, 0, 5}, at::kChar), torch::tensor({0, 255, 7}, at::kByte),
+      torch::tensor({-128, 127, 0, 5}, at::kChar),
+      torch::tensor({0, 255, 7}, at::kByte),
       torch::tensor({-32768, 32767, 1}, at::kShort),
       torch::tensor({std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()}, at::kInt),
       torch::tensor({-i64 - 1, i64, i64 - 1}, at::kLong),
@@ -174,16 +178,16 @@ TEST_CASE("strided tensors are walked in place and give the statistics of their 
     const at::Tensor wide = sample(dtype, 8 * 2100).view({8, 2100});
     const at::Tensor cube = sample(dtype, 2 * 3 * 5 * 7).view({2, 3, 5, 7});
     const std::vector<at::Tensor> views = {
-        m.t(),                                             // dense in another order: one run
-        m.slice(0, 3, 290, 7),                             // short rows, gathered
-        m.select(1, 5),                                    // one strided run
-        m.slice(1, 1, 69, 3),                              // strided rows
-        m.unsqueeze(0).expand({3, 300, 70}),               // stride 0: walked once, counted 3 times
+        m.t(),                                // dense in another order: one run
+        m.slice(0, 3, 290, 7),                // short rows, gathered
+        m.select(1, 5),                       // one strided run
+        m.slice(1, 1, 69, 3),                 // strided rows
+        m.unsqueeze(0).expand({3, 300, 70}),  // stride 0: walked once, counted 3 times
         m.slice(0, 0, 10).unsqueeze(1).expand({10, 4, 70}),
-        wide.slice(1, 7, 2090),                            // long contiguous rows, scanned in place
-        cube.permute({2, 0, 3, 1}),                        // permuted
-        cube.contiguous(at::MemoryFormat::ChannelsLast),   // channels-last
-        m.as_strided({50, 20}, {3, 1}),                    // overlapping windows
+        wide.slice(1, 7, 2090),                           // long contiguous rows, scanned in place
+        cube.permute({2, 0, 3, 1}),                       // permuted
+        cube.contiguous(at::MemoryFormat::ChannelsLast),  // channels-last
+        m.as_strided({50, 20}, {3, 1}),                   // overlapping windows
     };
     for (const at::Tensor& v : views) {
       for (KernelIsa isa : supported_isas()) check_against_reference(v, isa);
@@ -209,7 +213,8 @@ TEST_CASE("large tensors split over threads give the same statistics, dense and 
   torch::manual_seed(10);
   const at::Tensor x = torch::randn({1 << 22});
   const std::vector<at::Tensor> views = {x, x.view({2048, 2048}).t(), x.slice(0, 0, 1 << 22, 2),
-                                         x.view({2048, 2048}).slice(1, 0, 2000), x.to(at::kBFloat16).slice(0, 1, 1 << 22, 3)};
+                                         x.view({2048, 2048}).slice(1, 0, 2000),
+                                         x.to(at::kBFloat16).slice(0, 1, 1 << 22, 3)};
   for (KernelIsa isa : supported_isas()) {
     for (const at::Tensor& v : views) check_against_reference(v, isa);
   }
@@ -318,7 +323,8 @@ TEST_CASE("fp16 statistics are accumulated in double, not in half precision") {
 TEST_CASE("bool tensors: Max is any, Min is all, Mean and Norm are null") {
   for (KernelIsa isa : supported_isas()) {
     for (std::int64_t n : kLengths) {
-      at::Tensor all_true = torch::ones({n}, at::kBool), one_false = all_true.clone(), one_true = torch::zeros({n}, at::kBool);
+      at::Tensor all_true = torch::ones({n}, at::kBool), one_false = all_true.clone(),
+                 one_true = torch::zeros({n}, at::kBool);
       one_false[n - 1] = false;
       one_true[n / 2] = true;
       const tp::TensorStats a = tp::stats::cpu_stats(all_true, isa), f = tp::stats::cpu_stats(one_false, isa),
@@ -352,7 +358,8 @@ TEST_CASE("lazily negated and conjugated views give the statistics of the values
   const at::Tensor conj = z63.conj(), neg_view = at::_neg_view(x63);
   REQUIRE(conj.is_conj());
   REQUIRE(neg_view.is_neg());
-  const std::vector<std::pair<at::Tensor, at::Tensor>> shown = {{conj, conj.resolve_conj()}, {neg_view, neg_view.resolve_neg()}};
+  const std::vector<std::pair<at::Tensor, at::Tensor>> shown = {{conj, conj.resolve_conj()},
+                                                                {neg_view, neg_view.resolve_neg()}};
   const std::vector<at::Tensor> bases = {z63, x63};
   for (std::size_t k = 0; k < shown.size(); ++k) {
     const at::Tensor &view = shown[k].first, &values = shown[k].second;
@@ -383,9 +390,9 @@ TEST_CASE("a 0-d tensor shows its value in all four statistics, Norm keeping the
 }
 
 TEST_CASE("empty tensors and dtypes without a kernel get null statistics") {
-  for (const at::Tensor& t : {torch::empty({0}), torch::empty({3, 0}, at::kHalf), torch::empty({0}, at::kBool),
-                              torch::empty({2, 2}, at::TensorOptions().device(at::kMeta)),
-                              torch::zeros({4}).to_sparse()}) {
+  for (const at::Tensor& t :
+       {torch::empty({0}), torch::empty({3, 0}, at::kHalf), torch::empty({0}, at::kBool),
+        torch::empty({2, 2}, at::TensorOptions().device(at::kMeta)), torch::zeros({4}).to_sparse()}) {
     const tp::TensorStats s = tp::stats::cpu_stats(t);
     CHECK(s.max.is_null());
     CHECK(s.min.is_null());
@@ -410,10 +417,18 @@ void check_device_matches_cpu(const tp::TensorStats& got, const tp::TensorStats&
 
 std::vector<at::Tensor> device_path_samples() {
   torch::manual_seed(9);
-  return {torch::randn({100}), torch::randn({10, 10}).to(at::kHalf), torch::randn({5, 6}).to(at::kBFloat16).t(),
-          torch::randint(-50, 50, {40}), torch::randint(0, 200, {33}).to(at::kByte), torch::randn({4}) > 0,
-          torch::tensor(2.5), torch::tensor(std::int64_t(-4)), torch::randn({8}, at::kComplexFloat),
-          torch::tensor({1.0f, NAN}), torch::tensor({1.0f, INFINITY, -2.0f}), torch::randn({3, 7}, at::kDouble)};
+  return {torch::randn({100}),
+          torch::randn({10, 10}).to(at::kHalf),
+          torch::randn({5, 6}).to(at::kBFloat16).t(),
+          torch::randint(-50, 50, {40}),
+          torch::randint(0, 200, {33}).to(at::kByte),
+          torch::randn({4}) > 0,
+          torch::tensor(2.5),
+          torch::tensor(std::int64_t(-4)),
+          torch::randn({8}, at::kComplexFloat),
+          torch::tensor({1.0f, NAN}),
+          torch::tensor({1.0f, INFINITY, -2.0f}),
+          torch::randn({3, 7}, at::kDouble)};
 }
 
 }  // namespace
@@ -456,13 +471,17 @@ TEST_CASE("StatisticsTask::force_device_path defers the statistics and fills the
     for (const char* key : {"Max", "Min"}) {
       CAPTURE(key);
       CHECK(got[key].type() == want[key].type());
-      if (want[key].is_number()) CHECK(same_or_both_nan(got[key].get<double>(), want[key].get<double>()));
-      else CHECK(got[key] == want[key]);
+      if (want[key].is_number())
+        CHECK(same_or_both_nan(got[key].get<double>(), want[key].get<double>()));
+      else
+        CHECK(got[key] == want[key]);
     }
     for (const char* key : {"Mean", "Norm"}) {
       CAPTURE(key);
-      if (want[key].is_null()) CHECK(got[key].is_null());
-      else check_close(got[key].get<double>(), want[key].get<double>(), 1e-9);
+      if (want[key].is_null())
+        CHECK(got[key].is_null());
+      else
+        check_close(got[key].get<double>(), want[key].get<double>(), 1e-9);
     }
   }
 }
@@ -480,8 +499,10 @@ TEST_CASE("checksums: CRC-32 of the native bytes and the 64-bit XOR of little-en
   CHECK(tp::stats::xor64(t.t().contiguous()) == tp::stats::xor64(t));
   // CRC-32 against python's zlib on the same bytes, for several dtypes including strided views.
   torch::manual_seed(15);
-  const std::vector<at::Tensor> samples = {torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}), torch::arange(12, at::kLong).reshape({3, 4}).t(),
-                                           torch::tensor({0.5, -1.5}, at::kBFloat16), torch::tensor({true, false, true}),
+  const std::vector<at::Tensor> samples = {torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}),
+                                           torch::arange(12, at::kLong).reshape({3, 4}).t(),
+                                           torch::tensor({0.5, -1.5}, at::kBFloat16),
+                                           torch::tensor({true, false, true}),
                                            torch::randn({6, 5}).to(at::kHalf).slice(1, 1, 5, 2),
                                            torch::randint(0, 255, {7, 3}).to(at::kByte).t()};
   std::string code = "import zlib\n";
@@ -506,12 +527,15 @@ TEST_CASE("checksums: CRC-32 of the native bytes and the 64-bit XOR of little-en
 TEST_CASE("checksums of strided tensors hash the logical bytes without a copy, equal to the contiguous copy's") {
   torch::manual_seed(16);
   const at::Tensor m = torch::randn({300, 301});
-  const std::vector<at::Tensor> views = {
-      m.t(), m.slice(1, 3, 299, 2), m.select(1, 7), m.to(at::kBFloat16).slice(0, 1, 300, 3),
-      m.slice(1, 0, 300),                          // long rows, hashed in place
-      torch::randint(0, 100, {5, 1, 3}).expand({5, 4, 3}),  // stride 0 repeats bytes
-      m.to(at::kDouble).slice(0, 0, 64).t(), m.to(at::kComplexFloat).slice(1, 0, 7).t(),
-      torch::randint(0, 2, {33, 17}).to(at::kByte).t().slice(0, 0, 17, 3)};
+  const std::vector<at::Tensor> views = {m.t(),
+                                         m.slice(1, 3, 299, 2),
+                                         m.select(1, 7),
+                                         m.to(at::kBFloat16).slice(0, 1, 300, 3),
+                                         m.slice(1, 0, 300),  // long rows, hashed in place
+                                         torch::randint(0, 100, {5, 1, 3}).expand({5, 4, 3}),  // stride 0 repeats bytes
+                                         m.to(at::kDouble).slice(0, 0, 64).t(),
+                                         m.to(at::kComplexFloat).slice(1, 0, 7).t(),
+                                         torch::randint(0, 2, {33, 17}).to(at::kByte).t().slice(0, 0, 17, 3)};
   for (const at::Tensor& v : views) {
     CAPTURE(v.sizes());
     CAPTURE(v.strides());
@@ -522,13 +546,15 @@ TEST_CASE("checksums of strided tensors hash the logical bytes without a copy, e
   }
   // One large case against python itself: 300x301 float32, transposed.
   const at::Tensor big = m.t();
-  const std::string path = (std::filesystem::temp_directory_path() / ("tp_crc_" + std::to_string(::getpid()) + ".bin")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tp_crc_" + std::to_string(::getpid()) + ".bin")).string();
   {
     const at::Tensor c = big.contiguous();
     std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   }
   int rc = 0;
-  const std::string out = tptest::run_python("import zlib\nprint('%08x' % zlib.crc32(open('" + path + "','rb').read()))\n", &rc);
+  const std::string out =
+      tptest::run_python("import zlib\nprint('%08x' % zlib.crc32(open('" + path + "','rb').read()))\n", &rc);
   std::filesystem::remove(path);
   REQUIRE(rc == 0);
   CHECK(tp::stats::crc32_hex(big) + "\n" == out);

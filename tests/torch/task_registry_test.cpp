@@ -38,7 +38,8 @@ TEST_CASE("a task registered in a task list runs under PrecisionDebugger and wri
     at::add(a, b);
     dbg.stop();
   }
-  const nlohmann::ordered_json dump = tptest::read_json(tmp / ("dump/step0/proc" + std::to_string(::getpid()) + "/dump.json"));
+  const nlohmann::ordered_json dump =
+      tptest::read_json(tmp / ("dump/step0/proc" + std::to_string(::getpid()) + "/dump.json"));
   CHECK(dump["task"] == "structure");
   CHECK(dump["level"] == "mix");
   CHECK(dump["dump_data_dir"].is_null());
@@ -55,8 +56,9 @@ TEST_CASE("the task list decides which tasks and levels a config may name, and s
   // The toy declares level mix only; the message lists the whole list's offer.
   CHECK_THROWS_WITH_AS(
       tp::BasicPrecisionDebugger<TasksWithToy>{write_config(tmp, "structure", "L0")},
-      doctest::Contains("levels \"L0\", \"L1\", \"mix\", \"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", "
-                        "\"L1\", \"mix\" with task \"overflow_check\"; level \"mix\" with task \"structure\")"),
+      doctest::Contains(
+          "levels \"L0\", \"L1\", \"mix\", \"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", "
+          "\"L1\", \"mix\" with task \"overflow_check\"; level \"mix\" with task \"structure\")"),
       tp::ConfigError);
 }
 
@@ -64,8 +66,8 @@ TEST_CASE("a section key the task does not declare is ignored with a warning") {
   tptest::TempDir tmp;
   tp::BasicPrecisionDebugger<TasksWithToy> dbg(write_config(tmp, "structure", "mix", R"({"summary_mode": "md5"})"));
   const auto& w = dbg.config().warnings;
-  CHECK(std::find(w.begin(), w.end(), "config key \"structure.summary_mode\" is ignored: task \"structure\" does not use it") !=
-        w.end());
+  CHECK(std::find(w.begin(), w.end(),
+                  "config key \"structure.summary_mode\" is ignored: task \"structure\" does not use it") != w.end());
   CHECK(dbg.config().summary_mode == tp::SummaryMode::Statistics);
 }
 

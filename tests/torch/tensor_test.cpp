@@ -72,14 +72,16 @@ at::Tensor load_pt(const std::string& path) {
 // a large op; it must run to the end.
 int child_file_size_limit(const std::string& dir) {
   ::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit limit {64 * 1024, 64 * 1024};
+  struct rlimit limit {
+    64 * 1024, 64 * 1024
+  };
   if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 3;
   tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(tp::Options().dump_path(dir));
   for (int s = 0; s < 2; ++s) {
     dbg.start();
-    torch::neg(torch::ones({16}));                   // small files: written
-    torch::sigmoid(torch::ones({256 * 1024}));       // 1 MiB files: EFBIG
-    torch::exp(torch::zeros({4}));                   // small again: still written after the failure
+    torch::neg(torch::ones({16}));              // small files: written
+    torch::sigmoid(torch::ones({256 * 1024}));  // 1 MiB files: EFBIG
+    torch::exp(torch::zeros({4}));              // small again: still written after the failure
     dbg.stop();
     dbg.step();
   }
@@ -110,7 +112,8 @@ struct ChildProgram {
 TEST_CASE("a .pt file is byte for byte what torch::pickle_save writes, small or large, with or without direct I/O") {
   tptest::TempDir tmp;
   const bool direct_io = tp::io::direct_io_supported(tmp.path());
-  MESSAGE("O_DIRECT in " << tmp.path() << ": " << std::string(direct_io ? "accepted" : "refused (ordinary writes only)"));
+  MESSAGE("O_DIRECT in " << tmp.path() << ": "
+                         << std::string(direct_io ? "accepted" : "refused (ordinary writes only)"));
   torch::manual_seed(3);
   tp::io::TensorWriter writer(std::size_t{64} << 20);
   const at::Tensor small = torch::randn({3, 5});
@@ -124,9 +127,9 @@ TEST_CASE("a .pt file is byte for byte what torch::pickle_save writes, small or 
   // The same bytes 8 bytes off that lining: copied through the staging buffer, no page cache.
   void* block = std::aligned_alloc(4096, large.nbytes() + 8192);
   REQUIRE(block != nullptr);
-  const at::Tensor misaligned =
-      at::from_blob(static_cast<char*>(block) + tp::io::kTensorPayloadOffset + 8, large.sizes(), [block](void*) { std::free(block); },
-                    at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor misaligned = at::from_blob(
+      static_cast<char*>(block) + tp::io::kTensorPayloadOffset + 8, large.sizes(), [block](void*) { std::free(block); },
+      at::TensorOptions().dtype(at::kFloat));
   misaligned.copy_(large);
 
   struct Case {
@@ -135,7 +138,8 @@ TEST_CASE("a .pt file is byte for byte what torch::pickle_save writes, small or 
     std::uint64_t direct_bytes;
   };
   const std::size_t body = (large.nbytes() - (4096 - tp::io::kTensorPayloadOffset)) / 4096 * 4096;
-  for (const Case& c : {Case{"small", small, 0}, Case{"snapshot", snapshot, direct_io ? body : 0}, Case{"misaligned", misaligned, 0}}) {
+  for (const Case& c :
+       {Case{"small", small, 0}, Case{"snapshot", snapshot, direct_io ? body : 0}, Case{"misaligned", misaligned, 0}}) {
     CAPTURE(c.name);
     const std::string path = tmp / (std::string(c.name) + ".pt");
     CHECK(tp::io::write_tensor_file(path, c.t) == c.direct_bytes);
@@ -156,8 +160,8 @@ TEST_CASE("every dtype and non-contiguous tensors load in python (torch.load, de
     at::Tensor t;
   };
   std::vector<Case> cases;
-  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kBool, at::kByte, at::kChar, at::kShort,
-                               at::kInt, at::kLong}) {
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kBool, at::kByte, at::kChar,
+                               at::kShort, at::kInt, at::kLong}) {
     const at::Tensor t = dtype == at::kBool ? base.gt(0) : base.to(dtype);
     const std::string name = tp::dtype_name(dtype).substr(6);
     cases.push_back({name, t});
@@ -182,16 +186,21 @@ TEST_CASE("every dtype and non-contiguous tensors load in python (torch.load, de
   for (const Case& c : cases) {
     const at::Tensor expected = c.t.resolve_conj().contiguous();
     const std::string raw = dir + "/" + c.name + ".raw";
-    std::ofstream(raw, std::ios::binary).write(static_cast<const char*>(expected.data_ptr()),
-                                               static_cast<std::streamsize>(expected.nbytes()));
+    std::ofstream(raw, std::ios::binary)
+        .write(static_cast<const char*>(expected.data_ptr()), static_cast<std::streamsize>(expected.nbytes()));
     std::string shape;
     for (auto s : expected.sizes()) shape += std::to_string(s) + ",";
-    script += "t = torch.load('" + dir + "/" + c.name + ".0.debug.pt')\n"
-              "e = torch.frombuffer(bytearray(open('" + raw + "', 'rb').read()) + bytearray(16), dtype=" + tp::dtype_name(c.t.scalar_type()) +
-              ")[:" + std::to_string(expected.numel()) + "].reshape((" + shape + "))\n"
-              "good = t.dtype == e.dtype and t.shape == e.shape and t.is_contiguous() and not t.requires_grad and torch.equal(t, e)\n"
+    script += "t = torch.load('" + dir + "/" + c.name +
+              ".0.debug.pt')\n"
+              "e = torch.frombuffer(bytearray(open('" +
+              raw + "', 'rb').read()) + bytearray(16), dtype=" + tp::dtype_name(c.t.scalar_type()) +
+              ")[:" + std::to_string(expected.numel()) + "].reshape((" + shape +
+              "))\n"
+              "good = t.dtype == e.dtype and t.shape == e.shape and t.is_contiguous() and not t.requires_grad and "
+              "torch.equal(t, e)\n"
               "ok = ok and good\n"
-              "print('" + c.name + "', good)\n";
+              "print('" +
+              c.name + "', good)\n";
   }
   script += "sys.exit(0 if ok else 1)\n";
   int rc = -1;
@@ -228,7 +237,8 @@ TEST_CASE("the tensor task names files as msprobe does, with data_name after req
   CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
 
   // Module files have msprobe's names exactly (API names differ by design: Aten.* for Functional.*).
-  const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/tensor_mix/step0/proc10275/dump.json")["data"];
+  const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) +
+                                     "/data/msprobe/tensor_mix/step0/proc10275/dump.json")["data"];
   std::vector<std::string> ref_names;
   collect_data_names(ref, ref_names);
   std::set<std::string> ref_module_files, our_module_files;
@@ -242,32 +252,37 @@ TEST_CASE("the tensor task names files as msprobe does, with data_name after req
   CHECK(our_module_files.count("Module.fc.Linear.backward.0.output.0.pt") == 1);
 
   // Each tensor item has msprobe's keys in msprobe's order.
-  const std::vector<std::string> keys = {"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "data_name"};
+  const std::vector<std::string> keys = {"type", "dtype", "shape",         "Max",      "Min",
+                                         "Mean", "Norm",  "requires_grad", "data_name"};
   CHECK(names_of(data["Module.fc.Linear.forward.0"]["parameters"]["weight"]) == keys);
   CHECK(names_of(ref["Module.fc.Linear.forward.0"]["parameters"]["weight"]) == keys);
   CHECK(data["Module.fc.Linear.forward.0"]["input_args"][0]["data_name"] == "Module.fc.Linear.forward.0.input.0.pt");
   CHECK(data["Aten.addmm.0.forward"]["input_args"][1]["data_name"] == "Aten.addmm.0.forward.input.1.pt");
   CHECK(data["Aten.addmm.0.forward"]["output"][0]["data_name"] == "Aten.addmm.0.forward.output.0.pt");
   CHECK(data["Aten.relu.0.backward"]["input"][0]["data_name"] == "Aten.relu.0.backward.input.0.pt");
-  CHECK(data["Module.fc.Linear.parameters_grad.0"]["weight"][0]["data_name"] == "Module.fc.Linear.parameters_grad.0.weight.pt");
+  CHECK(data["Module.fc.Linear.parameters_grad.0"]["weight"][0]["data_name"] ==
+        "Module.fc.Linear.parameters_grad.0.weight.pt");
 
   // python loads every file, and its statistics agree with the item that names it.
   int rc = -1;
   const std::string out = tptest::run_python(
       "import json, torch\n"
-      "d = json.load(open('" + rank + "/dump.json'))\n"
-      "bad = []\n"
-      "def walk(v):\n"
-      "    if isinstance(v, dict):\n"
-      "        if 'data_name' in v:\n"
-      "            t = torch.load(d['dump_data_dir'] + '/' + v['data_name'])\n"
-      "            if list(t.shape) != v['shape'] or str(t.dtype) != v['dtype'] or t.max().item() != v['Max'] or t.min().item() != v['Min']:\n"
-      "                bad.append(v['data_name'])\n"
-      "        for x in v.values(): walk(x)\n"
-      "    elif isinstance(v, list):\n"
-      "        for x in v: walk(x)\n"
-      "walk(d['data'])\n"
-      "print('bad', bad)\n",
+      "d = json.load(open('" +
+          rank +
+          "/dump.json'))\n"
+          "bad = []\n"
+          "def walk(v):\n"
+          "    if isinstance(v, dict):\n"
+          "        if 'data_name' in v:\n"
+          "            t = torch.load(d['dump_data_dir'] + '/' + v['data_name'])\n"
+          "            if list(t.shape) != v['shape'] or str(t.dtype) != v['dtype'] or t.max().item() != v['Max'] or "
+          "t.min().item() != v['Min']:\n"
+          "                bad.append(v['data_name'])\n"
+          "        for x in v.values(): walk(x)\n"
+          "    elif isinstance(v, list):\n"
+          "        for x in v: walk(x)\n"
+          "walk(d['data'])\n"
+          "print('bad', bad)\n",
       &rc);
   CHECK(rc == 0);
   CHECK(out == "bad []\n");
@@ -290,7 +305,9 @@ TEST_CASE("a tensor is saved as it was when the call began: an in-place op's inp
   CHECK(torch::equal(load_pt(dir + "Aten.mul_.0.forward.output.0.pt"), torch::full({4}, 6.0)));
 }
 
-TEST_CASE("list, scope and data_mode choose the saved tensors; statistics saves only tensor_list entries; no writer otherwise") {
+TEST_CASE(
+    "list, scope and data_mode choose the saved tensors; statistics saves only tensor_list entries; no writer "
+    "otherwise") {
   tptest::TempDir tmp;
   auto run = [&](const std::string& sub, auto dbg_tag, tp::Options opts) {
     using D = typename decltype(dbg_tag)::type;
@@ -303,8 +320,12 @@ TEST_CASE("list, scope and data_mode choose the saved tensors; statistics saves 
     return std::make_pair(tptest::read_json(tmp / sub + "/step0/" + proc_dir() + "/dump.json"),
                           files_in(tmp / sub + "/step0/" + proc_dir() + "/dump_tensor_data"));
   };
-  struct TensorL1 { using type = tp::Debugger<tp::Level::L1, tp::Task::Tensor>; };
-  struct StatsL1 { using type = tp::Debugger<tp::Level::L1, tp::Task::Statistics>; };
+  struct TensorL1 {
+    using type = tp::Debugger<tp::Level::L1, tp::Task::Tensor>;
+  };
+  struct StatsL1 {
+    using type = tp::Debugger<tp::Level::L1, tp::Task::Statistics>;
+  };
 
   auto [listed, listed_files] = run("list", TensorL1{}, tp::Options().list({"relu"}));
   for (const auto& f : listed_files) CHECK(f.find("relu") != std::string::npos);
@@ -338,22 +359,22 @@ struct SelectiveTask : tp::StatisticsTask {
 };
 }  // namespace
 
-TEST_CASE("DumpCore hands a kept entry's tensors to the writer and frees a dropped entry's") {
+TEST_CASE("Recorder hands a kept entry's tensors to the writer and frees a dropped entry's") {
   tptest::TempDir tmp;
   tp::Config config = tp::Options().dump_path(tmp.path()).set("task", "tensor").resolve();
-  auto core = std::make_shared<tp::details::DumpCore<SelectiveTask>>(config);
+  auto core = std::make_shared<tp::details::Recorder<SelectiveTask>>(config);
   core->set_step_directory(tmp.path());
   fs::create_directories(tmp / "dump_tensor_data");
   for (const std::string name : {"keep.0.forward", "drop.0.forward"}) {
     tp::Record r;
     r.name = name;
-    r.body["output"] = core->task.describe(torch::ones({1000}), tp::capture::Site{"/output", "output.0"}, r);
+    r.body["output"] = core->task().describe(torch::ones({1000}), tp::capture::Site{"/output", "output.0"}, r);
     CHECK(r.saves.size() == 1);
     core->commit(std::move(r));
   }
   core->flush_tensor_files();
   CHECK(files_in(tmp / "dump_tensor_data") == std::set<std::string>{"keep.0.forward.output.0.pt"});
-  const auto stats = core->task.saver().writer()->stats();
+  const auto stats = core->task().saver().writer()->stats();
   CHECK(stats.files == 1);
   CHECK(stats.peak_held_bytes >= 4000);
   CHECK(stats.held_bytes == 0);  // the dropped entry's snapshot was freed too
@@ -361,9 +382,10 @@ TEST_CASE("DumpCore hands a kept entry's tensors to the writer and frees a dropp
 
 TEST_CASE("under a burst the memory held by pending tensor files stays under max_pending_mb, and every file arrives") {
   tptest::TempDir tmp;
-  tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(tp::Options().dump_path(tmp.path()).max_pending_mb(4).extra_info(false));
+  tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(
+      tp::Options().dump_path(tmp.path()).max_pending_mb(4).extra_info(false));
   const at::Tensor a = torch::ones({256 * 1024});  // 1 MiB
-  constexpr int kCalls = 60;                         // 180 MiB of snapshots
+  constexpr int kCalls = 60;                       // 180 MiB of snapshots
   dbg.start();
   for (int i = 0; i < kCalls; ++i) torch::add(a, a);
   dbg.stop();
@@ -378,8 +400,10 @@ TEST_CASE("under a burst the memory held by pending tensor files stays under max
   CHECK(files_in(tmp.path() + "/step0/" + proc_dir() + "/dump_tensor_data").size() == 3 * kCalls);
   // The 1 MiB snapshots went to the disk straight from memory, all but their first partial block
   // (and, being a whole number of blocks long, their last 64 bytes).
-  if (tp::io::direct_io_supported(tmp.path())) CHECK(stats.direct_bytes == 3 * kCalls * ((std::uint64_t{1} << 20) - 4096));
-  else CHECK(stats.direct_bytes == 0);
+  if (tp::io::direct_io_supported(tmp.path()))
+    CHECK(stats.direct_bytes == 3 * kCalls * ((std::uint64_t{1} << 20) - 4096));
+  else
+    CHECK(stats.direct_bytes == 0);
   const std::string file = tmp.path() + "/step0/" + proc_dir() + "/dump_tensor_data/Aten.add.59.forward.output.0.pt";
   CHECK(torch::equal(load_pt(file), a + a));
 }
@@ -387,7 +411,8 @@ TEST_CASE("under a burst the memory held by pending tensor files stays under max
 TEST_CASE("max_pending_mb is validated like every key") {
   CHECK(tp::Options().dump_path("/tmp/x").resolve().max_pending_mb == 1024);
   CHECK(tp::Options().dump_path("/tmp/x").max_pending_mb(16).resolve().max_pending_mb == 16);
-  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(-5), nlohmann::json("64"), nlohmann::json(2.5), nlohmann::json(true)})
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0), nlohmann::json(-5), nlohmann::json("64"), nlohmann::json(2.5), nlohmann::json(true)})
     CHECK_THROWS_WITH_AS(tp::Options().dump_path("/tmp/x").set("max_pending_mb", bad).resolve(),
                          doctest::Contains("\"max_pending_mb\""), tp::ConfigError);
 }
@@ -402,8 +427,10 @@ void check_same_item(const Json& ours, const Json& theirs) {
   CAPTURE(theirs.dump());
   REQUIRE(names_of(ours) == names_of(theirs));
   for (const auto& kv : theirs.items()) {
-    if (kv.key() == "Norm") CHECK(ours["Norm"].get<double>() == doctest::Approx(kv.value().get<double>()).epsilon(1e-6));
-    else CHECK(ours[kv.key()] == kv.value());
+    if (kv.key() == "Norm")
+      CHECK(ours["Norm"].get<double>() == doctest::Approx(kv.value().get<double>()).epsilon(1e-6));
+    else
+      CHECK(ours[kv.key()] == kv.value());
   }
 }
 
@@ -426,12 +453,14 @@ void run_save_program(D& dbg) {
 TEST_CASE("save() writes debug.json as msprobe does, the gradient entries filled by backward") {
   tptest::TempDir tmp;
   const std::string cfg = tmp / "config.json";
-  std::ofstream(cfg) << R"({"task": "statistics", "dump_path": ")" << tmp / "dump" << R"(", "level": "debug"})";
+  std::ofstream(cfg) << R"({"task": "statistics", "dump_path": ")" << tmp / "dump"
+                     << R"(", "level": "debug"})";
   {
     tp::PrecisionDebugger dbg(cfg);
     run_save_program(dbg);
   }
-  const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/save_debug_statistics/step0/proc11590/debug.json");
+  const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) +
+                                     "/data/msprobe/save_debug_statistics/step0/proc11590/debug.json");
   for (int s = 0; s < 2; ++s) {
     CAPTURE(s);
     const std::string rank = tmp / "dump/step" + std::to_string(s) + "/" + proc_dir();
@@ -495,7 +524,8 @@ struct NumberedLine final : tp::io::JournalLine {
 };
 }  // namespace
 
-TEST_CASE("the journal's own thread makes and writes queued lines in order; drain() waits for them, remove() drops them") {
+TEST_CASE(
+    "the journal's own thread makes and writes queued lines in order; drain() waits for them, remove() drops them") {
   tptest::TempDir tmp;
   std::atomic<int> made{0};
   tp::io::Journal journal;
@@ -537,7 +567,8 @@ TEST_CASE("a new journal appears with its header in it; recover_dump.py clears a
   fs::create_directories(tmp / "dump/step1/rank0");
   std::ofstream(tmp / "dump/step0/rank0/journal.jsonl").close();
   std::ofstream(tmp / "dump/step1/rank0/.journal.jsonl.tmp4242") << "{\"journal\": 1}\n";
-  const int rc = std::system((std::string(TORCHPROBE_PYTHON) + " " + recover_tool() + " " + tmp / "dump" + " > /dev/null").c_str());
+  const int rc = std::system(
+      (std::string(TORCHPROBE_PYTHON) + " " + recover_tool() + " " + tmp / "dump" + " > /dev/null").c_str());
   CHECK(rc == 0);
   CHECK(files_in(tmp / "dump/step0/rank0").empty());
   CHECK(files_in(tmp / "dump/step1/rank0").empty());
@@ -563,10 +594,13 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
     CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
   }
   int rc = -1;
-  const std::string out = tptest::run_python("import subprocess, sys\n"
-                                             "r = subprocess.run([sys.executable, '" + recover_tool() + "', '" + tmp / "copy" + "'])\n"
-                                             "sys.exit(r.returncode)\n",
-                                             &rc);
+  const std::string out = tptest::run_python(
+      "import subprocess, sys\n"
+      "r = subprocess.run([sys.executable, '" +
+          recover_tool() + "', '" + tmp / "copy" +
+          "'])\n"
+          "sys.exit(r.returncode)\n",
+      &rc);
   CAPTURE(out);
   REQUIRE(rc == 0);
   const std::size_t entries = tptest::read_json(rank + "/dump.json")["data"].size();
@@ -575,7 +609,8 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
   // Byte for byte what the Debugger wrote, but for the directory's name inside.
   auto same_but_path = [&](const std::string& file) {
     std::string ours = tptest::read_text(rank + "/" + file), recovered = tptest::read_text(copy + "/" + file);
-    for (std::size_t p; (p = recovered.find(tmp / "copy")) != std::string::npos;) recovered.replace(p, (tmp / "copy").size(), tmp.path());
+    for (std::size_t p; (p = recovered.find(tmp / "copy")) != std::string::npos;)
+      recovered.replace(p, (tmp / "copy").size(), tmp.path());
     CHECK(recovered == ours);
   };
   same_but_path("dump.json");
@@ -585,7 +620,8 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
 
 // ---- errors and permissions -----------------------------------------------------------------
 
-TEST_CASE("a full disk (file size limit) is logged to dump_error_info.log and the run goes on; written files stay valid") {
+TEST_CASE(
+    "a full disk (file size limit) is logged to dump_error_info.log and the run goes on; written files stay valid") {
   tptest::TempDir tmp;
   const pid_t pid = tptest::spawn_child("fsize", {"TORCHPROBE_TEST_DIR=" + tmp.path()});
   const int status = tptest::wait_child(pid);
@@ -596,7 +632,8 @@ TEST_CASE("a full disk (file size limit) is logged to dump_error_info.log and th
     std::string rank;
     for (const auto& e : fs::directory_iterator(tmp / ("step" + std::to_string(s)))) rank = e.path().string();
     const Json data = tptest::read_json(rank + "/dump.json")["data"];
-    for (const char* entry : {"Aten.neg.0.forward", "Aten.sigmoid.0.forward", "Aten.exp.0.forward"}) CHECK(data.contains(entry));
+    for (const char* entry : {"Aten.neg.0.forward", "Aten.sigmoid.0.forward", "Aten.exp.0.forward"})
+      CHECK(data.contains(entry));
     const std::string files = rank + "/dump_tensor_data/";
     CHECK(torch::equal(load_pt(files + "Aten.neg.0.forward.output.0.pt"), -torch::ones({16})));
     CHECK(torch::equal(load_pt(files + "Aten.exp.0.forward.output.0.pt"), torch::ones({4})));
@@ -648,8 +685,8 @@ TEST_CASE("dump files are created 0640 and directories 0750 (under the usual uma
   CHECK(mode_of(tmp / "d/step0") == 0750);
   CHECK(mode_of(rank) == 0750);
   CHECK(mode_of(rank + "/dump_tensor_data") == 0750);
-  for (const std::string f : {"dump.json", "stack.json", "construct.json", "debug.json", "dump_tensor_data/Aten.neg.0.forward.output.0.pt",
-                              "dump_tensor_data/s.0.debug.pt"}) {
+  for (const std::string f : {"dump.json", "stack.json", "construct.json", "debug.json",
+                              "dump_tensor_data/Aten.neg.0.forward.output.0.pt", "dump_tensor_data/s.0.debug.pt"}) {
     CAPTURE(f);
     CHECK(mode_of(rank + "/" + f) == 0640);
   }

@@ -21,7 +21,8 @@ namespace tptest {
 // Runs `python3 -c code` (the python3 that has torch), returns its stdout; exit status in *rc.
 inline std::string run_python(const std::string& code, int* rc = nullptr) {
   const std::filesystem::path script =
-      std::filesystem::temp_directory_path() / ("tp_py_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()) + ".py");
+      std::filesystem::temp_directory_path() /
+      ("tp_py_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()) + ".py");
   { std::ofstream(script) << code; }
   const std::string cmd = std::string(TORCHPROBE_PYTHON) + " " + script.string() + " 2>&1";
   std::string out;
@@ -82,14 +83,16 @@ TORCH_MODULE(Net);
 
 // A tensor item of ours against msprobe's for the same tensor: same dtype, shape and
 // requires_grad; Max/Min within `extrema_rel` (0: exactly), Mean/Norm within 1e-6 relative.
-inline void check_same_statistics(const nlohmann::ordered_json& ours_, const nlohmann::ordered_json& theirs_, double extrema_rel) {
+inline void check_same_statistics(const nlohmann::ordered_json& ours_, const nlohmann::ordered_json& theirs_,
+                                  double extrema_rel) {
   nlohmann::ordered_json ours = ours_, theirs = theirs_;  // non-const: a missing key reads as null
   CAPTURE(ours.dump());
   CAPTURE(theirs.dump());
   CHECK(ours["dtype"] == theirs["dtype"]);
   CHECK(ours["shape"] == theirs["shape"]);
   CHECK(ours["requires_grad"] == theirs["requires_grad"]);
-  const std::pair<const char*, double> tolerances[] = {{"Max", extrema_rel}, {"Min", extrema_rel}, {"Mean", 1e-6}, {"Norm", 1e-6}};
+  const std::pair<const char*, double> tolerances[] = {
+      {"Max", extrema_rel}, {"Min", extrema_rel}, {"Mean", 1e-6}, {"Norm", 1e-6}};
   for (const auto& [key, rel] : tolerances) {
     const double a = ours[key].get<double>(), b = theirs[key].get<double>();
     CHECK(std::abs(a - b) <= rel * std::max(1e-30, std::abs(b)));

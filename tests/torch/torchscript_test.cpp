@@ -56,8 +56,12 @@ struct ScriptFiles {
         "        self.fc = torch.nn.Linear(4, 4)\n"
         "    def forward(self, x):\n"
         "        return torch.relu(self.fc(x))\n"
-        "torch.jit.script(Net()).save('" + net + "')\n"
-        "torch.jit.script(Small()).save('" + small + "')\n", &rc);
+        "torch.jit.script(Net()).save('" +
+            net +
+            "')\n"
+            "torch.jit.script(Small()).save('" +
+            small + "')\n",
+        &rc);
     REQUIRE_MESSAGE(rc == 0, out);
   }
 };
@@ -101,10 +105,12 @@ std::pair<tp::MemorySink::Files, torch::Tensor> run_net(torch::jit::Module& net)
 }
 
 const std::vector<std::string> kForwardOrder = {
-    "Module.seq.0.Linear.forward.0", "Module.seq.1.ReLU.forward.0", "Module.seq.2.Linear.forward.0", "Module.seq.Sequential.forward.0",
-    "Module.seq.0.Linear.forward.1", "Module.seq.1.ReLU.forward.1", "Module.seq.2.Linear.forward.1", "Module.seq.Sequential.forward.1",
-    "Module.block.inner.fc.Linear.forward.0", "Module.block.inner.Inner.forward.0", "Module.block.norm.LayerNorm.forward.0",
-    "Module.block.Block.forward.0"};
+    "Module.seq.0.Linear.forward.0",          "Module.seq.1.ReLU.forward.0",
+    "Module.seq.2.Linear.forward.0",          "Module.seq.Sequential.forward.0",
+    "Module.seq.0.Linear.forward.1",          "Module.seq.1.ReLU.forward.1",
+    "Module.seq.2.Linear.forward.1",          "Module.seq.Sequential.forward.1",
+    "Module.block.inner.fc.Linear.forward.0", "Module.block.inner.Inner.forward.0",
+    "Module.block.norm.LayerNorm.forward.0",  "Module.block.Block.forward.0"};
 
 }  // namespace
 
@@ -118,10 +124,12 @@ TEST_CASE("a scripted Sequential called twice and nested scripted modules get ms
   std::set<std::string> backward;
   for (const auto& n : names_of(d, ".backward.")) backward.insert(n);
   std::set<std::string> expected_backward;
-  for (const std::string& n : kForwardOrder) expected_backward.insert(n.substr(0, n.find(".forward.")) + ".backward" + n.substr(n.find(".forward.") + 8));
+  for (const std::string& n : kForwardOrder)
+    expected_backward.insert(n.substr(0, n.find(".forward.")) + ".backward" + n.substr(n.find(".forward.") + 8));
   CHECK(backward == expected_backward);
-  for (const char* g : {"Module.seq.0.Linear.parameters_grad.0", "Module.seq.2.Linear.parameters_grad.0", "Module.block.inner.fc.Linear.parameters_grad.0",
-                        "Module.block.norm.LayerNorm.parameters_grad.0"})
+  for (const char* g :
+       {"Module.seq.0.Linear.parameters_grad.0", "Module.seq.2.Linear.parameters_grad.0",
+        "Module.block.inner.fc.Linear.parameters_grad.0", "Module.block.norm.LayerNorm.parameters_grad.0"})
     CHECK_MESSAGE(d.contains(g), g);
 
   // The values each call saw, recomputed without the probe by calling the submodules directly.
@@ -136,7 +144,8 @@ TEST_CASE("a scripted Sequential called twice and nested scripted modules get ms
   check_item_is(d["Module.seq.0.Linear.forward.1"]["input_args"][0], y1);
   check_item_is(d["Module.block.inner.Inner.forward.0"]["output"][0], inner);
   check_item_is(d["Module.block.Block.forward.0"]["output"][0], block.forward({y2}).toTensor());
-  check_item_is(d["Module.seq.2.Linear.forward.1"]["parameters"]["weight"], seq.attr("2").toModule().attr("weight").toTensor());
+  check_item_is(d["Module.seq.2.Linear.forward.1"]["parameters"]["weight"],
+                seq.attr("2").toModule().attr("weight").toTensor());
   check_item_is(d["Module.block.norm.LayerNorm.backward.0"]["input"][0], torch::ones({3, 4}));  // d(sum)/d(norm + x)
 }
 
@@ -173,19 +182,22 @@ TEST_CASE("L1 on a scripted model records the ATen calls TorchScript makes, forw
     dbg.step();
     CAPTURE(s);
     Json d = dbg.sink().step(s).dump["data"];
-    CHECK(names_of(d, ".forward") == std::vector<std::string>{"Aten.linear.0.forward", "Aten.relu.0.forward", "Aten.linear.1.forward",
-                                                                "Aten.linear.2.forward", "Aten.relu.1.forward", "Aten.linear.3.forward",
-                                                                "Aten.linear.4.forward", "Aten.tanh.0.forward", "Aten.layer_norm.0.forward",
-                                                                "Aten.add.0.forward", "Aten.sum.0.forward"});
+    CHECK(names_of(d, ".forward") ==
+          std::vector<std::string>{"Aten.linear.0.forward", "Aten.relu.0.forward", "Aten.linear.1.forward",
+                                   "Aten.linear.2.forward", "Aten.relu.1.forward", "Aten.linear.3.forward",
+                                   "Aten.linear.4.forward", "Aten.tanh.0.forward", "Aten.layer_norm.0.forward",
+                                   "Aten.add.0.forward", "Aten.sum.0.forward"});
     CHECK(names_of(d, "Module.").empty());
-    for (const std::string n : {"sum.0", "add.0", "layer_norm.0", "tanh.0", "linear.4", "linear.3", "relu.1", "linear.0"})
+    for (const std::string n :
+         {"sum.0", "add.0", "layer_norm.0", "tanh.0", "linear.4", "linear.3", "relu.1", "linear.0"})
       CHECK_MESSAGE(d.contains("Aten." + n + ".backward"), n);
     check_item_is(d["Aten.linear.0.forward"]["input_args"][0], x);
     check_item_is(d["Aten.linear.0.backward"]["output"][0], x.grad());
   }
 }
 
-TEST_CASE("the graph executor's optimisation is off while a TorchScript model is dumped, and as it was before after stop()") {
+TEST_CASE(
+    "the graph executor's optimisation is off while a TorchScript model is dumped, and as it was before after stop()") {
   const bool original = torch::jit::getGraphExecutorOptimize();
   for (const bool before : {true, false}) {
     CAPTURE(before);
@@ -229,7 +241,8 @@ TEST_CASE("start() with a std::vector of models names each model's modules Modul
     models[1].forward({x});
     dbg.stop();
     CHECK(names_of(dbg.sink().step(0).dump["data"], ".forward.") ==
-          std::vector<std::string>{"Module.1.fc.Linear.forward.0", "Module.0.fc.Linear.forward.0", "Module.1.fc.Linear.forward.1"});
+          std::vector<std::string>{"Module.1.fc.Linear.forward.0", "Module.0.fc.Linear.forward.0",
+                                   "Module.1.fc.Linear.forward.1"});
     CHECK(dbg.sink().step(0).dump["data"].contains("Module.0.fc.Linear.backward.0"));
     CHECK(dbg.sink().step(0).dump["data"].contains("Module.1.fc.Linear.parameters_grad.0"));
   }

@@ -89,7 +89,8 @@ TEST_CASE("a config file holding valid JSON that is not an object is rejected wi
   TempDir dir;
   const std::string list = dir.write("list.json", "[1, 2]");
   const std::string text = dir.write("text.json", "\"./dump\"");
-  CHECK(rejection_of([&] { load_config_file(list); }) == "config file \"" + list + "\" should hold a JSON object, not [1,2]");
+  CHECK(rejection_of([&] { load_config_file(list); }) ==
+        "config file \"" + list + "\" should hold a JSON object, not [1,2]");
   CHECK(rejection_of([&] { load_config_file(text); }) ==
         "config file \"" + text + "\" should hold a JSON object, not \"./dump\"");
   // Options reads the file the same way.
@@ -148,7 +149,8 @@ TEST_CASE("a step or rank list of more than 1000000 elements is rejected, as msp
 
 TEST_CASE("overflow_nums beyond int64 is rejected naming the key, the value and what is allowed") {
   auto overflow = [](const std::string& n) {
-    return json::parse(R"({"dump_path": "./d", "task": "overflow_check", "overflow_check": {"overflow_nums": )" + n + "}}");
+    return json::parse(R"({"dump_path": "./d", "task": "overflow_check", "overflow_check": {"overflow_nums": )" + n +
+                       "}}");
   };
   const std::string allowed = "(allowed: -1 (no limit) or an integer greater than 0)";
   CHECK(rejection(overflow("9223372036854775808")) ==
@@ -167,9 +169,11 @@ TEST_CASE("overflow_nums beyond int64 is rejected naming the key, the value and 
 
 TEST_CASE("a level, risk_level or precision that is not a string is rejected with the allowed strings") {
   CHECK(rejection(doc_with({{"level", 1}})) ==
-        "config key \"level\": 1 is invalid: it should be a string (allowed: \"L0\", \"L1\", \"mix\", \"L2\", \"debug\")");
+        "config key \"level\": 1 is invalid: it should be a string (allowed: \"L0\", \"L1\", \"mix\", \"L2\", "
+        "\"debug\")");
   CHECK(rejection(doc_with({{"level", {"L1"}}})) ==
-        "config key \"level\": [\"L1\"] is invalid: it should be a string (allowed: \"L0\", \"L1\", \"mix\", \"L2\", \"debug\")");
+        "config key \"level\": [\"L1\"] is invalid: it should be a string (allowed: \"L0\", \"L1\", \"mix\", \"L2\", "
+        "\"debug\")");
   CHECK(rejection(doc_with({{"risk_level", true}})) ==
         "config key \"risk_level\": true is invalid: it should be a string (allowed: \"ALL\", \"FOCUS\", \"CORE\")");
   CHECK(rejection(doc_with({{"precision", 0.5}})) ==
@@ -214,16 +218,17 @@ TEST_CASE("check_mode is accepted with a warning that msprobe uses it only for M
   const Config c = parse_config(
       doc_with({{"task", "overflow_check"}, {"overflow_check", {{"overflow_nums", 3}, {"check_mode", "all"}}}}));
   CHECK(c.overflow_nums == 3);
-  CHECK(c.warnings ==
-        std::vector<std::string>{"config key \"overflow_check.check_mode\" is ignored: msprobe uses it only for MindSpore"});
+  CHECK(c.warnings == std::vector<std::string>{
+                          "config key \"overflow_check.check_mode\" is ignored: msprobe uses it only for MindSpore"});
   const Config s = parse_config(doc_with({{"statistics", {{"check_mode", "aicore"}}}}));
-  CHECK(s.warnings ==
-        std::vector<std::string>{"config key \"statistics.check_mode\" is ignored: msprobe uses it only for MindSpore"});
+  CHECK(s.warnings == std::vector<std::string>{
+                          "config key \"statistics.check_mode\" is ignored: msprobe uses it only for MindSpore"});
 }
 
 TEST_CASE("scope and list at level debug are accepted unchecked, with a warning that save() ignores them") {
   const std::string warning =
-      "config keys \"statistics.scope\"/\"statistics.list\" are ignored at level \"debug\": save() writes every value it "
+      "config keys \"statistics.scope\"/\"statistics.list\" are ignored at level \"debug\": save() writes every value "
+      "it "
       "is given";
   // Not a [start, end] pair of API names: at level debug the scope is not checked at all.
   const Config scoped = parse_config(doc_with({{"level", "debug"}, {"statistics", {{"scope", {"x"}}}}}));
@@ -231,9 +236,10 @@ TEST_CASE("scope and list at level debug are accepted unchecked, with a warning 
   CHECK(scoped.warnings == std::vector<std::string>{warning});
   const Config listed = parse_config(doc_with({{"level", "debug"}, {"statistics", {{"list", {"relu"}}}}}));
   CHECK(listed.warnings == std::vector<std::string>{warning});
-  const Config tensor = parse_config(doc_with({{"level", "debug"}, {"task", "tensor"}, {"tensor", {{"list", {"relu"}}}}}));
-  CHECK(tensor.warnings == std::vector<std::string>{
-                               "config keys \"tensor.scope\"/\"tensor.list\" are ignored at level \"debug\": save() "
-                               "writes every value it is given"});
+  const Config tensor =
+      parse_config(doc_with({{"level", "debug"}, {"task", "tensor"}, {"tensor", {{"list", {"relu"}}}}}));
+  CHECK(tensor.warnings ==
+        std::vector<std::string>{"config keys \"tensor.scope\"/\"tensor.list\" are ignored at level \"debug\": save() "
+                                 "writes every value it is given"});
   CHECK(parse_config(doc_with({{"level", "debug"}})).warnings.empty());
 }

@@ -155,7 +155,8 @@ TEST_CASE("a step range whose left boundary exceeds the right is rejected, namin
 TEST_CASE("malformed step and rank elements are rejected with the element and the allowed forms") {
   const std::string allowed = "0 <= a <= b <= 1000000";
   check_mentions(rejection(doc_with({{"step", {true}}})), {"\"step\"", "true", "booleans", allowed});
-  check_mentions(rejection(doc_with({{"step", {1.5}}})), {"\"step\"", "1.5", "neither an integer nor a string", allowed});
+  check_mentions(rejection(doc_with({{"step", {1.5}}})),
+                 {"\"step\"", "1.5", "neither an integer nor a string", allowed});
   check_mentions(rejection(doc_with({{"step", {-1}}})), {"\"step\"", "-1", "outside [0, 1000000]", allowed});
   check_mentions(rejection(doc_with({{"step", {1000001}}})), {"\"step\"", "1000001", "outside", allowed});
   check_mentions(rejection(doc_with({{"step", {"0-1000001"}}})), {"\"step\"", "\"0-1000001\"", "1000001", allowed});
@@ -168,14 +169,16 @@ TEST_CASE("malformed step and rank elements are rejected with the element and th
 }
 
 TEST_CASE("a step or rank that is not a list is rejected") {
-  check_mentions(rejection(doc_with({{"rank", 0}})), {"\"rank\"", ": 0 is invalid", "should be a list", "0 <= a <= b <= 1000000"});
+  check_mentions(rejection(doc_with({{"rank", 0}})),
+                 {"\"rank\"", ": 0 is invalid", "should be a list", "0 <= a <= b <= 1000000"});
 }
 
 // ---- common keys ----
 
 TEST_CASE("an unknown task is rejected with the list of tasks") {
-  check_mentions(rejection(doc_with({{"task", "stats"}})),
-                 {"\"task\"", "\"stats\"", "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\""});
+  check_mentions(
+      rejection(doc_with({{"task", "stats"}})),
+      {"\"task\"", "\"stats\"", "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\""});
   check_mentions(rejection(doc_with({{"task", 3}})), {"\"task\"", "3", "should be a string", "\"structure\""});
 }
 
@@ -187,7 +190,8 @@ TEST_CASE("msprobe tasks that TorchProbe lacks are rejected as unsupported") {
 }
 
 TEST_CASE("an unknown level is rejected, and level debug (save()) is accepted") {
-  check_mentions(rejection(doc_with({{"level", "L3"}})), {"\"level\"", "\"L3\"", "\"L0\", \"L1\", \"mix\", \"L2\", \"debug\""});
+  check_mentions(rejection(doc_with({{"level", "L3"}})),
+                 {"\"level\"", "\"L3\"", "\"L0\", \"L1\", \"mix\", \"L2\", \"debug\""});
   check_mentions(rejection(doc_with({{"level", "MIX"}})), {"\"level\"", "\"MIX\"", "case-sensitive", "\"mix\""});
   CHECK(parse_config(doc_with({{"level", "debug"}})).level == Level::Debug);
 }
@@ -238,13 +242,15 @@ TEST_CASE("scope, list and tensor_list must be lists of strings") {
 TEST_CASE("a scope must have exactly two names") {
   check_mentions(rejection(doc_with({{"statistics", {{"scope", {"Aten.t.0.forward"}}}}})),
                  {"\"statistics.scope\"", "[\"Aten.t.0.forward\"]", "1 names", "exactly 2 names"});
-  check_mentions(rejection(doc_with({{"statistics", {{"scope", {"Aten.t.0.forward", "Aten.t.1.forward", "Aten.t.2.forward"}}}}})),
-                 {"\"statistics.scope\"", "3 names", "exactly 2 names"});
+  check_mentions(
+      rejection(doc_with({{"statistics", {{"scope", {"Aten.t.0.forward", "Aten.t.1.forward", "Aten.t.2.forward"}}}}})),
+      {"\"statistics.scope\"", "3 names", "exactly 2 names"});
 }
 
 TEST_CASE("an L1 scope must consist of API names") {
   const json doc = doc_with({{"statistics", {{"scope", {"Aten.t.0.forward", "Module.fc.Linear.forward.0"}}}}});
-  check_mentions(rejection(doc), {"\"statistics.scope\"", "\"Module.fc.Linear.forward.0\"", "API names", "Aten.relu.0.forward"});
+  check_mentions(rejection(doc),
+                 {"\"statistics.scope\"", "\"Module.fc.Linear.forward.0\"", "API names", "Aten.relu.0.forward"});
   check_mentions(rejection(doc_with({{"statistics", {{"scope", {"Aten.t.0.forward", "Aten.relu.forward"}}}}})),
                  {"\"statistics.scope\"", "\"Aten.relu.forward\""});
   check_mentions(rejection(doc_with({{"statistics", {{"scope", {"Foo.t.0.forward", "Aten.t.1.forward"}}}}})),
@@ -254,19 +260,26 @@ TEST_CASE("an L1 scope must consist of API names") {
 }
 
 TEST_CASE("an L0 scope must consist of module names") {
-  const json doc = doc_with({{"level", "L0"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Aten.t.0.forward"}}}}});
-  check_mentions(rejection(doc), {"\"statistics.scope\"", "\"Aten.t.0.forward\"", "module names", "Module.fc.Linear.forward.0"});
-  check_mentions(rejection(doc_with({{"level", "L0"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Module.fc.Linear.0.forward"}}}}})),
-                 {"\"Module.fc.Linear.0.forward\""});
-  CHECK(parse_config(doc_with({{"level", "L0"}, {"statistics", {{"scope", {"Module.a.A.forward.0", "Cell.b.B.backward.2"}}}}}))
+  const json doc =
+      doc_with({{"level", "L0"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Aten.t.0.forward"}}}}});
+  check_mentions(rejection(doc),
+                 {"\"statistics.scope\"", "\"Aten.t.0.forward\"", "module names", "Module.fc.Linear.forward.0"});
+  check_mentions(
+      rejection(doc_with({{"level", "L0"},
+                          {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Module.fc.Linear.0.forward"}}}}})),
+      {"\"Module.fc.Linear.0.forward\""});
+  CHECK(parse_config(
+            doc_with({{"level", "L0"}, {"statistics", {{"scope", {"Module.a.A.forward.0", "Cell.b.B.backward.2"}}}}}))
             .scope.size() == 2);
 }
 
 TEST_CASE("a mix scope may combine an API name and a module name") {
-  const Config c = parse_config(doc_with({{"level", "mix"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Aten.t.0.forward"}}}}}));
+  const Config c = parse_config(
+      doc_with({{"level", "mix"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "Aten.t.0.forward"}}}}}));
   CHECK(c.scope.size() == 2);
-  check_mentions(rejection(doc_with({{"level", "mix"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "fc"}}}}})),
-                 {"\"statistics.scope\"", "\"fc\"", "neither an API nor a module name"});
+  check_mentions(
+      rejection(doc_with({{"level", "mix"}, {"statistics", {{"scope", {"Module.fc.Linear.forward.0", "fc"}}}}})),
+      {"\"statistics.scope\"", "\"fc\"", "neither an API nor a module name"});
 }
 
 TEST_CASE("data_mode rejects combining all, unknown modes, too many modes and non-lists") {
@@ -275,8 +288,9 @@ TEST_CASE("data_mode rejects combining all, unknown modes, too many modes and no
                  {"\"statistics.data_mode\"", "[\"all\",\"input\"]", "cannot be combined", allowed});
   check_mentions(rejection(doc_with({{"statistics", {{"data_mode", {"both"}}}}})),
                  {"\"statistics.data_mode\"", "\"both\" is not a data mode", allowed});
-  check_mentions(rejection(doc_with({{"statistics", {{"data_mode", {"input", "output", "forward", "backward", "input"}}}}})),
-                 {"\"statistics.data_mode\"", "5 modes", "up to 4"});
+  check_mentions(
+      rejection(doc_with({{"statistics", {{"data_mode", {"input", "output", "forward", "backward", "input"}}}}})),
+      {"\"statistics.data_mode\"", "5 modes", "up to 4"});
   check_mentions(rejection(doc_with({{"statistics", {{"data_mode", "all"}}}})),
                  {"\"statistics.data_mode\"", "\"all\"", "list of strings", allowed});
   CHECK_THROWS_AS(DataMode::parse({"sideways"}), ConfigError);
@@ -325,12 +339,15 @@ TEST_CASE("summary_mode accepts statistics, md5 and xor only") {
                  {"\"statistics.summary_mode\"", "\"sha1\"", "\"statistics\", \"md5\", \"xor\""});
   CHECK(parse_config(doc_with({{"statistics", {{"summary_mode", "md5"}}}})).summary_mode == SummaryMode::Md5);
   CHECK(parse_config(doc_with({{"statistics", {{"summary_mode", "xor"}}}})).summary_mode == SummaryMode::Xor);
-  CHECK(parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"summary_mode", "md5"}}}})).summary_mode == SummaryMode::Md5);
+  CHECK(parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"summary_mode", "md5"}}}})).summary_mode ==
+        SummaryMode::Md5);
 }
 
 TEST_CASE("overflow_nums must be -1 or a positive integer") {
   const std::string allowed = "-1 (no limit) or an integer greater than 0";
-  auto overflow = [](json n) { return doc_with({{"task", "overflow_check"}, {"overflow_check", {{"overflow_nums", n}}}}); };
+  auto overflow = [](json n) {
+    return doc_with({{"task", "overflow_check"}, {"overflow_check", {{"overflow_nums", n}}}});
+  };
   check_mentions(rejection(overflow(0)), {"\"overflow_check.overflow_nums\"", ": 0 is invalid", allowed});
   check_mentions(rejection(overflow(-2)), {"\"overflow_check.overflow_nums\"", "-2", allowed});
   check_mentions(rejection(overflow("3")), {"\"overflow_check.overflow_nums\"", "\"3\"", "integer", allowed});
@@ -351,7 +368,8 @@ TEST_CASE("async_dump with summary_mode md5 is rejected") {
 TEST_CASE("async_dump with task tensor needs a list, as in msprobe") {
   check_mentions(rejection(doc_with({{"async_dump", true}, {"task", "tensor"}})),
                  {"\"tensor.list\"", "[]", "async_dump", "non-empty list"});
-  CHECK(parse_config(doc_with({{"async_dump", true}, {"task", "tensor"}, {"tensor", {{"list", {"relu"}}}}})).async_dump);
+  CHECK(
+      parse_config(doc_with({{"async_dump", true}, {"task", "tensor"}, {"tensor", {{"list", {"relu"}}}}})).async_dump);
 }
 
 TEST_CASE("level L2 requires task tensor, no scope and exactly one listed name") {
@@ -359,10 +377,11 @@ TEST_CASE("level L2 requires task tensor, no scope and exactly one listed name")
   check_mentions(rejection(doc_with({{"level", "L2"}, {"task", "tensor"}})), {"\"tensor.list\"", "[]", "exactly one"});
   check_mentions(rejection(doc_with({{"level", "L2"}, {"task", "tensor"}, {"tensor", {{"list", {"a", "b"}}}}})),
                  {"\"tensor.list\"", "[\"a\",\"b\"]", "exactly one"});
-  check_mentions(rejection(doc_with({{"level", "L2"},
-                                     {"task", "tensor"},
-                                     {"tensor", {{"list", {"a"}}, {"scope", {"Aten.t.0.forward", "Aten.t.1.forward"}}}}})),
-                 {"\"tensor.scope\"", "Aten.t.0.forward", "\"L2\"", "[]"});
+  check_mentions(
+      rejection(doc_with({{"level", "L2"},
+                          {"task", "tensor"},
+                          {"tensor", {{"list", {"a"}}, {"scope", {"Aten.t.0.forward", "Aten.t.1.forward"}}}}})),
+      {"\"tensor.scope\"", "Aten.t.0.forward", "\"L2\"", "[]"});
 }
 
 TEST_CASE("task structure forces level mix with a warning unless the level is L0 or mix") {
@@ -377,9 +396,11 @@ TEST_CASE("task structure forces level mix with a warning unless the level is L0
 }
 
 TEST_CASE("free_benchmark takes scope or list but not both") {
-  const json both = doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"scope", {"Aten.t.0.forward"}}, {"list", {"relu"}}}}});
+  const json both =
+      doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"scope", {"Aten.t.0.forward"}}, {"list", {"relu"}}}}});
   check_mentions(rejection(both), {"\"free_benchmark.scope\"", "either scope or list"});
-  const Config names = parse_config(doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"scope", {"Aten.t.0.forward"}}}}}));
+  const Config names =
+      parse_config(doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"scope", {"Aten.t.0.forward"}}}}}));
   CHECK(names.scope.size() == 1);
 }
 
@@ -403,7 +424,8 @@ TEST_CASE("keys TorchProbe knows but does not implement yet produce a not-suppor
   CHECK(has_warning(c, "\"enable_dataloader\" is not supported by TorchProbe yet"));
   CHECK(has_warning(c, "\"acc_check\" is not supported by TorchProbe yet"));
   CHECK(has_warning(c, "\"statistics.slice\" is not supported by TorchProbe yet"));
-  const Config fb = parse_config(doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"pert_mode", "add_noise"}}}}));
+  const Config fb =
+      parse_config(doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"pert_mode", "add_noise"}}}}));
   CHECK(has_warning(fb, "\"free_benchmark.pert_mode\" is not supported by TorchProbe yet"));
 }
 
@@ -413,8 +435,7 @@ TEST_CASE("a disabled unsupported feature needs no warning") {
 
 TEST_CASE("section keys the running task does not declare are reported as ignored, and not read") {
   // What a task list (task/task_list.hpp) hands parse_config: here a tensor task reading summary_mode only.
-  const torchprobe::TaskCatalog implemented{
-      {torchprobe::Task::Tensor, {torchprobe::Level::L1}, {"summary_mode"}}};
+  const torchprobe::TaskCatalog implemented{{torchprobe::Task::Tensor, {torchprobe::Level::L1}, {"summary_mode"}}};
   const json doc = doc_with({{"task", "tensor"}, {"tensor", {{"tensor_list", {"relu"}}, {"summary_mode", "md5"}}}});
   const Config c = parse_config(doc, &implemented);
   CHECK(has_warning(c, "\"tensor.tensor_list\" is ignored: task \"tensor\" does not use it"));
@@ -433,14 +454,17 @@ TEST_CASE("a task list rejects the task and level pairs it lacks, naming what it
       {torchprobe::Task::OverflowCheck, {torchprobe::Level::Mix}, {"overflow_nums"}}};
   CHECK_NOTHROW(parse_config(doc_with({{"task", "tensor"}, {"level", "L0"}}), &implemented));
   const std::string why = rejection(doc_with({{"task", "overflow_check"}, {"level", "L1"}}), &implemented);
-  CHECK(why == "config keys \"level\"/\"task\": level \"L1\" with task \"overflow_check\" is not available in this "
-               "TorchProbe version (available: levels \"L0\", \"L1\" with tasks \"statistics\" and \"tensor\"; "
-               "level \"mix\" with task \"overflow_check\")");
-  check_mentions(rejection(doc_with({{"task", "free_benchmark"}}), &implemented), {"\"free_benchmark\" is not available"});
+  CHECK(why ==
+        "config keys \"level\"/\"task\": level \"L1\" with task \"overflow_check\" is not available in this "
+        "TorchProbe version (available: levels \"L0\", \"L1\" with tasks \"statistics\" and \"tensor\"; "
+        "level \"mix\" with task \"overflow_check\")");
+  check_mentions(rejection(doc_with({{"task", "free_benchmark"}}), &implemented),
+                 {"\"free_benchmark\" is not available"});
 }
 
 TEST_CASE("sections of other tasks are ignored silently, even when they hold nonsense") {
-  const Config c = parse_config(doc_with({{"tensor", {{"scope", 5}, {"whatever", 1}}}, {"overflow_check", {{"overflow_nums", 0}}}}));
+  const Config c =
+      parse_config(doc_with({{"tensor", {{"scope", 5}, {"whatever", 1}}}, {"overflow_check", {{"overflow_nums", 0}}}}));
   CHECK(c.warnings.empty());
 }
 
@@ -518,8 +542,8 @@ TEST_CASE("Options overrides win over the config file, and the file's other keys
   CHECK(c.dump_path == "./from_options");
   CHECK(c.step.values() == std::vector<int64_t>{0, 4, 5, 6});
   CHECK(c.list == std::vector<std::string>{"relu"});
-  CHECK_FALSE(c.extra_info);                     // from the file
-  CHECK(c.summary_mode == SummaryMode::Md5);     // from the file's section
+  CHECK_FALSE(c.extra_info);                  // from the file
+  CHECK(c.summary_mode == SummaryMode::Md5);  // from the file's section
   CHECK(c.warnings.empty());
 }
 

@@ -30,9 +30,9 @@ std::vector<std::string> admitted(NameFilter& filter, const std::vector<std::str
   return out;
 }
 
-const std::vector<std::string> kRun = {
-    "Aten.addmm.0.forward", "Aten.t.0.forward",      "Aten.relu.0.forward",   "Aten.sum.0.forward",
-    "Aten.sum.0.backward",  "Aten.relu.0.backward",  "Aten.t.0.backward",     "Aten.addmm.0.backward"};
+const std::vector<std::string> kRun = {"Aten.addmm.0.forward", "Aten.t.0.forward",     "Aten.relu.0.forward",
+                                       "Aten.sum.0.forward",   "Aten.sum.0.backward",  "Aten.relu.0.backward",
+                                       "Aten.t.0.backward",    "Aten.addmm.0.backward"};
 
 }  // namespace
 
@@ -140,15 +140,22 @@ TEST_CASE("risk level ALL admits every op") {
 
 TEST_CASE("risk level FOCUS drops low-risk ops and keeps the rest") {
   const NameFilter f(config_with(Level::L1, {}, {}, RiskLevel::Focus));
-  for (const char* op : {"view", "reshape", "_reshape_alias", "transpose", "t", "permute", "expand", "squeeze",
-                         "unsqueeze_", "flatten", "contiguous", "clone", "cat", "stack", "split", "chunk", "to",
-                         "_to_copy", "type_as", "clamp", "zeros", "ones", "full", "arange", "empty", "slice", "select",
-                         "index_select", "detach", "copy_", "fill_", "zero_", "aten::view.default"}) {
+  for (const char* op : {"view",         "reshape",    "_reshape_alias",
+                         "transpose",    "t",          "permute",
+                         "expand",       "squeeze",    "unsqueeze_",
+                         "flatten",      "contiguous", "clone",
+                         "cat",          "stack",      "split",
+                         "chunk",        "to",         "_to_copy",
+                         "type_as",      "clamp",      "zeros",
+                         "ones",         "full",       "arange",
+                         "empty",        "slice",      "select",
+                         "index_select", "detach",     "copy_",
+                         "fill_",        "zero_",      "aten::view.default"}) {
     INFO(op);
     CHECK_FALSE(f.admits_op(op));
   }
-  for (const char* op : {"addmm", "add", "mul_", "relu", "gelu", "sum", "mean", "exp", "softmax", "layer_norm",
-                         "__and__"}) {
+  for (const char* op :
+       {"addmm", "add", "mul_", "relu", "gelu", "sum", "mean", "exp", "softmax", "layer_norm", "__and__"}) {
     INFO(op);
     CHECK(f.admits_op(op));
   }
@@ -156,11 +163,32 @@ TEST_CASE("risk level FOCUS drops low-risk ops and keeps the rest") {
 
 TEST_CASE("risk level CORE keeps only the matmul, linear, conv, norm, embedding, attention and softmax families") {
   const NameFilter f(config_with(Level::Mix, {}, {}, RiskLevel::Core));
-  for (const char* op : {"matmul", "mm", "bmm", "addmm", "addmm_", "baddbmm", "linear", "conv2d", "conv_transpose1d",
-                         "convolution", "_convolution", "cudnn_convolution", "batch_norm", "native_batch_norm",
-                         "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "embedding",
-                         "embedding_bag", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                         "softmax", "_softmax", "log_softmax", "aten::addmm.out"}) {
+  for (const char* op : {"matmul",
+                         "mm",
+                         "bmm",
+                         "addmm",
+                         "addmm_",
+                         "baddbmm",
+                         "linear",
+                         "conv2d",
+                         "conv_transpose1d",
+                         "convolution",
+                         "_convolution",
+                         "cudnn_convolution",
+                         "batch_norm",
+                         "native_batch_norm",
+                         "layer_norm",
+                         "native_layer_norm",
+                         "group_norm",
+                         "native_group_norm",
+                         "embedding",
+                         "embedding_bag",
+                         "scaled_dot_product_attention",
+                         "_scaled_dot_product_flash_attention",
+                         "softmax",
+                         "_softmax",
+                         "log_softmax",
+                         "aten::addmm.out"}) {
     INFO(op);
     CHECK(f.admits_op(op));
   }
@@ -186,8 +214,9 @@ TEST_CASE("risk level applies only at levels L1 and mix") {
 }
 
 TEST_CASE("a filter built from a parsed configuration uses its scope and list") {
-  const Config c = parse_config({{"dump_path", "./d"},
-                                 {"statistics", {{"scope", {"Aten.t.0.forward", "Aten.relu.0.forward"}}, {"list", {"relu"}}}}});
+  const Config c =
+      parse_config({{"dump_path", "./d"},
+                    {"statistics", {{"scope", {"Aten.t.0.forward", "Aten.relu.0.forward"}}, {"list", {"relu"}}}}});
   NameFilter f(c);
   CHECK(admitted(f, kRun) == std::vector<std::string>{"Aten.relu.0.forward"});
 }

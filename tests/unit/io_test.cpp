@@ -241,7 +241,8 @@ struct Source {
   std::unique_ptr<unsigned char, decltype(&std::free)> block{nullptr, &std::free};
   unsigned char* data = nullptr;
   Source(std::size_t n, std::size_t shift, unsigned seed) {
-    block.reset(static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, (n + shift + kDirectAlign) / kDirectAlign * kDirectAlign)));
+    block.reset(static_cast<unsigned char*>(
+        std::aligned_alloc(kDirectAlign, (n + shift + kDirectAlign) / kDirectAlign * kDirectAlign)));
     REQUIRE(block);
     data = block.get() + shift;
     std::mt19937 rng(seed);
@@ -251,7 +252,9 @@ struct Source {
 
 }  // namespace
 
-TEST_CASE("DirectFile writes exactly the bytes it is given, in any pieces; large pieces that line up go straight from memory") {
+TEST_CASE(
+    "DirectFile writes exactly the bytes it is given, in any pieces; large pieces that line up go straight from "
+    "memory") {
   TempDir t;
   UmaskGuard um(0);
   const bool direct_io = torchprobe::io::direct_io_supported(t.path);
@@ -409,14 +412,16 @@ TEST_CASE("ErrorLog: format, deduplication per (what, kind), reset, directory ch
   const std::string text = read_all(file);
   const std::string head = R"(\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[ERROR\] )";
   const std::string pid = std::to_string(::getpid());
-  const std::regex expected(head + R"(forward_input_data_collect failed: name=Aten\.add\.0\.forward, pid=)" + pid +
-                            "\nbad dtype\n\n" + head +
-                            R"(forward_input_data_collect failed: name=Aten\.mul\.0\.forward, pid=)" + pid +
-                            "\nout of memory\n\n" + head +
-                            R"(backward_data_collect failed: name=Aten\.add\.0\.backward, pid=)" + pid +
-                            "\nbad grad\n\n");
+  const std::regex expected(
+      head + R"(forward_input_data_collect failed: name=Aten\.add\.0\.forward, pid=)" + pid + "\nbad dtype\n\n" + head +
+      R"(forward_input_data_collect failed: name=Aten\.mul\.0\.forward, pid=)" + pid + "\nout of memory\n\n" + head +
+      R"(backward_data_collect failed: name=Aten\.add\.0\.backward, pid=)" + pid + "\nbad grad\n\n");
   CHECK_MESSAGE(std::regex_match(text, expected), text);
-  CHECK(mode_of(file) == (0640 & ~[] { mode_t m = ::umask(0); ::umask(m); return m; }()));
+  CHECK(mode_of(file) == (0640 & ~[] {
+          mode_t m = ::umask(0);
+          ::umask(m);
+          return m;
+        }()));
 
   log.reset();  // next step: reported again
   CHECK(log.log("forward_input_data_collect", "Aten.add.5.forward", std::runtime_error("boom")));

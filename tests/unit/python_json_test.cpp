@@ -78,16 +78,60 @@ std::uint64_t to_bits(double d) {
 
 std::vector<double> interesting_doubles() {
   using L = std::numeric_limits<double>;
-  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, 0.1, 0.2, 0.3, 1.0 / 3, 2.0 / 3, 100.0, 123456.789,
-                           1e15, 1e16, 1e17, 9999999999999998.0, 999999999999999.9, 1e15 + 0.5,
-                           1e-4, 1e-5, 0.0001, 0.00001, 0.00012345, 0.000012345, 1.5e-4, 9.999999e-5,
-                           1e22, 1e23, 1e-7, 5e-324, 1e308, 1.7976931348623157e308,
-                           L::max(), -L::max(), L::min(), -L::min(), L::denorm_min(), -L::denorm_min(),
-                           L::min() / 3, L::epsilon(), L::quiet_NaN(), -L::quiet_NaN(), L::infinity(),
-                           -L::infinity(), 1.8408576250076294, 3.3215508210560074e-06,
-                           static_cast<double>(3.4028e38f), static_cast<double>(std::numeric_limits<float>::max()),
-                           static_cast<double>(std::numeric_limits<float>::min()), 65504.0, 0.19921875,
-                           static_cast<double>(0.1f), 4503599627370496.0, 9007199254740993.0};
+  std::vector<double> v = {0.0,
+                           -0.0,
+                           1.0,
+                           -1.0,
+                           0.5,
+                           0.1,
+                           0.2,
+                           0.3,
+                           1.0 / 3,
+                           2.0 / 3,
+                           100.0,
+                           123456.789,
+                           1e15,
+                           1e16,
+                           1e17,
+                           9999999999999998.0,
+                           999999999999999.9,
+                           1e15 + 0.5,
+                           1e-4,
+                           1e-5,
+                           0.0001,
+                           0.00001,
+                           0.00012345,
+                           0.000012345,
+                           1.5e-4,
+                           9.999999e-5,
+                           1e22,
+                           1e23,
+                           1e-7,
+                           5e-324,
+                           1e308,
+                           1.7976931348623157e308,
+                           L::max(),
+                           -L::max(),
+                           L::min(),
+                           -L::min(),
+                           L::denorm_min(),
+                           -L::denorm_min(),
+                           L::min() / 3,
+                           L::epsilon(),
+                           L::quiet_NaN(),
+                           -L::quiet_NaN(),
+                           L::infinity(),
+                           -L::infinity(),
+                           1.8408576250076294,
+                           3.3215508210560074e-06,
+                           static_cast<double>(3.4028e38f),
+                           static_cast<double>(std::numeric_limits<float>::max()),
+                           static_cast<double>(std::numeric_limits<float>::min()),
+                           65504.0,
+                           0.19921875,
+                           static_cast<double>(0.1f),
+                           4503599627370496.0,
+                           9007199254740993.0};
   // Every power of ten in range, and its neighbours: these sit on the fixed/scientific switch and on
   // digit-count boundaries.
   for (int e = -324; e <= 308; ++e) {
@@ -239,11 +283,11 @@ TEST_CASE("nested document: byte-identical to json.dumps with indent 1, 0, 4 and
   doc["dump_data_dir"] = nullptr;
   doc["empty_list"] = ordered_json::array();
   doc["empty_obj"] = ordered_json::object();
-  doc["nested_empty"] = ordered_json::array({ordered_json::array(), ordered_json::object(),
-                                             ordered_json::array({ordered_json::array()})});
-  doc["ints"] = ordered_json::array({0, -1, 1, std::numeric_limits<std::int64_t>::min(),
-                                     std::numeric_limits<std::int64_t>::max(),
-                                     std::numeric_limits<std::uint64_t>::max(), std::uint64_t{1} << 63});
+  doc["nested_empty"] = ordered_json::array(
+      {ordered_json::array(), ordered_json::object(), ordered_json::array({ordered_json::array()})});
+  doc["ints"] =
+      ordered_json::array({0, -1, 1, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(),
+                           std::numeric_limits<std::uint64_t>::max(), std::uint64_t{1} << 63});
   doc["bools"] = ordered_json::array({true, false, nullptr});
   doc["floats"] = ordered_json::array({0.5, -0.0, 1e16, 1e-5, nan, inf, -inf, 1e15, 123.0});
   doc["unicode"] = "caf\u00e9 \u4e2d\u6587 \U0001F600 \uFFFF \U0010FFFF \u2028 \u007f end";
@@ -254,15 +298,16 @@ TEST_CASE("nested document: byte-identical to json.dumps with indent 1, 0, 4 and
   doc[""] = "empty key";
   doc["k\u00e9y \U0001F600"] = ordered_json::object({{"\n", 1}, {"z", 2}, {"a", 3}});  // order kept
   ordered_json deep = "bottom";
-  for (int i = 0; i < 30; ++i) deep = ordered_json::array({deep, i % 2 ? ordered_json::object({{"d", i}}) : ordered_json(i)});
+  for (int i = 0; i < 30; ++i)
+    deep = ordered_json::array({deep, i % 2 ? ordered_json::object({{"d", i}}) : ordered_json(i)});
   doc["deep"] = deep;
   doc["Functional.linear.0.forward"] = ordered_json::object(
       {{"input_args", ordered_json::array({ordered_json::object({{"type", "torch.Tensor"},
-                                                                   {"dtype", "torch.float32"},
-                                                                   {"shape", ordered_json::array({2, 8})},
-                                                                   {"Max", 1.8408576250076294},
-                                                                   {"Min", nullptr},
-                                                                   {"requires_grad", true}})})},
+                                                                 {"dtype", "torch.float32"},
+                                                                 {"shape", ordered_json::array({2, 8})},
+                                                                 {"Max", 1.8408576250076294},
+                                                                 {"Min", nullptr},
+                                                                 {"requires_grad", true}})})},
        {"input_kwargs", ordered_json::object()}});
 
   TempDir dir;
@@ -308,7 +353,9 @@ TEST_CASE("scalars and malformed UTF-8") {
   CHECK(to_python_json(ordered_json::array({1, 2}), -1) == "[1, 2]");
   CHECK(to_python_json(ordered_json::object({{"a", ordered_json::array({1})}}), 1) == "{\n \"a\": [\n  1\n ]\n}");
   // Not valid UTF-8 (Python strings never are): each bad byte becomes U+FFFD, the rest survives.
-  CHECK(to_python_json(ordered_json("a\xff" "b\xe4\xb8" "c")) == "\"a\\ufffdb\\ufffd\\ufffdc\"");
+  CHECK(to_python_json(ordered_json("a\xff"
+                                    "b\xe4\xb8"
+                                    "c")) == "\"a\\ufffdb\\ufffd\\ufffdc\"");
   CHECK(to_python_json(ordered_json("\xc0\xaf")) == "\"\\ufffd\\ufffd\"");  // overlong '/'
 }
 
@@ -326,8 +373,7 @@ TEST_CASE("real msprobe files re-dump byte-identically") {
     CAPTURE(e.path().string());
     CHECK(to_python_json(j, 1) == original);
     ++files;
-    if (e.path().string().find("stat_L1/step0") != std::string::npos &&
-        e.path().filename() == "dump.json")
+    if (e.path().string().find("stat_L1/step0") != std::string::npos && e.path().filename() == "dump.json")
       saw_stat_l1 = true;
   }
   CHECK(saw_stat_l1);

@@ -67,7 +67,7 @@ std::string func_of(const std::string& frame) {  // "File p, line n, in FUNC, \n
 
 TEST_CASE("CallStack equality and hash") {
   std::vector<CallStack> same;  // one call site (the loop body) gives the same return addresses
-  volatile int n = 2;  // volatile: the loop must not be unrolled into two call sites
+  volatile int n = 2;           // volatile: the loop must not be unrolled into two call sites
   for (int i = 0; i < n; ++i) same.push_back(tp_stack_test::capture_here());
   const CallStack& a = same[0];
   const CallStack& b = same[1];
@@ -89,11 +89,15 @@ TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's
   auto [fastest, glibc] = tp_stack_test::capture_with_both_unwinders();
   // Under AddressSanitizer backtrace() is the runtime's interceptor, whose frame comes first.
   auto& g = glibc.frames;
-  g.erase(std::remove_if(g.begin(), g.end(), [](void* pc) {
-            Dl_info info{};
-            const std::string object = dladdr(pc, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "";
-            return object.find("/libasan.so") != std::string::npos || object.find("/libubsan.so") != std::string::npos;
-          }), g.end());
+  g.erase(std::remove_if(g.begin(), g.end(),
+                         [](void* pc) {
+                           Dl_info info{};
+                           const std::string object =
+                               dladdr(pc, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "";
+                           return object.find("/libasan.so") != std::string::npos ||
+                                  object.find("/libubsan.so") != std::string::npos;
+                         }),
+          g.end());
   REQUIRE(glibc.frames.size() >= 3);
   REQUIRE(fastest.frames.size() == glibc.frames.size());
   auto function_of = [](void* pc) {
@@ -168,7 +172,8 @@ TEST_CASE("internal function filter") {
   CHECK(is_internal_function("c10::impl::BoxedKernelWrapper<at::Tensor (at::Tensor const&)>::call()"));
   CHECK(is_internal_function("at::_ops::add_Tensor::call(at::Tensor const&, at::Tensor const&, c10::Scalar const&)"));
   CHECK(is_internal_function("at::RecordFunction::before(char const*, long)"));
-  CHECK(is_internal_function("std::_Function_handler<void (), torchprobe::Hooks::install()::{lambda()#1}>::_M_invoke(std::_Any_data const&)"));
+  CHECK(is_internal_function(
+      "std::_Function_handler<void (), torchprobe::Hooks::install()::{lambda()#1}>::_M_invoke(std::_Any_data const&)"));
   CHECK(is_internal_function("__libc_start_call_main"));
   CHECK(is_internal_function("_start"));
   CHECK_FALSE(is_internal_function("main"));
@@ -206,8 +211,9 @@ TEST_CASE("build_stack_json groups identical stacks in first-appearance order") 
   CHECK(func_of(it.value()[1][0].get<std::string>()) == "tp_stack_test::capture_elsewhere()");
   ++it;
   CHECK(it.key() == "2");
-  CHECK(it.value() == nlohmann::ordered_json::parse(
-                          R"([["Aten.empty.0.forward", "Aten.empty.1.forward"], ["The call stack retrieval failed."]])"));
+  CHECK(it.value() ==
+        nlohmann::ordered_json::parse(
+            R"([["Aten.empty.0.forward", "Aten.empty.1.forward"], ["The call stack retrieval failed."]])"));
   CHECK(torchprobe::io::build_stack_json({}) == nlohmann::ordered_json::object());
 }
 

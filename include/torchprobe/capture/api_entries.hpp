@@ -22,7 +22,7 @@
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/details/block_pool.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/io/call_stack_capture.hpp"
 
 namespace torchprobe::capture {
@@ -34,8 +34,9 @@ namespace detail {
 template <class T, class = void>
 struct task_summarizes : std::false_type {};
 template <class T>
-struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
-                              std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+struct task_summarizes<
+    T, std::void_t<decltype(std::declval<const T&>().summarize(
+           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
     : std::true_type {};
 
 }  // namespace detail
@@ -44,8 +45,8 @@ struct task_summarizes<T, std::void_t<decltype(std::declval<const T&>().summariz
 struct ApiCall {
   Record record;
   std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
-  bool forward = false;   // the forward entry is being recorded
-  bool backward = false;  // its backward is to be hooked
+  bool forward = false;                    // the forward entry is being recorded
+  bool backward = false;                   // its backward is to be hooked
   bool grad_enabled = false;
   std::uint64_t seq_begin = 0;
   std::vector<Edge> input_edges;
@@ -56,7 +57,7 @@ struct ApiCall {
 
 template <class TaskT>
 class ApiEntries {
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
 
  public:
   explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -65,18 +66,19 @@ class ApiEntries {
   // and parents.backward() (std::optional<std::string>), asked only when needed.
   template <class Inputs, class Parents>
   void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
-    details::StepState::Admission a = core_->state.begin_api_call(op.key, op.key_id, op.api);
-    const DataMode& mode = core_->config.data_mode;
+    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    const DataMode& mode = core_->config().data_mode;
     if (a.admitted) {
       call.forward = true;
       call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = parents.forward();
       if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
-      if (core_->config.extra_info) call.record.stack = io::capture_call_stack();
+      if (core_->config().extra_info) call.record.stack = io::capture_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
+    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
+        detail::any_requires_grad(inputs)) {
       call.backward = true;
       call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
@@ -92,7 +94,7 @@ class ApiEntries {
   // The call ended: its forward entry is complete.
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
-    if (core_->config.data_mode.allows(/*forward=*/true, /*input=*/false)) {
+    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
       if (!call.captured) call.captured = new_body();
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
@@ -113,23 +115,25 @@ class ApiEntries {
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
     if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
     const std::string api = call.api_name;
-    auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, call.backward_name, tensors.size(), call.input_edges.size(), call.backward_parent, [api](Core& core, Record&& r) {
-          if (core.state.admit_api(r.name, api)) core.commit_last(std::move(r));
-        });
+    auto recorder =
+        std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
+                                                  call.backward_parent, [api](Core& core, Record&& r) {
+                                                    if (core.entries().admit_api(r.name, api))
+                                                      core.commit_last(std::move(r));
+                                                  });
     BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
  private:
   auto describer(Record& record) const {
-    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task.describe(t, site, record); };
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task().describe(t, site, record); };
   }
 
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
   // has neither form is encoded now, by the task's describe().
   // The value is filled in place: an item is a few hundred bytes, not worth moving around.
-  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section, std::size_t index,
-                     const std::string* name, Record& record) const {
+  void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section,
+                     std::size_t index, const std::string* name, Record& record) const {
     CapturedCall::Item& item = cc.items.emplace_back();
     item.section = section;
     item.name = name;
@@ -151,7 +155,7 @@ class ApiEntries {
 
   bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
     if constexpr (detail::task_summarizes<TaskT>::value)
-      return v.isTensor() && v.toTensor().defined() && core_->task.summarize(v.toTensor(), record, out);
+      return v.isTensor() && v.toTensor().defined() && core_->task().summarize(v.toTensor(), record, out);
     return false;
   }
 

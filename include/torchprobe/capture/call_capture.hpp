@@ -23,7 +23,7 @@
 #include "torchprobe/capture/module_state.hpp"
 #include "torchprobe/capture/module_tracking.hpp"
 #include "torchprobe/capture/parameter_gradients.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/level/level.hpp"
 
 namespace torchprobe::capture {
@@ -32,7 +32,7 @@ template <class TaskT, Level L>
 class CallCapture final : public ApiHandler, public ModuleEvents {
   static constexpr bool kApis = LevelTraits<L>::captures_apis;
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
 
  public:
   explicit CallCapture(std::shared_ptr<Core> core)
@@ -74,7 +74,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
       return call;
     } catch (const std::exception& e) {
       // The entry's name when it has one, as msprobe logs it.
-      core_->errors.log("forward_input_data_collect", call && !call->api.record.name.empty() ? call->api.record.name : op.qualified, e);
+      core_->errors().log("forward_input_data_collect",
+                          call && !call->api.record.name.empty() ? call->api.record.name : op.qualified, e);
       return nullptr;
     }
   }
@@ -83,18 +84,20 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     Call& call = static_cast<Call&>(ctx);
     ThreadModules& tm = modules_.this_thread();
     try {
-      const auto outputs = detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
+      const auto outputs =
+          detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       modules_.call_ended(tm, outputs, call.module);
       if (call.api.forward) apis_.finish(outputs, call.api);
       if (call.api.backward) apis_.attach_backward(outputs, call.api);
     } catch (const std::exception& e) {
-      core_->errors.log("forward_output_data_collect", call.api.record.name, e);
+      core_->errors().log("forward_output_data_collect", call.api.record.name, e);
     }
   }
 
   // ---- module guards, ScopedModuleDump and TorchScript probes (ModuleEvents) ----------------
 
-  void* module_enter(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs) override {
+  void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                     std::vector<c10::IValue> inputs) override {
     return modules_.module_enter(module, dump_name, std::move(inputs));
   }
   void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {

@@ -74,8 +74,10 @@ class CapturedCall final : public DeferredBody {
       nlohmann::ordered_json args = nlohmann::ordered_json::array();
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
       for (const Item& i : items) {
-        if (i.section == Section::Arg) args.push_back(i.value.to_json());
-        else if (i.section == Section::Kwarg) kwargs[*i.name] = i.value.to_json();
+        if (i.section == Section::Arg)
+          args.push_back(i.value.to_json());
+        else if (i.section == Section::Kwarg)
+          kwargs[*i.name] = i.value.to_json();
       }
       body["input_args"] = std::move(args);
       body["input_kwargs"] = std::move(kwargs);

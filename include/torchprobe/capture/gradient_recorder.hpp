@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/capture/backward_probe.hpp"
 #include "torchprobe/capture/value_encoder.hpp"
 
@@ -14,21 +14,22 @@ namespace torchprobe::capture {
 template <class TaskT>
 class GradientRecorder final : public GradientReceiver {
  public:
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
   using Done = std::function<void(Core&, Record&&)>;
 
   // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a
   // gradient stay null (an input that needs none, an output that got none).
   GradientRecorder(const std::shared_ptr<Core>& core, std::string name, std::size_t outputs, std::size_t inputs,
                    std::optional<std::string> parent, Done done)
-      : core_(core), generation_(core->generation.load()), done_(std::move(done)) {
+      : core_(core), generation_(core->generation()), done_(std::move(done)) {
     record_.name = std::move(name);
     record_.parent = std::move(parent);
-    const DataMode& mode = core->config.data_mode;
+    const DataMode& mode = core->config().data_mode;
     want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
     want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
     if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
-    if (want_out_) record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
+    if (want_out_)
+      record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
   }
 
   void grad_output(std::size_t i, const at::Tensor& grad) override { put(want_in_, "input", i, grad); }
@@ -41,7 +42,7 @@ class GradientRecorder final : public GradientReceiver {
     try {
       done_(*core, std::move(record_));
     } catch (const std::exception& e) {
-      core->errors.log("backward_data_collect", name, e);
+      core->errors().log("backward_data_collect", name, e);
     }
   }
 
@@ -57,10 +58,10 @@ class GradientRecorder final : public GradientReceiver {
     if (!core) return;
     try {
       const std::string idx = std::to_string(index);
-      record_.body[key][index] =
-          core->task.describe(grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
+      record_.body[key][index] = core->task().describe(
+          grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
     } catch (const std::exception& e) {
-      core->errors.log("backward_data_collect", record_.name, e);
+      core->errors().log("backward_data_collect", record_.name, e);
     }
   }
 
@@ -75,7 +76,7 @@ class GradientRecorder final : public GradientReceiver {
 // when it completes.
 template <class Core>
 void commit_if_admitted(Core& core, Record&& r) {
-  if (core.state.admit(r.name)) core.commit_last(std::move(r));
+  if (core.entries().admit(r.name)) core.commit_last(std::move(r));
 }
 
 }  // namespace torchprobe::capture

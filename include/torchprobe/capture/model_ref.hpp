@@ -50,7 +50,9 @@ void add_model(ModelRef& ref, const M& m) {
   } else if constexpr (is_model_list<T>::value) {
     for (const auto& item : m) add_model(ref, item);
   } else {
-    static_assert(!std::is_same_v<T, T>, "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a std::vector of them");
+    static_assert(!std::is_same_v<T, T>,
+                  "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a "
+                  "std::vector of them");
   }
 }
 

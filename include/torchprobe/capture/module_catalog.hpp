@@ -28,11 +28,11 @@ inline std::string module_class_name(const std::string& cpp_name) {
 
 struct ModuleInfo {
   const void* key = nullptr;  // the torch::nn::Module, or the TorchScript module's object
-  std::string path;    // "fc", "layer.0"
-  std::string cls;     // "Linear"
-  std::string prefix;  // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
+  std::string path;           // "fc", "layer.0"
+  std::string cls;            // "Linear"
+  std::string prefix;         // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
   std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
-  bool leaf = false;   // no child modules
+  bool leaf = false;                                       // no child modules
 
   std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
   std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
@@ -92,7 +92,7 @@ class ModuleCatalog {
           break;
         }
       }
-      index(describe(*item.value(), path, index_prefix));
+      index(module_info(*item.value(), path, index_prefix));
     }
   }
 
@@ -114,7 +114,8 @@ class ModuleCatalog {
     }
   }
 
-  static std::unique_ptr<ModuleInfo> describe(const torch::nn::Module& m, const std::string& path, const std::string& index_prefix) {
+  static std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
+                                                 const std::string& index_prefix) {
     auto info = std::make_unique<ModuleInfo>();
     info->key = &m;
     info->path = path;

@@ -47,7 +47,7 @@ struct ThreadModules {
   std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
   std::vector<c10::IValue> last_outputs;            // of the latest outermost call
   std::uint64_t calls = 0;
-  std::vector<void*> script_tokens;                 // open TorchScript module calls
+  std::vector<void*> script_tokens;  // open TorchScript module calls
 };
 
 }  // namespace detail

@@ -32,7 +32,7 @@
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/io/call_stack_capture.hpp"
 #include "torchprobe/level/level.hpp"
 
@@ -41,7 +41,7 @@ namespace torchprobe::capture {
 template <class TaskT, Level L>
 class ModuleTracker {
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
   using OpenModule = detail::OpenModule;
 
  public:
@@ -69,7 +69,9 @@ class ModuleTracker {
   }
 
   // The construct.json parents of the entries of a call on this thread.
-  EntryParents parents(const ThreadModules& tm, bool in_episode) const { return EntryParents(tm, in_episode, kModules); }
+  EntryParents parents(const ThreadModules& tm, bool in_episode) const {
+    return EntryParents(tm, in_episode, kModules);
+  }
 
   bool tracks(const ThreadModules& tm) const { return tm.dump_only || (kModules && catalog_ && !catalog_->empty()); }
 
@@ -125,9 +127,10 @@ class ModuleTracker {
       const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
       if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
       ep.input_edges.push_back(gradient_edge_of(*t));
-      if (ep.admitted && core_->config.data_mode.allows(true, true)) {
+      if (ep.admitted && core_->config().data_mode.allows(true, true)) {
         const std::string idx = std::to_string(ep.record.body["input_args"].size());
-        ep.record.body["input_args"].push_back(core_->task.describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
+        ep.record.body["input_args"].push_back(
+            core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
       }
     }
   }
@@ -176,7 +179,7 @@ class ModuleTracker {
       }
       return enter_module(tm, *info, inputs);
     } catch (const std::exception& e) {
-      core_->errors.log("module_forward_pre", module.name(), e);
+      core_->errors().log("module_forward_pre", module.name(), e);
       return nullptr;
     }
   }
@@ -188,7 +191,7 @@ class ModuleTracker {
       const ModuleInfo* info = kModules && !tm.dump_only && catalog_ ? catalog_->find(object) : nullptr;
       if (info) token = enter_module(tm, *info, inputs);
     } catch (const std::exception& e) {
-      core_->errors.log("module_forward_pre", "TorchScript module", e);
+      core_->errors().log("module_forward_pre", "TorchScript module", e);
     }
     tm.script_tokens.push_back(token);  // pushed even when null: exits pair with enters
   }
@@ -223,14 +226,16 @@ class ModuleTracker {
         tm.guards.pop_back();
         const bool mine = m.get() == token;
         std::vector<c10::IValue> out;
-        if (mine && outputs) out = *outputs;
-        else if (mine && tm.calls > m->calls_at_start) out = tm.last_outputs;
+        if (mine && outputs)
+          out = *outputs;
+        else if (mine && tm.calls > m->calls_at_start)
+          out = tm.last_outputs;
         finish_module(*m, out, /*with_backward=*/mine && !unwinding);
         if (mine) break;
       }
       if (tm.dump_only && tm.guards.empty()) tm.dump_only.reset();
     } catch (const std::exception& e) {
-      core_->errors.log("module_forward", "module", e);
+      core_->errors().log("module_forward", "module", e);
     }
   }
 
@@ -249,7 +254,7 @@ class ModuleTracker {
   }
 
   auto describer(Record& record) const {
-    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task.describe(t, site, record); };
+    return [this, &record](const at::Tensor& t, const Site& site) { return core_->task().describe(t, site, record); };
   }
 
   const ModuleInfo* owner_of(const ThreadModules& tm, const c10::TensorImpl* impl) const {
@@ -266,18 +271,19 @@ class ModuleTracker {
     if (tm.episode) close_episode(tm);
     auto m = std::make_unique<OpenModule>();
     open_module(tm, info, *m);
-    if (m->admitted && core_->config.data_mode.allows(true, true)) {
+    if (m->admitted && core_->config().data_mode.allows(true, true)) {
       try {
         auto describe = describer(m->record);
         ValueEncoder<decltype(describe)> encode(describe);
         for (const c10::IValue& v : inputs) {
           const std::string idx = std::to_string(m->record.body["input_args"].size());
-          m->record.body["input_args"].push_back(encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+          m->record.body["input_args"].push_back(
+              encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
         }
       } catch (const std::exception& e) {
         // No entry for this call; the module's scope (list/scope filters) closes with it.
-        core_->state.exit_module(m->record.name);
-        core_->errors.log("module_forward_pre", m->record.name, e);
+        core_->entries().exit_module(m->record.name);
+        core_->errors().log("module_forward_pre", m->record.name, e);
         return nullptr;
       }
     }
@@ -290,16 +296,16 @@ class ModuleTracker {
   // A module forward begins: its name, number, parameters and where its backward will start.
   void open_module(ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
     m.info = &info;
-    m.index = core_->state.next_index(info.counter_key());
+    m.index = core_->entries().next_index(info.counter_key());
     m.record.name = info.forward_name(m.index);
     m.record.parent = parents(tm, /*in_episode=*/false).forward();
     if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
-    core_->state.enter_module(m.record.name);
-    m.admitted = core_->state.admit(m.record.name);
+    core_->entries().enter_module(m.record.name);
+    m.admitted = core_->entries().admit(m.record.name);
     m.grad_enabled = c10::GradMode::is_enabled();
     m.seq_begin = at::sequence_number::peek();
     if (!m.admitted) return;
-    const DataMode& mode = core_->config.data_mode;
+    const DataMode& mode = core_->config().data_mode;
     if (mode.allows(true, true)) {
       m.record.body["input_args"] = nlohmann::ordered_json::array();
       m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
@@ -308,10 +314,11 @@ class ModuleTracker {
       ProbeGuard guard;
       nlohmann::ordered_json params = nlohmann::ordered_json::object();
       for (const auto& p : info.params)
-        params[p.first] = core_->task.describe(p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
+        params[p.first] = core_->task().describe(
+            p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
       m.record.body["parameters"] = std::move(params);
     }
-    if (core_->config.extra_info) m.record.stack = io::capture_call_stack();
+    if (core_->config().extra_info) m.record.stack = io::capture_call_stack();
   }
 
   void close_episode(ThreadModules& tm) {
@@ -324,8 +331,8 @@ class ModuleTracker {
   // A module forward ends: its entry goes into dump order now (after the calls made inside
   // it, as msprobe orders them), and its backward is hooked.
   void finish_module(OpenModule& m, const std::vector<c10::IValue>& outputs, bool with_backward) {
-    core_->state.exit_module(m.record.name);
-    const DataMode& mode = core_->config.data_mode;
+    core_->entries().exit_module(m.record.name);
+    const DataMode& mode = core_->config().data_mode;
     if (m.admitted) {
       Record r;
       r.name = m.record.name;
@@ -345,7 +352,8 @@ class ModuleTracker {
         ValueEncoder<decltype(describe)> encode(describe);
         nlohmann::ordered_json out = nlohmann::ordered_json::array();
         for (std::size_t k = 0; k < outputs.size(); ++k)
-          out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+          out.push_back(encode.encode(outputs[k], ArgKind::Generic,
+                                      Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
         r.body["output"] = std::move(out);
         if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
       }
@@ -363,8 +371,10 @@ class ModuleTracker {
         core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
         [grads, key, waits](Core& core, Record&& r) {
-          if (auto g = grads.lock()) g->module_backward_done(key, waits, std::move(r));
-          else commit_if_admitted(core, std::move(r));
+          if (auto g = grads.lock())
+            g->module_backward_done(key, waits, std::move(r));
+          else
+            commit_if_admitted(core, std::move(r));
         });
     BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
   }

@@ -43,12 +43,35 @@ struct OpInfo {
 // allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
 // ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
 inline const std::unordered_set<std::string_view>& infrastructure_ops() {
-  static const std::unordered_set<std::string_view> ops = {
-      "detach", "detach_", "alias", "lift", "lift_fresh", "lift_fresh_copy",
-      "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-      "ones_like", "zero_", "set_", "resize_", "resize_as_", "record_stream",
-      "_version", "data", "set_data", "is_leaf", "output_nr", "requires_grad_", "retain_grad",
-      "retains_grad", "_backward", "_fw_primal", "_make_dual", "_has_compatible_shallow_copy_type"};
+  static const std::unordered_set<std::string_view> ops = {"detach",
+                                                           "detach_",
+                                                           "alias",
+                                                           "lift",
+                                                           "lift_fresh",
+                                                           "lift_fresh_copy",
+                                                           "empty",
+                                                           "empty_like",
+                                                           "empty_strided",
+                                                           "new_empty",
+                                                           "new_empty_strided",
+                                                           "ones_like",
+                                                           "zero_",
+                                                           "set_",
+                                                           "resize_",
+                                                           "resize_as_",
+                                                           "record_stream",
+                                                           "_version",
+                                                           "data",
+                                                           "set_data",
+                                                           "is_leaf",
+                                                           "output_nr",
+                                                           "requires_grad_",
+                                                           "retain_grad",
+                                                           "retains_grad",
+                                                           "_backward",
+                                                           "_fw_primal",
+                                                           "_make_dual",
+                                                           "_has_compatible_shallow_copy_type"};
   return ops;
 }
 
@@ -65,7 +88,7 @@ inline ArgKind kind_of(const c10::TypePtr& declared) {
   }
 }
 
-inline std::unique_ptr<OpInfo> describe(const at::RecordFunction& fn) {
+inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
   auto info = std::make_unique<OpInfo>();
   info->qualified = fn.name();
   constexpr std::string_view ns = "aten::";
@@ -114,7 +137,7 @@ class OpRegistry {
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
     if (!slot) {
-      slot = detail::describe(fn);
+      slot = detail::op_info_of(fn);
       // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
       slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
     }

@@ -21,7 +21,7 @@
 #include "torchprobe/capture/value_encoder.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 
 namespace torchprobe::capture {
 
@@ -29,7 +29,7 @@ namespace torchprobe::capture {
 // weakly): once the capture is gone they record nothing more.
 template <class TaskT>
 class ParameterGradients final : public std::enable_shared_from_this<ParameterGradients<TaskT>> {
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
 
  public:
   explicit ParameterGradients(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -54,7 +54,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
   // A module's backward entry `r` is complete; `key` is its ModuleInfo, as a key only (a
   // ScopedModuleDump's one is gone by then). Written now, or after its parameters_grad.
   void module_backward_done(const ModuleInfo* key, bool waits, Record&& r) {
-    if (!core_->state.admit(r.name)) return;
+    if (!core_->entries().admit(r.name)) return;
     std::lock_guard<std::mutex> lock(mutex_);
     State& s = state_[key];
     if (!waits || s.backwards_done < s.params_done) {
@@ -91,7 +91,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
     std::vector<std::size_t> arrival;  // parameter indices in the order their gradients arrived
     std::int64_t k = 0;                // parameters_grad.{k}
     std::int64_t params_done = 0, backwards_done = 0;
-    std::deque<Record> stashed;        // module backward entries waiting for parameters_grad
+    std::deque<Record> stashed;  // module backward entries waiting for parameters_grad
   };
 
   class Hook final : public torch::autograd::FunctionPostHook {
@@ -120,8 +120,8 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
   }
 
   void arrived(const c10::TensorImpl* impl) {
-    if (!core_->capturing.load() || !catalog_) return;
-    if (!core_->config.data_mode.backward) return;
+    if (!core_->capturing() || !catalog_) return;
+    if (!core_->config().data_mode.backward) return;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ModuleInfo* info : catalog_->all()) {
       for (std::size_t k = 0; k < info->params.size(); ++k) {
@@ -144,13 +144,14 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
   void complete(const ModuleInfo& info, State& s) {
     Record r;
     r.name = info.prefix + "parameters_grad." + std::to_string(s.k++);
-    if (core_->state.admit(r.name)) {
+    if (core_->entries().admit(r.name)) {
       ProbeGuard guard;
       for (std::size_t k : s.arrival) {
         const auto& p = info.params[k];
         const at::Tensor grad = p.second.grad();
         nlohmann::ordered_json one = nlohmann::ordered_json::array();
-        one.push_back(grad.defined() ? core_->task.describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first}, r, /*gradient=*/true)
+        one.push_back(grad.defined() ? core_->task().describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first},
+                                                              r, /*gradient=*/true)
                                      : nlohmann::ordered_json(nullptr));
         r.body[p.first] = std::move(one);
       }

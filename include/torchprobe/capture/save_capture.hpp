@@ -22,7 +22,7 @@
 #include "torchprobe/capture/value_encoder.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/core/save_value.hpp"
 
 namespace torchprobe::capture {
@@ -88,18 +88,18 @@ inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
 template <class TaskT>
 class SaveCapture {
  public:
-  using Core = details::DumpCore<TaskT>;
+  using Core = details::Recorder<TaskT>;
 
   // Writes the entries of one save() call into the step's debug.json.
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
     const std::int64_t count = next_count(name);
     Record r;
     r.name = name + "." + std::to_string(count) + ".debug";
-    r.order = core->debug_state.next_order();
+    r.order = core->debug_entries().next_order();
     std::vector<std::pair<SavedLeaf, at::Tensor>> grads;
     {
       ProbeGuard guard;
-      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task.describe(t, site, r); };
+      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task().describe(t, site, r); };
       r.body = encode_saved(value, SavedLeaf{}, describe, save_backward ? &grads : nullptr);
     }
     core->commit_debug(std::move(r));
@@ -107,9 +107,9 @@ class SaveCapture {
 
     auto entry = std::make_shared<GradEntry>();
     entry->core = core;
-    entry->generation = core->generation.load();
+    entry->generation = core->generation();
     entry->name = name + "_grad." + std::to_string(count) + ".debug";
-    entry->order = core->debug_state.next_order();
+    entry->order = core->debug_entries().next_order();
     entry->body = all_null_like(value);
     {
       Record placeholder;
@@ -141,21 +141,23 @@ class SaveCapture {
     std::uint64_t order = 0;
     std::mutex mu;
     nlohmann::ordered_json body;
-    std::vector<PendingStats> pending;  // device statistics of the leaves filled so far
+    std::vector<PendingStats> pending;       // device statistics of the leaves filled so far
     std::vector<PendingChecksum> checksums;  // and their checksums still being computed
 
     void arrived(const SavedLeaf& leaf, const at::Tensor& grad) {
       auto c = core.lock();
-      if (!c || c->generation.load() != generation || !grad.defined()) return;
+      if (!c || c->generation() != generation || !grad.defined()) return;
       try {
         std::lock_guard<std::mutex> lock(mu);
         ProbeGuard guard;
         Record r;
         r.name = name;
         r.order = order;
-        nlohmann::ordered_json item = c->task.describe(grad, leaf.site(), r, /*gradient=*/true);
-        if (leaf.pointer.empty()) body = std::move(item);
-        else body[nlohmann::ordered_json::json_pointer(leaf.pointer)] = std::move(item);
+        nlohmann::ordered_json item = c->task().describe(grad, leaf.site(), r, /*gradient=*/true);
+        if (leaf.pointer.empty())
+          body = std::move(item);
+        else
+          body[nlohmann::ordered_json::json_pointer(leaf.pointer)] = std::move(item);
         pending.insert(pending.end(), r.pending.begin(), r.pending.end());
         r.pending = pending;
         checksums.insert(checksums.end(), r.pending_checksums.begin(), r.pending_checksums.end());
@@ -163,7 +165,7 @@ class SaveCapture {
         r.body = body;
         c->commit_debug(std::move(r));
       } catch (const std::exception& e) {
-        c->errors.log("debug_data_collect_backward", name, e);
+        c->errors().log("debug_data_collect_backward", name, e);
       }
     }
   };

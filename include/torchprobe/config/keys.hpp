@@ -66,8 +66,8 @@ inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data
 
 // msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
 // is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check", "run_ut", "grad_probe", "diff_check", "nan_check",
-                                                     "exception_dump"};
+inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
+                                                     "diff_check", "nan_check", "exception_dump"};
 
 inline const ConfigKey* find_config_key(std::string_view name) {
   for (const ConfigKey& k : kConfigKeys)
@@ -99,7 +99,8 @@ struct TaskDeclaration {
   std::vector<std::string_view> keys;
 
   bool reads(std::string_view key) const {
-    return std::find(std::begin(kCommonSectionKeys), std::end(kCommonSectionKeys), key) != std::end(kCommonSectionKeys) ||
+    return std::find(std::begin(kCommonSectionKeys), std::end(kCommonSectionKeys), key) !=
+               std::end(kCommonSectionKeys) ||
            std::find(keys.begin(), keys.end(), key) != keys.end();
   }
 };
@@ -124,7 +125,8 @@ inline std::string describe_available(const TaskCatalog& catalog) {
   std::vector<const TaskDeclaration*> done;
   std::string text;
   for (const TaskDeclaration& d : catalog) {
-    if (std::any_of(done.begin(), done.end(), [&](const TaskDeclaration* e) { return e->levels == d.levels; })) continue;
+    if (std::any_of(done.begin(), done.end(), [&](const TaskDeclaration* e) { return e->levels == d.levels; }))
+      continue;
     done.push_back(&d);
     std::vector<std::string> levels, tasks;
     for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})

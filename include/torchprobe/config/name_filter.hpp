@@ -62,15 +62,32 @@ inline bool is_low_risk_op(std::string_view op) {
 // _log_softmax, embedding_bag, ...) are covered. Plain "norm" (a vector norm), "renorm" and "normal"
 // (random) are deliberately not normalization layers.
 inline bool is_core_op(std::string_view op) {
-  static const std::unordered_set<std::string_view> kCore = {
-      "matmul", "__matmul__", "mm", "bmm", "addmm", "_addmm_activation", "addbmm", "baddbmm", "mv", "addmv", "addr",
-      "dot", "einsum", "tensordot", "chain_matmul", "linalg_matmul", "linalg_multi_dot", "linalg_vecdot", "_scaled_mm",
-      "_fused_adam", "_fused_adamw"};
+  static const std::unordered_set<std::string_view> kCore = {"matmul",
+                                                             "__matmul__",
+                                                             "mm",
+                                                             "bmm",
+                                                             "addmm",
+                                                             "_addmm_activation",
+                                                             "addbmm",
+                                                             "baddbmm",
+                                                             "mv",
+                                                             "addmv",
+                                                             "addr",
+                                                             "dot",
+                                                             "einsum",
+                                                             "tensordot",
+                                                             "chain_matmul",
+                                                             "linalg_matmul",
+                                                             "linalg_multi_dot",
+                                                             "linalg_vecdot",
+                                                             "_scaled_mm",
+                                                             "_fused_adam",
+                                                             "_fused_adamw"};
   op = without_inplace_mark(aten_short_name(op));
   if (kCore.count(op) > 0) return true;
   auto has = [op](std::string_view part) { return op.find(part) != std::string_view::npos; };
-  if (has("conv") && !has("convert")) return true;         // conv1d.., conv_transpose*, convolution, _convolution
-  if (has("linear") && !has("upsample")) return true;      // linear, bilinear, mkldnn_linear (not interpolation)
+  if (has("conv") && !has("convert")) return true;     // conv1d.., conv_transpose*, convolution, _convolution
+  if (has("linear") && !has("upsample")) return true;  // linear, bilinear, mkldnn_linear (not interpolation)
   for (std::string_view family : {"batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm",
                                   "local_response_norm", "weight_norm", "embedding", "attention", "softmax"})
     if (has(family)) return true;

@@ -77,8 +77,8 @@ class Options {
 
 inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task,
                                const TaskCatalog* implemented) const {
-  using nlohmann::json;
   using detail::quote;
+  using nlohmann::json;
   json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
   std::vector<std::string> notes;
 

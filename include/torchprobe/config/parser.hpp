@@ -34,7 +34,8 @@ inline Task parse_task(const json& v) {
   const std::string& name = v.get_ref<const std::string&>();
   for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
     if (task_name(t) == name) return t;
-  if (is_foreign_task(name)) reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
+  if (is_foreign_task(name))
+    reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
   reject("task", v, "it is not a task (names are case-sensitive)", allowed);
 }
 
@@ -130,7 +131,8 @@ inline void check_scope(const Config& c, const std::string& label) {
     return;
   }
   if (c.level == Level::L2)
-    reject(label, shown, "level \"L2\" does not take a scope", "[] when level is \"L2\" (follow one API with \"list\")");
+    reject(label, shown, "level \"L2\" does not take a scope",
+           "[] when level is \"L2\" (follow one API with \"list\")");
   if (c.scope.size() != 2)
     reject(label, shown, "a scope is a [start, end] pair, this one has " + std::to_string(c.scope.size()) + " names",
            "[] or exactly 2 names: [start_name, end_name]");
@@ -201,7 +203,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   const json empty = json::object();
   const json* section = find(doc, section_name);
   if (section && !section->is_object())
-    reject(section_name, *section, "a task section should be a JSON object", "an object such as {\"list\": [\"relu\"]}");
+    reject(section_name, *section, "a task section should be a JSON object",
+           "an object such as {\"list\": [\"relu\"]}");
   if (!section) section = &empty;
   auto label = [&](const char* key) { return section_name + "." + key; };
   warn_about_section_keys(*section, c.task, reads, c.warnings);
@@ -227,7 +230,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
 
   // Rules that tie keys together (msprobe's).
   if (c.level == Level::L2 && c.list.size() != 1)
-    reject(label("list"), c.list, "level \"L2\" follows exactly one API", "a list with exactly one name when level is \"L2\"");
+    reject(label("list"), c.list, "level \"L2\" follows exactly one API",
+           "a list with exactly one name when level is \"L2\"");
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
@@ -249,7 +253,8 @@ inline nlohmann::json read_config_json(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) throw ConfigError(where + " is a directory, not a file");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
+  if (!in)
+    throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
     doc = json::parse(in);

@@ -88,12 +88,18 @@ inline DataMode parse_data_mode(const std::vector<std::string>& modes, const std
   if (modes.size() >= 5) reject(key, shown, "it has " + std::to_string(modes.size()) + " modes", allowed);
   bool all = false, fwd = false, bwd = false, in = false, out = false;
   for (const std::string& m : modes) {
-    if (m == "all") all = true;
-    else if (m == "forward") fwd = true;
-    else if (m == "backward") bwd = true;
-    else if (m == "input") in = true;
-    else if (m == "output") out = true;
-    else reject(key, shown, quote(m) + " is not a data mode", allowed);
+    if (m == "all")
+      all = true;
+    else if (m == "forward")
+      fwd = true;
+    else if (m == "backward")
+      bwd = true;
+    else if (m == "input")
+      in = true;
+    else if (m == "output")
+      out = true;
+    else
+      reject(key, shown, quote(m) + " is not a data mode", allowed);
   }
   if (all && modes.size() > 1) reject(key, shown, "\"all\" cannot be combined with other modes", allowed);
   DataMode mode;  // everything allowed: "all" or an empty list
@@ -135,14 +141,17 @@ inline std::pair<int64_t, int64_t> parse_index_text(const std::string& text, con
     reject(key, text, "a range must be two decimal numbers joined by one hyphen", allowed);
   const int64_t a = bounded(left), b = bounded(right);
   if (a > b)
-    reject(key, text, "the left boundary " + std::to_string(a) + " is greater than the right boundary " + std::to_string(b),
+    reject(key, text,
+           "the left boundary " + std::to_string(a) + " is greater than the right boundary " + std::to_string(b),
            allowed);
   return {a, b};
 }
 
 }  // namespace detail
 
-inline DataMode DataMode::parse(const std::vector<std::string>& modes) { return detail::parse_data_mode(modes, "data_mode"); }
+inline DataMode DataMode::parse(const std::vector<std::string>& modes) {
+  return detail::parse_data_mode(modes, "data_mode");
+}
 
 inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& key) {
   const std::string allowed = "integers or \"a-b\" ranges with 0 <= a <= b <= 1000000";

@@ -56,14 +56,14 @@ struct PendingChecksum {
 };
 
 struct Record {
-  std::string name;              // "Aten.addmm.0.forward"
-  std::uint64_t order = 0;       // position in dump.json: entries appear in the order calls began
+  std::string name;         // "Aten.addmm.0.forward"
+  std::uint64_t order = 0;  // position in dump.json: entries appear in the order calls began
   // Null until something is put in it (operator[] makes it an object): most entries of a
   // statistics dump keep theirs in `deferred`, and an empty object would cost an allocation.
   nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::vector<PendingChecksum> pending_checksums;
-  std::optional<CallStack> stack;   // forward entries: where the user made the call
+  std::optional<CallStack> stack;  // forward entries: where the user made the call
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
   // Tensor files this entry names in "data_name", snapshotted when described and written only

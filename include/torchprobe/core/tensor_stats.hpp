@@ -16,9 +16,24 @@ struct StatValue {
   double d = 0.0;
 
   static StatValue null() { return {}; }
-  static StatValue boolean(bool v) { StatValue s; s.kind = Kind::Bool; s.b = v; return s; }
-  static StatValue integer(std::int64_t v) { StatValue s; s.kind = Kind::Int; s.i = v; return s; }
-  static StatValue real(double v) { StatValue s; s.kind = Kind::Float; s.d = v; return s; }
+  static StatValue boolean(bool v) {
+    StatValue s;
+    s.kind = Kind::Bool;
+    s.b = v;
+    return s;
+  }
+  static StatValue integer(std::int64_t v) {
+    StatValue s;
+    s.kind = Kind::Int;
+    s.i = v;
+    return s;
+  }
+  static StatValue real(double v) {
+    StatValue s;
+    s.kind = Kind::Float;
+    s.d = v;
+    return s;
+  }
 
   bool is_null() const { return kind == Kind::Null; }
   // The value as a double (NaN for null), for comparisons and overflow checks.

@@ -78,9 +78,13 @@ struct BodyAllocator {
   void deallocate(T* p, std::size_t n) noexcept { body_pool().give(p, n * sizeof(T)); }
 
   template <class U>
-  bool operator==(const BodyAllocator<U>&) const { return true; }
+  bool operator==(const BodyAllocator<U>&) const {
+    return true;
+  }
   template <class U>
-  bool operator!=(const BodyAllocator<U>&) const { return false; }
+  bool operator!=(const BodyAllocator<U>&) const {
+    return false;
+  }
 };
 
 }  // namespace torchprobe::details

@@ -19,7 +19,8 @@ class Session {
   std::int64_t step() const { return init_step_ + loop_; }
   void advance() { ++loop_; }
   void set_init_step(std::int64_t s) {
-    if (s < 0) throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
+    if (s < 0)
+      throw std::invalid_argument("torchprobe: set_init_step(" + std::to_string(s) + "): the step must be >= 0");
     init_step_ = s;
     loop_ = 0;
   }
@@ -28,7 +29,9 @@ class Session {
   // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
   void resolve_rank(std::optional<std::int64_t> rank_id) {
     if (rank_id) {
-      if (*rank_id < 0) throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) + " is invalid; it must be >= 0");
+      if (*rank_id < 0)
+        throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) +
+                                    " is invalid; it must be >= 0");
       rank_ = rank_id;
       return;
     }

@@ -1,7 +1,7 @@
 #pragma once
 // One dumped step from its first start() or save() to its end: the step directory (made when the
 // step opens), its journal, and writing its files. Owned by the Debugger, used from the training
-// thread; an entry committed on another thread reaches it only through DumpCore.
+// thread; an entry committed on another thread reaches it only through Recorder.
 //
 //   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
 //   flush()      tensor files first (dump.json must not name a file that is not there yet), then
@@ -20,10 +20,9 @@
 #include "torchprobe/core/kinds.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/details/dump_core.hpp"
+#include "torchprobe/details/recorder.hpp"
 #include "torchprobe/details/session.hpp"
 #include "torchprobe/io/console.hpp"
-#include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/python_json.hpp"
 #include "torchprobe/sink/step_dump.hpp"
@@ -35,7 +34,7 @@ class StepLifecycle {
   static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
 
  public:
-  explicit StepLifecycle(std::shared_ptr<DumpCore<TaskT>> core) : core_(std::move(core)), session_(core_->config) {}
+  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core) : core_(std::move(core)), session_(core_->config()) {}
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -49,25 +48,17 @@ class StepLifecycle {
     const std::string directory = session_.step_directory();
     if (open_ && directory == directory_) return;
     directory_ = directory;
-    sink_.open(directory_);
-    if (TaskT::saves_tensors(core_->config)) {
-      const std::string tensors = tensor_data_directory(directory_);
-      try {
-        io::create_directories(tensors);
-      } catch (const io::IoError& e) {
-        throw io::IoError("create the tensor directory", tensors, e.error_code());
-      }
-    }
-    core_->errors.set_directory(directory_);
+    sink_.open(directory_, TaskT::saves_tensors(core_->config()));
+    core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
     if constexpr (sink_keeps_journal<Sink>::value) {
       // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
       // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
       try {
-        core_->journal.open(directory_ + "/" + io::Journal::kFileName, journal_header());
+        core_->journal().open(directory_ + "/" + io::Journal::kFileName, journal_header());
       } catch (const io::IoError& e) {
         if (e.error_code() != ENOSPC && e.error_code() != EDQUOT) throw;
-        core_->errors.log("write_journal", directory_, e);
+        core_->errors().log("write_journal", directory_, e);
       }
     }
     open_ = true;
@@ -81,25 +72,25 @@ class StepLifecycle {
   void saved() { has_data_ = true; }
 
   // save() entries (or gradients of saved tensors) committed since the last flush.
-  bool saves_unflushed() const { return core_->debug_commits.load() != flushed_debug_commits_; }
+  bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
 
   // Writes what the step has. `release` runs first, inside the error handling: the capture hands
   // over what it still holds. Never throws: a full disk or a vanished directory must not stop
   // training; it is reported and the step's journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
-    flushed_debug_commits_ = core_->debug_commits.load();
+    flushed_debug_commits_ = core_->debug_commits();
     if (!has_data_) return;
     written_ = false;
-    core_->journal.drain();
+    core_->journal().drain();
     written_ = write([&](StepDump& d) {
       release();
       core_->decide_held();
       core_->flush_tensor_files();
       if (captured_) write_dump(d);  // a step with save() calls only has no dump.json
       if constexpr (sink_writes_debug<Sink>::value) {
-        if (core_->debug_state.size() > 0) {
-          core_->debug_state.with_records([&](const std::vector<Record>& records) {
+        if (core_->debug_entries().size() > 0) {
+          core_->debug_entries().with_records([&](const std::vector<Record>& records) {
             d.level = std::string(level_name(Level::Debug));
             d.records = &records;
             sink_.write_debug(d);
@@ -107,14 +98,14 @@ class StepLifecycle {
         }
       }
     });
-    core_->errors.retry();  // entries a full disk kept out of dump_error_info.log earlier
+    core_->errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
   }
 
   // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
   // written now, on the thread that committed the last entry, as msprobe does, not at the next
   // stop() (the run may well crash on the NaN it just met).
   void write_now() noexcept {
-    core_->journal.drain();
+    core_->journal().drain();
     write([&](StepDump& d) {
       core_->flush_tensor_files();
       write_dump(d);
@@ -122,8 +113,10 @@ class StepLifecycle {
   }
 
   void end_step() noexcept {
-    if (written_) core_->journal.remove();
-    else core_->journal.close();
+    if (written_)
+      core_->journal().remove();
+    else
+      core_->journal().close();
     open_ = false;
     written_ = false;
   }
@@ -144,12 +137,12 @@ class StepLifecycle {
       d.task = std::string(task_name(TaskT::kind));
       d.directory = directory_;
       d.step = session_.step();
-      d.extra_info = core_->config.extra_info;
+      d.extra_info = core_->config().extra_info;
       d.dump_data_dir = dump_data_dir();
       body(d);
       return true;
     } catch (const std::exception& e) {
-      core_->errors.log("write_json", directory_, e);
+      core_->errors().log("write_json", directory_, e);
       io::tell_user("could not write the dump of step " + std::to_string(session_.step()) + ": " + e.what());
       return false;
     }
@@ -157,16 +150,16 @@ class StepLifecycle {
 
   // dump.json, stack.json and construct.json, and the files the task adds (overflow_summary.json).
   void write_dump(StepDump& d) {
-    core_->state.with_records([&](const std::vector<Record>& records) {
+    core_->entries().with_records([&](const std::vector<Record>& records) {
       d.level = std::string(level_name(L));
       d.records = &records;
-      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task.step_files(records, d.step);
+      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(records, d.step);
       sink_.write_step(d);
     });
   }
 
   nlohmann::ordered_json dump_data_dir() const {
-    if (!TaskT::saves_tensors(core_->config)) return nullptr;
+    if (!TaskT::saves_tensors(core_->config())) return nullptr;
     return tensor_data_directory(directory_);
   }
 
@@ -178,20 +171,20 @@ class StepLifecycle {
     h["framework"] = "pytorch";
     h["dump_data_dir"] = dump_data_dir();
     h["writes_dump"] = !kSaveOnly;
-    h["extra_info"] = core_->config.extra_info;
+    h["extra_info"] = core_->config().extra_info;
     h["step"] = session_.step();
     return io::to_python_json(h, -1);
   }
 
-  std::shared_ptr<DumpCore<TaskT>> core_;
+  std::shared_ptr<Recorder<TaskT>> core_;
   Session session_;
   Sink sink_;
   std::string directory_;
-  bool open_ = false;       // this step's directory (and journal) are open
-  bool has_data_ = false;   // a capture or a save() ran in this step
-  bool captured_ = false;   // a capture ran in this step: it has a dump.json
-  bool written_ = false;    // the step's files were written by the last flush
-  std::uint64_t flushed_debug_commits_ = 0;  // DumpCore::debug_commits at the last flush
+  bool open_ = false;                        // this step's directory (and journal) are open
+  bool has_data_ = false;                    // a capture or a save() ran in this step
+  bool captured_ = false;                    // a capture ran in this step: it has a dump.json
+  bool written_ = false;                     // the step's files were written by the last flush
+  std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
 };
 
 }  // namespace torchprobe::details

@@ -88,7 +88,8 @@ class StepState {
     resolve_pending();
     const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
     // Mostly in order already (API entries commit in call order): sorting would move every record.
-    if (!std::is_sorted(records_.begin(), records_.end(), by_order)) std::stable_sort(records_.begin(), records_.end(), by_order);
+    if (!std::is_sorted(records_.begin(), records_.end(), by_order))
+      std::stable_sort(records_.begin(), records_.end(), by_order);
     f(static_cast<const std::vector<Record>&>(records_));
   }
 
@@ -121,7 +122,8 @@ class StepState {
     const std::vector<TensorStats> resolved = batch.resolve();
     for (std::size_t i = 0; i < where.size(); ++i) {
       Record& r = *where[i].first;
-      nlohmann::ordered_json& item = r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
+      nlohmann::ordered_json& item =
+          r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
       put_stats(item, resolved[i]);
     }
     for (auto& r : records_) r.pending.clear();
@@ -147,7 +149,7 @@ class StepState {
   NameFilter filter_;
   std::vector<Record> records_;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
-  std::vector<std::int64_t> api_counters_;                   // API forward calls, by OpInfo::key_id
+  std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id
   std::uint64_t next_order_ = 0;
 };
 

@@ -59,8 +59,7 @@ class ErrorLog {
   // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
   // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
   // Returns true when the entry was written (to the file, or to stderr as a fallback).
-  bool log(std::string_view what, std::string_view name, std::string_view kind,
-           std::string_view message) noexcept {
+  bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
     try {
       std::lock_guard<std::mutex> lock(mu_);
       if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
@@ -176,8 +175,8 @@ class ErrorLog {
   // written with ::write so that no stream state or exception gets involved.
   static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
                        std::string_view message) {
-    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " +
-                       std::string(what) + " failed: name=" + std::string(name) + ": " +
+    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " + std::string(what) +
+                       " failed: name=" + std::string(name) + ": " +
                        std::string(message.substr(0, message.find('\n'))) + "\n";
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }

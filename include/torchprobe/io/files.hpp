@@ -27,9 +27,7 @@ namespace detail {
 inline std::string strerror_text(const char* gnu_result, const char* /*buf*/) {
   return gnu_result != nullptr ? gnu_result : "Unknown error";
 }
-inline std::string strerror_text(int xsi_rc, const char* buf) {
-  return xsi_rc == 0 ? buf : "Unknown error";
-}
+inline std::string strerror_text(int xsi_rc, const char* buf) { return xsi_rc == 0 ? buf : "Unknown error"; }
 }  // namespace detail
 
 // The OS's words for an errno value (e.g. "No space left on device").
@@ -95,8 +93,7 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
 // is not) and is renamed over the target. On any error the temporary file is removed, the target is
 // untouched and IoError says which path failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link
 // at `path` is replaced by a regular file. The new file gets `mode` minus the umask.
-inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640,
-                              bool sync = true) {
+inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
   const std::size_t slash = path.rfind('/');
   const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -105,8 +102,8 @@ inline void write_file_atomic(const std::string& path, std::string_view content,
   // Hidden, unique per process and call; the base name is shortened so the temporary name stays
   // under NAME_MAX even when the target's name is near it.
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) +
-                          "." + std::to_string(counter.fetch_add(1));
+  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
 
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) throw IoError("write file", path, errno);  // the caller knows `path`, not `tmp`

@@ -135,8 +135,10 @@ class Reservation {
         static_cast<char*>(block) + kTensorPayloadOffset, sizes,
         [state, size](void* data) {
           void* p = static_cast<char*>(data) - kTensorPayloadOffset;
-          if (auto s = state.lock()) s->recycle(p, size);
-          else std::free(p);
+          if (auto s = state.lock())
+            s->recycle(p, size);
+          else
+            std::free(p);
         },
         at::TensorOptions().dtype(dtype));
   }
@@ -144,8 +146,10 @@ class Reservation {
   // Must not be called with the writer's mutex held.
   void release() noexcept {
     if (block_) {
-      if (state_) state_->recycle(block_, bytes_);
-      else std::free(block_);
+      if (state_)
+        state_->recycle(block_, bytes_);
+      else
+        std::free(block_);
       block_ = nullptr;
     }
     if (state_ && bytes_ > 0) state_->release(bytes_);
@@ -180,7 +184,9 @@ inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_
   lock.unlock();
   for (void* p : to_free) std::free(p);
   // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
-  if (!block) block = std::aligned_alloc(kDirectAlign, (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
+  if (!block)
+    block = std::aligned_alloc(kDirectAlign,
+                               (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
   return Reservation(state, bytes, block);
 }
 

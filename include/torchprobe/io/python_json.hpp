@@ -82,8 +82,7 @@ namespace detail {
 template <class Json>
 class PythonJsonWriter {
  public:
-  PythonJsonWriter(std::string& buf, std::ostream* os, int indent)
-      : buf_(buf), os_(os), indent_(indent) {}
+  PythonJsonWriter(std::string& buf, std::ostream* os, int indent) : buf_(buf), os_(os), indent_(indent) {}
 
   void write(const Json& j) {
     value(j, 0);
@@ -171,15 +170,14 @@ class PythonJsonWriter {
       case T::binary:
         // Python has no such value; silently inventing a layout would make files no reader expects.
         throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
-      case T::discarded:
-        throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+      case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
     }
   }
 
   void hex4(unsigned cp) {
     static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
-    const char esc[6] = {'\\', 'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF],
-                         kHex[(cp >> 4) & 0xF], kHex[cp & 0xF]};
+    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
+                         kHex[cp & 0xF]};
     buf_.append(esc, 6);
   }
 

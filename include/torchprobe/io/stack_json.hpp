@@ -17,8 +17,7 @@ namespace torchprobe::io {
 // stack.json: {"0": [[names...], [frames...]], "1": ...}. Names whose symbolized stacks are equal
 // share one group (msprobe compares the final frame lists too, so calls from one source line through
 // different internal paths still group); groups and names keep first-appearance order.
-inline nlohmann::ordered_json build_stack_json(
-    const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
+inline nlohmann::ordered_json build_stack_json(const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
   // Symbolize each distinct raw stack once, all in one batch.
   std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
   std::vector<const CallStack*> unique;
@@ -31,7 +30,7 @@ inline nlohmann::ordered_json build_stack_json(
   }
   const auto frames = detail::Symbolizer::instance().symbolize_many(unique);
 
-  std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
+  std::map<std::vector<std::string>, std::size_t> group_of;              // symbolized frames -> group index
   std::vector<std::pair<std::vector<std::string>, std::size_t>> groups;  // names, frames index
   for (std::size_t i = 0; i < forward_entries.size(); ++i) {
     const std::size_t r = entry_raw[i];
@@ -46,8 +45,8 @@ inline nlohmann::ordered_json build_stack_json(
   auto& obj = out.get_ref<nlohmann::ordered_json::object_t&>();
   using Base = nlohmann::ordered_json::object_t::Container;
   for (std::size_t g = 0; g < groups.size(); ++g)
-    static_cast<Base&>(obj).emplace_back(
-        std::to_string(g), nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
+    static_cast<Base&>(obj).emplace_back(std::to_string(g),
+                                         nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
   return out;
 }
 

@@ -33,17 +33,15 @@ inline std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-inline bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
+inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 // Objects whose frames are never the user's: the torch runtime, the OpenMP runtime, the C and C++
 // runtimes, the dynamic loader, the unwinder and sanitizer runtimes (which intercept backtrace()).
 inline bool is_runtime_module(std::string_view path) {
   const std::string_view b = base_name(path);
-  for (std::string_view p : {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so",
-                             "libstdc++", "libgcc_s", "libunwind", "libpthread", "libdl.", "libasan", "libubsan",
-                             "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
+  for (std::string_view p :
+       {"libtorch", "libc10", "libgomp", "libc.so", "libc-", "ld-linux", "ld64.so", "libstdc++", "libgcc_s",
+        "libunwind", "libpthread", "libdl.", "libasan", "libubsan", "libtsan", "liblsan", "libhwasan", "libclang_rt"}) {
     if (starts_with(b, p)) return true;
   }
   return false;
@@ -95,8 +93,7 @@ inline std::string hex(std::uintptr_t v) {
   return buf;
 }
 
-inline std::string frame_text(const std::string& path, long line, const std::string& func,
-                              const std::string& text) {
+inline std::string frame_text(const std::string& path, long line, const std::string& func, const std::string& text) {
   return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
 }
 

@@ -57,9 +57,7 @@ class Symbolizer {
     sources_.clear();
   }
 
-  std::vector<std::string> symbolize(const CallStack& stack) {
-    return symbolize_many({&stack}).front();
-  }
+  std::vector<std::string> symbolize(const CallStack& stack) { return symbolize_many({&stack}).front(); }
 
   // All addresses that are new are resolved together, so addr2line runs once per module.
   std::vector<std::vector<std::string>> symbolize_many(const std::vector<const CallStack*>& stacks) {
@@ -100,9 +98,9 @@ class Symbolizer {
   };
   struct Pending {
     void* addr;
-    std::string module;      // object file path
-    std::uintptr_t offset;   // address relative to the object's load bias (what addr2line wants)
-    std::string dl_func;     // demangled dladdr name, empty if none
+    std::string module;     // object file path
+    std::uintptr_t offset;  // address relative to the object's load bias (what addr2line wants)
+    std::string dl_func;    // demangled dladdr name, empty if none
   };
 
   Symbolizer() {
@@ -150,8 +148,7 @@ class Symbolizer {
     const std::string fallback_text = std::string(base_name(p.module)) + "+" + hex(p.offset);
     if (chain.empty()) chain.push_back(Location{});
     // The outermost entry is the real (non-inlined) function, which dladdr names too.
-    if ((chain.back().func.empty() || chain.back().func == "??") && !p.dl_func.empty())
-      chain.back().func = p.dl_func;
+    if ((chain.back().func.empty() || chain.back().func == "??") && !p.dl_func.empty()) chain.back().func = p.dl_func;
     std::vector<std::string> frames;
     for (const Location& l : chain) {
       const std::string func = l.func.empty() ? "??" : l.func;
@@ -168,8 +165,7 @@ class Symbolizer {
 
   // Runs `addr2line -a -f -C -i -e module addr...` (no shell) and parses its answer per address.
   // Any failure (not installed, no debug info, odd output) gives empty results: dladdr is used.
-  std::vector<std::vector<Location>> run_addr2line(const std::string& module,
-                                                   const std::vector<Pending>& pending) {
+  std::vector<std::vector<Location>> run_addr2line(const std::string& module, const std::vector<Pending>& pending) {
     std::vector<std::vector<Location>> result(pending.size());
     constexpr std::size_t kBatch = 2000;  // keeps the argument list far below ARG_MAX
     for (std::size_t first = 0; first < pending.size(); first += kBatch) {

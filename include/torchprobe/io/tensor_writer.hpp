@@ -65,9 +65,9 @@ struct WriteJob {
 class TensorWriter {
  public:
   struct Stats {
-    std::uint64_t files = 0;          // written successfully
-    std::uint64_t bytes = 0;          // tensor bytes in those files
-    std::uint64_t direct_bytes = 0;   // of them, bytes written to the disk straight from the snapshots
+    std::uint64_t files = 0;         // written successfully
+    std::uint64_t bytes = 0;         // tensor bytes in those files
+    std::uint64_t direct_bytes = 0;  // of them, bytes written to the disk straight from the snapshots
     std::uint64_t failures = 0;
     std::size_t held_bytes = 0;       // snapshot memory alive now
     std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
@@ -200,8 +200,9 @@ class TensorWriter {
       const auto* io = dynamic_cast<const IoError*>(&e);
       const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
       const std::string name = job.path.substr(job.path.rfind('/') + 1);
-      const std::string message = std::string(e.what()) +
-                                  "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
+      const std::string message =
+          std::string(e.what()) +
+          "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
       if (s.log.log("save_tensor", name, kind, message)) {
         const std::string line = std::string(e.what()) + " (the dump continues; see " + s.log.path() + ")\n";
         (void)!::write(STDERR_FILENO, line.data(), line.size());

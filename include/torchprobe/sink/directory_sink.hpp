@@ -17,12 +17,13 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory) {
+  void open(const std::string& directory, bool tensor_files) {
     try {
       io::create_directories(directory);
     } catch (const io::IoError& e) {
       throw io::IoError("create the dump directory", directory, e.error_code());
     }
+    if (tensor_files) create_tensor_directory(directory);
   }
 
   void write_step(const StepDump& d) {
@@ -36,7 +37,9 @@ class DirectorySink {
     io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()), 0640, sync);
   }
 
-  void write_debug(const StepDump& d) { io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json())); }
+  void write_debug(const StepDump& d) {
+    io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json()));
+  }
 };
 
 }  // namespace torchprobe

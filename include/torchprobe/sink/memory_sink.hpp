@@ -13,11 +13,13 @@ class MemorySink {
  public:
   struct Files {
     nlohmann::ordered_json dump, stack, construct;
-    nlohmann::ordered_json debug;  // save()'s debug.json, null when nothing was saved
+    nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
     std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
   };
 
-  void open(const std::string&) {}
+  void open(const std::string& directory, bool tensor_files) {
+    if (tensor_files) create_tensor_directory(directory);
+  }
 
   void write_step(const StepDump& d) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -52,7 +54,9 @@ class MemorySink {
 // Records nothing: for measuring the cost of capture alone.
 class NullSink {
  public:
-  void open(const std::string&) {}
+  void open(const std::string& directory, bool tensor_files) {
+    if (tensor_files) create_tensor_directory(directory);
+  }
   void write_step(const StepDump&) {}
   void write_debug(const StepDump&) {}
 };

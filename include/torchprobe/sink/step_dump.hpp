@@ -9,7 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
+#include "torchprobe/io/files.hpp"
 #include "torchprobe/io/stack_json.hpp"
 
 namespace torchprobe {
@@ -17,12 +19,12 @@ namespace torchprobe {
 // dump_json() also makes debug.json (save()'s entries, level "debug"): msprobe gives both files the
 // same top-level keys.
 struct StepDump {
-  std::string task;                  // "statistics"
-  std::string level;                 // "L1"
-  std::string directory;             // {dump_path}/step{N}/{rank dir}
+  std::string task;       // "statistics"
+  std::string level;      // "L1"
+  std::string directory;  // {dump_path}/step{N}/{rank dir}
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
-  bool extra_info = true;            // write stack.json and construct.json
+  bool extra_info = true;                          // write stack.json and construct.json
   const std::vector<Record>* records = nullptr;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
@@ -42,7 +44,8 @@ struct StepDump {
   nlohmann::ordered_json construct_json() const {
     return keyed_by_name([](const Record& r) {
       if (!r.parent) return std::optional<nlohmann::ordered_json>();
-      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent));
+      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr)
+                                                                     : nlohmann::ordered_json(*r.parent));
     });
   }
 
@@ -71,26 +74,42 @@ struct StepDump {
       std::optional<nlohmann::ordered_json> v = value(r);
       if (!v) continue;
       auto [it, fresh] = where.emplace(r.name, items.size());
-      if (fresh) items.emplace_back(r.name, std::move(*v));
-      else (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
+      if (fresh)
+        items.emplace_back(r.name, std::move(*v));
+      else
+        (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
     }
     return out;
   }
 };
 
-// What a sink may offer besides write_step(StepDump):
+// dump_tensor_data/ of a rank directory, where the writer puts the tensor files (every sink makes
+// it when the task saves tensors: the files go to disk whatever the sink does with the JSON).
+inline void create_tensor_directory(const std::string& rank_directory) {
+  const std::string tensors = tensor_data_directory(rank_directory);
+  try {
+    io::create_directories(tensors);
+  } catch (const io::IoError& e) {
+    throw io::IoError("create the tensor directory", tensors, e.error_code());
+  }
+}
+
+// A sink has open(directory, tensor_files) (called when a dumped step starts; with tensor_files
+// it makes dump_tensor_data/) and write_step(StepDump). What it may offer besides:
 //  - write_debug(StepDump): debug.json, save()'s entries (a sink without it drops them);
 //  - `static constexpr bool keeps_journal = true`: its JSON goes to the step directory, so the
 //    Debugger keeps the step journal there (io/journal.hpp) for crash recovery.
 template <class Sink, class = void>
 struct sink_writes_debug : std::false_type {};
 template <class Sink>
-struct sink_writes_debug<Sink, std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
+struct sink_writes_debug<Sink,
+                         std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
     : std::true_type {};
 
 template <class Sink, class = void>
 struct sink_keeps_journal : std::false_type {};
 template <class Sink>
-struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {};
+struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {
+};
 
 }  // namespace torchprobe

@@ -1,7 +1,7 @@
 #pragma once
 // summary_mode md5 off the training thread (and, for tensors on a device, without a host
-// synchronisation per tensor). zlib's CRC-32 runs at about 1.8 GB/s here, a copy at
-// about 6 GB/s: for a large CPU tensor the training thread takes a contiguous snapshot (the values
+// synchronisation per tensor). A copy is several times faster than zlib's CRC-32 (docs/statistics.md),
+// so for a large CPU tensor the training thread takes a contiguous snapshot (the values
 // must be read before a later in-place op changes them) and a worker thread hashes it. The entry
 // gets its checksum when the step is written (Record::pending_checksums).
 //
@@ -62,11 +62,13 @@ class ChecksumWorker {
       }
       // The reservation is returned when the copy is hashed, or when the entry is dropped unread.
       auto held = std::make_shared<DeviceCopy>(device_budget_, std::move(copy), bytes);
-      return std::async(std::launch::deferred, [held]() {
-               std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
-               held->release();
-               return hex;
-             }).share();
+      return std::async(std::launch::deferred,
+                        [held]() {
+                          std::string hex = crc32_hex(held->copy);  // the one synchronisation, at flush
+                          held->release();
+                          return hex;
+                        })
+          .share();
     }
     if (bytes < kMinOffloadBytes || !host_budget_.take(bytes)) return std::nullopt;
     at::Tensor snapshot;
@@ -112,7 +114,8 @@ class ChecksumWorker {
 
   // A copy on a device waiting for the flush, and the bytes of the budget it holds.
   struct DeviceCopy {
-    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n) : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
+    DeviceCopy(std::shared_ptr<Budget> b, at::Tensor c, std::int64_t n)
+        : budget(std::move(b)), copy(std::move(c)), bytes(n) {}
     DeviceCopy(const DeviceCopy&) = delete;
     DeviceCopy& operator=(const DeviceCopy&) = delete;
     ~DeviceCopy() { release(); }
@@ -157,15 +160,17 @@ class ChecksumWorker {
         ++offloaded_;
       }
       // Last: whoever waits on the result sees the counters already updated.
-      if (error) job.promise.set_exception(error);
-      else job.promise.set_value(std::move(hex));
+      if (error)
+        job.promise.set_exception(error);
+      else
+        job.promise.set_value(std::move(hex));
     }
   }
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  Budget host_budget_;                                                   // snapshots queued for the worker
+  Budget host_budget_;                                                  // snapshots queued for the worker
   std::shared_ptr<Budget> device_budget_ = std::make_shared<Budget>();  // copies on devices
   std::uint64_t offloaded_ = 0;
   bool stopping_ = false;

@@ -113,7 +113,7 @@ Result scan_all(const StridedRuns& runs, Scan scan) {
   at::parallel_for(0, pieces, 1, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t k = first; k < last; ++k)
       parts[k] = scan_range<T, Result>(runs, total / pieces * k + std::min(k, total % pieces),
-                                        total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
+                                       total / pieces * (k + 1) + std::min(k + 1, total % pieces), scan);
   });
   Result r = parts[0];
   for (std::size_t k = 1; k < parts.size(); ++k) kernels::merge(r, parts[k]);
@@ -238,12 +238,19 @@ inline TensorStats zero_dim_rule(TensorStats s) {
 // Dtypes the probe can summarise; others (quantized, float8, ...) get null statistics.
 inline bool has_cpu_kernel(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kBool: case at::kComplexFloat: case at::kComplexDouble:
-      return true;
-    default:
-      return false;
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kBool:
+    case at::kComplexFloat:
+    case at::kComplexDouble: return true;
+    default: return false;
   }
 }
 

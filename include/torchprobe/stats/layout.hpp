@@ -12,13 +12,13 @@
 namespace torchprobe::stats::detail {
 
 struct StridedRuns {
-  const char* base = nullptr;          // the element at index 0, the lowest address (strides are >= 0)
-  std::int64_t element_size = 1;       // bytes
-  std::int64_t run_length = 1;         // elements per run (the innermost dimension)
-  std::int64_t run_stride = 1;         // elements between neighbours within a run
+  const char* base = nullptr;               // the element at index 0, the lowest address (strides are >= 0)
+  std::int64_t element_size = 1;            // bytes
+  std::int64_t run_length = 1;              // elements per run (the innermost dimension)
+  std::int64_t run_stride = 1;              // elements between neighbours within a run
   std::vector<std::int64_t> outer_sizes;    // the other dimensions, outermost first
   std::vector<std::int64_t> outer_strides;  // in elements
-  std::int64_t repeat = 1;             // how many times each walked element occurs (statistics only)
+  std::int64_t repeat = 1;                  // how many times each walked element occurs (statistics only)
 
   std::int64_t runs() const {
     std::int64_t r = 1;

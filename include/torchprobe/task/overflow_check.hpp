@@ -55,7 +55,8 @@ class OverflowCheckTask {
   // deferred decision without a GPU).
   void force_device_path(bool on) { force_device_ = on; }
 
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
+                                  bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
@@ -136,7 +137,7 @@ class OverflowCheckTask {
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<Record>& records,
-                                                                        std::int64_t step) const {
+                                                                         std::int64_t step) const {
     nlohmann::ordered_json summary = overflow::summarize(records, step, ended());
     if (summary.is_null()) return {};
     return {{"overflow_summary.json", std::move(summary)}};
@@ -162,7 +163,8 @@ class OverflowCheckTask {
     if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
       ProbeGuard guard;
       if (t.device().is_cpu()) {
-        save.memory = std::make_shared<io::Reservation>(writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
+        save.memory =
+            std::make_shared<io::Reservation>(writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
         save.data = snapshot_for_file(t);
       } else {
         save.data = t.detach().clone(at::MemoryFormat::Contiguous);
@@ -176,7 +178,8 @@ class OverflowCheckTask {
   void snapshot_saves(Record& r) const {
     for (PendingSave& s : r.saves) {
       if (s.memory || !s.data.defined()) continue;
-      s.memory = std::make_shared<io::Reservation>(s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
+      s.memory = std::make_shared<io::Reservation>(
+          s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
       s.data = snapshot_for_file(s.data);
     }
   }

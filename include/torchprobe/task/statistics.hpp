@@ -49,9 +49,12 @@ class StatisticsTask {
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (mode_ == SummaryMode::Xor) {
       // xor mode writes no statistics; a 0-d tensor shows its value instead of a checksum.
-      if (empty) j["md5"] = nullptr;
-      else if (t.dim() == 0) j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
-      else j["md5"] = stats::xor64_hex(t);
+      if (empty)
+        j["md5"] = nullptr;
+      else if (t.dim() == 0)
+        j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
+      else
+        j["md5"] = stats::xor64_hex(t);
     } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
       put_stats(j, TensorStats{});
     } else if (t.device().is_cpu() && !force_device_) {

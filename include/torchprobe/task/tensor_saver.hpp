@@ -67,7 +67,8 @@ class TensorSaver {
     }
     item["data_name"] = name;
     if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
+    record.saves.push_back(
+        PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
   }
 
  private:

@@ -3,7 +3,7 @@
 // compiled for (xsimd::default_arch: SSE2 for a plain x86-64 build, AVX2 with -mavx2, NEON on
 // arm64). They run wherever the runtime-dispatched x86 kernels cannot: other CPUs, other
 // compilers, old x86. fp16/bf16 and integers are converted to float/double in small chunks with
-// scalar code first, which is correct everywhere but slow for fp16 (about 1 GB/s, see the notes).
+// scalar code first, which is correct everywhere but slow for fp16 (docs/statistics.md).
 //
 // Written against the xsimd API common to 8.1 and 13: no hadd/reduce_* (horizontal reductions
 // go through a store), no available_architectures().best.

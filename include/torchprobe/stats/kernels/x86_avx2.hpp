@@ -237,8 +237,10 @@ TORCHPROBE_AVX2_TARGET ScanResult scan_double_lanes(const T* p, std::int64_t n) 
 
 template <class T>
 ScanResult scan(const T* p, std::int64_t n) {
-  if constexpr (Loader<T>::kFloatLanes) return scan_float_lanes(p, n);
-  else return scan_double_lanes(p, n);
+  if constexpr (Loader<T>::kFloatLanes)
+    return scan_float_lanes(p, n);
+  else
+    return scan_double_lanes(p, n);
 }
 
 }  // namespace torchprobe::stats::kernels::avx2

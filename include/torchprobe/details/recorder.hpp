@@ -1,6 +1,7 @@
 #pragma once
-// The state a running capture needs, owned jointly by the Debugger and by every call in flight:
-// a backward thread may still be finishing a call after the Debugger stopped or went away.
+// Recorder: where finished entries are recorded, by whichever thread finishes them. Owned jointly
+// by the Debugger and by every call in flight: a backward thread may still be finishing a call
+// after the Debugger stopped or went away.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -38,58 +39,71 @@ struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decis
 template <class T, class = void>
 struct task_adds_files : std::false_type {};
 template <class T>
-struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(std::declval<const std::vector<Record>&>(),
-                                                                                     std::int64_t()))>> : std::true_type {};
+struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
+                              std::declval<const std::vector<Record>&>(), std::int64_t()))>> : std::true_type {};
 
 template <class TaskT>
-struct DumpCore {
-  explicit DumpCore(Config c)
-      : config(std::move(c)), task(config), state(config), debug_state(config), errors(std::string()) {}
-  const Config config;
-  TaskT task;
-  StepState state;        // dump.json's entries
-  StepState debug_state;  // debug.json's entries (save())
-  io::ErrorLog errors;
-  io::Journal journal;    // open while a dumped step runs, when the sink keeps files
-  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
-  std::atomic<bool> capturing{false};
-  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
-  std::atomic<std::uint64_t> generation{0};
+class Recorder {
+ public:
+  explicit Recorder(Config c)
+      : config_(std::move(c)), task_(config_), state_(config_), debug_state_(config_), errors_(std::string()) {}
 
-  bool live(std::uint64_t gen) const { return capturing.load() && generation.load() == gen; }
+  const Config& config() const { return config_; }
+  TaskT& task() { return task_; }
+  const TaskT& task() const { return task_; }
+  StepState& entries() { return state_; }              // dump.json's entries
+  StepState& debug_entries() { return debug_state_; }  // debug.json's entries (save())
+  io::ErrorLog& errors() { return errors_; }
+  io::Journal& journal() { return journal_; }  // open while a dumped step runs, when the sink keeps files
+
+  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
+  void set_capturing(bool on) { capturing_ = on; }
+  bool capturing() const { return capturing_.load(); }
+  // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
+  std::uint64_t generation() const { return generation_.load(); }
+  // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
+  std::uint64_t debug_commits() const { return debug_commits_.load(); }
+
+  bool live(std::uint64_t gen) const { return capturing_.load() && generation_.load() == gen; }
 
   // step(): what the last step recorded is gone; a backward pass of that step records nothing.
   void start_next_step() {
-    generation.fetch_add(1);
-    state.reset();
-    debug_state.reset();
-    errors.reset();
+    generation_.fetch_add(1);
+    state_.reset();
+    debug_state_.reset();
+    errors_.reset();
   }
 
   // Every finished entry goes through here: the task has the last word on it (a task may keep
   // only some entries, or act on the ones it keeps) before it joins the step. A kept entry's
   // tensor files go to the writer and its JSON to the journal; a dropped one's snapshots are freed.
   void commit(Record&& r) {
-    if (task.keep(r)) accept(state, "dump", std::move(r));
-    else decide_held_if_due();
+    if (task_.keep(r))
+      accept(state_, "dump", std::move(r));
+    else
+      decide_held_if_due();
   }
   // The same, for entries placed in dump order when they complete (backward, modules). The place
   // is taken before keep(), so an entry the task holds back keeps it.
   void commit_last(Record&& r) {
-    r.order = state.next_order();
-    if (task.keep(r)) accept(state, "dump", std::move(r));
-    else decide_held_if_due();
+    r.order = state_.next_order();
+    if (task_.keep(r))
+      accept(state_, "dump", std::move(r));
+    else
+      decide_held_if_due();
   }
 
   // Entries the task held back until values still on a device are read (overflow_check) are
   // decided now, in one batch; those it keeps join the step. Called before each flush.
   void decide_held() {
-    if constexpr (task_holds_entries<TaskT>::value) task.decide_held([this](Record&& r) { commit(std::move(r)); });
+    if constexpr (task_holds_entries<TaskT>::value) task_.decide_held([this](Record&& r) { commit(std::move(r)); });
   }
   // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
   bool ended() const {
-    if constexpr (task_can_end<TaskT>::value) return task.ended();
-    else return false;
+    if constexpr (task_can_end<TaskT>::value)
+      return task_.ended();
+    else
+      return false;
   }
   // What the Debugger does when the task ends the dump; runs once, on the thread that committed
   // the last entry. Cleared (null) by the Debugger before it goes away.
@@ -100,12 +114,10 @@ struct DumpCore {
   // save()'s entries, for debug.json. An entry committed again under the same name and order
   // replaces the earlier one (a gradient filling its placeholder).
   void commit_debug(Record&& r) {
-    if (!task.keep(r)) return;
-    accept(debug_state, "debug", std::move(r));
-    debug_commits.fetch_add(1);
+    if (!task_.keep(r)) return;
+    accept(debug_state_, "debug", std::move(r));
+    debug_commits_.fetch_add(1);
   }
-  // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
-  std::atomic<std::uint64_t> debug_commits{0};
 
   // The rank directory of the dumped step: kept entries' tensor files go to its dump_tensor_data/,
   // their write failures to its dump_error_info.log.
@@ -127,19 +139,19 @@ struct DumpCore {
  private:
   void accept(StepState& into, const char* file, Record&& r) {
     if (!r.saves.empty()) hand_over_saves(r);
-    if (journal.is_open()) append_to_journal(file, r);
+    if (journal_.is_open()) append_to_journal(file, r);
     into.commit(std::move(r));
     if (ended() && !end_seen_.exchange(true)) end_dump();
   }
 
   void decide_held_if_due() {
     if constexpr (task_holds_entries<TaskT>::value)
-      if (task.decision_due()) decide_held();
+      if (task_.decision_due()) decide_held();
   }
 
   // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
   void end_dump() {
-    capturing = false;
+    capturing_ = false;
     std::lock_guard<std::mutex> lock(end_mu_);
     if (end_hook_) end_hook_();
   }
@@ -154,7 +166,8 @@ struct DumpCore {
     if (!rank_dir.empty()) {
       const std::string dir = tensor_data_directory(rank_dir) + "/";
       for (PendingSave& s : r.saves)
-        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data), s.memory ? std::move(*s.memory) : io::Reservation());
+        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                         s.memory ? std::move(*s.memory) : io::Reservation());
     }
     r.saves.clear();
   }
@@ -166,8 +179,14 @@ struct DumpCore {
   class EntryLine final : public io::JournalLine {
    public:
     EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
-        : file_(file), name_(r.name), order_(r.order), parent_(r.parent), body_(r.body), deferred_(r.deferred),
-          errors_(errors), journal_(journal) {}
+        : file_(file),
+          name_(r.name),
+          order_(r.order),
+          parent_(r.parent),
+          body_(r.body),
+          deferred_(r.deferred),
+          errors_(errors),
+          journal_(journal) {}
 
     std::string text() const override {
       std::string line = "{\"file\": \"";
@@ -182,15 +201,17 @@ struct DumpCore {
       }
       line += ", \"body\": ";
       // A body kept whole is written as it is; only a compact one is built first.
-      line += deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
+      line +=
+          deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
       line += '}';
       return line;
     }
 
     void failed(int err) const override {
-      errors_.log("write_journal", name_, io::errno_text(err),
-                  io::IoError("write the journal", journal_.path(), err).what() +
-                      std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
+      errors_.log(
+          "write_journal", name_, io::errno_text(err),
+          io::IoError("write the journal", journal_.path(), err).what() +
+              std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
     }
 
    private:
@@ -205,9 +226,18 @@ struct DumpCore {
   };
 
   void append_to_journal(const char* file, const Record& r) {
-    journal.append_later(std::make_unique<EntryLine>(file, r, errors, journal));
+    journal_.append_later(std::make_unique<EntryLine>(file, r, errors_, journal_));
   }
 
+  const Config config_;
+  TaskT task_;
+  StepState state_;
+  StepState debug_state_;
+  io::ErrorLog errors_;
+  io::Journal journal_;
+  std::atomic<bool> capturing_{false};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> debug_commits_{0};
   std::mutex end_mu_;
   std::function<void()> end_hook_;
   std::atomic<bool> end_seen_{false};
