@@ -9094,6 +9094,28 @@ class StepLifecycle {
   const std::string& directory() const { return directory_; }
   bool is_open() const { return open_; }
 
+  // Past the last configured step, or after the task ended the dump, nothing more is captured;
+  // the user hears why once.
+  bool may_start() {
+    std::string why;
+    if constexpr (task_can_end<TaskT>::value) {
+      if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
+    }
+    if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
+    if (why.empty()) return true;
+    if (!told_why_not_) io::tell_user(why);
+    told_why_not_ = true;
+    return false;
+  }
+
+  // Opens the step when this step, on this rank, is dumped; false when it is not.
+  bool open_if_dumped(std::optional<std::int64_t> rank_id) {
+    session_.resolve_rank(rank_id);
+    if (!session_.dumps_now()) return false;
+    open();
+    return true;
+  }
+
   // The step's directory (and dump_tensor_data/, and the journal) exist from the first start() or
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
@@ -9236,6 +9258,7 @@ class StepLifecycle {
   bool has_data_ = false;                    // a capture or a save() ran in this step
   bool captured_ = false;                    // a capture ran in this step: it has a dump.json
   bool written_ = false;                     // the step's files were written by the last flush
+  bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
   std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
 };
 
@@ -9281,12 +9304,10 @@ class BasicDebugger final : public DebuggerInterface {
   }
 
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    if (running_ || !may_dump()) return;
-    step_.session().resolve_rank(rank_id);
+    if (running_ || !step_.may_start()) return;
     rank_id_ = rank_id;
     model_ = model;
-    if (!step_.session().dumps_now()) return;
-    step_.open();  // an unwritable dump_path is reported here, with the path and the reason
+    if (!step_.open_if_dumped(rank_id)) return;  // an unwritable dump_path throws here, naming it
     if constexpr (!LevelTraits<L>::save_only) {
       if (!capture_) capture_ = std::make_shared<Capture>(core_);
       capture_->set_models(model);
@@ -9333,12 +9354,7 @@ class BasicDebugger final : public DebuggerInterface {
   // with the tensor task. Only in dumped steps. A value that cannot be encoded is logged to
   // dump_error_info.log; an unwritable dump_path throws IoError, as start() does.
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    if (step_.session().finished()) return;
-    if (!step_.is_open()) {
-      step_.session().resolve_rank(rank_id_);
-      if (!step_.session().dumps_now()) return;
-      step_.open();
-    }
+    if (step_.session().finished() || (!step_.is_open() && !step_.open_if_dumped(rank_id_))) return;
     step_.saved();
     try {
       save_capture_.save(core_, value, name, save_backward);
@@ -9357,24 +9373,6 @@ class BasicDebugger final : public DebuggerInterface {
   TaskT& task() { return core_->task(); }
 
  private:
-  // Past the last configured step, or after the task ended the dump, nothing more is captured;
-  // the user hears why once.
-  bool may_dump() {
-    if constexpr (details::task_can_end<TaskT>::value) {
-      if (core_->ended()) {  // overflow_check reached overflow_nums
-        if (!told_why_not_) io::tell_user(core_->task().end_reason());
-        told_why_not_ = true;
-        return false;
-      }
-    }
-    if (step_.session().finished()) {
-      if (!told_why_not_) io::tell_user("the last configured step has passed; nothing more is dumped");
-      told_why_not_ = true;
-      return false;
-    }
-    return true;
-  }
-
   void flush() noexcept {
     step_.flush([this] {
       if (capture_) capture_->release_pending();
@@ -9396,7 +9394,6 @@ class BasicDebugger final : public DebuggerInterface {
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
   bool running_ = false;
-  bool told_why_not_ = false;
 };
 
 // Debugger<Level::Mix, Task::Statistics>: a built-in task (task/registry.hpp) by its name.

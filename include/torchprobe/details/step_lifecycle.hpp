@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,28 @@ class StepLifecycle {
   Sink& sink() { return sink_; }
   const std::string& directory() const { return directory_; }
   bool is_open() const { return open_; }
+
+  // Past the last configured step, or after the task ended the dump, nothing more is captured;
+  // the user hears why once.
+  bool may_start() {
+    std::string why;
+    if constexpr (task_can_end<TaskT>::value) {
+      if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
+    }
+    if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
+    if (why.empty()) return true;
+    if (!told_why_not_) io::tell_user(why);
+    told_why_not_ = true;
+    return false;
+  }
+
+  // Opens the step when this step, on this rank, is dumped; false when it is not.
+  bool open_if_dumped(std::optional<std::int64_t> rank_id) {
+    session_.resolve_rank(rank_id);
+    if (!session_.dumps_now()) return false;
+    open();
+    return true;
+  }
 
   // The step's directory (and dump_tensor_data/, and the journal) exist from the first start() or
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
@@ -184,6 +207,7 @@ class StepLifecycle {
   bool has_data_ = false;                    // a capture or a save() ran in this step
   bool captured_ = false;                    // a capture ran in this step: it has a dump.json
   bool written_ = false;                     // the step's files were written by the last flush
+  bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
   std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
 };
 
