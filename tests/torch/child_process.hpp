@@ -8,8 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -42,6 +49,21 @@ inline int wait_child(pid_t pid) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return status;
+}
+
+// Lines in a child's progress file (one per finished step, say); 0 while it does not exist.
+inline std::size_t progress_lines(const std::string& path) {
+  std::ifstream in(path);
+  return static_cast<std::size_t>(
+      std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+}
+
+// Waits until `path` exists and holds at least `lines` lines, or a minute has passed; returns when.
+inline std::chrono::steady_clock::time_point wait_for_progress(const std::string& path, std::size_t lines) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((!std::filesystem::exists(path) || progress_lines(path) < lines) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  return std::chrono::steady_clock::now();
 }
 
 }  // namespace tptest

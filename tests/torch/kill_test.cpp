@@ -17,8 +17,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -39,7 +41,7 @@ using Json = nlohmann::ordered_json;
 namespace {
 
 constexpr int kSteps = 8;
-constexpr int kKills = 4;  // per case, at random moments in successive quarters of the loop
+constexpr int kKills = 4;  // per case, at a random moment inside steps 0, 2, 4 and 6
 
 struct KillCase {
   const char* name;
@@ -265,20 +267,21 @@ TEST_CASE(
       return tptest::spawn_child("kill", {"TORCHPROBE_TEST_CASE=" + std::to_string(which), "TORCHPROBE_TEST_DIR=" + dir,
                                           "TORCHPROBE_TEST_PROGRESS=" + dir + ".progress"});
     };
-    auto wait_ready = [](const std::string& dir) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!fs::exists(dir + ".progress") && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return std::chrono::steady_clock::now();
-    };
 
-    // The uninterrupted run, and how long its loop takes: kills are spread over that time.
+    // The uninterrupted run and when each step ended. Kills are spread over steps, not over time:
+    // step 0 takes most of it (libtorch's first calls, the first stack symbolized) and varies.
     const std::string ref = root + "/full";
     const pid_t ref_pid = spawn(ref);
-    const auto began = wait_ready(ref);
-    const int ref_status = tptest::wait_child(ref_pid);
-    const auto loop_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count();
+    const auto began = tptest::wait_for_progress(ref + ".progress", 0);  // the file exists: the child is ready
+    std::vector<long> step_end_us;                                       // after `began`
+    int ref_status = 0;
+    for (pid_t r = 0; r != ref_pid; std::this_thread::sleep_for(std::chrono::microseconds(500))) {
+      r = ::waitpid(ref_pid, &ref_status, WNOHANG);
+      REQUIRE((r >= 0 || errno == EINTR));
+      while (step_end_us.size() < tptest::progress_lines(ref + ".progress"))
+        step_end_us.push_back(
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count());
+    }
     REQUIRE(WIFEXITED(ref_status));
     REQUIRE(WEXITSTATUS(ref_status) == 0);
     const Json full = read_json_files(ref, false);
@@ -292,9 +295,10 @@ TEST_CASE(
       REQUIRE(tensor_files(ref_rank[s]).empty() == !kc.writes_tensors);
     }
     CHECK(full.dump().find("\"unreadable\"") == std::string::npos);
-    MESSAGE(case_name << ": uninterrupted loop of " << kSteps << " steps: " << loop_us / 1000 << " ms, "
-                      << full["step0/dump.json"]["data"].size() << " entries and " << tensor_files(ref_rank[0]).size()
-                      << " .pt files in step 0");
+    REQUIRE(step_end_us.size() == static_cast<std::size_t>(kSteps));
+    MESSAGE(case_name << ": uninterrupted loop of " << kSteps << " steps: " << step_end_us.back() / 1000
+                      << " ms (step 0: " << step_end_us[0] / 1000 << " ms), " << full["step0/dump.json"]["data"].size()
+                      << " entries and " << tensor_files(ref_rank[0]).size() << " .pt files in step 0");
 
     // A .pt file present is the uninterrupted run's file of the same name, byte for byte.
     auto check_tensor_bytes = [&](const std::string& rank, int s) {
@@ -327,8 +331,11 @@ TEST_CASE(
       CAPTURE(round);
       const std::string dir = root + "/kill" + std::to_string(round);
       const pid_t pid = spawn(dir);
-      wait_ready(dir);
-      std::uniform_int_distribution<long> moment(round * loop_us / kKills, (round + 1) * loop_us / kKills);
+      // Inside step `target`: once the child has reported the steps before it, within that step's
+      // length in the uninterrupted run.
+      const int target = round * kSteps / kKills;
+      tptest::wait_for_progress(dir + ".progress", target);
+      std::uniform_int_distribution<long> moment(0, step_end_us[target] - (target == 0 ? 0 : step_end_us[target - 1]));
       std::this_thread::sleep_for(std::chrono::microseconds(moment(rng)));
       ::kill(pid, SIGKILL);
       const int status = tptest::wait_child(pid);
