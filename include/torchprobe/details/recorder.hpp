@@ -40,7 +40,7 @@ template <class T, class = void>
 struct task_adds_files : std::false_type {};
 template <class T>
 struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
-                              std::declval<const std::vector<Record>&>(), std::int64_t()))>> : std::true_type {};
+                              std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
 
 template <class TaskT>
 class Recorder {

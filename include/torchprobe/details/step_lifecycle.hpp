@@ -115,7 +115,7 @@ class StepLifecycle {
         if (core_->debug_entries().size() > 0) {
           core_->debug_entries().with_records([&](const std::vector<Record>& records) {
             d.level = std::string(level_name(Level::Debug));
-            d.records = &records;
+            d.records = in_order(records);
             sink_.write_debug(d);
           });
         }
@@ -175,10 +175,17 @@ class StepLifecycle {
   void write_dump(StepDump& d) {
     core_->entries().with_records([&](const std::vector<Record>& records) {
       d.level = std::string(level_name(L));
-      d.records = &records;
-      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(records, d.step);
+      d.records = in_order(records);
+      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(d.records, d.step);
       sink_.write_step(d);
     });
+  }
+
+  static std::vector<const Record*> in_order(const std::vector<Record>& records) {
+    std::vector<const Record*> out;
+    out.reserve(records.size());
+    for (const Record& r : records) out.push_back(&r);
+    return out;
   }
 
   nlohmann::ordered_json dump_data_dir() const {

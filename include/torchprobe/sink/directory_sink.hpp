@@ -29,7 +29,7 @@ class DirectorySink {
   void write_step(const StepDump& d) {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
-    const bool sync = d.records && !d.records->empty();
+    const bool sync = !d.records.empty();
     io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()), 0640, sync);
     for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
     if (!d.extra_info) return;

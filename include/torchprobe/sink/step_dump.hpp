@@ -3,6 +3,7 @@
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -25,7 +26,11 @@ struct StepDump {
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;                          // write stack.json and construct.json
-  const std::vector<Record>* records = nullptr;
+  // The step's entries in dump order. A name committed twice (a second backward through a
+  // retained graph) appears twice: the files keep its last value in its first place.
+  std::vector<const Record*> records;
+  // Keeps what `records` points to alive: a sink may write after the step has moved on.
+  std::shared_ptr<const void> owner;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
 
@@ -51,9 +56,8 @@ struct StepDump {
 
   nlohmann::ordered_json stack_json() const {
     std::vector<std::pair<std::string, CallStack>> forward;
-    if (records)
-      for (const Record& r : *records)
-        if (r.stack) forward.emplace_back(r.name, *r.stack);
+    for (const Record* r : records)
+      if (r->stack) forward.emplace_back(r->name, *r->stack);
     return io::build_stack_json(forward);
   }
 
@@ -64,13 +68,13 @@ struct StepDump {
   template <class Value>
   nlohmann::ordered_json keyed_by_name(Value value) const {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    if (!records) return out;
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
     // Reserved: the items' keys are const, so a growing vector copies every value it moves.
-    items.reserve(records->size());
+    items.reserve(records.size());
     std::unordered_map<std::string, std::size_t> where;
-    where.reserve(records->size());
-    for (const Record& r : *records) {
+    where.reserve(records.size());
+    for (const Record* record : records) {
+      const Record& r = *record;
       std::optional<nlohmann::ordered_json> v = value(r);
       if (!v) continue;
       auto [it, fresh] = where.emplace(r.name, items.size());

@@ -136,7 +136,7 @@ class OverflowCheckTask {
   }
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
-  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<Record>& records,
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<const Record*>& records,
                                                                          std::int64_t step) const {
     nlohmann::ordered_json summary = overflow::summarize(records, step, ended());
     if (summary.is_null()) return {};

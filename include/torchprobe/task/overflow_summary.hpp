@@ -117,11 +117,12 @@ inline bool is_debug_entry(const std::string& name) {
 //                    gradient (which records no inputs of its own)
 //   new_origin       a later entry with finite inputs and a non-finite output that does not contain
 //                    the origin: a second, independent overflow
-inline Json summarize(const std::vector<Record>& records, std::int64_t step, bool limit_reached) {
+inline Json summarize(const std::vector<const Record*>& records, std::int64_t step, bool limit_reached) {
   std::unordered_map<std::string, std::string> parent_of;
   std::unordered_set<std::string> names;
   std::size_t calls_seen = 0;
-  for (const Record& r : records) {
+  for (const Record* record : records) {
+    const Record& r = *record;
     if (is_debug_entry(r.name)) continue;
     ++calls_seen;
     names.insert(r.name);
@@ -132,7 +133,8 @@ inline Json summarize(const std::vector<Record>& records, std::int64_t step, boo
   const Record* origin = nullptr;
   std::unordered_set<std::string> around_origin;  // the origin's enclosing modules
   Json calls = Json::array();
-  for (const Record& r : records) {
+  for (const Record* record : records) {
+    const Record& r = *record;
     if (is_debug_entry(r.name)) continue;
     const NonFiniteTensors n = nonfinite_tensors(r);
     const std::string forward = forward_name_of(r.name);
