@@ -1,0 +1,332 @@
+// Issue 14, writing a step at memory speed and off the training thread: the end-to-end cost of the
+// default DirectorySink (until the step's files are complete), the writer's throughput against a
+// memcpy, the fixed cost of a step, two models against their un-probed step, and the memory an open
+// step and its writing take. Every figure comes with its baseline of the same run.
+//
+//   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build-bench --target torchprobe_step_write_benchmark &&
+//   build-bench/benchmarks/torchprobe_step_write_benchmark
+#include <torch/torch.h>
+#include <torchprobe/torchprobe.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "step_write_support.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace tp = torchprobe;
+namespace fs = std::filesystem;
+using tpbench::Clock;
+using tpbench::Round;
+using tpbench::us_since;
+using tpbench::Variant;
+
+namespace {
+
+template <tp::Level L, class Sink>
+using Stats = tp::Debugger<L, tp::Task::Statistics, Sink>;
+using L1Dir = Stats<tp::Level::L1, tp::DirectorySink>;
+using MixDir = Stats<tp::Level::Mix, tp::DirectorySink>;
+
+volatile std::int64_t g_keep = 0;  // keeps the adds' results observable
+
+void adds(const at::Tensor& a, const at::Tensor& b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) g_keep = at::add(a, b).numel();
+}
+
+tp::Options options(const fs::path& dir) { return tp::Options().dump_path(dir.string()); }
+
+double file_mb(const fs::path& p) {
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  return ec ? 0.0 : static_cast<double>(size) / 1e6;
+}
+
+std::size_t dump_entries(const fs::path& dump_json) {
+  std::ifstream in(dump_json);
+  if (!in) return 0;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_object() && j.contains("data") ? j["data"].size() : 0;
+}
+
+// ---- 1. tiny op end-to-end ---------------------------------------------------------------------
+void tiny_op(const fs::path& root, std::int64_t n, int steps, int rounds) {
+  const at::Tensor a = torch::randn({16}), b = torch::randn({16});
+  const fs::path dir = root / ("tiny" + std::to_string(n));
+  Stats<tp::Level::L1, tp::NullSink> null_sink(options(dir));
+  L1Dir l1(options(dir / "l1"));
+  MixDir mix(options(dir / "mix"));
+  std::vector<Variant> v;
+  v.push_back({"un-probed", [&] { return tpbench::plain_round([&] { adds(a, b, n); }, steps); }, {}});
+  auto probed = [&](const char* name, auto& d) {
+    v.push_back({name,
+                 [&, dp = &d] {
+                   return tpbench::probed_round(
+                       *dp,
+                       [&] {
+                         dp->start();
+                         adds(a, b, n);
+                       },
+                       steps);
+                 },
+                 {}});
+  };
+  probed("L1 NullSink", null_sink);
+  probed("L1 DirectorySink (default)", l1);
+  probed("Mix DirectorySink", mix);
+  tpbench::run_rounds(v, rounds);
+  std::printf("\n  N = %lld adds per step, %d steps per round, median of %d rounds\n", static_cast<long long>(n), steps,
+              rounds);
+  std::printf("  %-28s %11s %9s %10s %22s %16s\n", "", "us/step", "x plain", "+us/op", "in stop()+step() us/op",
+              "final wait us/op");
+  const double plain = v[0].med(&Round::step_us);
+  for (const Variant& x : v) {
+    const double us = x.med(&Round::step_us);
+    std::printf("  %-28s %11.0f %8.2fx %10.3f %22.3f %16.3f\n", x.name.c_str(), us, us / plain, (us - plain) / n,
+                x.med(&Round::inside_us) / n, x.med(&Round::drain_us) / n);
+  }
+  const double dir_added = (v[2].med(&Round::step_us) - plain) / n;
+  std::printf("  goal: <= 2 us added per op with the directory sink: %.3f us/op = %.2fx the goal\n", dir_added,
+              dir_added / 2.0);
+  fs::remove_all(dir);
+}
+
+// ---- 2. writer throughput ----------------------------------------------------------------------
+void throughput(const fs::path& root, std::int64_t n, int rounds) {
+  const at::Tensor a = torch::randn({16}), b = torch::randn({16});
+  std::vector<double> total_us, inside_us;
+  double dump = 0, stack = 0, construct = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const fs::path dir = root / "throughput";
+    {
+      L1Dir d(options(dir));
+      d.start();
+      adds(a, b, n);
+      const fs::path where = d.directory();
+      const auto t0 = Clock::now();
+      d.stop();
+      d.step();
+      inside_us.push_back(us_since(t0));
+      tpbench::wait_written(d);
+      total_us.push_back(us_since(t0));
+      dump = file_mb(where / "dump.json");
+      stack = file_mb(where / "stack.json");
+      construct = file_mb(where / "construct.json");
+    }
+    fs::remove_all(dir);
+  }
+  const double t = tpbench::median(total_us), mbps = dump / (t / 1e6);
+  // Baseline: a memcpy of a buffer the size of dump.json, both buffers touched beforehand.
+  const std::size_t bytes = static_cast<std::size_t>(dump * 1e6) + 1;
+  std::vector<char> src(bytes, 'x'), dst(bytes, 'y');
+  std::vector<double> copy_us;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    copy_us.push_back(us_since(t0));
+    g_keep = dst[bytes / 2 + r % 2];
+  }
+  const double copy_mbps = dump / (tpbench::median(copy_us) / 1e6);
+  std::printf("  %lld entries, median of %d; %s\n", static_cast<long long>(n), rounds, tpbench::writer_kind<L1Dir>());
+  std::printf("  dump.json %.2f MB (%.0f bytes/entry), stack.json %.3f MB, construct.json %.3f MB\n", dump,
+              dump * 1e6 / n, stack, construct);
+  std::printf("  stop()+step() on the training thread %.1f ms, until the files are complete %.1f ms\n",
+              tpbench::median(inside_us) / 1e3, t / 1e3);
+  std::printf(
+      "  dump.json written at %.1f MB/s = %.4fx memcpy of the same size (%.0f MB/s) = %.3fx the goal (400 MB/s)\n",
+      mbps, mbps / copy_mbps, copy_mbps, mbps / 400.0);
+}
+
+// ---- 3. fixed cost of a step -------------------------------------------------------------------
+template <class D>
+std::vector<double> one_entry_steps(D& d, const at::Tensor& a, const at::Tensor& b, int steps, double& drain_ms) {
+  std::vector<double> ms;
+  for (int s = 0; s < steps + 3; ++s) {  // 3 warm-up steps
+    const auto t0 = Clock::now();
+    d.start();
+    adds(a, b, 1);
+    d.stop();
+    d.step();
+    if (s >= 3) ms.push_back(us_since(t0) / 1e3);
+  }
+  const auto t0 = Clock::now();
+  tpbench::wait_written(d);
+  drain_ms = us_since(t0) / 1e3;
+  return ms;
+}
+
+void fixed_cost(const fs::path& root, int steps) {
+  const at::Tensor a = torch::randn({16}), b = torch::randn({16});
+  const fs::path dir = root / "fixed";
+  double null_drain = 0, dir_drain = 0;
+  std::vector<double> null_ms, dir_ms;
+  {
+    Stats<tp::Level::L1, tp::NullSink> null_sink(options(dir));
+    L1Dir d(options(dir));
+    null_ms = one_entry_steps(null_sink, a, b, steps, null_drain);
+    dir_ms = one_entry_steps(d, a, b, steps, dir_drain);
+  }
+  const double plain_ms = tpbench::plain_round([&] { adds(a, b, 1); }, 1000).step_us / 1e3;
+  const double nul = tpbench::median(null_ms), dms = tpbench::median(dir_ms);
+  std::printf("  median of %d steps (start(); one add; stop(); step()), on the training thread\n", steps);
+  std::printf("  %-28s %10.4f ms\n", "one add, un-probed", plain_ms);
+  std::printf("  %-28s %10.4f ms  %8.1fx un-probed\n", "L1 NullSink", nul, nul / plain_ms);
+  std::printf("  %-28s %10.4f ms  %8.1fx NullSink  %6.2fx the goal (0.3 ms); final wait %.2f ms for all %d steps\n",
+              "L1 DirectorySink", dms, dms / nul, dms / 0.3, dir_drain, steps);
+  fs::remove_all(dir);
+}
+
+// ---- 4, 5. models against their un-probed step -------------------------------------------------
+template <class Model, class Body>
+void model_ratio(const fs::path& dir, Model& model, const Body& body, int steps, int rounds, double goal) {
+  MixDir d(options(dir));
+  std::vector<Variant> v;
+  v.push_back({"un-probed", [&] { return tpbench::plain_round(body, steps); }, {}});
+  v.push_back({"Mix statistics DirectorySink",
+               [&] {
+                 return tpbench::probed_round(
+                     d,
+                     [&] {
+                       d.start(model);
+                       body();
+                     },
+                     steps);
+               },
+               {}});
+  tpbench::run_rounds(v, rounds);
+  const double plain = v[0].med(&Round::step_us), probed = v[1].med(&Round::step_us);
+  const std::size_t entries = dump_entries(fs::path(d.directory()) / "dump.json");
+  std::printf("  %d steps per round, median of %d rounds; %zu dump.json entries per step\n", steps, rounds, entries);
+  std::printf("  %-30s %10.2f ms\n", "un-probed", plain / 1e3);
+  std::printf(
+      "  %-30s %10.2f ms  %6.3fx un-probed (goal <= %.2fx), %+.2f ms per step; in stop()+step() %.2f ms, "
+      "final wait %.2f ms\n",
+      v[1].name.c_str(), probed / 1e3, probed / plain, goal, (probed - plain) / 1e3, v[1].med(&Round::inside_us) / 1e3,
+      v[1].med(&Round::drain_us) / 1e3);
+  fs::remove_all(dir);
+}
+
+void transformer(const fs::path& root, int steps, int rounds) {
+  constexpr std::int64_t kVocab = 1000;
+  tpbench::TinyTransformer model(kVocab, 64, 4, 2);
+  const torch::Tensor tokens = torch::randint(0, kVocab, {8, 32}), targets = torch::randint(0, kVocab, {8 * 32});
+  auto body = [&] {
+    model->zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(tokens).view({-1, kVocab}), targets).backward();
+  };
+  model_ratio(root / "transformer", model, body, steps, rounds, 1.5);
+}
+
+void mlp(const fs::path& root, std::int64_t batch, int steps, int rounds) {
+  tpbench::Mlp1024 model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(1e-3));
+  const torch::Tensor x = torch::randn({batch, 1024});
+  auto body = [&] {
+    sgd.zero_grad();
+    model->forward(x).mean().backward();
+    sgd.step();
+  };
+  model_ratio(root / "mlp", model, body, steps, rounds, 1.05);
+}
+
+// ---- 6. memory ---------------------------------------------------------------------------------
+void memory(const fs::path& root, std::int64_t n) {
+  const at::Tensor a = torch::randn({16}), b = torch::randn({16});
+  const fs::path dir = root / "memory";
+  tpbench::release_free_heap();  // pages freed by earlier sections would hide this one's growth
+  {
+    L1Dir d(options(dir));
+    d.start();  // a first small step, so that one-off allocations are not counted
+    adds(a, b, 100);
+    d.stop();
+    d.step();
+    tpbench::wait_written(d);
+    d.start();
+    const long long heap0 = tpbench::malloc_in_use(), rss0 = tpbench::proc_status_bytes("VmRSS");
+    adds(a, b, n);
+    const long long heap1 = tpbench::malloc_in_use(), rss1 = tpbench::proc_status_bytes("VmRSS");
+    const fs::path where = d.directory();
+    const bool peak_reset = tpbench::reset_peak_rss();
+    d.stop();
+    d.step();
+    tpbench::wait_written(d);
+    const long long hwm = tpbench::proc_status_bytes("VmHWM");
+    const double json_per_entry = file_mb(where / "dump.json") * 1e6 / n;
+    std::printf("  %lld adds in one open L1 step; dump.json holds %.0f bytes per entry\n", static_cast<long long>(n),
+                json_per_entry);
+    if (heap0 >= 0) {
+      const double per = static_cast<double>(heap1 - heap0) / n;
+      std::printf("  open step: %.0f malloc'd bytes per entry = %.2fx its dump.json text = %.2fx the goal (256)\n", per,
+                  per / json_per_entry, per / 256.0);
+    } else {
+      std::printf("  open step: mallinfo2() not available, malloc'd bytes not measured\n");
+    }
+    std::printf("  open step: RSS +%.1f MB (%.0f bytes per entry)\n", (rss1 - rss0) / 1e6,
+                static_cast<double>(rss1 - rss0) / n);
+    if (peak_reset && hwm >= 0) {
+      const double above = (hwm - rss1) / 1e6;
+      std::printf("  writing: peak RSS %.1f MB above the open step = %.2fx the goal (64 MB)\n", above, above / 64.0);
+    } else {
+      std::printf("  writing: /proc/self/clear_refs not writable, peak RSS during the write not measured\n");
+    }
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+int main() {
+  const bool quick = tpbench::quick_mode();
+  torch::manual_seed(1234);
+  const fs::path root = fs::temp_directory_path() / ("torchprobe_step_write_bench_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  std::printf("TorchProbe step writing (issue 14); %s; ratios to baselines of this run\n",
+              tpbench::writer_kind<L1Dir>());
+  // The models' un-probed steps are matmuls: how fast this libtorch's BLAS is says how far their ratios carry.
+  const torch::Tensor m = torch::randn({256, 1024}), w = torch::randn({1024, 1024});
+  const double mm_us = tpbench::plain_round([&] { g_keep = torch::matmul(m, w).numel(); }, quick ? 1 : 3).step_us;
+  std::printf("BLAS: matmul 256x1024 @ 1024x1024 at %.1f GFLOP/s, %d intra-op threads\n",
+              2.0 * 256 * 1024 * 1024 / (mm_us * 1e3), at::get_num_threads());
+
+  std::printf(
+      "\n1. Tiny op end-to-end: at::add of two 16-element float tensors, Debugger<Statistics>, time until "
+      "the files are complete\n");
+  if (quick) {
+    tiny_op(root, 200, 2, 1);
+  } else {
+    tiny_op(root, 1000, 10, 5);
+    tiny_op(root, 10000, 2, 5);
+  }
+
+  std::printf(
+      "\n2. Writer throughput: one L1 DirectorySink step of tiny adds, stop()+step() until the files are "
+      "complete\n");
+  throughput(root, quick ? 5000 : 100000, quick ? 1 : 3);
+
+  std::printf("\n3. Fixed cost of a step with one entry\n");
+  fixed_cost(root, quick ? 20 : 200);
+
+  std::printf(
+      "\n4. Small transformer (embedding 64, 4 heads, seq 32, 2 layers, batch 8, vocab 1000), "
+      "forward + cross_entropy backward\n");
+  transformer(root, quick ? 1 : 10, quick ? 1 : 5);
+
+  std::printf("\n5. Training-loop MLP: 4 x (Linear(1024) + GELU), batch %d, forward + backward + SGD step\n",
+              quick ? 16 : 256);
+  mlp(root, quick ? 16 : 256, quick ? 1 : 2, quick ? 1 : 5);
+
+  std::printf("\n6. Memory of an open step and of writing it (L1 statistics, DirectorySink)\n");
+  memory(root, quick ? 5000 : 100000);
+
+  fs::remove_all(root);
+  return 0;
+}
