@@ -19,6 +19,8 @@
 #include "torchprobe/capture/op_registry.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/record_text.hpp"
 
 namespace torchprobe::capture {
 
@@ -49,6 +51,22 @@ struct CapturedValue {
       case Form::Json: break;
     }
     return json;
+  }
+
+  // to_json() as text, at `depth`: the common forms without building a tree.
+  void write(io::JsonText& out, int depth) const {
+    switch (form) {
+      case Form::Summary: return io::write_tensor_item(out, tensor, depth);
+      case Form::Plain:
+        if (value.isNone()) return out.null();
+        if (value.isBool()) return io::write_typed(out, "bool", depth, [&] { out.boolean(value.toBool()); });
+        if (value.isDouble()) return io::write_typed(out, "float", depth, [&] { out.real(value.toDouble()); });
+        if (value.isInt() && kind == ArgKind::Generic)
+          return io::write_typed(out, "int", depth, [&] { out.integer(value.toInt()); });
+        return io::write_json_value(out, to_json(), depth);
+      case Form::Json: break;
+    }
+    io::write_json_value(out, json, depth);
   }
 };
 
@@ -88,6 +106,34 @@ class CapturedCall final : public DeferredBody {
         if (i.section == Section::Output) out.push_back(i.value.to_json());
       body["output"] = std::move(out);
     }
+  }
+
+  void write_members(io::JsonText& out, int depth, std::size_t& count) const override {
+    if (has_inputs) {
+      out.key(count++, depth, "input_args");
+      write_section(out, Section::Arg, depth + 1);
+      out.key(count++, depth, "input_kwargs");
+      write_section(out, Section::Kwarg, depth + 1);
+    }
+    if (has_outputs) {
+      out.key(count++, depth, "output");
+      write_section(out, Section::Output, depth + 1);
+    }
+  }
+
+ private:
+  // input_args and output are lists, input_kwargs an object keyed by the arguments' names.
+  void write_section(io::JsonText& out, Section section, int depth) const {
+    const bool keyed = section == Section::Kwarg;
+    keyed ? out.open_object() : out.open_array();
+    std::size_t n = 0;
+    for (const Item& i : items) {
+      if (i.section != section) continue;
+      keyed ? out.key(n, depth, *i.name) : out.item(n, depth);
+      ++n;
+      i.value.write(out, depth + 1);
+    }
+    keyed ? out.close_object(n, depth) : out.close_array(n, depth);
   }
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
-// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp,
-// io/memory_budget.hpp).
+// and the memory budget its tensor files use, and the text writer, are declared, not included
+// (io/tensor_writer.hpp, io/memory_budget.hpp, io/json_text.hpp).
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +19,7 @@ namespace torchprobe {
 namespace io {
 class TensorWriter;
 class Reservation;
+class JsonText;
 }  // namespace io
 
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
@@ -46,6 +47,9 @@ class DeferredBody {
  public:
   virtual ~DeferredBody() = default;
   virtual void append_to(nlohmann::ordered_json& body) const = 0;
+  // The same members written as text, the body object's own braces excepted: `depth` is the body
+  // object's, `count` the number of members written before (and after: it is advanced).
+  virtual void write_members(io::JsonText& out, int depth, std::size_t& count) const = 0;
 };
 
 // A checksum (summary_mode md5) still being computed by a worker: `pointer` is the tensor item

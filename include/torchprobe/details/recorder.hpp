@@ -17,7 +17,9 @@
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/journal.hpp"
+#include "torchprobe/io/json_text.hpp"
 #include "torchprobe/io/python_json.hpp"
+#include "torchprobe/io/record_text.hpp"
 #include "torchprobe/io/tensor_writer.hpp"
 
 namespace torchprobe::details {
@@ -189,21 +191,22 @@ class Recorder {
           journal_(journal) {}
 
     std::string text() const override {
-      std::string line = "{\"file\": \"";
-      line += file_;
-      line += "\", \"name\": ";
-      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
-      line += ", \"order\": ";
-      line += std::to_string(order_);
+      std::string line;
+      line.reserve(256);
+      io::JsonText out(line, /*indent=*/-1);
+      out.raw("{\"file\": \"");
+      out.raw(file_);
+      out.raw("\", \"name\": ");
+      out.string(name_);
+      out.raw(", \"order\": ");
+      out.integer(order_);
       if (parent_) {
-        line += ", \"parent\": ";
-        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
+        out.raw(", \"parent\": ");
+        parent_->empty() ? out.null() : out.string(*parent_);
       }
-      line += ", \"body\": ";
-      // A body kept whole is written as it is; only a compact one is built first.
-      line +=
-          deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
-      line += '}';
+      out.raw(", \"body\": ");
+      io::write_body(out, body_, deferred_.get(), 0);
+      out.raw("}");
       return line;
     }
 

@@ -87,53 +87,78 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
   }
 }
 
-// Replaces `path` with `content` so that readers (and a crash at any moment) see either the old or
-// the new file, never a prefix: the data goes to a temporary file in the same directory, is
-// flushed with fsync (skipped when sync is false: then a process crash is still safe, a power loss
-// is not) and is renamed over the target. On any error the temporary file is removed, the target is
-// untouched and IoError says which path failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link
-// at `path` is replaced by a regular file. The new file gets `mode` minus the umask.
-inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
-  const std::size_t slash = path.rfind('/');
-  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (base.empty() || base == "." || base == "..") throw IoError("write file", path, EISDIR);
-
-  // Hidden, unique per process and call; the base name is shortened so the temporary name stays
-  // under NAME_MAX even when the target's name is near it.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) throw IoError("write file", path, errno);  // the caller knows `path`, not `tmp`
-
-  auto fail = [&](int err, bool fd_open) {
-    if (fd_open) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw IoError("write file", path, err);
-  };
-
-  if (const int err = write_all(fd, content.data(), content.size())) fail(err, true);
-  if (sync) {
-    int rc;
-    do rc = ::fsync(fd);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) fail(errno, true);
+// A file that replaces `path` when committed, so that readers (and a crash at any moment) see
+// either the old or the new file, never a prefix: the data goes to a temporary file in the same
+// directory, is flushed with fsync (skipped when sync is false: then a process crash is still safe,
+// a power loss is not) and is renamed over the target. On any error, or when destroyed without
+// commit(), the temporary file is removed and the target is untouched; IoError says which path
+// failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link at `path` is replaced by a regular
+// file. The new file gets `mode` minus the umask. Content may be written in any number of pieces.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path, mode_t mode = 0640) : path_(std::move(path)) {
+    const std::size_t slash = path_.rfind('/');
+    dir_prefix_ = slash == std::string::npos ? std::string() : path_.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+    if (base.empty() || base == "." || base == "..") throw IoError("write file", path_, EISDIR);
+    // Hidden, unique per process and call; the base name is shortened so the temporary name stays
+    // under NAME_MAX even when the target's name is near it.
+    static std::atomic<unsigned> counter{0};
+    tmp_ = dir_prefix_ + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+           std::to_string(counter.fetch_add(1));
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd_ < 0) throw IoError("write file", path_, errno);  // the caller knows `path`, not the temporary
   }
-  // close() can report delayed write errors (NFS, quotas). It must not be retried on EINTR: Linux
-  // has released the descriptor already.
-  if (::close(fd) != 0 && errno != EINTR) fail(errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(errno, false);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
 
-  if (sync) {  // make the rename itself durable; best effort, the data is already safe
-    const std::string dir = dir_prefix.empty() ? std::string(".") : dir_prefix;
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
+  void write(std::string_view content) {
+    if (const int err = write_all(fd_, content.data(), content.size())) fail(err);
+  }
+
+  void commit(bool sync = true) {
+    if (sync) {
+      int rc;
+      do rc = ::fsync(fd_);
+      while (rc != 0 && errno == EINTR);
+      if (rc != 0) fail(errno);
+    }
+    // close() can report delayed write errors (NFS, quotas). It must not be retried on EINTR: Linux
+    // has released the descriptor already.
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) fail(errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail(errno);
+    committed_ = true;
+    if (sync) {  // make the rename itself durable; best effort, the data is already safe
+      const std::string dir = dir_prefix_.empty() ? std::string(".") : dir_prefix_;
+      const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd >= 0) {
+        (void)::fsync(dfd);
+        ::close(dfd);
+      }
     }
   }
+
+ private:
+  [[noreturn]] void fail(int err) { throw IoError("write file", path_, err); }
+
+  std::string path_;
+  std::string dir_prefix_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Replaces `path` with `content` (AtomicFile says how).
+inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
+  AtomicFile f(path, mode);
+  f.write(content);
+  f.commit(sync);
 }
 
 // Turns an op- or module-derived name into one safe path component. Ordinary msprobe names such as

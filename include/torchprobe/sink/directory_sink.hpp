@@ -2,12 +2,14 @@
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
-// one intact. Between flushes the step journal in the same directory holds every kept entry.
+// one intact. Between flushes the step journal in the same directory holds every kept entry. The
+// files are written as text straight from the records, in chunks (sink/step_text.hpp).
 #include <string>
 
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/python_json.hpp"
 #include "torchprobe/sink/step_dump.hpp"
+#include "torchprobe/sink/step_text.hpp"
 
 namespace torchprobe {
 
@@ -30,15 +32,17 @@ class DirectorySink {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
     const bool sync = !d.records.empty();
-    io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()), 0640, sync);
+    step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
     for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
     if (!d.extra_info) return;
-    io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()), 0640, sync);
-    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()), 0640, sync);
+    step_text::write_file(d.directory + "/stack.json", sync,
+                          [&](io::JsonText& out) { step_text::write_stack(out, d); });
+    step_text::write_file(d.directory + "/construct.json", sync,
+                          [&](io::JsonText& out) { step_text::write_construct(out, d); });
   }
 
   void write_debug(const StepDump& d) {
-    io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json()));
+    step_text::write_file(d.directory + "/debug.json", true, [&](io::JsonText& out) { step_text::write_dump(out, d); });
   }
 };
 

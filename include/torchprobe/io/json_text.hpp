@@ -1,0 +1,249 @@
+#pragma once
+// JSON text exactly as Python's json module writes it, appended piece by piece to one buffer.
+//
+// msprobe writes its files with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
+// compare, diff scripts, people running `diff` on two dump.json files) see the same bytes only if we
+// reproduce that writer: float repr (shortest round trip, Python's fixed/scientific switch), bare
+// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators.
+//
+// JsonText is the one place that knows those rules. The step files are written with it straight
+// from the records (sink/step_text.hpp), with no JSON tree in between; io/python_json.hpp walks a
+// nlohmann tree with it for everything else. When the buffer passes a threshold its owner's
+// TextDrain takes it (to a file, a stream), so writing a file of any size holds one chunk at a time.
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace torchprobe::io {
+
+// Python's float.__repr__ as json.dumps uses it, written at `out` (at least 32 chars); returns the
+// end. NaN and the infinities are spelled the way json writes them.
+inline char* write_python_float(char* out, double v) {
+  if (std::isnan(v)) {  // json checks `o != o`, so a negative NaN is "NaN" as well
+    static constexpr std::string_view kNaN = "NaN";
+    return std::copy(kNaN.begin(), kNaN.end(), out);
+  }
+  if (std::isinf(v)) {
+    const std::string_view s = v > 0 ? "Infinity" : "-Infinity";
+    return std::copy(s.begin(), s.end(), out);
+  }
+  // to_chars without a precision gives the shortest digit string that round-trips, which is what
+  // Python's repr uses (David Gay's mode 0). Scientific form makes digits and exponent easy to split.
+  char sci[40];
+  const char* end = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific).ptr;
+  const char* p = sci;
+  if (*p == '-') {  // keeps the sign of -0.0, as Python does
+    *out++ = '-';
+    ++p;
+  }
+  char digits[24];
+  int n = 0;
+  for (; p != end && *p != 'e'; ++p)
+    if (*p != '.') digits[n++] = *p;
+  int exp10 = 0;
+  if (p != end) std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), end, exp10);
+
+  // Python (float_repr_style 'short'): scientific when the decimal exponent is < -4 or >= 16.
+  if (exp10 < -4 || exp10 >= 16) {
+    *out++ = digits[0];
+    if (n > 1) {
+      *out++ = '.';
+      out = std::copy(digits + 1, digits + n, out);
+    }
+    *out++ = 'e';
+    *out++ = exp10 < 0 ? '-' : '+';
+    const int mag = exp10 < 0 ? -exp10 : exp10;
+    if (mag < 10) *out++ = '0';  // at least two exponent digits: 1e-05, 1e+16
+    return std::to_chars(out, out + 4, mag).ptr;
+  }
+  if (exp10 >= 0) {
+    const int int_len = exp10 + 1;
+    if (n <= int_len) {
+      out = std::copy(digits, digits + n, out);
+      for (int k = n; k < int_len; ++k) *out++ = '0';
+      *out++ = '.';  // Python always marks an integral float
+      *out++ = '0';
+    } else {
+      out = std::copy(digits, digits + int_len, out);
+      *out++ = '.';
+      out = std::copy(digits + int_len, digits + n, out);
+    }
+    return out;
+  }
+  *out++ = '0';
+  *out++ = '.';
+  for (int k = 0; k < -exp10 - 1; ++k) *out++ = '0';
+  return std::copy(digits, digits + n, out);
+}
+
+inline std::string python_float_repr(double v) {
+  char buf[40];
+  return std::string(buf, write_python_float(buf, v));
+}
+
+// Takes the text written so far (and clears the buffer): a file, a stream.
+class TextDrain {
+ public:
+  virtual ~TextDrain() = default;
+  virtual void take(std::string& text) = 0;
+};
+
+class JsonText {
+ public:
+  // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
+  // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+  explicit JsonText(std::string& buf, int indent = 1, TextDrain* drain = nullptr)
+      : buf_(buf), indent_(indent), drain_(drain) {}
+
+  std::string& buffer() { return buf_; }
+  int indent() const { return indent_; }
+
+  void null() { buf_.append("null", 4); }
+  void boolean(bool b) { b ? buf_.append("true", 4) : buf_.append("false", 5); }
+  template <class Int>
+  void integer(Int v) {
+    char tmp[24];
+    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+  }
+  void real(double v) {
+    char tmp[40];
+    buf_.append(tmp, write_python_float(tmp, v));
+  }
+  void raw(std::string_view s) { buf_.append(s.data(), s.size()); }
+
+  // A container is written as open(), then item() or key() before each element, then close().
+  // `depth` is the container's own depth; `count` how many elements it got.
+  void open_object() { buf_.push_back('{'); }
+  void open_array() { buf_.push_back('['); }
+  void item(std::size_t index, int depth) {
+    if (indent_ >= 0) {
+      buf_.append(index == 0 ? "\n" : ",\n");
+      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1), ' ');
+    } else if (index != 0) {
+      buf_.append(", ", 2);
+    }
+  }
+  void key(std::size_t index, int depth, std::string_view name) {
+    item(index, depth);
+    string(name);
+    buf_.append(": ", 2);
+  }
+  void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
+  void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
+
+  // Hands the buffer to the drain once it holds a chunk's worth: call between elements.
+  void maybe_drain() {
+    if (drain_ != nullptr && buf_.size() >= kChunk) drain_->take(buf_);
+  }
+  void drain() {
+    if (drain_ != nullptr && !buf_.empty()) drain_->take(buf_);
+  }
+
+  // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
+  // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
+  // become U+FFFD rather than aborting a dump.
+  void string(std::string_view s) {
+    buf_.push_back('"');
+    const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    std::size_t i = 0;
+    while (i < n) {
+      std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
+      while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
+      if (run != i) {
+        buf_.append(s.data() + i, run - i);
+        i = run;
+        if (i == n) break;
+      }
+      const unsigned c = b[i];
+      if (c < 0x80) {
+        escape_ascii(c);
+        ++i;
+        continue;
+      }
+      unsigned cp = 0;
+      const std::size_t len = utf8_decode(b + i, n - i, cp);
+      if (len == 0) {
+        hex4(0xFFFD);
+        ++i;
+        continue;
+      }
+      i += len;
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        hex4(0xD800 + (cp >> 10));
+        hex4(0xDC00 + (cp & 0x3FF));
+      } else {
+        hex4(cp);
+      }
+    }
+    buf_.push_back('"');
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+  void close(std::size_t count, int depth, char closer) {
+    if (count == 0) {  // Python writes empty containers as [] and {} whatever the indent
+      buf_.push_back(closer);
+      return;
+    }
+    if (indent_ >= 0) {
+      buf_.push_back('\n');
+      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
+    }
+    buf_.push_back(closer);
+  }
+
+  void escape_ascii(unsigned c) {
+    switch (c) {
+      case '"': buf_.append("\\\""); break;
+      case '\\': buf_.append("\\\\"); break;
+      case '\n': buf_.append("\\n"); break;
+      case '\r': buf_.append("\\r"); break;
+      case '\t': buf_.append("\\t"); break;
+      case '\b': buf_.append("\\b"); break;
+      case '\f': buf_.append("\\f"); break;
+      default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
+    }
+  }
+
+  void hex4(unsigned cp) {
+    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
+    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
+                         kHex[cp & 0xF]};
+    buf_.append(esc, 6);
+  }
+
+  // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
+  // surrogates are accepted: Python would print a lone surrogate as \udXXX too.
+  static std::size_t utf8_decode(const unsigned char* p, std::size_t avail, unsigned& cp) {
+    std::size_t len;
+    unsigned min;
+    if ((p[0] & 0xE0) == 0xC0) {
+      len = 2, cp = p[0] & 0x1F, min = 0x80;
+    } else if ((p[0] & 0xF0) == 0xE0) {
+      len = 3, cp = p[0] & 0x0F, min = 0x800;
+    } else if ((p[0] & 0xF8) == 0xF0) {
+      len = 4, cp = p[0] & 0x07, min = 0x10000;
+    } else {
+      return 0;
+    }
+    if (avail < len) return 0;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[k] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF) return 0;
+    return len;
+  }
+
+  std::string& buf_;
+  int indent_;
+  TextDrain* drain_;
+};
+
+}  // namespace torchprobe::io

@@ -1,0 +1,114 @@
+#pragma once
+// The step's JSON files written as text straight from its records (io/json_text.hpp), in the
+// same bytes as io::to_python_json of StepDump's trees: no JSON tree is built, and the text goes
+// to the file in chunks, so a step of any size is written in bounded memory.
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "torchprobe/core/record.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/record_text.hpp"
+#include "torchprobe/io/stack_json.hpp"
+#include "torchprobe/sink/step_dump.hpp"
+
+namespace torchprobe {
+
+namespace step_text {
+
+// The records a {name: value} file lists, in its order: a name committed again (a second backward
+// through a retained graph) keeps its first place and takes the later record's value, as a Python
+// dict does. `listed(r)` says whether the file has an item for r at all.
+template <class Listed>
+std::vector<const Record*> by_first_place(const std::vector<const Record*>& records, Listed listed) {
+  std::vector<const Record*> out;
+  out.reserve(records.size());
+  std::unordered_map<std::string_view, std::size_t> where;
+  where.reserve(records.size());
+  for (const Record* r : records) {
+    if (!listed(*r)) continue;
+    auto [it, fresh] = where.emplace(r->name, out.size());
+    if (fresh)
+      out.push_back(r);
+    else
+      out[it->second] = r;
+  }
+  return out;
+}
+
+// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
+inline void write_dump(io::JsonText& out, const StepDump& d) {
+  out.open_object();
+  out.key(0, 0, "task");
+  out.string(d.task);
+  out.key(1, 0, "level");
+  out.string(d.level);
+  out.key(2, 0, "framework");
+  out.raw("\"pytorch\"");
+  out.key(3, 0, "dump_data_dir");
+  io::write_json_value(out, d.dump_data_dir, 1);
+  out.key(4, 0, "data");
+  const std::vector<const Record*> entries = by_first_place(d.records, [](const Record&) { return true; });
+  out.open_object();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    out.key(i, 1, entries[i]->name);
+    io::write_record_body(out, *entries[i], 2);
+    out.maybe_drain();
+  }
+  out.close_object(entries.size(), 1);
+  out.close_object(5, 0);
+}
+
+// construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
+inline void write_construct(io::JsonText& out, const StepDump& d) {
+  const std::vector<const Record*> entries =
+      by_first_place(d.records, [](const Record& r) { return r.parent.has_value(); });
+  out.open_object();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    out.key(i, 0, entries[i]->name);
+    const std::string& parent = *entries[i]->parent;
+    parent.empty() ? out.null() : out.string(parent);
+    out.maybe_drain();
+  }
+  out.close_object(entries.size(), 0);
+}
+
+inline void write_stack(io::JsonText& out, const StepDump& d) {
+  io::StackEntries forward;
+  for (const Record* r : d.records)
+    if (r->stack) forward.emplace_back(r->name, &*r->stack);
+  io::write_stack_json(out, io::group_stacks(forward));
+}
+
+// Sends each chunk of text to the file being written.
+class FileDrain final : public io::TextDrain {
+ public:
+  explicit FileDrain(io::AtomicFile& file) : file_(file) {}
+  void take(std::string& text) override {
+    file_.write(text);
+    text.clear();
+  }
+
+ private:
+  io::AtomicFile& file_;
+};
+
+// Replaces `path` (io::AtomicFile) with what write(JsonText&) produces, Python's indent=1 layout.
+template <class Write>
+void write_file(const std::string& path, bool sync, Write&& write) {
+  io::AtomicFile file(path, 0640);
+  FileDrain drain(file);
+  std::string buf;
+  buf.reserve(std::size_t{1} << 20);
+  io::JsonText out(buf, 1, &drain);
+  write(out);
+  out.drain();
+  file.commit(sync);
+}
+
+}  // namespace step_text
+
+}  // namespace torchprobe

@@ -1,0 +1,234 @@
+// The step files written as text straight from the records (sink/step_text.hpp) must be the bytes
+// that Python's json.dump(obj, f, indent=1) writes for the same document: checked against the JSON
+// trees of StepDump (the path MemorySink uses) and against python3 re-dumping what it read.
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torchprobe/torchprobe.hpp>
+
+#include "test_support.hpp"
+
+namespace tp = torchprobe;
+
+namespace tp_step_text_test {
+
+using tp::capture::CapturedCall;
+using tp::capture::CapturedValue;
+using Json = nlohmann::ordered_json;
+
+tp::TensorSummary summary(at::ScalarType dtype, std::vector<std::int64_t> shape, tp::TensorStats stats, bool rg) {
+  tp::TensorSummary s;
+  s.dtype = dtype;
+  s.shape.assign(shape.begin(), shape.end());
+  s.stats = stats;
+  s.requires_grad = rg;
+  return s;
+}
+
+CapturedCall::Item item(CapturedCall::Section section, CapturedValue v, const std::string* name = nullptr) {
+  CapturedCall::Item i;
+  i.section = section;
+  i.name = name;
+  i.value = std::move(v);
+  return i;
+}
+
+CapturedValue summary_value(tp::TensorSummary s) {
+  CapturedValue v;
+  v.form = CapturedValue::Form::Summary;
+  v.tensor = std::move(s);
+  return v;
+}
+
+CapturedValue plain_value(c10::IValue iv, tp::capture::ArgKind kind = tp::capture::ArgKind::Generic) {
+  CapturedValue v;
+  v.form = CapturedValue::Form::Plain;
+  v.kind = kind;
+  v.value = std::move(iv);
+  return v;
+}
+
+CapturedValue json_value(Json j) {
+  CapturedValue v;
+  v.form = CapturedValue::Form::Json;
+  v.json = std::move(j);
+  return v;
+}
+
+const std::string kAlpha = "alpha";
+const std::string kDtype = "dtype";
+
+// Records that exercise every form the writer knows, in an order that needs no sorting.
+std::vector<tp::Record> sample_records() {
+  using S = CapturedCall::Section;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<tp::Record> rs;
+
+  auto call = std::make_shared<CapturedCall>();
+  call->has_inputs = call->has_outputs = true;
+  call->items.push_back(item(S::Arg, summary_value(summary(at::kFloat, {2, 3},
+                                                           {tp::StatValue::real(1.5), tp::StatValue::real(-0.0),
+                                                            tp::StatValue::real(1e-7), tp::StatValue::real(1e16)},
+                                                           true))));
+  call->items.push_back(item(S::Arg, summary_value(summary(at::kLong, {},
+                                                           {tp::StatValue::integer(-7), tp::StatValue::integer(3),
+                                                            tp::StatValue::real(0.1), tp::StatValue()},
+                                                           false))));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue())));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue(true))));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue(2.5))));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::string("s\"\xc3\xa9\n")))));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{1, 2}))));
+  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{}))));
+  call->items.push_back(item(S::Kwarg, plain_value(c10::IValue(int64_t{-3})), &kAlpha));
+  call->items.push_back(
+      item(S::Kwarg, plain_value(c10::IValue(int64_t{6}), tp::capture::ArgKind::ScalarType), &kDtype));
+  call->items.push_back(
+      item(S::Output, summary_value(summary(at::kBool, {0},
+                                            {tp::StatValue::boolean(true), tp::StatValue::boolean(false),
+                                             tp::StatValue::real(nan), tp::StatValue::real(-inf)},
+                                            false))));
+  call->items.push_back(item(S::Output, json_value(Json::parse(R"([{"a": [], "b": {}}, null, 1e300])"))));
+  tp::Record a;
+  a.name = "Aten.add.0.forward";
+  a.order = 0;
+  a.parent = std::string("Module.fc.Linear.forward.0");
+  a.stack = tp::CallStack{};
+  a.deferred = call;
+  rs.push_back(std::move(a));
+
+  // A body kept whole, and one with both parts (the compact part merged after the tree).
+  tp::Record b;
+  b.name = "Module.fc.Linear.forward.0";
+  b.order = 1;
+  b.parent = std::string();
+  b.body = Json::parse(R"({"input_args": [{"type": "int", "value": 1}], "parameters": {"weight": null}})");
+  rs.push_back(std::move(b));
+  auto outputs_only = std::make_shared<CapturedCall>();
+  outputs_only->has_outputs = true;
+  tp::Record c;
+  c.name = "Aten.mul.0.forward";
+  c.order = 2;
+  c.body = Json::parse(R"({"extra": 0.5})");
+  c.deferred = outputs_only;
+  rs.push_back(std::move(c));
+  // A name committed twice: the later value in the first place; and an empty body.
+  tp::Record d;
+  d.name = "Aten.add.0.backward";
+  d.order = 3;
+  d.parent = std::string("Module.fc.Linear.backward.0");
+  d.body = Json::parse(R"({"input": [1]})");
+  rs.push_back(std::move(d));
+  tp::Record e;
+  e.name = "Aten.mul.0.backward";
+  e.order = 4;
+  e.body = Json::object();
+  rs.push_back(std::move(e));
+  tp::Record f;
+  f.name = "Aten.add.0.backward";
+  f.order = 5;
+  f.body = Json::parse(R"({"input": [2]})");
+  rs.push_back(std::move(f));
+  return rs;
+}
+
+tp::StepDump dump_of(const std::vector<tp::Record>& rs) {
+  tp::StepDump d;
+  d.task = "statistics";
+  d.level = "mix";
+  d.directory = "unused";
+  d.dump_data_dir = "/tmp/x\\y";
+  for (const tp::Record& r : rs) d.records.push_back(&r);
+  return d;
+}
+
+template <class Write>
+std::string text_of(Write write, int indent = 1) {
+  std::string buf;
+  tp::io::JsonText out(buf, indent);
+  write(out);
+  return buf;
+}
+
+TEST_CASE("the step files written from the records are the bytes of the JSON trees") {
+  const std::vector<tp::Record> rs = sample_records();
+  const tp::StepDump d = dump_of(rs);
+  const std::string dump = text_of([&](tp::io::JsonText& out) { tp::step_text::write_dump(out, d); });
+  CHECK(dump == tp::io::to_python_json(d.dump_json()));
+  CHECK(text_of([&](tp::io::JsonText& out) { tp::step_text::write_construct(out, d); }) ==
+        tp::io::to_python_json(d.construct_json()));
+  CHECK(text_of([&](tp::io::JsonText& out) { tp::step_text::write_stack(out, d); }) ==
+        tp::io::to_python_json(d.stack_json()));
+  // The later "Aten.add.0.backward" replaced the earlier one in its place.
+  const Json back = Json::parse(dump);
+  CHECK(back["data"]["Aten.add.0.backward"]["input"][0] == 2);
+  CHECK(back["data"].begin().key() == "Aten.add.0.forward");
+
+  SUBCASE("and python3's json.dump of what it reads gives the same bytes") {
+    tptest::TempDir dir;
+    { std::ofstream(dir / "dump.json", std::ios::binary) << dump; }
+    const std::string out = tptest::run_python("import json,sys\ns=open('" + (dir / "dump.json") +
+                                               "').read()\nprint(json.dumps(json.loads(s), indent=1) == s)");
+    CHECK(out == "True\n");
+  }
+
+  SUBCASE("an empty step is written as Python writes empty containers") {
+    const tp::StepDump empty = dump_of({});
+    CHECK(text_of([&](tp::io::JsonText& out) { tp::step_text::write_dump(out, empty); }) ==
+          tp::io::to_python_json(empty.dump_json()));
+    CHECK(text_of([&](tp::io::JsonText& out) { tp::step_text::write_construct(out, empty); }) == "{}");
+    CHECK(text_of([&](tp::io::JsonText& out) { tp::step_text::write_stack(out, empty); }) == "{}");
+  }
+}
+
+TEST_CASE("a body written on one line is what the journal's tree path wrote") {
+  const std::vector<tp::Record> rs = sample_records();
+  for (const tp::Record& r : rs) {
+    CAPTURE(r.name);
+    CHECK(text_of([&](tp::io::JsonText& out) { tp::io::write_record_body(out, r, 0); }, -1) ==
+          tp::io::to_python_json(r.json_body(), -1));
+  }
+}
+
+TEST_CASE("the directory sink writes dump.json in chunks, and the whole file is the document") {
+  // Enough entries to pass the 1 MiB chunk several times.
+  std::vector<tp::Record> rs;
+  for (int i = 0; i < 10000; ++i) {
+    auto call = std::make_shared<CapturedCall>();
+    call->has_inputs = true;
+    call->items.push_back(item(CapturedCall::Section::Arg,
+                               summary_value(summary(at::kFloat, {16},
+                                                     {tp::StatValue::real(i), tp::StatValue::real(-i / 3.0),
+                                                      tp::StatValue::real(i * 1e-9), tp::StatValue::real(i * 7.25)},
+                                                     false))));
+    tp::Record r;
+    r.name = "Aten.add." + std::to_string(i) + ".forward";
+    r.order = static_cast<std::uint64_t>(i);
+    r.parent = std::string();
+    r.deferred = call;
+    rs.push_back(std::move(r));
+  }
+  tptest::TempDir dir;
+  tp::StepDump d = dump_of(rs);
+  d.directory = dir.path();
+  d.extra_info = true;
+  tp::DirectorySink sink;
+  sink.write_step(d);
+  std::ifstream in(dir / "dump.json", std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(file.size() > (std::size_t{2} << 20));
+  CHECK(file == tp::io::to_python_json(d.dump_json()));
+  std::ifstream cin(dir / "construct.json", std::ios::binary);
+  const std::string construct((std::istreambuf_iterator<char>(cin)), std::istreambuf_iterator<char>());
+  CHECK(construct == tp::io::to_python_json(d.construct_json()));
+}
+
+}  // namespace tp_step_text_test
