@@ -42,23 +42,20 @@ CapturedCall::Item item(CapturedCall::Section section, CapturedValue v, const st
 
 CapturedValue summary_value(tp::TensorSummary s) {
   CapturedValue v;
-  v.form = CapturedValue::Form::Summary;
-  v.tensor = std::move(s);
+  v.make_summary() = std::move(s);
   return v;
 }
 
 CapturedValue plain_value(c10::IValue iv, tp::capture::ArgKind kind = tp::capture::ArgKind::Generic) {
   CapturedValue v;
-  v.form = CapturedValue::Form::Plain;
   v.kind = kind;
-  v.value = std::move(iv);
+  v.set_plain(iv);
   return v;
 }
 
 CapturedValue json_value(Json j) {
   CapturedValue v;
-  v.form = CapturedValue::Form::Json;
-  v.json = std::move(j);
+  v.set_json(std::move(j));
   return v;
 }
 
@@ -101,7 +98,7 @@ std::vector<tp::Record> sample_records() {
   a.name = "Aten.add.0.forward";
   a.order = 0;
   a.parent = std::string("Module.fc.Linear.forward.0");
-  a.stack = tp::CallStack{};
+  a.stack = std::make_shared<const tp::CallStack>();
   a.deferred = call;
   rs.push_back(std::move(a));
 

@@ -74,7 +74,7 @@ class ApiEntries {
       call.record.order = a.order;
       call.record.parent = parents.forward();
       if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
-      if (core_->config().extra_info) call.record.stack = io::capture_call_stack();
+      if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
     if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
@@ -139,17 +139,14 @@ class ApiEntries {
     item.name = name;
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (summarized(v, record, c.tensor)) {
-      c.form = CapturedValue::Form::Summary;
-    } else if (CapturedValue::plain(v)) {
-      c.form = CapturedValue::Form::Plain;
-      c.value = v;
+    if (v.isTensor() && summarized(v, record, c.make_summary())) return;
+    if (CapturedValue::plain(v)) {
+      c.set_plain(v);
     } else {
-      c.form = CapturedValue::Form::Json;
       ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
       auto describe = describer(record);
       ValueEncoder<decltype(describe)> encode(describe);
-      c.json = encode.encode(v, kind, site_of(section, index, name));
+      c.set_json(encode.encode(v, kind, site_of(section, index, name)));
     }
   }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "torchprobe/core/record.hpp"
@@ -24,14 +25,22 @@
 
 namespace torchprobe::capture {
 
-// One captured value, in whichever form was cheapest to keep.
+// One captured value, in whichever form was cheapest to keep (one at a time: an open step holds
+// one of these per argument of every call, so the forms share their storage).
 struct CapturedValue {
-  enum class Form : std::uint8_t { Summary, Plain, Json };
-  Form form = Form::Json;
+  enum class Form : std::uint8_t { Json, Summary, Plain };  // in the order of `data`'s alternatives
+  // Json: encoded at capture (tensor lists, tensors the task describes itself); Summary: a CPU
+  // tensor's statistics item; Plain: a value without tensors, encoded when written.
+  std::variant<nlohmann::ordered_json, TensorSummary, c10::IValue> data;
   ArgKind kind = ArgKind::Generic;
-  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
-  c10::IValue value;            // Plain: a value without tensors, encoded when written
-  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
+
+  Form form() const { return static_cast<Form>(data.index()); }
+  TensorSummary& make_summary() { return data.emplace<TensorSummary>(); }
+  void set_plain(const c10::IValue& v) { data.emplace<c10::IValue>(v); }
+  void set_json(nlohmann::ordered_json j) { data.emplace<nlohmann::ordered_json>(std::move(j)); }
+  const TensorSummary& tensor() const { return std::get<TensorSummary>(data); }
+  const c10::IValue& value() const { return std::get<c10::IValue>(data); }
+  const nlohmann::ordered_json& json() const { return std::get<nlohmann::ordered_json>(data); }
 
   // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
   // tensors, tuples, dicts, objects) is encoded at capture, as before.
@@ -41,32 +50,34 @@ struct CapturedValue {
   }
 
   nlohmann::ordered_json to_json() const {
-    switch (form) {
-      case Form::Summary: return tensor_item(tensor);
+    switch (form()) {
+      case Form::Summary: return tensor_item(tensor());
       case Form::Plain: {
         auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
         ValueEncoder<decltype(no_tensors)> encode(no_tensors);
-        return encode.encode(value, kind, Site{});
+        return encode.encode(value(), kind, Site{});
       }
       case Form::Json: break;
     }
-    return json;
+    return json();
   }
 
   // to_json() as text, at `depth`: the common forms without building a tree.
   void write(io::JsonText& out, int depth) const {
-    switch (form) {
-      case Form::Summary: return io::write_tensor_item(out, tensor, depth);
-      case Form::Plain:
-        if (value.isNone()) return out.null();
-        if (value.isBool()) return io::write_typed(out, "bool", depth, [&] { out.boolean(value.toBool()); });
-        if (value.isDouble()) return io::write_typed(out, "float", depth, [&] { out.real(value.toDouble()); });
-        if (value.isInt() && kind == ArgKind::Generic)
-          return io::write_typed(out, "int", depth, [&] { out.integer(value.toInt()); });
+    switch (form()) {
+      case Form::Summary: return io::write_tensor_item(out, tensor(), depth);
+      case Form::Plain: {
+        const c10::IValue& v = value();
+        if (v.isNone()) return out.null();
+        if (v.isBool()) return io::write_typed(out, "bool", depth, [&] { out.boolean(v.toBool()); });
+        if (v.isDouble()) return io::write_typed(out, "float", depth, [&] { out.real(v.toDouble()); });
+        if (v.isInt() && kind == ArgKind::Generic)
+          return io::write_typed(out, "int", depth, [&] { out.integer(v.toInt()); });
         return io::write_json_value(out, to_json(), depth);
+      }
       case Form::Json: break;
     }
-    io::write_json_value(out, json, depth);
+    io::write_json_value(out, json(), depth);
   }
 };
 

@@ -318,7 +318,7 @@ class ModuleTracker {
             p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
       m.record.body["parameters"] = std::move(params);
     }
-    if (core_->config().extra_info) m.record.stack = io::capture_call_stack();
+    if (core_->config().extra_info) m.record.stack = io::capture_shared_call_stack();
   }
 
   void close_episode(ThreadModules& tm) {

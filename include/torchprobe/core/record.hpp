@@ -67,7 +67,8 @@ struct Record {
   nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::vector<PendingChecksum> pending_checksums;
-  std::optional<CallStack> stack;  // forward entries: where the user made the call
+  // Forward entries: where the user made the call (shared by the entries of one call site).
+  std::shared_ptr<const CallStack> stack;
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
   // Tensor files this entry names in "data_name", snapshotted when described and written only

@@ -65,9 +65,9 @@ inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
 // training thread neither allocates nor frees a JSON tree per tensor.
 struct TensorSummary {
   at::ScalarType dtype = at::kFloat;
+  bool requires_grad = false;
   c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
   TensorStats stats;
-  bool requires_grad = false;
 };
 
 // The item exactly as tensor_header + put_stats + requires_grad write it.

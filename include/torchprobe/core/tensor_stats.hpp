@@ -11,9 +11,12 @@ namespace torchprobe {
 struct StatValue {
   enum class Kind : std::uint8_t { Null, Bool, Int, Float };
   Kind kind = Kind::Null;
-  bool b = false;
-  std::int64_t i = 0;
-  double d = 0.0;
+  // The value of `kind` (16 bytes a statistic: an open step holds four per tensor).
+  union {
+    std::int64_t i = 0;
+    double d;
+    bool b;
+  };
 
   static StatValue null() { return {}; }
   static StatValue boolean(bool v) {

@@ -8,6 +8,10 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
 #include "torchprobe/core/call_stack.hpp"
 
 namespace torchprobe::io {
@@ -61,6 +65,24 @@ inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder
   if (n <= 0) n = ::backtrace(buf, max_frames);
   if (n > 0) out.frames.assign(buf, buf + n);
   return out;
+}
+
+// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
+// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
+// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
+// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
+inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
+  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
+  static std::mutex mu;
+  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
+                                              CallStackHash>();  // never freed: entries may outlive static destruction
+  CallStack s = capture_call_stack();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = table->find(s);
+  if (it != table->end()) return it->second;
+  auto shared = std::make_shared<const CallStack>(s);
+  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
+  return shared;
 }
 
 }  // namespace torchprobe::io
