@@ -207,6 +207,7 @@ class Recorder {
       out.raw(", \"body\": ");
       io::write_body(out, body_, deferred_.get(), 0);
       out.raw("}");
+      out.finish();
       return line;
     }
 

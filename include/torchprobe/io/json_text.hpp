@@ -10,10 +10,12 @@
 // from the records (sink/step_text.hpp), with no JSON tree in between; io/python_json.hpp walks a
 // nlohmann tree with it for everything else. When the buffer passes a threshold its owner's
 // TextDrain takes it (to a file, a stream), so writing a file of any size holds one chunk at a time.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -95,58 +97,69 @@ class JsonText {
  public:
   // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
   // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+  // Text is appended to `buf`; it holds exactly the text once finish() is called (or this object
+  // is gone): in between it has room to spare, so that each piece is a copy, not a string append.
   explicit JsonText(std::string& buf, int indent = 1, TextDrain* drain = nullptr)
-      : buf_(buf), indent_(indent), drain_(drain) {}
+      : buf_(buf), len_(buf.size()), indent_(indent), drain_(drain) {}
+  JsonText(const JsonText&) = delete;
+  JsonText& operator=(const JsonText&) = delete;
+  ~JsonText() { finish(); }
 
-  std::string& buffer() { return buf_; }
+  void finish() { buf_.resize(len_); }
   int indent() const { return indent_; }
 
-  void null() { buf_.append("null", 4); }
-  void boolean(bool b) { b ? buf_.append("true", 4) : buf_.append("false", 5); }
+  void null() { put("null", 4); }
+  void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
   template <class Int>
   void integer(Int v) {
-    char tmp[24];
-    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+    char* p = room(24);
+    len_ = static_cast<std::size_t>(std::to_chars(p, p + 24, v).ptr - buf_.data());
   }
   void real(double v) {
-    char tmp[40];
-    buf_.append(tmp, write_python_float(tmp, v));
+    char* p = room(40);
+    len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
   }
-  void raw(std::string_view s) { buf_.append(s.data(), s.size()); }
+  void raw(std::string_view s) { put(s.data(), s.size()); }
 
   // A container is written as open(), then item() or key() before each element, then close().
   // `depth` is the container's own depth; `count` how many elements it got.
-  void open_object() { buf_.push_back('{'); }
-  void open_array() { buf_.push_back('['); }
+  void open_object() { put('{'); }
+  void open_array() { put('['); }
   void item(std::size_t index, int depth) {
     if (indent_ >= 0) {
-      buf_.append(index == 0 ? "\n" : ",\n");
-      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1), ' ');
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1);
+      char* p = room(spaces + 2);
+      if (index != 0) *p++ = ',';
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ = static_cast<std::size_t>(p + spaces - buf_.data());
     } else if (index != 0) {
-      buf_.append(", ", 2);
+      put(", ", 2);
     }
   }
   void key(std::size_t index, int depth, std::string_view name) {
     item(index, depth);
     string(name);
-    buf_.append(": ", 2);
+    put(": ", 2);
   }
   void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
   void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
 
-  // Hands the buffer to the drain once it holds a chunk's worth: call between elements.
+  // Hands the text to the drain once it holds a chunk's worth: call between elements.
   void maybe_drain() {
-    if (drain_ != nullptr && buf_.size() >= kChunk) drain_->take(buf_);
+    if (drain_ != nullptr && len_ >= kChunk) drain();
   }
   void drain() {
+    finish();
     if (drain_ != nullptr && !buf_.empty()) drain_->take(buf_);
+    len_ = buf_.size();
   }
 
   // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
   // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
   // become U+FFFD rather than aborting a dump.
   void string(std::string_view s) {
-    buf_.push_back('"');
+    put('"');
     const auto* b = reinterpret_cast<const unsigned char*>(s.data());
     const std::size_t n = s.size();
     std::size_t i = 0;
@@ -154,7 +167,7 @@ class JsonText {
       std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
       while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
       if (run != i) {
-        buf_.append(s.data() + i, run - i);
+        put(s.data() + i, run - i);
         i = run;
         if (i == n) break;
       }
@@ -180,33 +193,46 @@ class JsonText {
         hex4(cp);
       }
     }
-    buf_.push_back('"');
+    put('"');
   }
 
  private:
   static constexpr std::size_t kChunk = std::size_t{1} << 20;
 
+  // Room for n more bytes at the end of the text; the buffer grows geometrically.
+  char* room(std::size_t n) {
+    if (buf_.size() - len_ < n) buf_.resize(std::max(len_ + n, 2 * buf_.size() + 4096));
+    return buf_.data() + len_;
+  }
+  void put(const char* s, std::size_t n) {
+    std::memcpy(room(n), s, n);
+    len_ += n;
+  }
+  void put(char c) {
+    *room(1) = c;
+    ++len_;
+  }
+
   void close(std::size_t count, int depth, char closer) {
-    if (count == 0) {  // Python writes empty containers as [] and {} whatever the indent
-      buf_.push_back(closer);
-      return;
+    if (count != 0 && indent_ >= 0) {  // Python writes empty containers as [] and {} whatever the indent
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth);
+      char* p = room(spaces + 1);
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ += spaces + 1;
     }
-    if (indent_ >= 0) {
-      buf_.push_back('\n');
-      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
-    }
-    buf_.push_back(closer);
+    put(closer);
   }
 
   void escape_ascii(unsigned c) {
     switch (c) {
-      case '"': buf_.append("\\\""); break;
-      case '\\': buf_.append("\\\\"); break;
-      case '\n': buf_.append("\\n"); break;
-      case '\r': buf_.append("\\r"); break;
-      case '\t': buf_.append("\\t"); break;
-      case '\b': buf_.append("\\b"); break;
-      case '\f': buf_.append("\\f"); break;
+      case '"': put("\\\"", 2); break;
+      case '\\': put("\\\\", 2); break;
+      case '\n': put("\\n", 2); break;
+      case '\r': put("\\r", 2); break;
+      case '\t': put("\\t", 2); break;
+      case '\b': put("\\b", 2); break;
+      case '\f': put("\\f", 2); break;
       default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
     }
   }
@@ -215,7 +241,7 @@ class JsonText {
     static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
     const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
                          kHex[cp & 0xF]};
-    buf_.append(esc, 6);
+    put(esc, 6);
   }
 
   // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
@@ -242,6 +268,7 @@ class JsonText {
   }
 
   std::string& buf_;
+  std::size_t len_;  // the text's length; buf_ may be longer (room to spare)
   int indent_;
   TextDrain* drain_;
 };

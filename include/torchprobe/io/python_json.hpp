@@ -84,6 +84,7 @@ std::string to_python_json_impl(const Json& j, int indent) {
   std::string buf;
   JsonText out(buf, indent);
   write_tree(out, j, 0);
+  out.finish();
   return buf;
 }
 

@@ -32,25 +32,38 @@ struct StackGroups {
 using StackEntries = std::vector<std::pair<std::string_view, const CallStack*>>;
 
 inline StackGroups group_stacks(const StackEntries& entries) {
-  // Symbolize each distinct raw stack once, all in one batch.
+  // Symbolize each distinct raw stack once, all in one batch. Entries of one call site share their
+  // stack object (io::capture_shared_call_stack), so most are matched by address, without hashing
+  // or copying the frames.
+  std::unordered_map<const CallStack*, std::size_t> by_address;
   std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
   std::vector<const CallStack*> unique;
   std::vector<std::size_t> entry_raw;
   entry_raw.reserve(entries.size());
   for (const auto& e : entries) {
-    auto [it, added] = raw_index.emplace(*e.second, unique.size());
-    if (added) unique.push_back(e.second);
-    entry_raw.push_back(it->second);
+    auto known = by_address.find(e.second);
+    if (known == by_address.end()) {
+      auto [it, added] = raw_index.emplace(*e.second, unique.size());
+      if (added) unique.push_back(e.second);
+      known = by_address.emplace(e.second, it->second).first;
+    }
+    entry_raw.push_back(known->second);
   }
   StackGroups out;
   out.frames = detail::Symbolizer::instance().symbolize_many(unique);
 
+  // Groups are numbered in order of first appearance; each distinct raw stack is looked up once.
   std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> group_of_raw(unique.size(), kNone);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::size_t r = entry_raw[i];
-    auto [it, added] = group_of.emplace(out.frames[r], out.groups.size());
-    if (added) out.groups.push_back({{}, r});
-    out.groups[it->second].names.push_back(entries[i].first);
+    if (group_of_raw[r] == kNone) {
+      auto [it, added] = group_of.emplace(out.frames[r], out.groups.size());
+      if (added) out.groups.push_back({{}, r});
+      group_of_raw[r] = it->second;
+    }
+    out.groups[group_of_raw[r]].names.push_back(entries[i].first);
   }
   return out;
 }
