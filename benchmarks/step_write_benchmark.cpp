@@ -101,6 +101,48 @@ void tiny_op(const fs::path& root, std::int64_t n, int steps, int rounds) {
 }
 
 // ---- 2. writer throughput ----------------------------------------------------------------------
+// dump.json's text alone, on the thread that writes it: a sink that produces the text from the
+// step's records into a drain that only counts it (no file, no journal, no fsync).
+class CountingDrain final : public tp::io::TextDrain {
+ public:
+  void take(std::string& text) override {
+    bytes += text.size();
+    text.clear();
+  }
+  std::size_t bytes = 0;
+};
+
+struct TextOnlySink {
+  double us = 0;
+  std::size_t bytes = 0;
+  void open(const std::string&, bool) {}
+  void write_step(const tp::StepDump& d) {
+    CountingDrain drain;
+    std::string buf;
+    buf.reserve(std::size_t{1} << 20);
+    tp::io::JsonText out(buf, 1, &drain);
+    const auto t0 = Clock::now();
+    tp::step_text::write_dump(out, d);
+    out.drain();
+    us = us_since(t0);
+    bytes = drain.bytes;
+  }
+};
+
+void text_throughput(std::int64_t n, int rounds) {
+  const at::Tensor a = torch::randn({16}), b = torch::randn({16});
+  std::vector<double> mbps;
+  for (int r = 0; r < rounds; ++r) {
+    tp::Debugger<tp::Level::L1, tp::Task::Statistics, TextOnlySink> d;
+    d.start();
+    adds(a, b, n);
+    d.stop();
+    mbps.push_back(static_cast<double>(d.sink().bytes) / d.sink().us);
+  }
+  std::printf("  dump.json text alone, from the records on one core: %.1f MB/s = %.3fx the goal (400 MB/s)\n",
+              tpbench::median(mbps), tpbench::median(mbps) / 400.0);
+}
+
 void throughput(const fs::path& root, std::int64_t n, int rounds) {
   const at::Tensor a = torch::randn({16}), b = torch::randn({16});
   std::vector<double> total_us, inside_us;
@@ -311,6 +353,7 @@ int main() {
       "\n2. Writer throughput: one L1 DirectorySink step of tiny adds, stop()+step() until the files are "
       "complete\n");
   throughput(root, quick ? 5000 : 100000, quick ? 1 : 3);
+  text_throughput(quick ? 5000 : 100000, quick ? 1 : 3);
 
   std::printf("\n3. Fixed cost of a step with one entry\n");
   fixed_cost(root, quick ? 20 : 200);

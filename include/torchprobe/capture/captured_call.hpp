@@ -121,13 +121,13 @@ class CapturedCall final : public DeferredBody {
 
   void write_members(io::JsonText& out, int depth, std::size_t& count) const override {
     if (has_inputs) {
-      out.key(count++, depth, "input_args");
+      out.plain_key(count++, depth, "\"input_args\": ");
       write_section(out, Section::Arg, depth + 1);
-      out.key(count++, depth, "input_kwargs");
+      out.plain_key(count++, depth, "\"input_kwargs\": ");
       write_section(out, Section::Kwarg, depth + 1);
     }
     if (has_outputs) {
-      out.key(count++, depth, "output");
+      out.plain_key(count++, depth, "\"output\": ");
       write_section(out, Section::Output, depth + 1);
     }
   }

@@ -142,6 +142,19 @@ class JsonText {
     string(name);
     put(": ", 2);
   }
+  // key() for a name that needs no escaping, given with its quotes and separator: "\"type\": ".
+  void plain_key(std::size_t index, int depth, std::string_view quoted) {
+    item(index, depth);
+    put(quoted.data(), quoted.size());
+  }
+  // string() for text that needs no escaping (printable ASCII without '"' or '\\').
+  void plain_string(std::string_view s) {
+    char* p = room(s.size() + 2);
+    *p = '"';
+    std::memcpy(p + 1, s.data(), s.size());
+    p[s.size() + 1] = '"';
+    len_ += s.size() + 2;
+  }
   void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
   void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
 

@@ -27,37 +27,36 @@ inline void write_stat(JsonText& out, const StatValue& v) {
 // The item tensor_item(s) builds (core/tensor_json.hpp), at `depth`.
 inline void write_tensor_item(JsonText& out, const TensorSummary& s, int depth) {
   out.open_object();
-  out.key(0, depth, "type");
-  out.raw("\"torch.Tensor\"");
-  out.key(1, depth, "dtype");
-  out.string(dtype_name(s.dtype));
-  out.key(2, depth, "shape");
+  out.plain_key(0, depth, "\"type\": \"torch.Tensor\"");
+  out.plain_key(1, depth, "\"dtype\": ");
+  out.plain_string(dtype_name(s.dtype));  // "torch.float32": nothing to escape
+  out.plain_key(2, depth, "\"shape\": ");
   out.open_array();
   for (std::size_t k = 0; k < s.shape.size(); ++k) {
     out.item(k, depth + 1);
     out.integer(s.shape[k]);
   }
   out.close_array(s.shape.size(), depth + 1);
-  out.key(3, depth, "Max");
+  out.plain_key(3, depth, "\"Max\": ");
   write_stat(out, s.stats.max);
-  out.key(4, depth, "Min");
+  out.plain_key(4, depth, "\"Min\": ");
   write_stat(out, s.stats.min);
-  out.key(5, depth, "Mean");
+  out.plain_key(5, depth, "\"Mean\": ");
   write_stat(out, s.stats.mean);
-  out.key(6, depth, "Norm");
+  out.plain_key(6, depth, "\"Norm\": ");
   write_stat(out, s.stats.norm);
-  out.key(7, depth, "requires_grad");
+  out.plain_key(7, depth, "\"requires_grad\": ");
   out.boolean(s.requires_grad);
   out.close_object(8, depth);
 }
 
-// {"type": type, "value": <value()>}: how msprobe writes a plain argument.
+// {"type": type, "value": <value()>}: how msprobe writes a plain argument (`type` needs no escaping).
 template <class Value>
 void write_typed(JsonText& out, std::string_view type, int depth, Value&& value) {
   out.open_object();
-  out.key(0, depth, "type");
-  out.string(type);
-  out.key(1, depth, "value");
+  out.plain_key(0, depth, "\"type\": ");
+  out.plain_string(type);  // "int", "float", "bool"
+  out.plain_key(1, depth, "\"value\": ");
   value();
   out.close_object(2, depth);
 }
