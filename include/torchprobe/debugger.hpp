@@ -63,7 +63,7 @@ class BasicDebugger final : public DebuggerInterface {
     stop();
     if (step_.saves_unflushed()) flush();
     step_.end_step();
-    step_.wait_written();
+    step_.drain();
   }
 
   void start() { start_with(ModelRef{}, std::nullopt); }

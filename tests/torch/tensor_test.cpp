@@ -588,10 +588,12 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
     dbg.save(torch::ones({2}), "s");
     CHECK_FALSE(fs::exists(rank + "/dump.json"));
     dbg.stop();
+    dbg.wait_written();  // the step's dump.json, and so every journal line before it
     // Had the process died now, this journal is what it would leave (stop() is not the end of the step).
     fs::create_directories(copy);
     fs::copy_file(rank + "/journal.jsonl", copy + "/journal.jsonl");
     dbg.step();
+    dbg.wait_written();
     CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
   }
   int rc = -1;

@@ -46,7 +46,7 @@ class StepLifecycle {
         session_(core_->config()),
         writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
   // Every step handed over is written first (the writer, declared last, goes first).
-  ~StepLifecycle() { wait_written(); }
+  ~StepLifecycle() { drain(); }
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -150,14 +150,20 @@ class StepLifecycle {
   void end_step() noexcept {
     if constexpr (sink_keeps_journal<Sink>::value) {
       if (std::shared_ptr<io::Journal::File> file = core_->journal().retire()) {
-        std::function<void()> retire = [core = core_, file, ticket = core_->journal().ticket(), written = written_] {
-          core->journal().wait_for(ticket);
-          if (written->load())
-            file->remove();
-          else
-            file->close();
-        };
-        run_or_queue(std::move(retire), 0);
+        try {
+          run_or_queue(
+              [core = core_, file, ticket = core_->journal().ticket(), written = written_] {
+                core->journal().wait_for(ticket);
+                if (written->load())
+                  file->remove();
+                else
+                  file->close();
+              },
+              0);
+        } catch (const std::exception& e) {  // no memory for the job: the journal stays, closed
+          file->close();
+          core_->errors().log("write_journal", directory_, e);
+        }
       }
     }
     open_ = false;
@@ -175,6 +181,13 @@ class StepLifecycle {
   // foreground).
   void wait_written() noexcept {
     if constexpr (kBackground) writer_.wait_all();
+  }
+  // The same, even with the writer paused (a test's pause() must not hang the destructor).
+  void drain() noexcept {
+    if constexpr (kBackground) {
+      writer_.resume();
+      writer_.wait_all();
+    }
   }
   StepWriter& writer() { return writer_; }
 

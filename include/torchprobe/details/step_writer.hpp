@@ -7,10 +7,12 @@
 // is still waiting, so memory stays bounded whatever the trainer does, and it never waits for
 // nothing (one step larger than the budget goes ahead when the queue is empty). The destructor
 // writes everything still queued.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -131,6 +133,7 @@ class StepWriter {
       running_ = true;
       running_directory_ = job.directory;
       lock.unlock();
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
       job.run();
       job.run = nullptr;  // what the job kept (the step's records) goes before the budget is returned
       lock.lock();
@@ -142,7 +145,15 @@ class StepWriter {
     }
   }
 
+  // $TORCHPROBE_WRITE_DELAY_MS: every job starts that much later. A testing aid: a program (or
+  // test) that reads the files before wait_written() fails with it every time, not now and then.
+  static std::chrono::milliseconds delay_from_environment() {
+    const char* v = std::getenv("TORCHPROBE_WRITE_DELAY_MS");
+    return std::chrono::milliseconds(v ? std::max(0L, std::strtol(v, nullptr, 10)) : 0L);
+  }
+
   const std::size_t max_bytes_;
+  const std::chrono::milliseconds delay_ = delay_from_environment();
   mutable std::mutex mu_;
   std::condition_variable work_;  // the thread: a job was queued, or resume(), or stop
   std::condition_variable done_;  // a job finished
