@@ -147,24 +147,29 @@ class StepLifecycle {
 
   // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
   // or kept when that write failed (for tools/recover_dump.py).
+  // The step's records go with that job, so that they are freed on the writer's thread.
   void end_step() noexcept {
-    if constexpr (sink_keeps_journal<Sink>::value) {
-      if (std::shared_ptr<io::Journal::File> file = core_->journal().retire()) {
-        try {
-          run_or_queue(
-              [core = core_, file, ticket = core_->journal().ticket(), written = written_] {
-                core->journal().wait_for(ticket);
-                if (written->load())
-                  file->remove();
-                else
-                  file->close();
-              },
-              0);
-        } catch (const std::exception& e) {  // no memory for the job: the journal stays, closed
-          file->close();
-          core_->errors().log("write_journal", directory_, e);
-        }
-      }
+    std::shared_ptr<io::Journal::File> file;
+    if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
+    try {
+      auto records =
+          std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(core_->entries().take_sealed());
+      for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
+      if (file || (kBackground && !records->empty()))
+        run_or_queue(
+            [core = core_, file, ticket = core_->journal().ticket(), written = written_, records] {
+              (void)records;  // freed with this job, on the writer's thread
+              if (!file) return;
+              core->journal().wait_for(ticket);
+              if (written->load())
+                file->remove();
+              else
+                file->close();
+            },
+            0);
+    } catch (const std::exception& e) {  // no memory for the job: the journal stays, closed
+      if (file) file->close();
+      core_->errors().log("write_journal", directory_, e);
     }
     open_ = false;
   }
@@ -198,8 +203,8 @@ class StepLifecycle {
   struct Job {
     std::string directory;
     std::int64_t step = 0;
-    std::optional<StepDump> dump;   // dump.json, stack.json, construct.json and the task's files
-    std::optional<StepDump> debug;  // debug.json
+    std::optional<StepDump> dump;                 // dump.json, stack.json, construct.json and the task's files
+    std::optional<StepDump> debug;                // debug.json
     typename Recorder<TaskT>::FilesTicket files;  // tensor files handed over before
     std::uint64_t journal_lines = 0;              // journal lines queued before
     std::size_t bytes = 0;                        // what the sealed records take, about
@@ -314,9 +319,9 @@ class StepLifecycle {
   Session session_;
   Sink sink_;
   std::string directory_;
-  bool open_ = false;                        // this step's directory (and journal) are open
-  bool has_data_ = false;                    // a capture or a save() ran in this step
-  bool captured_ = false;                    // a capture ran in this step: it has a dump.json
+  bool open_ = false;      // this step's directory (and journal) are open
+  bool has_data_ = false;  // a capture or a save() ran in this step
+  bool captured_ = false;  // a capture ran in this step: it has a dump.json
   // The step's files were written by its last hand-over (set by the writer).
   std::shared_ptr<std::atomic<bool>> written_ = std::make_shared<std::atomic<bool>>(false);
   bool told_why_not_ = false;                // may_start() said once why nothing more is dumped

@@ -134,6 +134,14 @@ class StepState {
     return sizeof(Record) + r.name.capacity() + kRest;
   }
 
+  // The step's sealed batches leave the state (the step has ended): whoever takes them decides on
+  // which thread they are freed (the writer's: a large step takes a while to free).
+  std::vector<std::shared_ptr<const std::vector<Record>>> take_sealed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sealed_bytes_ = 0;
+    return std::move(sealed_);
+  }
+
   // step(): a new step starts with no records, counters at 0, and the scope range closed. Batches
   // handed to a writer stay alive with it.
   void reset() {
@@ -186,7 +194,7 @@ class StepState {
 
   mutable std::mutex mutex_;
   NameFilter filter_;
-  std::vector<Record> records_;                                   // committed since the last seal()
+  std::vector<Record> records_;                                     // committed since the last seal()
   std::vector<std::shared_ptr<const std::vector<Record>>> sealed_;  // the step's earlier records
   std::size_t sealed_bytes_ = 0;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries

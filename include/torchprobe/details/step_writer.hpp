@@ -39,11 +39,11 @@ namespace details {
 class StepWriter {
  public:
   struct Stats {
-    std::uint64_t jobs = 0;           // run so far
-    std::uint64_t waits = 0;          // hand-overs that waited for the budget
-    double wait_seconds = 0;          // time those waited
-    std::size_t peak_bytes = 0;       // the most bytes of records waiting at once
-    std::size_t pending_bytes = 0;    // waiting now (queued or being written)
+    std::uint64_t jobs = 0;         // run so far
+    std::uint64_t waits = 0;        // hand-overs that waited for the budget
+    double wait_seconds = 0;        // time those waited
+    std::size_t peak_bytes = 0;     // the most bytes of records waiting at once
+    std::size_t pending_bytes = 0;  // waiting now (queued or being written)
     std::size_t pending_jobs = 0;
   };
 
@@ -64,7 +64,7 @@ class StepWriter {
   // has run; `directory`: the step directory it writes (see writes_to()).
   void submit(std::function<void()> job, std::size_t bytes, std::string directory) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (pending_bytes_ + bytes > max_bytes_ && !queue_.empty()) {
+    if (bytes > 0 && pending_bytes_ + bytes > max_bytes_ && !queue_.empty()) {
       const auto began = std::chrono::steady_clock::now();
       ++stats_.waits;
       done_.wait(lock, [&] { return pending_bytes_ + bytes <= max_bytes_ || queue_.empty(); });

@@ -202,7 +202,7 @@ class ErrorLog {
   mutable std::mutex mu_;
   std::string dir_;
   std::set<std::tuple<std::string, std::string, std::string>> seen_;  // {file, what, kind}
-  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::deque<std::pair<std::string, std::string>> pending_;           // {file, entry} not written yet
   std::size_t pending_bytes_ = 0;
 };
 

@@ -238,7 +238,6 @@ class Journal {
     for (;;) {
       if (queue_.empty()) {
         if (stopping_) return;
-        file.reset();  // nothing queued for it: a retired file may close
         idle_ = true;
         work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
         idle_ = false;
@@ -246,8 +245,7 @@ class Journal {
       }
       // A few lines: let more queue up, unless someone waits for them.
       if (queued_lines_ < kBatchLines && urgent_ == 0 && !stopping_)
-        work_cv_.wait_for(lock, kMaxDelay,
-                          [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
+        work_cv_.wait_for(lock, kMaxDelay, [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
       std::deque<Item> batch;
       batch.swap(queue_);
       const std::size_t lines = queued_lines_;
