@@ -3,7 +3,9 @@
 // and where a step goes (the sink), composed.
 //
 // Not started, it registers nothing and costs nothing. start() registers the capture; stop()
-// removes it and writes the step's files; step() moves to the next step{N}/ directory.
+// removes it and hands the step's files to the writer's thread (DirectorySink: they are written
+// in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
+// The destructor writes everything still pending.
 // save(value, name) is msprobe's single-point save (debug.json); it needs no start().
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
@@ -52,12 +54,16 @@ class BasicDebugger final : public DebuggerInterface {
   BasicDebugger(const BasicDebugger&) = delete;
   BasicDebugger& operator=(const BasicDebugger&) = delete;
 
-  // Writes what the step has; the journal goes once the files are written.
+  // Writes what the step has, and every step still pending; the journal goes once the files are
+  // written. A Debugger with static storage duration does this at exit; a process that ends
+  // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
+  // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
   ~BasicDebugger() override {
     core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
     stop();
     if (step_.saves_unflushed()) flush();
     step_.end_step();
+    step_.drain();
   }
 
   void start() { start_with(ModelRef{}, std::nullopt); }
@@ -126,6 +132,11 @@ class BasicDebugger final : public DebuggerInterface {
     }
   }
 
+  // Returns once the files of every step handed over so far (by stop(), step(), or the task
+  // ending the dump) are complete on disk, or their failure is reported. stop() and step() do not
+  // wait with a sink that writes in the background (DirectorySink); read the files after this.
+  void wait_written() override { step_.wait_written(); }
+
   void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
   const Config& config() const override { return core_->config(); }
@@ -134,6 +145,8 @@ class BasicDebugger final : public DebuggerInterface {
   const std::string& directory() const { return step_.directory(); }
   Sink& sink() { return step_.sink(); }
   TaskT& task() { return core_->task(); }
+  // The thread that writes handed-over steps (statistics; pause()/resume() for tests).
+  details::StepWriter& background_writer() { return step_.writer(); }
 
  private:
   void flush() noexcept {

@@ -17,6 +17,8 @@ class DebuggerInterface {
   virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
   virtual void stop() noexcept = 0;
   virtual void step() = 0;
+  // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
+  virtual void wait_written() = 0;
   virtual void set_init_step(std::int64_t step) = 0;
   // msprobe's single-point save (debug.json); see Debugger::save.
   virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;

@@ -31,6 +31,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   }
   void stop() noexcept override { impl_->stop(); }
   void step() override { impl_->step(); }
+  void wait_written() override { impl_->wait_written(); }
   void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
     impl_->save(value, name, save_backward);

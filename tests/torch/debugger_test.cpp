@@ -35,6 +35,7 @@ void run_reference_program(D& dbg, int steps = 2) {
     }
     dbg.step();
   }
+  dbg.wait_written();  // the steps are written by the writer's thread
 }
 
 std::string only_subdir(const std::string& dir) {
@@ -145,6 +146,7 @@ TEST_CASE("NaN and infinities are written as Python's json writes them") {
   torch::tensor({1.0f, NAN}).neg();
   torch::tensor({INFINITY, -INFINITY}).abs();
   dbg.stop();
+  dbg.wait_written();
   const std::string file = tmp.path() + "/step0/" + proc_dir() + "/dump.json";
   const std::string text = tptest::read_text(file);
   CHECK(text.find("\"Max\": NaN") != std::string::npos);
@@ -173,6 +175,7 @@ TEST_CASE("the step filter dumps only the listed steps and stops for good after 
     }
     dbg.step();
   }
+  dbg.wait_written();
   CHECK_FALSE(fs::exists(tmp.path() + "/step0"));
   CHECK(fs::exists(tmp.path() + "/step1/" + proc_dir() + "/dump.json"));
   CHECK_FALSE(fs::exists(tmp.path() + "/step2"));
@@ -200,6 +203,7 @@ TEST_CASE("the rank directory comes from start's rank_id, else $RANK, else proc{
   dbg.start(net, 5);
   net->forward(torch::randn({1, 8}));
   dbg.stop();
+  dbg.wait_written();
   CHECK(fs::exists(tmp.path() + "/step0/rank5/dump.json"));
   dbg.step();
   dbg.start(net, 7);  // not in 4-6: nothing happens
@@ -210,6 +214,7 @@ TEST_CASE("the rank directory comes from start's rank_id, else $RANK, else proc{
   ::unsetenv("RANK");
   net->forward(torch::randn({1, 8}));
   dbg.stop();
+  dbg.wait_written();
   CHECK(fs::exists(tmp.path() + "/step2/rank6/dump.json"));
   CHECK_FALSE(fs::exists(tmp.path() + "/step1"));
 }
@@ -325,6 +330,7 @@ TEST_CASE(
     at::Tensor y = torch::arange(24, at::kFloat).reshape({4, 6}).t().neg();  // strided, small
     y.mul_(2);
     dbg.stop();
+    dbg.wait_written();
     (force ? forced : direct) = tptest::read_json(path + "/step0/" + proc_dir() + "/dump.json")["data"];
   }
   int rc = 0;
@@ -361,6 +367,7 @@ TEST_CASE("an exception thrown inside the scope still stops the dump and leaves 
     throw std::runtime_error("training failed");
   } catch (const std::runtime_error&) {
   }
+  dbg.wait_written();
   CHECK_FALSE(dbg.running());
   CHECK_FALSE(at::hasCallbacks());
   int rc = 0;

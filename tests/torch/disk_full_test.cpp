@@ -136,9 +136,17 @@ std::vector<at::Tensor> train(Probe* dbg, int steps, const std::function<void(in
     hook(s, "mid");
     const at::Tensor eval = net->forward(x_eval).sum();
     hook(s, "stop");
-    if (dbg) dbg->stop();
+    // The writer's thread writes what stop() and step() hand over; the disk's state at each point
+    // is set for the write of that point, so each write is waited for.
+    if (dbg) {
+      dbg->stop();
+      dbg->wait_written();
+    }
     hook(s, "step");
-    if (dbg) dbg->step();
+    if (dbg) {
+      dbg->step();
+      dbg->wait_written();
+    }
     values.push_back(loss.detach().clone());
     values.push_back(eval.detach().clone());
     torch::NoGradGuard no_grad;

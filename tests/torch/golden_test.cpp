@@ -157,6 +157,7 @@ void run_quick_start(D& dbg, int steps = 2) {
       net->forward(x).sum().backward();
     }
     dbg.step();
+    dbg.wait_written();
   }
 }
 
@@ -289,6 +290,7 @@ TEST_CASE("golden: overflow_check at L1 and at mix, with overflow_summary.json a
       model->forward(torch::ones({2, 8})).backward();
     }
     dbg.step();
+    dbg.wait_written();
     check_golden("overflow_L1", tmp.path());
   }
   {
@@ -300,6 +302,7 @@ TEST_CASE("golden: overflow_check at L1 and at mix, with overflow_summary.json a
       model->forward(torch::ones({1, 4})).backward();
     }
     dbg.step();
+    dbg.wait_written();
     check_golden("overflow_mix", tmp.path());
   }
 }
@@ -321,6 +324,7 @@ TEST_CASE("golden: save() of a tensor with its gradient, a list and a dict write
   y.sum().backward();
   dbg.stop();
   dbg.step();
+  dbg.wait_written();
   check_golden("save_debug", tmp.path());
 }
 
@@ -337,6 +341,7 @@ TEST_CASE("golden: L0 with a ModuleGuard block and probe_children, statistics") 
     model->forward(x).sum().backward();
   }
   dbg.step();
+  dbg.wait_written();
   check_golden("modules_L0", tmp.path());
 }
 
@@ -369,5 +374,6 @@ TEST_CASE("golden: a TorchScript model scripted by python3 at mix") {
     scripted.forward({x}).toTensor().sum().backward();
   }
   dbg.step();
+  dbg.wait_written();
   check_golden("torchscript_mix", tmp / "dump");
 }

@@ -143,6 +143,7 @@ struct ProbeOf final : Probe {
   explicit ProbeOf(const tp::Options& o) : dbg(o), path(dbg.config().dump_path) {}
   tp::DebuggerInterface& debugger() override { return dbg; }
   std::vector<Json> dumps() override {
+    dbg.wait_written();
     std::vector<Json> out;
     for (int s = 0; s < 2; ++s) {
       if constexpr (std::is_same_v<Sink, tp::MemorySink>) {
@@ -296,6 +297,7 @@ FailureRun run_failure(bool probed, bool nested) {
   loss.backward();
   opt.step();
   if (probed) dbg.stop();  // before the copies below, which would be entries of their own
+  dbg.wait_written();
   r.outcome.add("loss", loss);
   for (const auto& p : model->parameters()) r.outcome.add("grad", p.grad());
   for (const auto& p : model->parameters()) r.outcome.add("param", p);

@@ -64,7 +64,7 @@ bool saves_in_step(int s) { return s % 3 != 2; }
 
 // The same program for every case. exp(200 y) overflows (overflow_check keeps those entries and
 // their tensors); the 1 MiB sigmoid takes md5's off-thread path and the tensor writer's direct I/O.
-// After each step() the step's number is appended to `progress_fd`.
+// After each step() and wait_written() the step's number is appended to `progress_fd`.
 template <class D>
 void run_steps(D& dbg, int steps, int progress_fd) {
   torch::manual_seed(1234);
@@ -82,6 +82,7 @@ void run_steps(D& dbg, int steps, int progress_fd) {
     (torch::tanh(y).sum() + z.sum()).backward();
     dbg.stop();
     dbg.step();
+    dbg.wait_written();  // step() hands the step to the writer's thread: "finished" means on disk
     const std::string line = std::to_string(s) + "\n";
     if (::write(progress_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) std::_Exit(5);
   }

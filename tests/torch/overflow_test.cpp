@@ -115,6 +115,7 @@ void run_forward_model(D& dbg, ForwardOverflow& model, int steps = 1) {
     }
     dbg.step();
   }
+  dbg.wait_written();
 }
 
 std::vector<std::string> roles(const Json& summary) {
@@ -351,6 +352,7 @@ TEST_CASE("a run without overflow writes no entries, no tensor files and no summ
     }
     dbg.step();
   }
+  dbg.wait_written();
   for (int s = 0; s < 2; ++s) {
     const std::string dir = rank_dir(tmp.path(), s);
     const Json dump = tptest::read_json(dir + "/dump.json");

@@ -65,9 +65,11 @@ struct InterruptedStep {
     dbg.save(y, "y");
     y.sum().backward();
     dbg.stop();
+    dbg.wait_written();  // the journal holds every line of the step once its dump.json is written
     fs::create_directories(cut);
     fs::copy_file(full + "/journal.jsonl", cut + "/journal.jsonl");
     dbg.step();
+    dbg.wait_written();
     REQUIRE_FALSE(fs::exists(full + "/journal.jsonl"));
   }
   std::string journal() const { return cut + "/journal.jsonl"; }

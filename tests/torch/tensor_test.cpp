@@ -318,6 +318,7 @@ TEST_CASE(
     dbg.start();
     torch::relu(torch::sigmoid(x)).sum().backward();
     dbg.stop();
+    dbg.wait_written();
     return std::make_pair(tptest::read_json(tmp / sub + "/step0/" + proc_dir() + "/dump.json"),
                           files_in(tmp / sub + "/step0/" + proc_dir() + "/dump_tensor_data"));
   };
@@ -390,6 +391,7 @@ TEST_CASE("under a burst the memory held by pending tensor files stays under max
   dbg.start();
   for (int i = 0; i < kCalls; ++i) torch::add(a, a);
   dbg.stop();
+  dbg.wait_written();  // the tensor files, then dump.json
   const auto stats = dbg.task().saver().writer()->stats();
   CAPTURE(stats.peak_held_bytes);
   CHECK(stats.peak_held_bytes <= std::size_t{4} << 20);
@@ -588,10 +590,12 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
     dbg.save(torch::ones({2}), "s");
     CHECK_FALSE(fs::exists(rank + "/dump.json"));
     dbg.stop();
+    dbg.wait_written();  // the step's dump.json, and so every journal line before it
     // Had the process died now, this journal is what it would leave (stop() is not the end of the step).
     fs::create_directories(copy);
     fs::copy_file(rank + "/journal.jsonl", copy + "/journal.jsonl");
     dbg.step();
+    dbg.wait_written();
     CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
   }
   int rc = -1;

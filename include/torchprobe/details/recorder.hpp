@@ -129,13 +129,20 @@ class Recorder {
   }
 
   // Waits until every tensor file handed over so far is written.
-  void flush_tensor_files() {
-    std::shared_ptr<io::TensorWriter> w;
-    {
-      std::lock_guard<std::mutex> lock(files_mu_);
-      w = writer_;
-    }
-    if (w) w->flush();
+  void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
+
+  // The tensor files handed over so far; wait_tensor_files() waits for them (and no others) on
+  // the thread that writes the step's JSON files.
+  struct FilesTicket {
+    std::shared_ptr<io::TensorWriter> writer;  // null when no file was handed over yet
+    std::uint64_t number = 0;
+  };
+  FilesTicket tensor_files_ticket() {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    return writer_ ? FilesTicket{writer_, writer_->ticket()} : FilesTicket{};
+  }
+  static void wait_tensor_files(const FilesTicket& t) {
+    if (t.writer) t.writer->flush(t.number);
   }
 
  private:

@@ -4,13 +4,17 @@
 // thread; an entry committed on another thread reaches it only through Recorder.
 //
 //   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
-//   flush()      tensor files first (dump.json must not name a file that is not there yet), then
-//                the JSON files; the journal is drained before, so it never holds less than them
+//   flush()      seals the step's records and hands them over; the writer waits for the tensor
+//                files (dump.json must not name a file that is not there yet) and the journal
+//                lines (it never holds less than the JSON files) handed over before, then writes
 //   end_step()   the journal goes once the files are written (a failed write keeps it, for
 //                tools/recover_dump.py)
 //   next_step()  numbers the next step and starts it empty
+//   wait_written()  every step handed over is on disk
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +27,8 @@
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/details/recorder.hpp"
 #include "torchprobe/details/session.hpp"
+#include "torchprobe/details/step_state.hpp"
+#include "torchprobe/details/step_writer.hpp"
 #include "torchprobe/io/console.hpp"
 #include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/python_json.hpp"
@@ -35,7 +41,12 @@ class StepLifecycle {
   static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
 
  public:
-  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core) : core_(std::move(core)), session_(core_->config()) {}
+  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core)
+      : core_(std::move(core)),
+        session_(core_->config()),
+        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+  // Every step handed over is written first (the writer, declared last, goes first).
+  ~StepLifecycle() { drain(); }
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -70,7 +81,12 @@ class StepLifecycle {
   void open() {
     const std::string directory = session_.step_directory();
     if (open_ && directory == directory_) return;
+    // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
+    // go first.
+    if constexpr (kBackground)
+      if (writer_.writes_to(directory)) writer_.wait_all();
     directory_ = directory;
+    written_ = std::make_shared<std::atomic<bool>>(false);
     sink_.open(directory_, TaskT::saves_tensors(core_->config()));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
@@ -97,51 +113,65 @@ class StepLifecycle {
   // save() entries (or gradients of saved tensors) committed since the last flush.
   bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
 
-  // Writes what the step has. `release` runs first, inside the error handling: the capture hands
-  // over what it still holds. Never throws: a full disk or a vanished directory must not stop
-  // training; it is reported and the step's journal is kept.
+  // Hands what the step has to the writer. `release` runs first, inside the error handling: the
+  // capture hands over what it still holds. The records are sealed here, on the calling thread,
+  // with their statistics resolved; the tensor files, the journal and the JSON files are waited
+  // for and written on the writer's thread (details/step_writer.hpp) with a sink that writes in
+  // the background, here with another. Never throws: a full disk or a vanished directory must not
+  // stop training; it is reported (in the step's dump_error_info.log and on stderr) and the step's
+  // journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
     if (!has_data_) return;
-    written_ = false;
-    core_->journal().drain();
-    written_ = write([&](StepDump& d) {
+    Job job = new_job();
+    const bool prepared = prepare(job, [&] {
       release();
       core_->decide_held();
-      core_->flush_tensor_files();
-      if (captured_) write_dump(d);  // a step with save() calls only has no dump.json
-      if constexpr (sink_writes_debug<Sink>::value) {
-        if (core_->debug_entries().size() > 0) {
-          core_->debug_entries().with_records([&](const std::vector<Record>& records) {
-            d.level = std::string(level_name(Level::Debug));
-            d.records = in_order(records);
-            sink_.write_debug(d);
-          });
-        }
-      }
+      if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
+      if constexpr (sink_writes_debug<Sink>::value)
+        if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
     });
-    core_->errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
+    if (prepared) hand_over(std::move(job));
   }
 
   // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
   // written now, on the thread that committed the last entry, as msprobe does, not at the next
-  // stop() (the run may well crash on the NaN it just met).
+  // stop() (the run may well crash on the NaN it just met). Returns once they are written.
   void write_now() noexcept {
-    core_->journal().drain();
-    write([&](StepDump& d) {
-      core_->flush_tensor_files();
-      write_dump(d);
-    });
+    Job job = new_job();
+    if (!prepare(job, [&] { job.dump = dump_of(core_->entries(), L, job); })) return;
+    hand_over(std::move(job));
+    wait_written();
   }
 
+  // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
+  // or kept when that write failed (for tools/recover_dump.py).
+  // The step's records go with that job, so that they are freed on the writer's thread.
   void end_step() noexcept {
-    if (written_)
-      core_->journal().remove();
-    else
-      core_->journal().close();
+    std::shared_ptr<io::Journal::File> file;
+    if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
+    try {
+      auto records =
+          std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(core_->entries().take_sealed());
+      for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
+      if (file || (kBackground && !records->empty()))
+        run_or_queue(
+            [core = core_, file, ticket = core_->journal().ticket(), written = written_, records] {
+              (void)records;  // freed with this job, on the writer's thread
+              if (!file) return;
+              core->journal().wait_for(ticket);
+              if (written->load())
+                file->remove();
+              else
+                file->close();
+            },
+            0);
+    } catch (const std::exception& e) {  // no memory for the job: the journal stays, closed
+      if (file) file->close();
+      core_->errors().log("write_journal", directory_, e);
+    }
     open_ = false;
-    written_ = false;
   }
 
   // After end_step(): the next step, empty.
@@ -152,40 +182,119 @@ class StepLifecycle {
     captured_ = false;
   }
 
+  // Returns once every step handed over so far is written (at once when the sink writes in the
+  // foreground).
+  void wait_written() noexcept {
+    if constexpr (kBackground) writer_.wait_all();
+  }
+  // The same, even with the writer paused (a test's pause() must not hang the destructor).
+  void drain() noexcept {
+    if constexpr (kBackground) {
+      writer_.resume();
+      writer_.wait_all();
+    }
+  }
+  StepWriter& writer() { return writer_; }
+
  private:
+  static constexpr bool kBackground = sink_writes_in_background<Sink>::value;
+
+  // One hand-over: what the writer's thread writes, and what it waits for first.
+  struct Job {
+    std::string directory;
+    std::int64_t step = 0;
+    std::optional<StepDump> dump;                 // dump.json, stack.json, construct.json and the task's files
+    std::optional<StepDump> debug;                // debug.json
+    typename Recorder<TaskT>::FilesTicket files;  // tensor files handed over before
+    std::uint64_t journal_lines = 0;              // journal lines queued before
+    std::size_t bytes = 0;                        // what the sealed records take, about
+    std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
+  };
+
+  Job new_job() const {
+    Job job;
+    job.directory = directory_;
+    job.step = session_.step();
+    job.written = written_;
+    return job;
+  }
+
+  // Runs `body` (it seals the records), then takes the tickets: everything committed so far is
+  // waited for. False when it failed, which is reported.
   template <class Body>
-  bool write(Body&& body) noexcept {
+  bool prepare(Job& job, Body&& body) noexcept {
     try {
-      StepDump d;
-      d.task = std::string(task_name(TaskT::kind));
-      d.directory = directory_;
-      d.step = session_.step();
-      d.extra_info = core_->config().extra_info;
-      d.dump_data_dir = dump_data_dir();
-      body(d);
+      body();
+      job.files = core_->tensor_files_ticket();
+      job.journal_lines = core_->journal().ticket();
       return true;
     } catch (const std::exception& e) {
-      core_->errors().log("write_json", directory_, e);
-      io::tell_user("could not write the dump of step " + std::to_string(session_.step()) + ": " + e.what());
+      written_->store(false);
+      report(*core_, job, e);
       return false;
     }
   }
 
-  // dump.json, stack.json and construct.json, and the files the task adds (overflow_summary.json).
-  void write_dump(StepDump& d) {
-    core_->entries().with_records([&](const std::vector<Record>& records) {
-      d.level = std::string(level_name(L));
-      d.records = in_order(records);
-      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(d.records, d.step);
-      sink_.write_step(d);
-    });
+  void hand_over(Job&& job) noexcept {
+    try {
+      const std::size_t bytes = job.bytes;
+      auto shared = std::make_shared<Job>(std::move(job));
+      run_or_queue([core = core_, sink = &sink_, shared] { write(*core, *sink, *shared); }, bytes);
+    } catch (const std::exception& e) {  // out of memory for the job itself
+      core_->errors().log("write_json", directory_, e);
+    }
   }
 
-  static std::vector<const Record*> in_order(const std::vector<Record>& records) {
-    std::vector<const Record*> out;
-    out.reserve(records.size());
-    for (const Record& r : records) out.push_back(&r);
-    return out;
+  void run_or_queue(std::function<void()> f, std::size_t bytes) {
+    if constexpr (kBackground)
+      writer_.submit(std::move(f), bytes, directory_);
+    else
+      f();
+  }
+
+  // On the writer's thread (or the caller's, for a foreground sink): dump.json must not name a
+  // tensor file that is not there yet, nor hold more entries than the journal.
+  static void write(Recorder<TaskT>& core, Sink& sink, const Job& job) noexcept {
+    bool ok = true;
+    try {
+      Recorder<TaskT>::wait_tensor_files(job.files);
+      core.journal().wait_for(job.journal_lines);
+      if (job.dump) sink.write_step(*job.dump);
+      if constexpr (sink_writes_debug<Sink>::value)
+        if (job.debug) sink.write_debug(*job.debug);
+    } catch (const std::exception& e) {
+      ok = false;
+      report(core, job, e);
+    }
+    job.written->store(ok);
+    core.errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
+  }
+
+  // To the step's own dump_error_info.log, whichever step is running now.
+  static void report(Recorder<TaskT>& core, const Job& job, const std::exception& e) noexcept {
+    core.errors().log_in(job.directory, "write_json", job.directory, e);
+    try {
+      io::tell_user("could not write the dump of step " + std::to_string(job.step) + ": " + e.what());
+    } catch (...) {
+    }
+  }
+
+  // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
+  StepDump dump_of(StepState& state, Level level, Job& job) {
+    StepState::Sealed sealed = state.seal();
+    StepDump d;
+    d.task = std::string(task_name(TaskT::kind));
+    d.level = std::string(level_name(level));
+    d.directory = directory_;
+    d.step = session_.step();
+    d.extra_info = core_->config().extra_info;
+    d.dump_data_dir = dump_data_dir();
+    d.records = std::move(sealed.records);
+    d.owner = std::move(sealed.owner);
+    if constexpr (task_adds_files<TaskT>::value)
+      if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
+    job.bytes += sealed.bytes;
+    return d;
   }
 
   nlohmann::ordered_json dump_data_dir() const {
@@ -210,12 +319,14 @@ class StepLifecycle {
   Session session_;
   Sink sink_;
   std::string directory_;
-  bool open_ = false;                        // this step's directory (and journal) are open
-  bool has_data_ = false;                    // a capture or a save() ran in this step
-  bool captured_ = false;                    // a capture ran in this step: it has a dump.json
-  bool written_ = false;                     // the step's files were written by the last flush
+  bool open_ = false;      // this step's directory (and journal) are open
+  bool has_data_ = false;  // a capture or a save() ran in this step
+  bool captured_ = false;  // a capture ran in this step: it has a dump.json
+  // The step's files were written by its last hand-over (set by the writer).
+  std::shared_ptr<std::atomic<bool>> written_ = std::make_shared<std::atomic<bool>>(false);
   bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
   std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
+  StepWriter writer_;                        // last: its jobs use the members above
 };
 
 }  // namespace torchprobe::details

@@ -2,6 +2,7 @@
 // What one step has captured so far, shared by every thread that records into it.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -80,28 +81,74 @@ class StepState {
     records_.push_back(std::move(r));
   }
 
-  // Runs f(records) with the records in dump order and every deferred statistic resolved
-  // (one device-to-host copy for all of them).
-  template <class F>
-  void with_records(F&& f) {
+  // Everything the step has recorded so far, for a writer that may run after the step moved on.
+  struct Sealed {
+    std::vector<const Record*> records;  // in dump order
+    std::shared_ptr<const void> owner;   // keeps `records` alive
+    std::size_t bytes = 0;               // about what the records take in memory
+  };
+
+  // The records committed since the last seal(), with every deferred statistic resolved (one
+  // device-to-host copy for all of them), become an immutable batch; returns every batch of the
+  // step in dump order. A step stopped and started again has several batches: each is sorted, and
+  // they are merged by `order`, an earlier batch first among equals (a repeated name keeps its
+  // last value, as when it was committed).
+  Sealed seal() {
     std::lock_guard<std::mutex> lock(mutex_);
-    resolve_pending();
-    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
-    // Mostly in order already (API entries commit in call order): sorting would move every record.
-    if (!std::is_sorted(records_.begin(), records_.end(), by_order))
-      std::stable_sort(records_.begin(), records_.end(), by_order);
-    f(static_cast<const std::vector<Record>&>(records_));
+    if (!records_.empty() || sealed_.empty()) {
+      resolve_pending();
+      const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
+      // Mostly in order already (API entries commit in call order): sorting would move every record.
+      if (!std::is_sorted(records_.begin(), records_.end(), by_order))
+        std::stable_sort(records_.begin(), records_.end(), by_order);
+      auto batch = std::make_shared<std::vector<Record>>(std::move(records_));
+      records_ = std::vector<Record>();
+      for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
+      sealed_.push_back(std::move(batch));
+    }
+    Sealed out;
+    const auto by_order = [](const Record* a, const Record* b) { return a->order < b->order; };
+    for (const auto& batch : sealed_) {
+      const std::size_t before = out.records.size();
+      for (const Record& r : *batch) out.records.push_back(&r);
+      if (before > 0 && !batch->empty() && out.records[before]->order < out.records[before - 1]->order)
+        std::inplace_merge(out.records.begin(), out.records.begin() + static_cast<std::ptrdiff_t>(before),
+                           out.records.end(), by_order);
+    }
+    out.owner = std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(sealed_);
+    out.bytes = sealed_bytes_;
+    return out;
   }
 
+  // Records committed and not sealed, and in sealed batches.
   std::size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return records_.size();
+    std::size_t n = records_.size();
+    for (const auto& batch : sealed_) n += batch->size();
+    return n;
   }
 
-  // step(): a new step starts with no records, counters at 0, and the scope range closed.
+  // What a record takes in memory, about: a writer's backlog is bounded by it (max_pending_mb).
+  static std::size_t estimated_bytes(const Record& r) {
+    constexpr std::size_t kRest = 256;  // its body (compact or JSON), parent and call stack
+    return sizeof(Record) + r.name.capacity() + kRest;
+  }
+
+  // The step's sealed batches leave the state (the step has ended): whoever takes them decides on
+  // which thread they are freed (the writer's: a large step takes a while to free).
+  std::vector<std::shared_ptr<const std::vector<Record>>> take_sealed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sealed_bytes_ = 0;
+    return std::move(sealed_);
+  }
+
+  // step(): a new step starts with no records, counters at 0, and the scope range closed. Batches
+  // handed to a writer stay alive with it.
   void reset() {
     std::lock_guard<std::mutex> lock(mutex_);
     records_.clear();
+    sealed_.clear();
+    sealed_bytes_ = 0;
     counters_.clear();
     std::fill(api_counters_.begin(), api_counters_.end(), 0);
     next_order_ = 0;
@@ -147,7 +194,9 @@ class StepState {
 
   mutable std::mutex mutex_;
   NameFilter filter_;
-  std::vector<Record> records_;
+  std::vector<Record> records_;                                     // committed since the last seal()
+  std::vector<std::shared_ptr<const std::vector<Record>>> sealed_;  // the step's earlier records
+  std::size_t sealed_bytes_ = 0;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
   std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id
   std::uint64_t next_order_ = 0;

@@ -7,7 +7,7 @@
 //   <message>
 //   <blank line>
 // A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
-// written once until reset() (the dumper calls it at every step). Logging must never make things
+// written once per log file until reset() (the dumper calls it at every step). Logging must never make things
 // worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
 // Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
 // or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <typeinfo>
 #include <utility>
 
@@ -62,23 +63,20 @@ class ErrorLog {
   bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
     try {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
-      std::string entry = "[" + timestamp() + "] [ERROR] ";
-      entry.append(what).append(" failed: name=").append(name);
-      entry += ", pid=" + std::to_string(::getpid()) + "\n";
-      entry.append(message).append("\n\n");
-      const std::string file = file_path_locked();
-      int err = write_pending_locked();
-      if (err == 0) err = append(file, entry);
-      if (err != 0) {
-        fallback(file, err, what, name, message);
-        if (pending_bytes_ + entry.size() <= kMaxPending) {
-          pending_bytes_ += entry.size();
-          pending_.emplace_back(file, std::move(entry));
-        }
-      }
-      return true;
+      return log_locked(file_path_locked(), what, name, kind, message);
     } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // The same, to the log of `directory` rather than the current one: a step written after the
+  // next one began (details/step_writer.hpp) reports to its own log. De-duplicated per directory.
+  bool log_in(std::string_view directory, std::string_view what, std::string_view name,
+              const std::exception& e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      return log_locked(file_path_of(std::string(directory)), what, name, type_name(e), e.what());
+    } catch (...) {
       return false;
     }
   }
@@ -113,6 +111,25 @@ class ErrorLog {
  private:
   static constexpr std::size_t kMaxPending = 64 * 1024;
 
+  bool log_locked(const std::string& file, std::string_view what, std::string_view name, std::string_view kind,
+                  std::string_view message) {
+    if (!seen_.emplace(file, std::string(what), std::string(kind)).second) return false;
+    std::string entry = "[" + timestamp() + "] [ERROR] ";
+    entry.append(what).append(" failed: name=").append(name);
+    entry += ", pid=" + std::to_string(::getpid()) + "\n";
+    entry.append(message).append("\n\n");
+    int err = write_pending_locked();
+    if (err == 0) err = append(file, entry);
+    if (err != 0) {
+      fallback(file, err, what, name, message);
+      if (pending_bytes_ + entry.size() <= kMaxPending) {
+        pending_bytes_ += entry.size();
+        pending_.emplace_back(file, std::move(entry));
+      }
+    }
+    return true;
+  }
+
   // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
   // of the first that still fails (it and those after it stay kept).
   int write_pending_locked() {
@@ -124,9 +141,10 @@ class ErrorLog {
     return 0;
   }
 
-  std::string file_path_locked() const {
-    if (dir_.empty()) return kFileName;
-    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
+  std::string file_path_locked() const { return file_path_of(dir_); }
+  static std::string file_path_of(const std::string& dir) {
+    if (dir.empty()) return kFileName;
+    return dir.back() == '/' ? dir + kFileName : dir + "/" + kFileName;
   }
 
   // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
@@ -183,8 +201,8 @@ class ErrorLog {
 
   mutable std::mutex mu_;
   std::string dir_;
-  std::set<std::pair<std::string, std::string>> seen_;
-  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::set<std::tuple<std::string, std::string, std::string>> seen_;  // {file, what, kind}
+  std::deque<std::pair<std::string, std::string>> pending_;           // {file, entry} not written yet
   std::size_t pending_bytes_ = 0;
 };
 

@@ -2,9 +2,9 @@
 // The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
 // line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
 // the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
-// at stop()/step(); the journal is removed once the step's files are complete. A journal that is
-// still there marks an interrupted step, and tools/recover_dump.py rebuilds the step's JSON
-// files from it.
+// when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
+// step's files are complete. A journal that is still there marks an interrupted step, and
+// tools/recover_dump.py rebuilds the step's JSON files from it.
 //
 // Format (one JSON object per line, written with the Python-compatible writer):
 //   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
@@ -12,20 +12,30 @@
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
+//
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
-// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
-// last line cut short (the process died mid-write) is ignored by the reader.
+// behind the capture; not fsync'ed: they survive a process crash (but for the ones still queued),
+// not a power loss. The capturing thread only queues a line: it wakes the journal's thread at the
+// first line after a pause and then once per kBatchLines lines, and the thread writes what has
+// queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
+// do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
+// stays whole lines. A last line cut short (the process died mid-write) is ignored by the reader.
+//
+// The journal of a step outlives the step: retire() hands its file to whoever writes the step's
+// files (lines queued before still go to it), and the next open() starts the next step's file.
+// ticket() and wait_for() let that writer wait for exactly the lines queued before it took over.
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -52,17 +62,66 @@ class Journal {
   // crash loses a bounded number of them and the queue's memory stays bounded.
   static constexpr std::size_t kMaxQueued = 4096;
   static constexpr std::size_t kBatchLines = 256;
+  static constexpr std::chrono::milliseconds kMaxDelay{2};
+
+  // One journal file. Closed when the last owner lets go of it (the journal's thread holds it
+  // while lines for it are queued).
+  class File {
+   public:
+    File(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+    File(const File&) = delete;
+    File& operator=(const File&) = delete;
+    ~File() { close(); }
+
+    const std::string& path() const { return path_; }
+    bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+
+    // The file stays (a step whose files could not be written: tools/recover_dump.py needs it);
+    // lines still to come for it are dropped.
+    void close() {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.exchange(-1);
+      if (fd >= 0) ::close(fd);
+    }
+    // The step's files are complete: the journal is no longer needed.
+    void remove() {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.exchange(-1);
+      if (fd >= 0) ::close(fd);
+      ::unlink(path_.c_str());
+    }
+
+    // Appends `text` (whole lines, each ending in a newline) in one write(). Returns 0 or the
+    // errno of the failure.
+    int append(const std::string& text) {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.load();
+      if (fd < 0) return 0;
+      struct stat st;
+      const bool sized = ::fstat(fd, &st) == 0;
+      const int err = write_all(fd, text.data(), text.size());
+      // A write cut short (a full disk) must not leave part of a line: lines appended once there
+      // is room again would follow it, and the reader could not go past it.
+      if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+      return err;
+    }
+
+   private:
+    std::mutex mu_;
+    const std::string path_;
+    std::atomic<int> fd_;
+  };
 
   Journal() = default;
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
+  // Writes what is queued, then stops the thread.
   ~Journal() {
-    close();
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       stopping_ = true;
     }
-    queue_cv_.notify_all();
+    work_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -70,13 +129,13 @@ class Journal {
   // journal appears with its header already in it (write_file_atomic: temporary file, then
   // rename), so a process killed at any moment leaves either no journal or one that the recovery
   // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // The file open before (if another) is retired: lines queued for it still go to it.
   // Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
-    drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
-    if (fd_.load() >= 0 && path == path_) return;
-    close_locked();
-    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
+    if (file_ && file_->is_open() && path == file_->path()) return;
+    file_.reset();
+    open_.store(false);
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
@@ -92,120 +151,157 @@ class Journal {
         throw IoError("write the journal", path, err);
       }
     }
-    path_ = path;
-    fd_.store(fd);
+    auto file = std::make_shared<File>(path, fd);
+    {
+      std::lock_guard<std::mutex> q(queue_mu_);
+      if (!queue_.empty() && !queue_.back().line)
+        queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
+      else
+        queue_.push_back({nullptr, file});  // the lines after this one go to `file`
+    }
+    file_ = std::move(file);
+    open_.store(true);
   }
 
-  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  bool is_open() const { return open_.load(std::memory_order_relaxed); }
   std::string path() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return path_;
+    return file_ ? file_->path() : std::string();
   }
 
-  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
-  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
+  // Queues `line` for the open file: its text is made and written by the journal's thread, in
+  // queue order. The serialising (several microseconds an entry) and the write() stay off the
+  // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
   void append_later(std::unique_ptr<JournalLine> line) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
-    queue_.push_back(std::move(line));
+    if (queued_lines_ >= kMaxQueued) {
+      ++urgent_;
+      work_cv_.notify_one();
+      room_cv_.wait(lock, [this] { return queued_lines_ < kMaxQueued; });
+      --urgent_;
+    }
+    queue_.push_back({std::move(line), nullptr});
+    ++queued_lines_;
+    ++tickets_;
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    queue_cv_.notify_all();
+    if (idle_ || queued_lines_ == kBatchLines) {
+      idle_ = false;
+      lock.unlock();
+      work_cv_.notify_one();
+    }
   }
 
-  // Waits until every line queued so far is written.
-  void drain() {
+  // The number of lines queued so far: wait_for(ticket()) returns once they are written.
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    return tickets_;
+  }
+  // Waits until the first `ticket` lines ever queued are written (or failed, or dropped).
+  void wait_for(std::uint64_t ticket) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+    if (done_ >= ticket) return;
+    ++urgent_;
+    work_cv_.notify_one();
+    done_cv_.wait(lock, [&] { return done_ >= ticket; });
+    --urgent_;
+  }
+  // Waits until every line queued so far is written.
+  void drain() { wait_for(ticket()); }
+
+  // The open file leaves the journal (nothing more is appended to it; lines queued for it still
+  // go to it) and is returned, or null when none is open.
+  std::shared_ptr<File> retire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    return std::move(file_);
   }
 
   void close() {
     drain();
-    std::lock_guard<std::mutex> lock(mu_);
-    close_locked();
+    if (auto f = retire()) f->close();
   }
 
   // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_.clear();
-      queue_cv_.notify_all();
-      queue_cv_.wait(lock, [this] { return !writing_; });
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string path = path_;
-    close_locked();
-    if (!path.empty()) ::unlink(path.c_str());
-    path_.clear();
+    if (auto f = retire()) f->remove();
   }
 
  private:
-  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
-  int append(const std::string& line) {
-    std::string text;
-    text.reserve(line.size() + 1);
-    text += line;
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    const int fd = fd_.load();
-    if (fd < 0) return 0;
-    struct stat st;
-    const bool sized = ::fstat(fd, &st) == 0;
-    const int err = write_all(fd, text.data(), text.size());
-    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
-    // room again would follow it, and the reader could not go past it.
-    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
-    return err;
-  }
+  struct Item {
+    std::unique_ptr<JournalLine> line;  // null for a marker:
+    std::shared_ptr<File> file;         // the lines after the marker go to this file
+  };
 
   void run() {
+    std::shared_ptr<File> file;  // where lines go
     std::unique_lock<std::mutex> lock(queue_mu_);
     for (;;) {
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      // Whatever has queued up (up to kBatchLines) goes out in one write().
-      std::vector<std::unique_ptr<JournalLine>> batch;
-      while (!queue_.empty() && batch.size() < kBatchLines) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      if (queue_.empty()) {
+        if (stopping_) return;
+        idle_ = true;
+        work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        idle_ = false;
+        continue;
       }
-      writing_ = true;
-      queue_cv_.notify_all();  // room in the queue again
+      // A few lines: let more queue up, unless someone waits for them.
+      if (queued_lines_ < kBatchLines && urgent_ == 0 && !stopping_)
+        work_cv_.wait_for(lock, kMaxDelay, [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
+      std::deque<Item> batch;
+      batch.swap(queue_);
+      const std::size_t lines = queued_lines_;
+      queued_lines_ = 0;
       lock.unlock();
-      std::string text;
-      const JournalLine* first = nullptr;
-      for (const auto& line : batch) {
-        try {
-          std::string t = line->text();
-          if (!text.empty()) text += '\n';
-          text += t;
-          if (!first) first = line.get();
-        } catch (const std::exception&) {
-          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
-        }
-      }
-      if (first)
-        if (const int err = append(text)) first->failed(err);
+      room_cv_.notify_all();
+      write_batch(batch, file);
       batch.clear();
       lock.lock();
-      writing_ = false;
-      queue_cv_.notify_all();
+      done_ += lines;
+      done_cv_.notify_all();
     }
   }
 
-  void close_locked() {
-    const int fd = fd_.exchange(-1);
-    if (fd >= 0) ::close(fd);
+  // Consecutive lines of one file go out in one write().
+  static void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
+    std::string text;
+    const JournalLine* first = nullptr;
+    auto write_out = [&] {
+      if (first && file)
+        if (const int err = file->append(text)) first->failed(err);
+      text.clear();
+      first = nullptr;
+    };
+    for (Item& item : batch) {
+      if (!item.line) {
+        write_out();
+        file = std::move(item.file);
+        continue;
+      }
+      if (!file || !file->is_open()) continue;  // removed, or closed: nothing more goes to it
+      try {
+        text += item.line->text();
+        text += '\n';
+        if (!first) first = item.line.get();
+      } catch (const std::exception&) {
+        item.line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+      }
+    }
+    write_out();
   }
 
-  mutable std::mutex mu_;
-  std::atomic<int> fd_{-1};
-  std::string path_;
+  mutable std::mutex mu_;  // file_
+  std::shared_ptr<File> file_;
+  std::atomic<bool> open_{false};
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::unique_ptr<JournalLine>> queue_;
-  bool writing_ = false;  // the thread holds a line taken from the queue
+  mutable std::mutex queue_mu_;
+  std::condition_variable work_cv_;  // the thread: lines to write, or someone waits
+  std::condition_variable room_cv_;  // capturing threads: the queue has room again
+  std::condition_variable done_cv_;  // wait_for(): lines were written
+  std::deque<Item> queue_;
+  std::size_t queued_lines_ = 0;  // lines in queue_ (markers are not counted)
+  std::uint64_t tickets_ = 0;     // lines ever queued
+  std::uint64_t done_ = 0;        // lines ever written, failed or dropped
+  int urgent_ = 0;                // threads waiting for lines to be written, or for room
+  bool idle_ = false;             // the thread waits for a first line
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -14,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -44,6 +45,8 @@ struct WriterState : BudgetState {
   std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
   std::size_t writing = 0;
   std::chrono::steady_clock::time_point busy_since{};
+  std::uint64_t submitted = 0;          // files ever submitted: the next one's number
+  std::set<std::uint64_t> outstanding;  // numbers of the files queued or being written
 
   std::mutex log_mu;
   ErrorLog log;
@@ -55,6 +58,7 @@ struct WriteJob {
   std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
   Reservation memory;   // declared before `data`, so the snapshot is freed first
   at::Tensor data;
+  std::uint64_t number = 0;
 };
 }  // namespace detail
 
@@ -111,7 +115,8 @@ class TensorWriter {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       if (threads_.empty()) start_threads();
-      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data)});
+      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data), s.submitted});
+      s.outstanding.insert(s.submitted++);
       ++s.in_flight;
     }
     s.work.notify_one();
@@ -122,6 +127,18 @@ class TensorWriter {
     detail::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.in_flight == 0; });
+  }
+
+  // The number of files submitted so far: flush(ticket()) returns once they are written, whatever
+  // is submitted after (a step being written while the next one saves tensors).
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->submitted;
+  }
+  void flush(std::uint64_t ticket) {
+    detail::WriterState& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
   }
 
   Stats stats() const {
@@ -175,6 +192,7 @@ class TensorWriter {
         std::lock_guard<std::mutex> lock(s.mu);
         if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
         --s.in_flight;
+        s.outstanding.erase(job.number);
         if (ok) {
           ++s.files;
           s.bytes_written += bytes;

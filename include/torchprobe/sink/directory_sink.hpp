@@ -16,6 +16,7 @@ namespace torchprobe {
 class DirectorySink {
  public:
   static constexpr bool keeps_journal = true;
+  static constexpr bool writes_in_background = true;  // details/step_writer.hpp
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
