@@ -1072,7 +1072,8 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
-// one intact. Between flushes the step journal in the same directory holds every kept entry.
+// one intact. Between flushes the step journal in the same directory holds every kept entry. The
+// files are written as text straight from the records, in chunks (sink/step_text.hpp).
 
 // ---- begin torchprobe/io/files.hpp ----
 // File-system helpers for the dump writer (POSIX).
@@ -1156,53 +1157,78 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
   }
 }
 
-// Replaces `path` with `content` so that readers (and a crash at any moment) see either the old or
-// the new file, never a prefix: the data goes to a temporary file in the same directory, is
-// flushed with fsync (skipped when sync is false: then a process crash is still safe, a power loss
-// is not) and is renamed over the target. On any error the temporary file is removed, the target is
-// untouched and IoError says which path failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link
-// at `path` is replaced by a regular file. The new file gets `mode` minus the umask.
-inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
-  const std::size_t slash = path.rfind('/');
-  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (base.empty() || base == "." || base == "..") throw IoError("write file", path, EISDIR);
-
-  // Hidden, unique per process and call; the base name is shortened so the temporary name stays
-  // under NAME_MAX even when the target's name is near it.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) throw IoError("write file", path, errno);  // the caller knows `path`, not `tmp`
-
-  auto fail = [&](int err, bool fd_open) {
-    if (fd_open) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw IoError("write file", path, err);
-  };
-
-  if (const int err = write_all(fd, content.data(), content.size())) fail(err, true);
-  if (sync) {
-    int rc;
-    do rc = ::fsync(fd);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) fail(errno, true);
+// A file that replaces `path` when committed, so that readers (and a crash at any moment) see
+// either the old or the new file, never a prefix: the data goes to a temporary file in the same
+// directory, is flushed with fsync (skipped when sync is false: then a process crash is still safe,
+// a power loss is not) and is renamed over the target. On any error, or when destroyed without
+// commit(), the temporary file is removed and the target is untouched; IoError says which path
+// failed and why (ENOSPC, EFBIG, EACCES, ...). A symbolic link at `path` is replaced by a regular
+// file. The new file gets `mode` minus the umask. Content may be written in any number of pieces.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path, mode_t mode = 0640) : path_(std::move(path)) {
+    const std::size_t slash = path_.rfind('/');
+    dir_prefix_ = slash == std::string::npos ? std::string() : path_.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+    if (base.empty() || base == "." || base == "..") throw IoError("write file", path_, EISDIR);
+    // Hidden, unique per process and call; the base name is shortened so the temporary name stays
+    // under NAME_MAX even when the target's name is near it.
+    static std::atomic<unsigned> counter{0};
+    tmp_ = dir_prefix_ + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+           std::to_string(counter.fetch_add(1));
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd_ < 0) throw IoError("write file", path_, errno);  // the caller knows `path`, not the temporary
   }
-  // close() can report delayed write errors (NFS, quotas). It must not be retried on EINTR: Linux
-  // has released the descriptor already.
-  if (::close(fd) != 0 && errno != EINTR) fail(errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(errno, false);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
 
-  if (sync) {  // make the rename itself durable; best effort, the data is already safe
-    const std::string dir = dir_prefix.empty() ? std::string(".") : dir_prefix;
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
+  void write(std::string_view content) {
+    if (const int err = write_all(fd_, content.data(), content.size())) fail(err);
+  }
+
+  void commit(bool sync = true) {
+    if (sync) {
+      int rc;
+      do rc = ::fsync(fd_);
+      while (rc != 0 && errno == EINTR);
+      if (rc != 0) fail(errno);
+    }
+    // close() can report delayed write errors (NFS, quotas). It must not be retried on EINTR: Linux
+    // has released the descriptor already.
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) fail(errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail(errno);
+    committed_ = true;
+    if (sync) {  // make the rename itself durable; best effort, the data is already safe
+      const std::string dir = dir_prefix_.empty() ? std::string(".") : dir_prefix_;
+      const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd >= 0) {
+        (void)::fsync(dfd);
+        ::close(dfd);
+      }
     }
   }
+
+ private:
+  [[noreturn]] void fail(int err) { throw IoError("write file", path_, err); }
+
+  std::string path_;
+  std::string dir_prefix_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Replaces `path` with `content` (AtomicFile says how).
+inline void write_file_atomic(const std::string& path, std::string_view content, mode_t mode = 0640, bool sync = true) {
+  AtomicFile f(path, mode);
+  f.write(content);
+  f.commit(sync);
 }
 
 // Turns an op- or module-derived name into one safe path component. Ordinary msprobe names such as
@@ -1259,187 +1285,181 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/files.hpp ----
 // ---- begin torchprobe/io/python_json.hpp ----
-// JSON text exactly as Python's json module writes it.
+// A nlohmann JSON tree written exactly as Python's json module writes it (io/json_text.hpp has the
+// rules). nlohmann's own dump() differs (NaN becomes null, its own float layout and indentation),
+// so the tree is walked here.
+
+#include <ostream>
+
+// ---- begin torchprobe/io/json_text.hpp ----
+// JSON text exactly as Python's json module writes it, appended piece by piece to one buffer.
 //
-// msprobe writes dump.json with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
+// msprobe writes its files with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
 // compare, diff scripts, people running `diff` on two dump.json files) see the same bytes only if we
 // reproduce that writer: float repr (shortest round trip, Python's fixed/scientific switch), bare
-// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators. nlohmann's own
-// dump() differs (NaN becomes null, its own float layout and indentation), so we walk the tree.
-
+// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators.
+//
+// JsonText is the one place that knows those rules. The step files are written with it straight
+// from the records (sink/step_text.hpp), with no JSON tree in between; io/python_json.hpp walks a
+// nlohmann tree with it for everything else. When the buffer passes a threshold its owner's
+// TextDrain takes it (to a file, a stream), so writing a file of any size holds one chunk at a time.
 #include <charconv>
 #include <cmath>
-#include <ostream>
 
 namespace torchprobe::io {
 
-// Python's float.__repr__ as used by json.dumps (NaN/Infinity spelled the way json writes them).
-inline std::string python_float_repr(double v) {
-  if (std::isnan(v)) return "NaN";  // json checks `o != o`, so a negative NaN is "NaN" as well
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-
+// Python's float.__repr__ as json.dumps uses it, written at `out` (at least 32 chars); returns the
+// end. NaN and the infinities are spelled the way json writes them.
+inline char* write_python_float(char* out, double v) {
+  if (std::isnan(v)) {  // json checks `o != o`, so a negative NaN is "NaN" as well
+    static constexpr std::string_view kNaN = "NaN";
+    return std::copy(kNaN.begin(), kNaN.end(), out);
+  }
+  if (std::isinf(v)) {
+    const std::string_view s = v > 0 ? "Infinity" : "-Infinity";
+    return std::copy(s.begin(), s.end(), out);
+  }
   // to_chars without a precision gives the shortest digit string that round-trips, which is what
   // Python's repr uses (David Gay's mode 0). Scientific form makes digits and exponent easy to split.
-  char sci[64];
-  auto res = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific);
+  char sci[40];
+  const char* end = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific).ptr;
   const char* p = sci;
-  const char* end = res.ptr;
-  std::string out;
-  out.reserve(32);
   if (*p == '-') {  // keeps the sign of -0.0, as Python does
-    out.push_back('-');
+    *out++ = '-';
     ++p;
   }
-  std::string digits;
-  while (p != end && *p != 'e') {
-    if (*p != '.') digits.push_back(*p);
-    ++p;
-  }
+  char digits[24];
+  int n = 0;
+  for (; p != end && *p != 'e'; ++p)
+    if (*p != '.') digits[n++] = *p;
   int exp10 = 0;
   if (p != end) std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), end, exp10);
 
   // Python (float_repr_style 'short'): scientific when the decimal exponent is < -4 or >= 16.
   if (exp10 < -4 || exp10 >= 16) {
-    out.push_back(digits[0]);
-    if (digits.size() > 1) {
-      out.push_back('.');
-      out.append(digits, 1, std::string::npos);
+    *out++ = digits[0];
+    if (n > 1) {
+      *out++ = '.';
+      out = std::copy(digits + 1, digits + n, out);
     }
-    out.push_back('e');
-    out.push_back(exp10 < 0 ? '-' : '+');
-    int mag = exp10 < 0 ? -exp10 : exp10;
-    if (mag < 10) out.push_back('0');  // at least two exponent digits: 1e-05, 1e+16
-    out += std::to_string(mag);
-  } else if (exp10 >= 0) {
-    const std::size_t int_len = static_cast<std::size_t>(exp10) + 1;
-    if (digits.size() <= int_len) {
-      out += digits;
-      out.append(int_len - digits.size(), '0');
-      out += ".0";  // Python always marks an integral float
-    } else {
-      out.append(digits, 0, int_len);
-      out.push_back('.');
-      out.append(digits, int_len, std::string::npos);
-    }
-  } else {
-    out += "0.";
-    out.append(static_cast<std::size_t>(-exp10 - 1), '0');
-    out += digits;
+    *out++ = 'e';
+    *out++ = exp10 < 0 ? '-' : '+';
+    const int mag = exp10 < 0 ? -exp10 : exp10;
+    if (mag < 10) *out++ = '0';  // at least two exponent digits: 1e-05, 1e+16
+    return std::to_chars(out, out + 4, mag).ptr;
   }
-  return out;
+  if (exp10 >= 0) {
+    const int int_len = exp10 + 1;
+    if (n <= int_len) {
+      out = std::copy(digits, digits + n, out);
+      for (int k = n; k < int_len; ++k) *out++ = '0';
+      *out++ = '.';  // Python always marks an integral float
+      *out++ = '0';
+    } else {
+      out = std::copy(digits, digits + int_len, out);
+      *out++ = '.';
+      out = std::copy(digits + int_len, digits + n, out);
+    }
+    return out;
+  }
+  *out++ = '0';
+  *out++ = '.';
+  for (int k = 0; k < -exp10 - 1; ++k) *out++ = '0';
+  return std::copy(digits, digits + n, out);
 }
 
-namespace detail {
+inline std::string python_float_repr(double v) {
+  char buf[40];
+  return std::string(buf, write_python_float(buf, v));
+}
 
-// Streams one JSON tree. Output goes into a string buffer that is handed to the ostream in large
-// chunks (or kept whole for to_python_json), so a 100k-entry dump costs no per-node allocations.
-template <class Json>
-class PythonJsonWriter {
+// Takes the text written so far (and clears the buffer): a file, a stream.
+class TextDrain {
  public:
-  PythonJsonWriter(std::string& buf, std::ostream* os, int indent) : buf_(buf), os_(os), indent_(indent) {}
+  virtual ~TextDrain() = default;
+  virtual void take(std::string& text) = 0;
+};
 
-  void write(const Json& j) {
-    value(j, 0);
-    flush();
-  }
+class JsonText {
+ public:
+  // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
+  // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+  // Text is appended to `buf`; it holds exactly the text once finish() is called (or this object
+  // is gone): in between it has room to spare, so that each piece is a copy, not a string append.
+  explicit JsonText(std::string& buf, int indent = 1, TextDrain* drain = nullptr)
+      : buf_(buf), len_(buf.size()), indent_(indent), drain_(drain) {}
+  JsonText(const JsonText&) = delete;
+  JsonText& operator=(const JsonText&) = delete;
+  ~JsonText() { finish(); }
 
- private:
-  static constexpr std::size_t kFlushAt = 1 << 16;
+  void finish() { buf_.resize(len_); }
+  int indent() const { return indent_; }
 
-  void flush() {
-    if (os_ != nullptr && !buf_.empty()) {
-      os_->write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
-      buf_.clear();
-    }
-  }
-  void maybe_flush() {
-    if (os_ != nullptr && buf_.size() >= kFlushAt) flush();
-  }
-
-  // Python: with an indent, items are separated by ",\n" + indentation; without, by ", ".
-  void open_item(std::size_t index, int depth) {
-    if (indent_ >= 0) {
-      buf_.append(index == 0 ? "\n" : ",\n");
-      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
-    } else if (index != 0) {
-      buf_.append(", ");
-    }
-  }
-  void close_container(int depth, char closer) {
-    if (indent_ >= 0) {
-      buf_.push_back('\n');
-      buf_.append(static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth), ' ');
-    }
-    buf_.push_back(closer);
-  }
-
+  void null() { put("null", 4); }
+  void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
   template <class Int>
   void integer(Int v) {
-    char tmp[24];
-    auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
-    buf_.append(tmp, r.ptr);
+    char* p = room(24);
+    len_ = static_cast<std::size_t>(std::to_chars(p, p + 24, v).ptr - buf_.data());
   }
+  void real(double v) {
+    char* p = room(40);
+    len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
+  }
+  void raw(std::string_view s) { put(s.data(), s.size()); }
 
-  void value(const Json& j, int depth) {
-    using T = nlohmann::detail::value_t;
-    switch (j.type()) {
-      case T::null: buf_.append("null"); break;
-      case T::boolean: buf_.append(j.template get<bool>() ? "true" : "false"); break;
-      case T::number_integer: integer(j.template get<std::int64_t>()); break;
-      case T::number_unsigned: integer(j.template get<std::uint64_t>()); break;
-      case T::number_float: buf_.append(python_float_repr(j.template get<double>())); break;
-      case T::string: string(j.template get_ref<const std::string&>()); break;
-      case T::array: {
-        if (j.empty()) {
-          buf_.append("[]");
-          break;
-        }
-        buf_.push_back('[');
-        std::size_t i = 0;
-        for (const auto& item : j) {
-          open_item(i++, depth + 1);
-          value(item, depth + 1);
-          maybe_flush();
-        }
-        close_container(depth, ']');
-        break;
-      }
-      case T::object: {
-        if (j.empty()) {
-          buf_.append("{}");
-          break;
-        }
-        buf_.push_back('{');
-        std::size_t i = 0;
-        for (auto it = j.begin(); it != j.end(); ++it) {
-          open_item(i++, depth + 1);
-          string(it.key());
-          buf_.append(": ");
-          value(it.value(), depth + 1);
-          maybe_flush();
-        }
-        close_container(depth, '}');
-        break;
-      }
-      case T::binary:
-        // Python has no such value; silently inventing a layout would make files no reader expects.
-        throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
-      case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+  // A container is written as open(), then item() or key() before each element, then close().
+  // `depth` is the container's own depth; `count` how many elements it got.
+  void open_object() { put('{'); }
+  void open_array() { put('['); }
+  void item(std::size_t index, int depth) {
+    if (indent_ >= 0) {
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1);
+      char* p = room(spaces + 2);
+      if (index != 0) *p++ = ',';
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ = static_cast<std::size_t>(p + spaces - buf_.data());
+    } else if (index != 0) {
+      put(", ", 2);
     }
   }
+  void key(std::size_t index, int depth, std::string_view name) {
+    item(index, depth);
+    string(name);
+    put(": ", 2);
+  }
+  // key() for a name that needs no escaping, given with its quotes and separator: "\"type\": ".
+  void plain_key(std::size_t index, int depth, std::string_view quoted) {
+    item(index, depth);
+    put(quoted.data(), quoted.size());
+  }
+  // string() for text that needs no escaping (printable ASCII without '"' or '\\').
+  void plain_string(std::string_view s) {
+    char* p = room(s.size() + 2);
+    *p = '"';
+    std::memcpy(p + 1, s.data(), s.size());
+    p[s.size() + 1] = '"';
+    len_ += s.size() + 2;
+  }
+  void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
+  void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
 
-  void hex4(unsigned cp) {
-    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
-    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
-                         kHex[cp & 0xF]};
-    buf_.append(esc, 6);
+  // Hands the text to the drain once it holds a chunk's worth: call between elements.
+  void maybe_drain() {
+    if (drain_ != nullptr && len_ >= kChunk) drain();
+  }
+  void drain() {
+    finish();
+    if (drain_ != nullptr && !buf_.empty()) drain_->take(buf_);
+    len_ = buf_.size();
   }
 
   // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
   // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
   // become U+FFFD rather than aborting a dump.
-  void string(const std::string& s) {
-    buf_.push_back('"');
+  void string(std::string_view s) {
+    put('"');
     const auto* b = reinterpret_cast<const unsigned char*>(s.data());
     const std::size_t n = s.size();
     std::size_t i = 0;
@@ -1447,27 +1467,18 @@ class PythonJsonWriter {
       std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
       while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
       if (run != i) {
-        buf_.append(s, i, run - i);
+        put(s.data() + i, run - i);
         i = run;
         if (i == n) break;
       }
       const unsigned c = b[i];
       if (c < 0x80) {
-        switch (c) {
-          case '"': buf_.append("\\\""); break;
-          case '\\': buf_.append("\\\\"); break;
-          case '\n': buf_.append("\\n"); break;
-          case '\r': buf_.append("\\r"); break;
-          case '\t': buf_.append("\\t"); break;
-          case '\b': buf_.append("\\b"); break;
-          case '\f': buf_.append("\\f"); break;
-          default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
-        }
+        escape_ascii(c);
         ++i;
         continue;
       }
       unsigned cp = 0;
-      std::size_t len = utf8_decode(b + i, n - i, cp);
+      const std::size_t len = utf8_decode(b + i, n - i, cp);
       if (len == 0) {
         hex4(0xFFFD);
         ++i;
@@ -1482,7 +1493,55 @@ class PythonJsonWriter {
         hex4(cp);
       }
     }
-    buf_.push_back('"');
+    put('"');
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+  // Room for n more bytes at the end of the text; the buffer grows geometrically.
+  char* room(std::size_t n) {
+    if (buf_.size() - len_ < n) buf_.resize(std::max(len_ + n, 2 * buf_.size() + 4096));
+    return buf_.data() + len_;
+  }
+  void put(const char* s, std::size_t n) {
+    std::memcpy(room(n), s, n);
+    len_ += n;
+  }
+  void put(char c) {
+    *room(1) = c;
+    ++len_;
+  }
+
+  void close(std::size_t count, int depth, char closer) {
+    if (count != 0 && indent_ >= 0) {  // Python writes empty containers as [] and {} whatever the indent
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth);
+      char* p = room(spaces + 1);
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ += spaces + 1;
+    }
+    put(closer);
+  }
+
+  void escape_ascii(unsigned c) {
+    switch (c) {
+      case '"': put("\\\"", 2); break;
+      case '\\': put("\\\\", 2); break;
+      case '\n': put("\\n", 2); break;
+      case '\r': put("\\r", 2); break;
+      case '\t': put("\\t", 2); break;
+      case '\b': put("\\b", 2); break;
+      case '\f': put("\\f", 2); break;
+      default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
+    }
+  }
+
+  void hex4(unsigned cp) {
+    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
+    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
+                         kHex[cp & 0xF]};
+    put(esc, 6);
   }
 
   // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
@@ -1509,21 +1568,86 @@ class PythonJsonWriter {
   }
 
   std::string& buf_;
-  std::ostream* os_;
+  std::size_t len_;  // the text's length; buf_ may be longer (room to spare)
   int indent_;
+  TextDrain* drain_;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/json_text.hpp ----
+
+namespace torchprobe::io {
+
+namespace detail {
+
+// Walks one nlohmann tree into a JsonText.
+template <class Json>
+void write_tree(JsonText& out, const Json& j, int depth) {
+  using T = nlohmann::detail::value_t;
+  switch (j.type()) {
+    case T::null: out.null(); break;
+    case T::boolean: out.boolean(j.template get<bool>()); break;
+    case T::number_integer: out.integer(j.template get<std::int64_t>()); break;
+    case T::number_unsigned: out.integer(j.template get<std::uint64_t>()); break;
+    case T::number_float: out.real(j.template get<double>()); break;
+    case T::string: out.string(j.template get_ref<const std::string&>()); break;
+    case T::array: {
+      out.open_array();
+      std::size_t i = 0;
+      for (const auto& item : j) {
+        out.item(i++, depth);
+        write_tree(out, item, depth + 1);
+        out.maybe_drain();
+      }
+      out.close_array(i, depth);
+      break;
+    }
+    case T::object: {
+      out.open_object();
+      std::size_t i = 0;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        out.key(i++, depth, it.key());
+        write_tree(out, it.value(), depth + 1);
+        out.maybe_drain();
+      }
+      out.close_object(i, depth);
+      break;
+    }
+    case T::binary:
+      // Python has no such value; silently inventing a layout would make files no reader expects.
+      throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
+    case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+  }
+}
+
+// Hands chunks of text to an ostream.
+class StreamDrain final : public TextDrain {
+ public:
+  explicit StreamDrain(std::ostream& os) : os_(os) {}
+  void take(std::string& text) override {
+    os_.write(text.data(), static_cast<std::streamsize>(text.size()));
+    text.clear();
+  }
+
+ private:
+  std::ostream& os_;
 };
 
 template <class Json>
 void write_python_json_impl(std::ostream& os, const Json& j, int indent) {
   std::string buf;
-  buf.reserve(1 << 16);
-  PythonJsonWriter<Json>(buf, &os, indent).write(j);
+  StreamDrain drain(os);
+  JsonText out(buf, indent, &drain);
+  write_tree(out, j, 0);
+  out.drain();
 }
 
 template <class Json>
 std::string to_python_json_impl(const Json& j, int indent) {
   std::string buf;
-  PythonJsonWriter<Json>(buf, nullptr, indent).write(j);
+  JsonText out(buf, indent);
+  write_tree(out, j, 0);
+  out.finish();
   return buf;
 }
 
@@ -1556,6 +1680,7 @@ std::string to_python_json(const Json& j, int indent = 1) {
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 
+#include <memory>
 
 // ---- begin torchprobe/core/names.hpp ----
 // Names that more than one part of TorchProbe must spell the same way.
@@ -1603,11 +1728,10 @@ constexpr std::string_view without_inplace_mark(std::string_view op) {
 // ---- end torchprobe/core/names.hpp ----
 // ---- begin torchprobe/core/record.hpp ----
 // One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
-// and the memory budget its tensor files use are declared, not included (io/tensor_writer.hpp,
-// io/memory_budget.hpp).
+// and the memory budget its tensor files use, and the text writer, are declared, not included
+// (io/tensor_writer.hpp, io/memory_budget.hpp, io/json_text.hpp).
 
 #include <future>
-#include <memory>
 
 // ---- begin torchprobe/core/call_stack.hpp ----
 // Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
@@ -1648,6 +1772,7 @@ namespace torchprobe {
 namespace io {
 class TensorWriter;
 class Reservation;
+class JsonText;
 }  // namespace io
 
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
@@ -1675,6 +1800,9 @@ class DeferredBody {
  public:
   virtual ~DeferredBody() = default;
   virtual void append_to(nlohmann::ordered_json& body) const = 0;
+  // The same members written as text, the body object's own braces excepted: `depth` is the body
+  // object's, `count` the number of members written before (and after: it is advanced).
+  virtual void write_members(io::JsonText& out, int depth, std::size_t& count) const = 0;
 };
 
 // A checksum (summary_mode md5) still being computed by a worker: `pointer` is the tensor item
@@ -1692,7 +1820,8 @@ struct Record {
   nlohmann::ordered_json body;
   std::vector<PendingStats> pending;
   std::vector<PendingChecksum> pending_checksums;
-  std::optional<CallStack> stack;  // forward entries: where the user made the call
+  // Forward entries: where the user made the call (shared by the entries of one call site).
+  std::shared_ptr<const CallStack> stack;
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
   // Tensor files this entry names in "data_name", snapshotted when described and written only
@@ -2128,39 +2257,103 @@ inline std::vector<std::string> symbolize(const CallStack& stack) {
 
 namespace torchprobe::io {
 
-// stack.json: {"0": [[names...], [frames...]], "1": ...}. Names whose symbolized stacks are equal
-// share one group (msprobe compares the final frame lists too, so calls from one source line through
-// different internal paths still group); groups and names keep first-appearance order.
-inline nlohmann::ordered_json build_stack_json(const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
-  // Symbolize each distinct raw stack once, all in one batch.
+// Entries whose symbolized stacks are equal share one group (msprobe compares the final frame lists
+// too, so calls from one source line through different internal paths still group); groups and
+// names keep first-appearance order.
+struct StackGroups {
+  struct Group {
+    std::vector<std::string_view> names;  // point into the entries given to group_stacks()
+    std::size_t frames = 0;               // index into `frames`
+  };
+  std::vector<std::vector<std::string>> frames;  // one symbolized stack per distinct raw stack
+  std::vector<Group> groups;
+};
+
+// {entry name, its raw stack}, in dump order; both must outlive the result.
+using StackEntries = std::vector<std::pair<std::string_view, const CallStack*>>;
+
+inline StackGroups group_stacks(const StackEntries& entries) {
+  // Symbolize each distinct raw stack once, all in one batch. Entries of one call site share their
+  // stack object (io::capture_shared_call_stack), so most are matched by address, without hashing
+  // or copying the frames.
+  std::unordered_map<const CallStack*, std::size_t> by_address;
   std::unordered_map<CallStack, std::size_t, CallStackHash> raw_index;
   std::vector<const CallStack*> unique;
   std::vector<std::size_t> entry_raw;
-  entry_raw.reserve(forward_entries.size());
-  for (const auto& e : forward_entries) {
-    auto [it, added] = raw_index.emplace(e.second, unique.size());
-    if (added) unique.push_back(&e.second);
-    entry_raw.push_back(it->second);
+  entry_raw.reserve(entries.size());
+  for (const auto& e : entries) {
+    auto known = by_address.find(e.second);
+    if (known == by_address.end()) {
+      auto [it, added] = raw_index.emplace(*e.second, unique.size());
+      if (added) unique.push_back(e.second);
+      known = by_address.emplace(e.second, it->second).first;
+    }
+    entry_raw.push_back(known->second);
   }
-  const auto frames = detail::Symbolizer::instance().symbolize_many(unique);
+  StackGroups out;
+  out.frames = detail::Symbolizer::instance().symbolize_many(unique);
 
-  std::map<std::vector<std::string>, std::size_t> group_of;              // symbolized frames -> group index
-  std::vector<std::pair<std::vector<std::string>, std::size_t>> groups;  // names, frames index
-  for (std::size_t i = 0; i < forward_entries.size(); ++i) {
+  // Groups are numbered in order of first appearance; each distinct raw stack is looked up once.
+  std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> group_of_raw(unique.size(), kNone);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::size_t r = entry_raw[i];
-    auto [it, added] = group_of.emplace(frames[r], groups.size());
-    if (added) groups.push_back({{}, r});
-    groups[it->second].first.push_back(forward_entries[i].first);
+    if (group_of_raw[r] == kNone) {
+      auto [it, added] = group_of.emplace(out.frames[r], out.groups.size());
+      if (added) out.groups.push_back({{}, r});
+      group_of_raw[r] = it->second;
+    }
+    out.groups[group_of_raw[r]].names.push_back(entries[i].first);
   }
+  return out;
+}
 
+// stack.json's text: {"0": [[names...], [frames...]], "1": ...}.
+inline void write_stack_json(JsonText& out, const StackGroups& s) {
+  out.open_object();
+  for (std::size_t g = 0; g < s.groups.size(); ++g) {
+    out.key(g, 0, std::to_string(g));
+    out.open_array();
+    out.item(0, 1);
+    out.open_array();
+    const auto& names = s.groups[g].names;
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      out.item(k, 2);
+      out.string(names[k]);
+    }
+    out.close_array(names.size(), 2);
+    out.item(1, 1);
+    out.open_array();
+    const auto& frames = s.frames[s.groups[g].frames];
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      out.item(k, 2);
+      out.string(frames[k]);
+    }
+    out.close_array(frames.size(), 2);
+    out.close_array(2, 1);
+    out.maybe_drain();
+  }
+  out.close_object(s.groups.size(), 0);
+}
+
+// The same as a JSON tree.
+inline nlohmann::ordered_json build_stack_json(const std::vector<std::pair<std::string, CallStack>>& forward_entries) {
+  StackEntries entries;
+  entries.reserve(forward_entries.size());
+  for (const auto& e : forward_entries) entries.emplace_back(e.first, &e.second);
+  const StackGroups s = group_stacks(entries);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   // ordered_map's own insert searches the keys linearly; these keys are unique by construction, so
   // append to the underlying vector directly and keep the build linear.
   auto& obj = out.get_ref<nlohmann::ordered_json::object_t&>();
   using Base = nlohmann::ordered_json::object_t::Container;
-  for (std::size_t g = 0; g < groups.size(); ++g)
+  for (std::size_t g = 0; g < s.groups.size(); ++g) {
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (std::string_view n : s.groups[g].names) names.push_back(std::string(n));
     static_cast<Base&>(obj).emplace_back(std::to_string(g),
-                                         nlohmann::ordered_json::array({groups[g].first, frames[groups[g].second]}));
+                                         nlohmann::ordered_json::array({names, s.frames[s.groups[g].frames]}));
+  }
   return out;
 }
 
@@ -2178,7 +2371,11 @@ struct StepDump {
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;                          // write stack.json and construct.json
-  const std::vector<Record>* records = nullptr;
+  // The step's entries in dump order. A name committed twice (a second backward through a
+  // retained graph) appears twice: the files keep its last value in its first place.
+  std::vector<const Record*> records;
+  // Keeps what `records` points to alive: a sink may write after the step has moved on.
+  std::shared_ptr<const void> owner;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
 
@@ -2204,9 +2401,8 @@ struct StepDump {
 
   nlohmann::ordered_json stack_json() const {
     std::vector<std::pair<std::string, CallStack>> forward;
-    if (records)
-      for (const Record& r : *records)
-        if (r.stack) forward.emplace_back(r.name, *r.stack);
+    for (const Record* r : records)
+      if (r->stack) forward.emplace_back(r->name, *r->stack);
     return io::build_stack_json(forward);
   }
 
@@ -2217,13 +2413,13 @@ struct StepDump {
   template <class Value>
   nlohmann::ordered_json keyed_by_name(Value value) const {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    if (!records) return out;
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
     // Reserved: the items' keys are const, so a growing vector copies every value it moves.
-    items.reserve(records->size());
+    items.reserve(records.size());
     std::unordered_map<std::string, std::size_t> where;
-    where.reserve(records->size());
-    for (const Record& r : *records) {
+    where.reserve(records.size());
+    for (const Record* record : records) {
+      const Record& r = *record;
       std::optional<nlohmann::ordered_json> v = value(r);
       if (!v) continue;
       auto [it, fresh] = where.emplace(r.name, items.size());
@@ -2267,12 +2463,345 @@ struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : st
 
 }  // namespace torchprobe
 // ---- end torchprobe/sink/step_dump.hpp ----
+// ---- begin torchprobe/sink/step_text.hpp ----
+// The step's JSON files written as text straight from its records (io/json_text.hpp), in the
+// same bytes as io::to_python_json of StepDump's trees: no JSON tree is built, and the text goes
+// to the file in chunks, so a step of any size is written in bounded memory.
+
+// ---- begin torchprobe/io/record_text.hpp ----
+// An entry's body and a tensor's statistics item as text (io/json_text.hpp), straight from the
+// compact form the capture keeps: dump.json and the journal's lines are written without building
+// a JSON tree for them.
+
+
+// ---- begin torchprobe/core/tensor_json.hpp ----
+// The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
+// statistics slots and requires_grad, in msprobe's key order.
+
+#include <c10/util/SmallVector.h>
+
+
+// ---- begin torchprobe/core/tensor_stats.hpp ----
+// The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
+
+namespace torchprobe {
+
+// One statistic. Max/Min keep the tensor's own kind (an int64 max stays a JSON integer, a bool
+// tensor's max is `true`), Mean/Norm are doubles, and anything undefined is JSON null.
+struct StatValue {
+  enum class Kind : std::uint8_t { Null, Bool, Int, Float };
+  Kind kind = Kind::Null;
+  // The value of `kind` (16 bytes a statistic: an open step holds four per tensor).
+  union {
+    std::int64_t i = 0;
+    double d;
+    bool b;
+  };
+
+  static StatValue null() { return {}; }
+  static StatValue boolean(bool v) {
+    StatValue s;
+    s.kind = Kind::Bool;
+    s.b = v;
+    return s;
+  }
+  static StatValue integer(std::int64_t v) {
+    StatValue s;
+    s.kind = Kind::Int;
+    s.i = v;
+    return s;
+  }
+  static StatValue real(double v) {
+    StatValue s;
+    s.kind = Kind::Float;
+    s.d = v;
+    return s;
+  }
+
+  bool is_null() const { return kind == Kind::Null; }
+  // The value as a double (NaN for null), for comparisons and overflow checks.
+  double as_double() const {
+    switch (kind) {
+      case Kind::Bool: return b ? 1.0 : 0.0;
+      case Kind::Int: return static_cast<double>(i);
+      case Kind::Float: return d;
+      case Kind::Null: break;
+    }
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+inline void to_json(nlohmann::ordered_json& j, const StatValue& v) {
+  switch (v.kind) {
+    case StatValue::Kind::Null: j = nullptr; return;
+    case StatValue::Kind::Bool: j = v.b; return;
+    case StatValue::Kind::Int: j = v.i; return;
+    case StatValue::Kind::Float: j = v.d; return;
+  }
+}
+
+struct TensorStats {
+  StatValue max, min, mean, norm;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/tensor_stats.hpp ----
+
+namespace torchprobe {
+
+// Python's str(torch.dtype) for each ATen scalar type.
+inline std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kQInt8: return "torch.qint8";
+    case at::kQUInt8: return "torch.quint8";
+    case at::kQInt32: return "torch.qint32";
+    case at::kQUInt4x2: return "torch.quint4x2";
+    default: {
+      // Newer dtypes (float8 variants, unsigned ints of torch 2.x): ATen's name, lower-cased.
+      std::string s = c10::toString(t);
+      for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return "torch." + s;
+    }
+  }
+}
+
+// {"type", "dtype", "shape"}: the keys that lead every tensor item.
+inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
+  j["type"] = "torch.Tensor";
+  j["dtype"] = dtype_name(t.scalar_type());
+  j["shape"] = t.sizes().vec();
+  return j;
+}
+
+inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
+  j["Max"] = s.max;
+  j["Min"] = s.min;
+  j["Mean"] = s.mean;
+  j["Norm"] = s.norm;
+}
+
+// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
+// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
+// training thread neither allocates nor frees a JSON tree per tensor.
+struct TensorSummary {
+  at::ScalarType dtype = at::kFloat;
+  bool requires_grad = false;
+  c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
+  TensorStats stats;
+};
+
+// The item exactly as tensor_header + put_stats + requires_grad write it.
+inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
+  using object_t = nlohmann::ordered_json::object_t;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  object_t& o = j.get_ref<object_t&>();
+  o.reserve(8);
+  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
+  o.emplace_back("type", "torch.Tensor");
+  o.emplace_back("dtype", dtype_name(s.dtype));
+  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
+  o.emplace_back("Max", s.stats.max);
+  o.emplace_back("Min", s.stats.min);
+  o.emplace_back("Mean", s.stats.mean);
+  o.emplace_back("Norm", s.stats.norm);
+  o.emplace_back("requires_grad", s.requires_grad);
+  return j;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/tensor_json.hpp ----
+
+namespace torchprobe::io {
+
+inline void write_stat(JsonText& out, const StatValue& v) {
+  switch (v.kind) {
+    case StatValue::Kind::Null: out.null(); return;
+    case StatValue::Kind::Bool: out.boolean(v.b); return;
+    case StatValue::Kind::Int: out.integer(v.i); return;
+    case StatValue::Kind::Float: out.real(v.d); return;
+  }
+}
+
+// The item tensor_item(s) builds (core/tensor_json.hpp), at `depth`.
+inline void write_tensor_item(JsonText& out, const TensorSummary& s, int depth) {
+  out.open_object();
+  out.plain_key(0, depth, "\"type\": \"torch.Tensor\"");
+  out.plain_key(1, depth, "\"dtype\": ");
+  out.plain_string(dtype_name(s.dtype));  // "torch.float32": nothing to escape
+  out.plain_key(2, depth, "\"shape\": ");
+  out.open_array();
+  for (std::size_t k = 0; k < s.shape.size(); ++k) {
+    out.item(k, depth + 1);
+    out.integer(s.shape[k]);
+  }
+  out.close_array(s.shape.size(), depth + 1);
+  out.plain_key(3, depth, "\"Max\": ");
+  write_stat(out, s.stats.max);
+  out.plain_key(4, depth, "\"Min\": ");
+  write_stat(out, s.stats.min);
+  out.plain_key(5, depth, "\"Mean\": ");
+  write_stat(out, s.stats.mean);
+  out.plain_key(6, depth, "\"Norm\": ");
+  write_stat(out, s.stats.norm);
+  out.plain_key(7, depth, "\"requires_grad\": ");
+  out.boolean(s.requires_grad);
+  out.close_object(8, depth);
+}
+
+// {"type": type, "value": <value()>}: how msprobe writes a plain argument (`type` needs no escaping).
+template <class Value>
+void write_typed(JsonText& out, std::string_view type, int depth, Value&& value) {
+  out.open_object();
+  out.plain_key(0, depth, "\"type\": ");
+  out.plain_string(type);  // "int", "float", "bool"
+  out.plain_key(1, depth, "\"value\": ");
+  value();
+  out.close_object(2, depth);
+}
+
+// A JSON tree as the value at `depth` of the text being written.
+inline void write_json_value(JsonText& out, const nlohmann::ordered_json& j, int depth) {
+  detail::write_tree(out, j, depth);
+}
+
+// An entry's body as dump.json shows it (Record::json_of(body, deferred)), at `depth`.
+inline void write_body(JsonText& out, const nlohmann::ordered_json& body, const DeferredBody* deferred, int depth) {
+  if (!deferred) return write_json_value(out, body, depth);
+  if (!body.is_null() && !(body.is_object() && body.empty()))
+    return write_json_value(out, Record::json_of(body, deferred), depth);  // both parts, merged as json_of merges them
+  out.open_object();
+  std::size_t count = 0;
+  deferred->write_members(out, depth, count);
+  out.close_object(count, depth);
+}
+
+inline void write_record_body(JsonText& out, const Record& r, int depth) {
+  write_body(out, r.body, r.deferred.get(), depth);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/record_text.hpp ----
+
+namespace torchprobe {
+
+namespace step_text {
+
+// The records a {name: value} file lists, in its order: a name committed again (a second backward
+// through a retained graph) keeps its first place and takes the later record's value, as a Python
+// dict does. `listed(r)` says whether the file has an item for r at all.
+template <class Listed>
+std::vector<const Record*> by_first_place(const std::vector<const Record*>& records, Listed listed) {
+  std::vector<const Record*> out;
+  out.reserve(records.size());
+  std::unordered_map<std::string_view, std::size_t> where;
+  where.reserve(records.size());
+  for (const Record* r : records) {
+    if (!listed(*r)) continue;
+    auto [it, fresh] = where.emplace(r->name, out.size());
+    if (fresh)
+      out.push_back(r);
+    else
+      out[it->second] = r;
+  }
+  return out;
+}
+
+// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
+inline void write_dump(io::JsonText& out, const StepDump& d) {
+  out.open_object();
+  out.key(0, 0, "task");
+  out.string(d.task);
+  out.key(1, 0, "level");
+  out.string(d.level);
+  out.key(2, 0, "framework");
+  out.raw("\"pytorch\"");
+  out.key(3, 0, "dump_data_dir");
+  io::write_json_value(out, d.dump_data_dir, 1);
+  out.key(4, 0, "data");
+  const std::vector<const Record*> entries = by_first_place(d.records, [](const Record&) { return true; });
+  out.open_object();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    out.key(i, 1, entries[i]->name);
+    io::write_record_body(out, *entries[i], 2);
+    out.maybe_drain();
+  }
+  out.close_object(entries.size(), 1);
+  out.close_object(5, 0);
+}
+
+// construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
+inline void write_construct(io::JsonText& out, const StepDump& d) {
+  const std::vector<const Record*> entries =
+      by_first_place(d.records, [](const Record& r) { return r.parent.has_value(); });
+  out.open_object();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    out.key(i, 0, entries[i]->name);
+    const std::string& parent = *entries[i]->parent;
+    parent.empty() ? out.null() : out.string(parent);
+    out.maybe_drain();
+  }
+  out.close_object(entries.size(), 0);
+}
+
+inline void write_stack(io::JsonText& out, const StepDump& d) {
+  io::StackEntries forward;
+  for (const Record* r : d.records)
+    if (r->stack) forward.emplace_back(r->name, &*r->stack);
+  io::write_stack_json(out, io::group_stacks(forward));
+}
+
+// Sends each chunk of text to the file being written.
+class FileDrain final : public io::TextDrain {
+ public:
+  explicit FileDrain(io::AtomicFile& file) : file_(file) {}
+  void take(std::string& text) override {
+    file_.write(text);
+    text.clear();
+  }
+
+ private:
+  io::AtomicFile& file_;
+};
+
+// Replaces `path` (io::AtomicFile) with what write(JsonText&) produces, Python's indent=1 layout.
+template <class Write>
+void write_file(const std::string& path, bool sync, Write&& write) {
+  io::AtomicFile file(path, 0640);
+  FileDrain drain(file);
+  std::string buf;
+  buf.reserve(std::size_t{1} << 20);
+  io::JsonText out(buf, 1, &drain);
+  write(out);
+  out.drain();
+  file.commit(sync);
+}
+
+}  // namespace step_text
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/step_text.hpp ----
 
 namespace torchprobe {
 
 class DirectorySink {
  public:
   static constexpr bool keeps_journal = true;
+  static constexpr bool writes_in_background = true;  // details/step_writer.hpp
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
@@ -2288,16 +2817,18 @@ class DirectorySink {
   void write_step(const StepDump& d) {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
-    const bool sync = d.records && !d.records->empty();
-    io::write_file_atomic(d.directory + "/dump.json", io::to_python_json(d.dump_json()), 0640, sync);
+    const bool sync = !d.records.empty();
+    step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
     for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
     if (!d.extra_info) return;
-    io::write_file_atomic(d.directory + "/stack.json", io::to_python_json(d.stack_json()), 0640, sync);
-    io::write_file_atomic(d.directory + "/construct.json", io::to_python_json(d.construct_json()), 0640, sync);
+    step_text::write_file(d.directory + "/stack.json", sync,
+                          [&](io::JsonText& out) { step_text::write_stack(out, d); });
+    step_text::write_file(d.directory + "/construct.json", sync,
+                          [&](io::JsonText& out) { step_text::write_construct(out, d); });
   }
 
   void write_debug(const StepDump& d) {
-    io::write_file_atomic(d.directory + "/debug.json", io::to_python_json(d.dump_json()));
+    step_text::write_file(d.directory + "/debug.json", true, [&](io::JsonText& out) { step_text::write_dump(out, d); });
   }
 };
 
@@ -2540,154 +3071,6 @@ class OpRegistry {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/op_registry.hpp ----
-// ---- begin torchprobe/core/tensor_json.hpp ----
-// The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
-// statistics slots and requires_grad, in msprobe's key order.
-
-#include <c10/util/SmallVector.h>
-
-
-// ---- begin torchprobe/core/tensor_stats.hpp ----
-// The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
-
-namespace torchprobe {
-
-// One statistic. Max/Min keep the tensor's own kind (an int64 max stays a JSON integer, a bool
-// tensor's max is `true`), Mean/Norm are doubles, and anything undefined is JSON null.
-struct StatValue {
-  enum class Kind : std::uint8_t { Null, Bool, Int, Float };
-  Kind kind = Kind::Null;
-  bool b = false;
-  std::int64_t i = 0;
-  double d = 0.0;
-
-  static StatValue null() { return {}; }
-  static StatValue boolean(bool v) {
-    StatValue s;
-    s.kind = Kind::Bool;
-    s.b = v;
-    return s;
-  }
-  static StatValue integer(std::int64_t v) {
-    StatValue s;
-    s.kind = Kind::Int;
-    s.i = v;
-    return s;
-  }
-  static StatValue real(double v) {
-    StatValue s;
-    s.kind = Kind::Float;
-    s.d = v;
-    return s;
-  }
-
-  bool is_null() const { return kind == Kind::Null; }
-  // The value as a double (NaN for null), for comparisons and overflow checks.
-  double as_double() const {
-    switch (kind) {
-      case Kind::Bool: return b ? 1.0 : 0.0;
-      case Kind::Int: return static_cast<double>(i);
-      case Kind::Float: return d;
-      case Kind::Null: break;
-    }
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-};
-
-inline void to_json(nlohmann::ordered_json& j, const StatValue& v) {
-  switch (v.kind) {
-    case StatValue::Kind::Null: j = nullptr; return;
-    case StatValue::Kind::Bool: j = v.b; return;
-    case StatValue::Kind::Int: j = v.i; return;
-    case StatValue::Kind::Float: j = v.d; return;
-  }
-}
-
-struct TensorStats {
-  StatValue max, min, mean, norm;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/tensor_stats.hpp ----
-
-namespace torchprobe {
-
-// Python's str(torch.dtype) for each ATen scalar type.
-inline std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    case at::kComplexHalf: return "torch.complex32";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    case at::kQInt8: return "torch.qint8";
-    case at::kQUInt8: return "torch.quint8";
-    case at::kQInt32: return "torch.qint32";
-    case at::kQUInt4x2: return "torch.quint4x2";
-    default: {
-      // Newer dtypes (float8 variants, unsigned ints of torch 2.x): ATen's name, lower-cased.
-      std::string s = c10::toString(t);
-      for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return "torch." + s;
-    }
-  }
-}
-
-// {"type", "dtype", "shape"}: the keys that lead every tensor item.
-inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
-  j["type"] = "torch.Tensor";
-  j["dtype"] = dtype_name(t.scalar_type());
-  j["shape"] = t.sizes().vec();
-  return j;
-}
-
-inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
-  j["Max"] = s.max;
-  j["Min"] = s.min;
-  j["Mean"] = s.mean;
-  j["Norm"] = s.norm;
-}
-
-// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
-// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
-// training thread neither allocates nor frees a JSON tree per tensor.
-struct TensorSummary {
-  at::ScalarType dtype = at::kFloat;
-  c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
-  TensorStats stats;
-  bool requires_grad = false;
-};
-
-// The item exactly as tensor_header + put_stats + requires_grad write it.
-inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
-  using object_t = nlohmann::ordered_json::object_t;
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  object_t& o = j.get_ref<object_t&>();
-  o.reserve(8);
-  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
-  o.emplace_back("type", "torch.Tensor");
-  o.emplace_back("dtype", dtype_name(s.dtype));
-  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
-  o.emplace_back("Max", s.stats.max);
-  o.emplace_back("Min", s.stats.min);
-  o.emplace_back("Mean", s.stats.mean);
-  o.emplace_back("Norm", s.stats.norm);
-  o.emplace_back("requires_grad", s.requires_grad);
-  return j;
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/tensor_json.hpp ----
 
 namespace torchprobe::capture {
 
@@ -4355,11 +4738,12 @@ inline bool is_debug_entry(const std::string& name) {
 //                    gradient (which records no inputs of its own)
 //   new_origin       a later entry with finite inputs and a non-finite output that does not contain
 //                    the origin: a second, independent overflow
-inline Json summarize(const std::vector<Record>& records, std::int64_t step, bool limit_reached) {
+inline Json summarize(const std::vector<const Record*>& records, std::int64_t step, bool limit_reached) {
   std::unordered_map<std::string, std::string> parent_of;
   std::unordered_set<std::string> names;
   std::size_t calls_seen = 0;
-  for (const Record& r : records) {
+  for (const Record* record : records) {
+    const Record& r = *record;
     if (is_debug_entry(r.name)) continue;
     ++calls_seen;
     names.insert(r.name);
@@ -4370,7 +4754,8 @@ inline Json summarize(const std::vector<Record>& records, std::int64_t step, boo
   const Record* origin = nullptr;
   std::unordered_set<std::string> around_origin;  // the origin's enclosing modules
   Json calls = Json::array();
-  for (const Record& r : records) {
+  for (const Record* record : records) {
+    const Record& r = *record;
     if (is_debug_entry(r.name)) continue;
     const NonFiniteTensors n = nonfinite_tensors(r);
     const std::string forward = forward_name_of(r.name);
@@ -4426,6 +4811,7 @@ inline Json summarize(const std::vector<Record>& records, std::int64_t step, boo
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <set>
 #include <thread>
 
 
@@ -4438,12 +4824,11 @@ inline Json summarize(const std::vector<Record>& records, std::int64_t step, boo
 //   <message>
 //   <blank line>
 // A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
-// written once until reset() (the dumper calls it at every step). Logging must never make things
+// written once per log file until reset() (the dumper calls it at every step). Logging must never make things
 // worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
 // Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
 // or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
 #include <ctime>
-#include <set>
 #include <typeinfo>
 
 
@@ -4480,23 +4865,20 @@ class ErrorLog {
   bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
     try {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!seen_.emplace(std::string(what), std::string(kind)).second) return false;
-      std::string entry = "[" + timestamp() + "] [ERROR] ";
-      entry.append(what).append(" failed: name=").append(name);
-      entry += ", pid=" + std::to_string(::getpid()) + "\n";
-      entry.append(message).append("\n\n");
-      const std::string file = file_path_locked();
-      int err = write_pending_locked();
-      if (err == 0) err = append(file, entry);
-      if (err != 0) {
-        fallback(file, err, what, name, message);
-        if (pending_bytes_ + entry.size() <= kMaxPending) {
-          pending_bytes_ += entry.size();
-          pending_.emplace_back(file, std::move(entry));
-        }
-      }
-      return true;
+      return log_locked(file_path_locked(), what, name, kind, message);
     } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // The same, to the log of `directory` rather than the current one: a step written after the
+  // next one began (details/step_writer.hpp) reports to its own log. De-duplicated per directory.
+  bool log_in(std::string_view directory, std::string_view what, std::string_view name,
+              const std::exception& e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      return log_locked(file_path_of(std::string(directory)), what, name, type_name(e), e.what());
+    } catch (...) {
       return false;
     }
   }
@@ -4531,6 +4913,25 @@ class ErrorLog {
  private:
   static constexpr std::size_t kMaxPending = 64 * 1024;
 
+  bool log_locked(const std::string& file, std::string_view what, std::string_view name, std::string_view kind,
+                  std::string_view message) {
+    if (!seen_.emplace(file, std::string(what), std::string(kind)).second) return false;
+    std::string entry = "[" + timestamp() + "] [ERROR] ";
+    entry.append(what).append(" failed: name=").append(name);
+    entry += ", pid=" + std::to_string(::getpid()) + "\n";
+    entry.append(message).append("\n\n");
+    int err = write_pending_locked();
+    if (err == 0) err = append(file, entry);
+    if (err != 0) {
+      fallback(file, err, what, name, message);
+      if (pending_bytes_ + entry.size() <= kMaxPending) {
+        pending_bytes_ += entry.size();
+        pending_.emplace_back(file, std::move(entry));
+      }
+    }
+    return true;
+  }
+
   // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
   // of the first that still fails (it and those after it stay kept).
   int write_pending_locked() {
@@ -4542,9 +4943,10 @@ class ErrorLog {
     return 0;
   }
 
-  std::string file_path_locked() const {
-    if (dir_.empty()) return kFileName;
-    return dir_.back() == '/' ? dir_ + kFileName : dir_ + "/" + kFileName;
+  std::string file_path_locked() const { return file_path_of(dir_); }
+  static std::string file_path_of(const std::string& dir) {
+    if (dir.empty()) return kFileName;
+    return dir.back() == '/' ? dir + kFileName : dir + "/" + kFileName;
   }
 
   // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
@@ -4601,8 +5003,8 @@ class ErrorLog {
 
   mutable std::mutex mu_;
   std::string dir_;
-  std::set<std::pair<std::string, std::string>> seen_;
-  std::deque<std::pair<std::string, std::string>> pending_;  // {file, entry} not written yet
+  std::set<std::tuple<std::string, std::string, std::string>> seen_;  // {file, what, kind}
+  std::deque<std::pair<std::string, std::string>> pending_;           // {file, entry} not written yet
   std::size_t pending_bytes_ = 0;
 };
 
@@ -5103,6 +5505,8 @@ struct WriterState : BudgetState {
   std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
   std::size_t writing = 0;
   std::chrono::steady_clock::time_point busy_since{};
+  std::uint64_t submitted = 0;          // files ever submitted: the next one's number
+  std::set<std::uint64_t> outstanding;  // numbers of the files queued or being written
 
   std::mutex log_mu;
   ErrorLog log;
@@ -5114,6 +5518,7 @@ struct WriteJob {
   std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
   Reservation memory;   // declared before `data`, so the snapshot is freed first
   at::Tensor data;
+  std::uint64_t number = 0;
 };
 }  // namespace detail
 
@@ -5170,7 +5575,8 @@ class TensorWriter {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       if (threads_.empty()) start_threads();
-      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data)});
+      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data), s.submitted});
+      s.outstanding.insert(s.submitted++);
       ++s.in_flight;
     }
     s.work.notify_one();
@@ -5181,6 +5587,18 @@ class TensorWriter {
     detail::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.in_flight == 0; });
+  }
+
+  // The number of files submitted so far: flush(ticket()) returns once they are written, whatever
+  // is submitted after (a step being written while the next one saves tensors).
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->submitted;
+  }
+  void flush(std::uint64_t ticket) {
+    detail::WriterState& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
   }
 
   Stats stats() const {
@@ -5234,6 +5652,7 @@ class TensorWriter {
         std::lock_guard<std::mutex> lock(s.mu);
         if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
         --s.in_flight;
+        s.outstanding.erase(job.number);
         if (ok) {
           ++s.files;
           s.bytes_written += bytes;
@@ -5441,7 +5860,7 @@ class OverflowCheckTask {
   }
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
-  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<Record>& records,
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<const Record*>& records,
                                                                          std::int64_t step) const {
     nlohmann::ordered_json summary = overflow::summarize(records, step, ended());
     if (summary.is_null()) return {};
@@ -6028,7 +6447,9 @@ struct builtin_task {
 // and where a step goes (the sink), composed.
 //
 // Not started, it registers nothing and costs nothing. start() registers the capture; stop()
-// removes it and writes the step's files; step() moves to the next step{N}/ directory.
+// removes it and hands the step's files to the writer's thread (DirectorySink: they are written
+// in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
+// The destructor writes everything still pending.
 // save(value, name) is msprobe's single-point save (debug.json); it needs no start().
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
@@ -6466,18 +6887,27 @@ c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::siz
 // Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
 // and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
 
+#include <variant>
 
 
 namespace torchprobe::capture {
 
-// One captured value, in whichever form was cheapest to keep.
+// One captured value, in whichever form was cheapest to keep (one at a time: an open step holds
+// one of these per argument of every call, so the forms share their storage).
 struct CapturedValue {
-  enum class Form : std::uint8_t { Summary, Plain, Json };
-  Form form = Form::Json;
+  enum class Form : std::uint8_t { Json, Summary, Plain };  // in the order of `data`'s alternatives
+  // Json: encoded at capture (tensor lists, tensors the task describes itself); Summary: a CPU
+  // tensor's statistics item; Plain: a value without tensors, encoded when written.
+  std::variant<nlohmann::ordered_json, TensorSummary, c10::IValue> data;
   ArgKind kind = ArgKind::Generic;
-  TensorSummary tensor;         // Summary: a CPU tensor's statistics item
-  c10::IValue value;            // Plain: a value without tensors, encoded when written
-  nlohmann::ordered_json json;  // Json: encoded at capture (tensor lists, tensors the task describes itself)
+
+  Form form() const { return static_cast<Form>(data.index()); }
+  TensorSummary& make_summary() { return data.emplace<TensorSummary>(); }
+  void set_plain(const c10::IValue& v) { data.emplace<c10::IValue>(v); }
+  void set_json(nlohmann::ordered_json j) { data.emplace<nlohmann::ordered_json>(std::move(j)); }
+  const TensorSummary& tensor() const { return std::get<TensorSummary>(data); }
+  const c10::IValue& value() const { return std::get<c10::IValue>(data); }
+  const nlohmann::ordered_json& json() const { return std::get<nlohmann::ordered_json>(data); }
 
   // Values that hold no tensor and are cheap to keep as they are. Everything else (lists of
   // tensors, tuples, dicts, objects) is encoded at capture, as before.
@@ -6487,16 +6917,34 @@ struct CapturedValue {
   }
 
   nlohmann::ordered_json to_json() const {
-    switch (form) {
-      case Form::Summary: return tensor_item(tensor);
+    switch (form()) {
+      case Form::Summary: return tensor_item(tensor());
       case Form::Plain: {
         auto no_tensors = [](const at::Tensor&, const Site&) { return nlohmann::ordered_json(); };
         ValueEncoder<decltype(no_tensors)> encode(no_tensors);
-        return encode.encode(value, kind, Site{});
+        return encode.encode(value(), kind, Site{});
       }
       case Form::Json: break;
     }
-    return json;
+    return json();
+  }
+
+  // to_json() as text, at `depth`: the common forms without building a tree.
+  void write(io::JsonText& out, int depth) const {
+    switch (form()) {
+      case Form::Summary: return io::write_tensor_item(out, tensor(), depth);
+      case Form::Plain: {
+        const c10::IValue& v = value();
+        if (v.isNone()) return out.null();
+        if (v.isBool()) return io::write_typed(out, "bool", depth, [&] { out.boolean(v.toBool()); });
+        if (v.isDouble()) return io::write_typed(out, "float", depth, [&] { out.real(v.toDouble()); });
+        if (v.isInt() && kind == ArgKind::Generic)
+          return io::write_typed(out, "int", depth, [&] { out.integer(v.toInt()); });
+        return io::write_json_value(out, to_json(), depth);
+      }
+      case Form::Json: break;
+    }
+    io::write_json_value(out, json(), depth);
   }
 };
 
@@ -6536,6 +6984,34 @@ class CapturedCall final : public DeferredBody {
         if (i.section == Section::Output) out.push_back(i.value.to_json());
       body["output"] = std::move(out);
     }
+  }
+
+  void write_members(io::JsonText& out, int depth, std::size_t& count) const override {
+    if (has_inputs) {
+      out.plain_key(count++, depth, "\"input_args\": ");
+      write_section(out, Section::Arg, depth + 1);
+      out.plain_key(count++, depth, "\"input_kwargs\": ");
+      write_section(out, Section::Kwarg, depth + 1);
+    }
+    if (has_outputs) {
+      out.plain_key(count++, depth, "\"output\": ");
+      write_section(out, Section::Output, depth + 1);
+    }
+  }
+
+ private:
+  // input_args and output are lists, input_kwargs an object keyed by the arguments' names.
+  void write_section(io::JsonText& out, Section section, int depth) const {
+    const bool keyed = section == Section::Kwarg;
+    keyed ? out.open_object() : out.open_array();
+    std::size_t n = 0;
+    for (const Item& i : items) {
+      if (i.section != section) continue;
+      keyed ? out.key(n, depth, *i.name) : out.item(n, depth);
+      ++n;
+      i.value.write(out, depth + 1);
+    }
+    keyed ? out.close_object(n, depth) : out.close_array(n, depth);
   }
 };
 
@@ -6795,28 +7271,74 @@ class StepState {
     records_.push_back(std::move(r));
   }
 
-  // Runs f(records) with the records in dump order and every deferred statistic resolved
-  // (one device-to-host copy for all of them).
-  template <class F>
-  void with_records(F&& f) {
+  // Everything the step has recorded so far, for a writer that may run after the step moved on.
+  struct Sealed {
+    std::vector<const Record*> records;  // in dump order
+    std::shared_ptr<const void> owner;   // keeps `records` alive
+    std::size_t bytes = 0;               // about what the records take in memory
+  };
+
+  // The records committed since the last seal(), with every deferred statistic resolved (one
+  // device-to-host copy for all of them), become an immutable batch; returns every batch of the
+  // step in dump order. A step stopped and started again has several batches: each is sorted, and
+  // they are merged by `order`, an earlier batch first among equals (a repeated name keeps its
+  // last value, as when it was committed).
+  Sealed seal() {
     std::lock_guard<std::mutex> lock(mutex_);
-    resolve_pending();
-    const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
-    // Mostly in order already (API entries commit in call order): sorting would move every record.
-    if (!std::is_sorted(records_.begin(), records_.end(), by_order))
-      std::stable_sort(records_.begin(), records_.end(), by_order);
-    f(static_cast<const std::vector<Record>&>(records_));
+    if (!records_.empty() || sealed_.empty()) {
+      resolve_pending();
+      const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
+      // Mostly in order already (API entries commit in call order): sorting would move every record.
+      if (!std::is_sorted(records_.begin(), records_.end(), by_order))
+        std::stable_sort(records_.begin(), records_.end(), by_order);
+      auto batch = std::make_shared<std::vector<Record>>(std::move(records_));
+      records_ = std::vector<Record>();
+      for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
+      sealed_.push_back(std::move(batch));
+    }
+    Sealed out;
+    const auto by_order = [](const Record* a, const Record* b) { return a->order < b->order; };
+    for (const auto& batch : sealed_) {
+      const std::size_t before = out.records.size();
+      for (const Record& r : *batch) out.records.push_back(&r);
+      if (before > 0 && !batch->empty() && out.records[before]->order < out.records[before - 1]->order)
+        std::inplace_merge(out.records.begin(), out.records.begin() + static_cast<std::ptrdiff_t>(before),
+                           out.records.end(), by_order);
+    }
+    out.owner = std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(sealed_);
+    out.bytes = sealed_bytes_;
+    return out;
   }
 
+  // Records committed and not sealed, and in sealed batches.
   std::size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return records_.size();
+    std::size_t n = records_.size();
+    for (const auto& batch : sealed_) n += batch->size();
+    return n;
   }
 
-  // step(): a new step starts with no records, counters at 0, and the scope range closed.
+  // What a record takes in memory, about: a writer's backlog is bounded by it (max_pending_mb).
+  static std::size_t estimated_bytes(const Record& r) {
+    constexpr std::size_t kRest = 256;  // its body (compact or JSON), parent and call stack
+    return sizeof(Record) + r.name.capacity() + kRest;
+  }
+
+  // The step's sealed batches leave the state (the step has ended): whoever takes them decides on
+  // which thread they are freed (the writer's: a large step takes a while to free).
+  std::vector<std::shared_ptr<const std::vector<Record>>> take_sealed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sealed_bytes_ = 0;
+    return std::move(sealed_);
+  }
+
+  // step(): a new step starts with no records, counters at 0, and the scope range closed. Batches
+  // handed to a writer stay alive with it.
   void reset() {
     std::lock_guard<std::mutex> lock(mutex_);
     records_.clear();
+    sealed_.clear();
+    sealed_bytes_ = 0;
     counters_.clear();
     std::fill(api_counters_.begin(), api_counters_.end(), 0);
     next_order_ = 0;
@@ -6862,7 +7384,9 @@ class StepState {
 
   mutable std::mutex mutex_;
   NameFilter filter_;
-  std::vector<Record> records_;
+  std::vector<Record> records_;                                     // committed since the last seal()
+  std::vector<std::shared_ptr<const std::vector<Record>>> sealed_;  // the step's earlier records
+  std::size_t sealed_bytes_ = 0;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
   std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id
   std::uint64_t next_order_ = 0;
@@ -6874,9 +7398,9 @@ class StepState {
 // The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
 // line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
 // the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
-// at stop()/step(); the journal is removed once the step's files are complete. A journal that is
-// still there marks an interrupted step, and tools/recover_dump.py rebuilds the step's JSON
-// files from it.
+// when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
+// step's files are complete. A journal that is still there marks an interrupted step, and
+// tools/recover_dump.py rebuilds the step's JSON files from it.
 //
 // Format (one JSON object per line, written with the Python-compatible writer):
 //   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
@@ -6884,11 +7408,18 @@ class StepState {
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
+//
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture, the lines waiting at the time in one write(); not fsync'ed: they survive a
-// process crash (but for the ones still queued), not a power loss. Lines that do not fit (a full
-// disk) are lost whole: a write cut short is truncated away, so the journal stays whole lines. A
-// last line cut short (the process died mid-write) is ignored by the reader.
+// behind the capture; not fsync'ed: they survive a process crash (but for the ones still queued),
+// not a power loss. The capturing thread only queues a line: it wakes the journal's thread at the
+// first line after a pause and then once per kBatchLines lines, and the thread writes what has
+// queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
+// do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
+// stays whole lines. A last line cut short (the process died mid-write) is ignored by the reader.
+//
+// The journal of a step outlives the step: retire() hands its file to whoever writes the step's
+// files (lines queued before still go to it), and the next open() starts the next step's file.
+// ticket() and wait_for() let that writer wait for exactly the lines queued before it took over.
 
 
 
@@ -6910,17 +7441,66 @@ class Journal {
   // crash loses a bounded number of them and the queue's memory stays bounded.
   static constexpr std::size_t kMaxQueued = 4096;
   static constexpr std::size_t kBatchLines = 256;
+  static constexpr std::chrono::milliseconds kMaxDelay{2};
+
+  // One journal file. Closed when the last owner lets go of it (the journal's thread holds it
+  // while lines for it are queued).
+  class File {
+   public:
+    File(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+    File(const File&) = delete;
+    File& operator=(const File&) = delete;
+    ~File() { close(); }
+
+    const std::string& path() const { return path_; }
+    bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+
+    // The file stays (a step whose files could not be written: tools/recover_dump.py needs it);
+    // lines still to come for it are dropped.
+    void close() {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.exchange(-1);
+      if (fd >= 0) ::close(fd);
+    }
+    // The step's files are complete: the journal is no longer needed.
+    void remove() {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.exchange(-1);
+      if (fd >= 0) ::close(fd);
+      ::unlink(path_.c_str());
+    }
+
+    // Appends `text` (whole lines, each ending in a newline) in one write(). Returns 0 or the
+    // errno of the failure.
+    int append(const std::string& text) {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int fd = fd_.load();
+      if (fd < 0) return 0;
+      struct stat st;
+      const bool sized = ::fstat(fd, &st) == 0;
+      const int err = write_all(fd, text.data(), text.size());
+      // A write cut short (a full disk) must not leave part of a line: lines appended once there
+      // is room again would follow it, and the reader could not go past it.
+      if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+      return err;
+    }
+
+   private:
+    std::mutex mu_;
+    const std::string path_;
+    std::atomic<int> fd_;
+  };
 
   Journal() = default;
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
+  // Writes what is queued, then stops the thread.
   ~Journal() {
-    close();
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
       stopping_ = true;
     }
-    queue_cv_.notify_all();
+    work_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -6928,13 +7508,13 @@ class Journal {
   // journal appears with its header already in it (write_file_atomic: temporary file, then
   // rename), so a process killed at any moment leaves either no journal or one that the recovery
   // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // The file open before (if another) is retired: lines queued for it still go to it.
   // Throws IoError.
   void open(const std::string& path, const std::string& header_line) {
-    drain();  // lines of the previous journal go to it
     std::lock_guard<std::mutex> lock(mu_);
-    if (fd_.load() >= 0 && path == path_) return;
-    close_locked();
-    path_.clear();  // a failed open must not leave remove() the previous step's (kept) journal
+    if (file_ && file_->is_open() && path == file_->path()) return;
+    file_.reset();
+    open_.store(false);
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
@@ -6950,120 +7530,157 @@ class Journal {
         throw IoError("write the journal", path, err);
       }
     }
-    path_ = path;
-    fd_.store(fd);
+    auto file = std::make_shared<File>(path, fd);
+    {
+      std::lock_guard<std::mutex> q(queue_mu_);
+      if (!queue_.empty() && !queue_.back().line)
+        queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
+      else
+        queue_.push_back({nullptr, file});  // the lines after this one go to `file`
+    }
+    file_ = std::move(file);
+    open_.store(true);
   }
 
-  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  bool is_open() const { return open_.load(std::memory_order_relaxed); }
   std::string path() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return path_;
+    return file_ ? file_->path() : std::string();
   }
 
-  // Queues `line`: its text is made and written by the journal's thread, in queue order. The
-  // serialising (several microseconds an entry) and the write() stay off the capturing thread.
+  // Queues `line` for the open file: its text is made and written by the journal's thread, in
+  // queue order. The serialising (several microseconds an entry) and the write() stay off the
+  // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
   void append_later(std::unique_ptr<JournalLine> line) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
-    queue_.push_back(std::move(line));
+    if (queued_lines_ >= kMaxQueued) {
+      ++urgent_;
+      work_cv_.notify_one();
+      room_cv_.wait(lock, [this] { return queued_lines_ < kMaxQueued; });
+      --urgent_;
+    }
+    queue_.push_back({std::move(line), nullptr});
+    ++queued_lines_;
+    ++tickets_;
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    queue_cv_.notify_all();
+    if (idle_ || queued_lines_ == kBatchLines) {
+      idle_ = false;
+      lock.unlock();
+      work_cv_.notify_one();
+    }
   }
 
-  // Waits until every line queued so far is written.
-  void drain() {
+  // The number of lines queued so far: wait_for(ticket()) returns once they are written.
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    return tickets_;
+  }
+  // Waits until the first `ticket` lines ever queued are written (or failed, or dropped).
+  void wait_for(std::uint64_t ticket) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    queue_cv_.wait(lock, [this] { return queue_.empty() && !writing_; });
+    if (done_ >= ticket) return;
+    ++urgent_;
+    work_cv_.notify_one();
+    done_cv_.wait(lock, [&] { return done_ >= ticket; });
+    --urgent_;
+  }
+  // Waits until every line queued so far is written.
+  void drain() { wait_for(ticket()); }
+
+  // The open file leaves the journal (nothing more is appended to it; lines queued for it still
+  // go to it) and is returned, or null when none is open.
+  std::shared_ptr<File> retire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    return std::move(file_);
   }
 
   void close() {
     drain();
-    std::lock_guard<std::mutex> lock(mu_);
-    close_locked();
+    if (auto f = retire()) f->close();
   }
 
   // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_.clear();
-      queue_cv_.notify_all();
-      queue_cv_.wait(lock, [this] { return !writing_; });
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string path = path_;
-    close_locked();
-    if (!path.empty()) ::unlink(path.c_str());
-    path_.clear();
+    if (auto f = retire()) f->remove();
   }
 
  private:
-  // Appends `line` and a newline in one write(). Returns 0 or the errno of the failure.
-  int append(const std::string& line) {
-    std::string text;
-    text.reserve(line.size() + 1);
-    text += line;
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mu_);
-    const int fd = fd_.load();
-    if (fd < 0) return 0;
-    struct stat st;
-    const bool sized = ::fstat(fd, &st) == 0;
-    const int err = write_all(fd, text.data(), text.size());
-    // A write cut short (a full disk) must not leave part of a line: lines appended once there is
-    // room again would follow it, and the reader could not go past it.
-    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
-    return err;
-  }
+  struct Item {
+    std::unique_ptr<JournalLine> line;  // null for a marker:
+    std::shared_ptr<File> file;         // the lines after the marker go to this file
+  };
 
   void run() {
+    std::shared_ptr<File> file;  // where lines go
     std::unique_lock<std::mutex> lock(queue_mu_);
     for (;;) {
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      // Whatever has queued up (up to kBatchLines) goes out in one write().
-      std::vector<std::unique_ptr<JournalLine>> batch;
-      while (!queue_.empty() && batch.size() < kBatchLines) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      if (queue_.empty()) {
+        if (stopping_) return;
+        idle_ = true;
+        work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        idle_ = false;
+        continue;
       }
-      writing_ = true;
-      queue_cv_.notify_all();  // room in the queue again
+      // A few lines: let more queue up, unless someone waits for them.
+      if (queued_lines_ < kBatchLines && urgent_ == 0 && !stopping_)
+        work_cv_.wait_for(lock, kMaxDelay, [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
+      std::deque<Item> batch;
+      batch.swap(queue_);
+      const std::size_t lines = queued_lines_;
+      queued_lines_ = 0;
       lock.unlock();
-      std::string text;
-      const JournalLine* first = nullptr;
-      for (const auto& line : batch) {
-        try {
-          std::string t = line->text();
-          if (!text.empty()) text += '\n';
-          text += t;
-          if (!first) first = line.get();
-        } catch (const std::exception&) {
-          line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
-        }
-      }
-      if (first)
-        if (const int err = append(text)) first->failed(err);
+      room_cv_.notify_all();
+      write_batch(batch, file);
       batch.clear();
       lock.lock();
-      writing_ = false;
-      queue_cv_.notify_all();
+      done_ += lines;
+      done_cv_.notify_all();
     }
   }
 
-  void close_locked() {
-    const int fd = fd_.exchange(-1);
-    if (fd >= 0) ::close(fd);
+  // Consecutive lines of one file go out in one write().
+  static void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
+    std::string text;
+    const JournalLine* first = nullptr;
+    auto write_out = [&] {
+      if (first && file)
+        if (const int err = file->append(text)) first->failed(err);
+      text.clear();
+      first = nullptr;
+    };
+    for (Item& item : batch) {
+      if (!item.line) {
+        write_out();
+        file = std::move(item.file);
+        continue;
+      }
+      if (!file || !file->is_open()) continue;  // removed, or closed: nothing more goes to it
+      try {
+        text += item.line->text();
+        text += '\n';
+        if (!first) first = item.line.get();
+      } catch (const std::exception&) {
+        item.line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+      }
+    }
+    write_out();
   }
 
-  mutable std::mutex mu_;
-  std::atomic<int> fd_{-1};
-  std::string path_;
+  mutable std::mutex mu_;  // file_
+  std::shared_ptr<File> file_;
+  std::atomic<bool> open_{false};
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::unique_ptr<JournalLine>> queue_;
-  bool writing_ = false;  // the thread holds a line taken from the queue
+  mutable std::mutex queue_mu_;
+  std::condition_variable work_cv_;  // the thread: lines to write, or someone waits
+  std::condition_variable room_cv_;  // capturing threads: the queue has room again
+  std::condition_variable done_cv_;  // wait_for(): lines were written
+  std::deque<Item> queue_;
+  std::size_t queued_lines_ = 0;  // lines in queue_ (markers are not counted)
+  std::uint64_t tickets_ = 0;     // lines ever queued
+  std::uint64_t done_ = 0;        // lines ever written, failed or dropped
+  int urgent_ = 0;                // threads waiting for lines to be written, or for room
+  bool idle_ = false;             // the thread waits for a first line
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -7091,7 +7708,7 @@ template <class T, class = void>
 struct task_adds_files : std::false_type {};
 template <class T>
 struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
-                              std::declval<const std::vector<Record>&>(), std::int64_t()))>> : std::true_type {};
+                              std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
 
 template <class TaskT>
 class Recorder {
@@ -7178,13 +7795,20 @@ class Recorder {
   }
 
   // Waits until every tensor file handed over so far is written.
-  void flush_tensor_files() {
-    std::shared_ptr<io::TensorWriter> w;
-    {
-      std::lock_guard<std::mutex> lock(files_mu_);
-      w = writer_;
-    }
-    if (w) w->flush();
+  void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
+
+  // The tensor files handed over so far; wait_tensor_files() waits for them (and no others) on
+  // the thread that writes the step's JSON files.
+  struct FilesTicket {
+    std::shared_ptr<io::TensorWriter> writer;  // null when no file was handed over yet
+    std::uint64_t number = 0;
+  };
+  FilesTicket tensor_files_ticket() {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    return writer_ ? FilesTicket{writer_, writer_->ticket()} : FilesTicket{};
+  }
+  static void wait_tensor_files(const FilesTicket& t) {
+    if (t.writer) t.writer->flush(t.number);
   }
 
  private:
@@ -7240,21 +7864,23 @@ class Recorder {
           journal_(journal) {}
 
     std::string text() const override {
-      std::string line = "{\"file\": \"";
-      line += file_;
-      line += "\", \"name\": ";
-      line += io::to_python_json(nlohmann::ordered_json(name_), -1);
-      line += ", \"order\": ";
-      line += std::to_string(order_);
+      std::string line;
+      line.reserve(256);
+      io::JsonText out(line, /*indent=*/-1);
+      out.raw("{\"file\": \"");
+      out.raw(file_);
+      out.raw("\", \"name\": ");
+      out.string(name_);
+      out.raw(", \"order\": ");
+      out.integer(order_);
       if (parent_) {
-        line += ", \"parent\": ";
-        line += parent_->empty() ? std::string("null") : io::to_python_json(nlohmann::ordered_json(*parent_), -1);
+        out.raw(", \"parent\": ");
+        parent_->empty() ? out.null() : out.string(*parent_);
       }
-      line += ", \"body\": ";
-      // A body kept whole is written as it is; only a compact one is built first.
-      line +=
-          deferred_ ? io::to_python_json(Record::json_of(body_, deferred_.get()), -1) : io::to_python_json(body_, -1);
-      line += '}';
+      out.raw(", \"body\": ");
+      io::write_body(out, body_, deferred_.get(), 0);
+      out.raw("}");
+      out.finish();
       return line;
     }
 
@@ -7469,6 +8095,7 @@ struct BodyAllocator {
 #include <execinfo.h>
 
 
+
 namespace torchprobe::io {
 
 namespace detail {
@@ -7520,6 +8147,24 @@ inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder
   if (n <= 0) n = ::backtrace(buf, max_frames);
   if (n > 0) out.frames.assign(buf, buf + n);
   return out;
+}
+
+// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
+// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
+// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
+// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
+inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
+  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
+  static std::mutex mu;
+  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
+                                              CallStackHash>();  // never freed: entries may outlive static destruction
+  CallStack s = capture_call_stack();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = table->find(s);
+  if (it != table->end()) return it->second;
+  auto shared = std::make_shared<const CallStack>(s);
+  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
+  return shared;
 }
 
 }  // namespace torchprobe::io
@@ -7574,7 +8219,7 @@ class ApiEntries {
       call.record.order = a.order;
       call.record.parent = parents.forward();
       if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
-      if (core_->config().extra_info) call.record.stack = io::capture_call_stack();
+      if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
     if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
@@ -7639,17 +8284,14 @@ class ApiEntries {
     item.name = name;
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (summarized(v, record, c.tensor)) {
-      c.form = CapturedValue::Form::Summary;
-    } else if (CapturedValue::plain(v)) {
-      c.form = CapturedValue::Form::Plain;
-      c.value = v;
+    if (v.isTensor() && summarized(v, record, c.make_summary())) return;
+    if (CapturedValue::plain(v)) {
+      c.set_plain(v);
     } else {
-      c.form = CapturedValue::Form::Json;
       ProbeGuard guard;  // describe() may run ATen ops (device statistics, snapshots to save)
       auto describe = describer(record);
       ValueEncoder<decltype(describe)> encode(describe);
-      c.json = encode.encode(v, kind, site_of(section, index, name));
+      c.set_json(encode.encode(v, kind, site_of(section, index, name)));
     }
   }
 
@@ -8472,7 +9114,7 @@ class ModuleTracker {
             p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
       m.record.body["parameters"] = std::move(params);
     }
-    if (core_->config().extra_info) m.record.stack = io::capture_call_stack();
+    if (core_->config().extra_info) m.record.stack = io::capture_shared_call_stack();
   }
 
   void close_episode(ThreadModules& tm) {
@@ -8977,6 +9619,8 @@ class DebuggerInterface {
   virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
   virtual void stop() noexcept = 0;
   virtual void step() = 0;
+  // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
+  virtual void wait_written() = 0;
   virtual void set_init_step(std::int64_t step) = 0;
   // msprobe's single-point save (debug.json); see Debugger::save.
   virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
@@ -8992,11 +9636,13 @@ class DebuggerInterface {
 // thread; an entry committed on another thread reaches it only through Recorder.
 //
 //   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
-//   flush()      tensor files first (dump.json must not name a file that is not there yet), then
-//                the JSON files; the journal is drained before, so it never holds less than them
+//   flush()      seals the step's records and hands them over; the writer waits for the tensor
+//                files (dump.json must not name a file that is not there yet) and the journal
+//                lines (it never holds less than the JSON files) handed over before, then writes
 //   end_step()   the journal goes once the files are written (a failed write keeps it, for
 //                tools/recover_dump.py)
 //   next_step()  numbers the next step and starts it empty
+//   wait_written()  every step handed over is on disk
 
 
 // ---- begin torchprobe/details/session.hpp ----
@@ -9067,6 +9713,166 @@ class Session {
 
 }  // namespace torchprobe::details
 // ---- end torchprobe/details/session.hpp ----
+// ---- begin torchprobe/details/step_writer.hpp ----
+// The thread that writes finished steps, so that stop()/step() hand a step over and return.
+//
+// Jobs run one at a time, in the order they were handed over (a step flushed twice is written
+// twice, the later write last). The records of the steps waiting to be written are counted against
+// a budget (max_pending_mb): hand-over waits while the budget would be passed and an earlier step
+// is still waiting, so memory stays bounded whatever the trainer does, and it never waits for
+// nothing (one step larger than the budget goes ahead when the queue is empty). The destructor
+// writes everything still queued.
+
+
+namespace torchprobe {
+
+// A sink opts in to being written off the training thread with
+// `static constexpr bool writes_in_background = true` (DirectorySink). Others (MemorySink,
+// NullSink) are written by stop()/step() themselves, so they hold the step when these return.
+template <class Sink, class = void>
+struct sink_writes_in_background : std::false_type {};
+template <class Sink>
+struct sink_writes_in_background<Sink, std::void_t<decltype(Sink::writes_in_background)>>
+    : std::bool_constant<Sink::writes_in_background> {};
+
+namespace details {
+
+class StepWriter {
+ public:
+  struct Stats {
+    std::uint64_t jobs = 0;         // run so far
+    std::uint64_t waits = 0;        // hand-overs that waited for the budget
+    double wait_seconds = 0;        // time those waited
+    std::size_t peak_bytes = 0;     // the most bytes of records waiting at once
+    std::size_t pending_bytes = 0;  // waiting now (queued or being written)
+    std::size_t pending_jobs = 0;
+  };
+
+  explicit StepWriter(std::size_t max_pending_bytes) : max_bytes_(max_pending_bytes > 0 ? max_pending_bytes : 1) {}
+  StepWriter(const StepWriter&) = delete;
+  StepWriter& operator=(const StepWriter&) = delete;
+  ~StepWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      paused_ = false;
+      stopping_ = true;
+    }
+    work_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Queues `job` (it must not throw) for the writer's thread. `bytes`: what it keeps alive until it
+  // has run; `directory`: the step directory it writes (see writes_to()).
+  void submit(std::function<void()> job, std::size_t bytes, std::string directory) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (bytes > 0 && pending_bytes_ + bytes > max_bytes_ && !queue_.empty()) {
+      const auto began = std::chrono::steady_clock::now();
+      ++stats_.waits;
+      done_.wait(lock, [&] { return pending_bytes_ + bytes <= max_bytes_ || queue_.empty(); });
+      stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    }
+    queue_.push_back({std::move(job), bytes, std::move(directory)});
+    pending_bytes_ += bytes;
+    if (pending_bytes_ > stats_.peak_bytes) stats_.peak_bytes = pending_bytes_;
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    lock.unlock();
+    work_.notify_one();
+  }
+
+  // Returns once every job handed over so far has run.
+  void wait_all() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::uint64_t ticket = submitted_ + queue_.size();
+    done_.wait(lock, [&] { return finished_ >= ticket; });
+  }
+
+  // Is a job for `directory` still to run? (A step directory dumped again must wait for it.)
+  bool writes_to(const std::string& directory) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Job& j : queue_)
+      if (j.directory == directory) return true;
+    return running_ && running_directory_ == directory;
+  }
+
+  // For tests: while paused, jobs are queued but none starts (wait_all() would wait for resume()).
+  void pause() {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+  }
+  void resume() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      paused_ = false;
+    }
+    work_.notify_all();
+  }
+
+  Stats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stats s = stats_;
+    s.pending_bytes = pending_bytes_;
+    s.pending_jobs = queue_.size() + (running_ ? 1 : 0);
+    return s;
+  }
+
+ private:
+  struct Job {
+    std::function<void()> run;
+    std::size_t bytes = 0;
+    std::string directory;
+  };
+
+  void run() {
+    ProbeGuard guard;  // whatever the writing does with tensors must not reach the op observer
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_.wait(lock, [this] { return (!queue_.empty() && !paused_) || (stopping_ && queue_.empty()); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      ++submitted_;  // counted as handed to the thread
+      running_ = true;
+      running_directory_ = job.directory;
+      lock.unlock();
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      job.run();
+      job.run = nullptr;  // what the job kept (the step's records) goes before the budget is returned
+      lock.lock();
+      running_ = false;
+      pending_bytes_ -= job.bytes;
+      ++finished_;
+      ++stats_.jobs;
+      done_.notify_all();
+    }
+  }
+
+  // $TORCHPROBE_WRITE_DELAY_MS: every job starts that much later. A testing aid: a program (or
+  // test) that reads the files before wait_written() fails with it every time, not now and then.
+  static std::chrono::milliseconds delay_from_environment() {
+    const char* v = std::getenv("TORCHPROBE_WRITE_DELAY_MS");
+    return std::chrono::milliseconds(v ? std::max(0L, std::strtol(v, nullptr, 10)) : 0L);
+  }
+
+  const std::size_t max_bytes_;
+  const std::chrono::milliseconds delay_ = delay_from_environment();
+  mutable std::mutex mu_;
+  std::condition_variable work_;  // the thread: a job was queued, or resume(), or stop
+  std::condition_variable done_;  // a job finished
+  std::deque<Job> queue_;
+  std::size_t pending_bytes_ = 0;
+  std::uint64_t submitted_ = 0;  // jobs taken by the thread
+  std::uint64_t finished_ = 0;   // jobs that have run
+  bool running_ = false;
+  std::string running_directory_;
+  bool paused_ = false;
+  bool stopping_ = false;
+  Stats stats_;
+  std::thread thread_;
+};
+
+}  // namespace details
+}  // namespace torchprobe
+// ---- end torchprobe/details/step_writer.hpp ----
 // ---- begin torchprobe/io/console.hpp ----
 // What the user must hear at once, on standard error, one line each: TorchProbe never stops
 // training, so this (and dump_error_info.log) is how a problem is seen.
@@ -9086,7 +9892,12 @@ class StepLifecycle {
   static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
 
  public:
-  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core) : core_(std::move(core)), session_(core_->config()) {}
+  explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core)
+      : core_(std::move(core)),
+        session_(core_->config()),
+        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+  // Every step handed over is written first (the writer, declared last, goes first).
+  ~StepLifecycle() { drain(); }
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -9121,7 +9932,12 @@ class StepLifecycle {
   void open() {
     const std::string directory = session_.step_directory();
     if (open_ && directory == directory_) return;
+    // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
+    // go first.
+    if constexpr (kBackground)
+      if (writer_.writes_to(directory)) writer_.wait_all();
     directory_ = directory;
+    written_ = std::make_shared<std::atomic<bool>>(false);
     sink_.open(directory_, TaskT::saves_tensors(core_->config()));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
@@ -9148,51 +9964,65 @@ class StepLifecycle {
   // save() entries (or gradients of saved tensors) committed since the last flush.
   bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
 
-  // Writes what the step has. `release` runs first, inside the error handling: the capture hands
-  // over what it still holds. Never throws: a full disk or a vanished directory must not stop
-  // training; it is reported and the step's journal is kept.
+  // Hands what the step has to the writer. `release` runs first, inside the error handling: the
+  // capture hands over what it still holds. The records are sealed here, on the calling thread,
+  // with their statistics resolved; the tensor files, the journal and the JSON files are waited
+  // for and written on the writer's thread (details/step_writer.hpp) with a sink that writes in
+  // the background, here with another. Never throws: a full disk or a vanished directory must not
+  // stop training; it is reported (in the step's dump_error_info.log and on stderr) and the step's
+  // journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
     if (!has_data_) return;
-    written_ = false;
-    core_->journal().drain();
-    written_ = write([&](StepDump& d) {
+    Job job = new_job();
+    const bool prepared = prepare(job, [&] {
       release();
       core_->decide_held();
-      core_->flush_tensor_files();
-      if (captured_) write_dump(d);  // a step with save() calls only has no dump.json
-      if constexpr (sink_writes_debug<Sink>::value) {
-        if (core_->debug_entries().size() > 0) {
-          core_->debug_entries().with_records([&](const std::vector<Record>& records) {
-            d.level = std::string(level_name(Level::Debug));
-            d.records = &records;
-            sink_.write_debug(d);
-          });
-        }
-      }
+      if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
+      if constexpr (sink_writes_debug<Sink>::value)
+        if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
     });
-    core_->errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
+    if (prepared) hand_over(std::move(job));
   }
 
   // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
   // written now, on the thread that committed the last entry, as msprobe does, not at the next
-  // stop() (the run may well crash on the NaN it just met).
+  // stop() (the run may well crash on the NaN it just met). Returns once they are written.
   void write_now() noexcept {
-    core_->journal().drain();
-    write([&](StepDump& d) {
-      core_->flush_tensor_files();
-      write_dump(d);
-    });
+    Job job = new_job();
+    if (!prepare(job, [&] { job.dump = dump_of(core_->entries(), L, job); })) return;
+    hand_over(std::move(job));
+    wait_written();
   }
 
+  // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
+  // or kept when that write failed (for tools/recover_dump.py).
+  // The step's records go with that job, so that they are freed on the writer's thread.
   void end_step() noexcept {
-    if (written_)
-      core_->journal().remove();
-    else
-      core_->journal().close();
+    std::shared_ptr<io::Journal::File> file;
+    if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
+    try {
+      auto records =
+          std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(core_->entries().take_sealed());
+      for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
+      if (file || (kBackground && !records->empty()))
+        run_or_queue(
+            [core = core_, file, ticket = core_->journal().ticket(), written = written_, records] {
+              (void)records;  // freed with this job, on the writer's thread
+              if (!file) return;
+              core->journal().wait_for(ticket);
+              if (written->load())
+                file->remove();
+              else
+                file->close();
+            },
+            0);
+    } catch (const std::exception& e) {  // no memory for the job: the journal stays, closed
+      if (file) file->close();
+      core_->errors().log("write_journal", directory_, e);
+    }
     open_ = false;
-    written_ = false;
   }
 
   // After end_step(): the next step, empty.
@@ -9203,33 +10033,119 @@ class StepLifecycle {
     captured_ = false;
   }
 
+  // Returns once every step handed over so far is written (at once when the sink writes in the
+  // foreground).
+  void wait_written() noexcept {
+    if constexpr (kBackground) writer_.wait_all();
+  }
+  // The same, even with the writer paused (a test's pause() must not hang the destructor).
+  void drain() noexcept {
+    if constexpr (kBackground) {
+      writer_.resume();
+      writer_.wait_all();
+    }
+  }
+  StepWriter& writer() { return writer_; }
+
  private:
+  static constexpr bool kBackground = sink_writes_in_background<Sink>::value;
+
+  // One hand-over: what the writer's thread writes, and what it waits for first.
+  struct Job {
+    std::string directory;
+    std::int64_t step = 0;
+    std::optional<StepDump> dump;                 // dump.json, stack.json, construct.json and the task's files
+    std::optional<StepDump> debug;                // debug.json
+    typename Recorder<TaskT>::FilesTicket files;  // tensor files handed over before
+    std::uint64_t journal_lines = 0;              // journal lines queued before
+    std::size_t bytes = 0;                        // what the sealed records take, about
+    std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
+  };
+
+  Job new_job() const {
+    Job job;
+    job.directory = directory_;
+    job.step = session_.step();
+    job.written = written_;
+    return job;
+  }
+
+  // Runs `body` (it seals the records), then takes the tickets: everything committed so far is
+  // waited for. False when it failed, which is reported.
   template <class Body>
-  bool write(Body&& body) noexcept {
+  bool prepare(Job& job, Body&& body) noexcept {
     try {
-      StepDump d;
-      d.task = std::string(task_name(TaskT::kind));
-      d.directory = directory_;
-      d.step = session_.step();
-      d.extra_info = core_->config().extra_info;
-      d.dump_data_dir = dump_data_dir();
-      body(d);
+      body();
+      job.files = core_->tensor_files_ticket();
+      job.journal_lines = core_->journal().ticket();
       return true;
     } catch (const std::exception& e) {
-      core_->errors().log("write_json", directory_, e);
-      io::tell_user("could not write the dump of step " + std::to_string(session_.step()) + ": " + e.what());
+      written_->store(false);
+      report(*core_, job, e);
       return false;
     }
   }
 
-  // dump.json, stack.json and construct.json, and the files the task adds (overflow_summary.json).
-  void write_dump(StepDump& d) {
-    core_->entries().with_records([&](const std::vector<Record>& records) {
-      d.level = std::string(level_name(L));
-      d.records = &records;
-      if constexpr (task_adds_files<TaskT>::value) d.task_files = core_->task().step_files(records, d.step);
-      sink_.write_step(d);
-    });
+  void hand_over(Job&& job) noexcept {
+    try {
+      const std::size_t bytes = job.bytes;
+      auto shared = std::make_shared<Job>(std::move(job));
+      run_or_queue([core = core_, sink = &sink_, shared] { write(*core, *sink, *shared); }, bytes);
+    } catch (const std::exception& e) {  // out of memory for the job itself
+      core_->errors().log("write_json", directory_, e);
+    }
+  }
+
+  void run_or_queue(std::function<void()> f, std::size_t bytes) {
+    if constexpr (kBackground)
+      writer_.submit(std::move(f), bytes, directory_);
+    else
+      f();
+  }
+
+  // On the writer's thread (or the caller's, for a foreground sink): dump.json must not name a
+  // tensor file that is not there yet, nor hold more entries than the journal.
+  static void write(Recorder<TaskT>& core, Sink& sink, const Job& job) noexcept {
+    bool ok = true;
+    try {
+      Recorder<TaskT>::wait_tensor_files(job.files);
+      core.journal().wait_for(job.journal_lines);
+      if (job.dump) sink.write_step(*job.dump);
+      if constexpr (sink_writes_debug<Sink>::value)
+        if (job.debug) sink.write_debug(*job.debug);
+    } catch (const std::exception& e) {
+      ok = false;
+      report(core, job, e);
+    }
+    job.written->store(ok);
+    core.errors().retry();  // entries a full disk kept out of dump_error_info.log earlier
+  }
+
+  // To the step's own dump_error_info.log, whichever step is running now.
+  static void report(Recorder<TaskT>& core, const Job& job, const std::exception& e) noexcept {
+    core.errors().log_in(job.directory, "write_json", job.directory, e);
+    try {
+      io::tell_user("could not write the dump of step " + std::to_string(job.step) + ": " + e.what());
+    } catch (...) {
+    }
+  }
+
+  // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
+  StepDump dump_of(StepState& state, Level level, Job& job) {
+    StepState::Sealed sealed = state.seal();
+    StepDump d;
+    d.task = std::string(task_name(TaskT::kind));
+    d.level = std::string(level_name(level));
+    d.directory = directory_;
+    d.step = session_.step();
+    d.extra_info = core_->config().extra_info;
+    d.dump_data_dir = dump_data_dir();
+    d.records = std::move(sealed.records);
+    d.owner = std::move(sealed.owner);
+    if constexpr (task_adds_files<TaskT>::value)
+      if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
+    job.bytes += sealed.bytes;
+    return d;
   }
 
   nlohmann::ordered_json dump_data_dir() const {
@@ -9254,12 +10170,14 @@ class StepLifecycle {
   Session session_;
   Sink sink_;
   std::string directory_;
-  bool open_ = false;                        // this step's directory (and journal) are open
-  bool has_data_ = false;                    // a capture or a save() ran in this step
-  bool captured_ = false;                    // a capture ran in this step: it has a dump.json
-  bool written_ = false;                     // the step's files were written by the last flush
+  bool open_ = false;      // this step's directory (and journal) are open
+  bool has_data_ = false;  // a capture or a save() ran in this step
+  bool captured_ = false;  // a capture ran in this step: it has a dump.json
+  // The step's files were written by its last hand-over (set by the writer).
+  std::shared_ptr<std::atomic<bool>> written_ = std::make_shared<std::atomic<bool>>(false);
   bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
   std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
+  StepWriter writer_;                        // last: its jobs use the members above
 };
 
 }  // namespace torchprobe::details
@@ -9289,12 +10207,16 @@ class BasicDebugger final : public DebuggerInterface {
   BasicDebugger(const BasicDebugger&) = delete;
   BasicDebugger& operator=(const BasicDebugger&) = delete;
 
-  // Writes what the step has; the journal goes once the files are written.
+  // Writes what the step has, and every step still pending; the journal goes once the files are
+  // written. A Debugger with static storage duration does this at exit; a process that ends
+  // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
+  // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
   ~BasicDebugger() override {
     core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
     stop();
     if (step_.saves_unflushed()) flush();
     step_.end_step();
+    step_.drain();
   }
 
   void start() { start_with(ModelRef{}, std::nullopt); }
@@ -9363,6 +10285,11 @@ class BasicDebugger final : public DebuggerInterface {
     }
   }
 
+  // Returns once the files of every step handed over so far (by stop(), step(), or the task
+  // ending the dump) are complete on disk, or their failure is reported. stop() and step() do not
+  // wait with a sink that writes in the background (DirectorySink); read the files after this.
+  void wait_written() override { step_.wait_written(); }
+
   void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
   const Config& config() const override { return core_->config(); }
@@ -9371,6 +10298,8 @@ class BasicDebugger final : public DebuggerInterface {
   const std::string& directory() const { return step_.directory(); }
   Sink& sink() { return step_.sink(); }
   TaskT& task() { return core_->task(); }
+  // The thread that writes handed-over steps (statistics; pause()/resume() for tests).
+  details::StepWriter& background_writer() { return step_.writer(); }
 
  private:
   void flush() noexcept {
@@ -9579,6 +10508,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   }
   void stop() noexcept override { impl_->stop(); }
   void step() override { impl_->step(); }
+  void wait_written() override { impl_->wait_written(); }
   void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
     impl_->save(value, name, save_backward);
