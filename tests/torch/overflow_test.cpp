@@ -219,6 +219,7 @@ TEST_CASE("an overflow only in backward: the backward entry that made it is writ
     tp::ScopedDump scope(dbg);
     grad = backward_only_overflow();
   }
+  dbg.wait_written();
   CHECK(grad.isinf().all().item<bool>());
   const std::string dir = rank_dir(tmp.path());
   const Json dump = read_python_json(dir + "/dump.json");
