@@ -70,26 +70,22 @@ inline StackGroups group_stacks(const StackEntries& entries) {
 
 // stack.json's text: {"0": [[names...], [frames...]], "1": ...}.
 inline void write_stack_json(JsonText& out, const StackGroups& s) {
+  // One list of strings, the group's names or its frames, as the group's element `index`.
+  auto strings = [&out](std::size_t index, const auto& list) {
+    out.item(index, 1);
+    out.open_array();
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      out.item(k, 2);
+      out.string(list[k]);
+    }
+    out.close_array(list.size(), 2);
+  };
   out.open_object();
   for (std::size_t g = 0; g < s.groups.size(); ++g) {
     out.key(g, 0, std::to_string(g));
     out.open_array();
-    out.item(0, 1);
-    out.open_array();
-    const auto& names = s.groups[g].names;
-    for (std::size_t k = 0; k < names.size(); ++k) {
-      out.item(k, 2);
-      out.string(names[k]);
-    }
-    out.close_array(names.size(), 2);
-    out.item(1, 1);
-    out.open_array();
-    const auto& frames = s.frames[s.groups[g].frames];
-    for (std::size_t k = 0; k < frames.size(); ++k) {
-      out.item(k, 2);
-      out.string(frames[k]);
-    }
-    out.close_array(frames.size(), 2);
+    strings(0, s.groups[g].names);
+    strings(1, s.frames[s.groups[g].frames]);
     out.close_array(2, 1);
     out.maybe_drain();
   }

@@ -210,10 +210,12 @@ class TensorWriter {
   static void report(detail::WriterState& s, const detail::WriteJob& job, const std::exception& e) noexcept {
     try {
       std::lock_guard<std::mutex> lock(s.log_mu);
-      if (job.log_dir != s.log_dir) {  // a new step (or rank directory): report afresh
+      // Each step (rank directory) has its own log, and the log remembers what it reported per log
+      // file: files of two steps may fail in any order now that steps are written in the background,
+      // and switching back to an earlier step's directory must not report its failures again.
+      if (job.log_dir != s.log_dir) {
         s.log_dir = job.log_dir;
         s.log.set_directory(job.log_dir);
-        s.log.reset();
       }
       const auto* io = dynamic_cast<const IoError*>(&e);
       const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
