@@ -1373,11 +1373,11 @@ inline std::string python_float_repr(double v) {
   return std::string(buf, write_python_float(buf, v));
 }
 
-// Takes the text written so far (and clears the buffer): a file, a stream.
+// Takes each chunk of the text written so far: a file, a stream.
 class TextDrain {
  public:
   virtual ~TextDrain() = default;
-  virtual void take(std::string& text) = 0;
+  virtual void take(std::string_view text) = 0;
 };
 
 class JsonText {
@@ -1449,10 +1449,11 @@ class JsonText {
   void maybe_drain() {
     if (drain_ != nullptr && len_ >= kChunk) drain();
   }
+  // The buffer keeps its size: the next chunk reuses its room, which is not filled with zeros again.
   void drain() {
-    finish();
-    if (drain_ != nullptr && !buf_.empty()) drain_->take(buf_);
-    len_ = buf_.size();
+    if (drain_ == nullptr || len_ == 0) return;
+    drain_->take(std::string_view(buf_.data(), len_));
+    len_ = 0;
   }
 
   // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
@@ -1624,10 +1625,7 @@ void write_tree(JsonText& out, const Json& j, int depth) {
 class StreamDrain final : public TextDrain {
  public:
   explicit StreamDrain(std::ostream& os) : os_(os) {}
-  void take(std::string& text) override {
-    os_.write(text.data(), static_cast<std::streamsize>(text.size()));
-    text.clear();
-  }
+  void take(std::string_view text) override { os_.write(text.data(), static_cast<std::streamsize>(text.size())); }
 
  private:
   std::ostream& os_;
@@ -2382,16 +2380,14 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.json_body()); });
+    j["data"] = keyed(by_first_place(all), [](const Record& r) { return r.json_body(); });
     return j;
   }
 
   // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
   nlohmann::ordered_json construct_json() const {
-    return keyed_by_name([](const Record& r) {
-      if (!r.parent) return std::optional<nlohmann::ordered_json>();
-      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr)
-                                                                     : nlohmann::ordered_json(*r.parent));
+    return keyed(by_first_place(has_parent), [](const Record& r) {
+      return r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
     });
   }
 
@@ -2402,28 +2398,40 @@ struct StepDump {
     return io::build_stack_json(forward);
   }
 
+  // The records a {name: value} file lists, in its order: a name committed again (a second
+  // backward through a retained graph) keeps its first place and takes the later record's value,
+  // as a Python dict does. `listed(r)` says whether the file has an item for r at all (all, or
+  // has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
+  // list what this returns.
+  template <class Listed>
+  std::vector<const Record*> by_first_place(Listed listed) const {
+    std::vector<const Record*> out;
+    out.reserve(records.size());
+    std::unordered_map<std::string_view, std::size_t> where;
+    where.reserve(records.size());
+    for (const Record* r : records) {
+      if (!listed(*r)) continue;
+      auto [it, fresh] = where.emplace(r->name, out.size());
+      if (fresh)
+        out.push_back(r);
+      else
+        out[it->second] = r;
+    }
+    return out;
+  }
+  static bool all(const Record&) { return true; }
+  static bool has_parent(const Record& r) { return r.parent.has_value(); }
+
  private:
-  // {name: value(record)} in record order. ordered_json's operator[] searches keys one by one,
-  // so items are appended directly; a repeated name (a second backward through a retained
-  // graph) replaces the earlier value, as a Python dict would.
+  // {name: value(record)} for the listed records. ordered_json's operator[] searches keys one by
+  // one, so items are appended directly.
   template <class Value>
-  nlohmann::ordered_json keyed_by_name(Value value) const {
+  static nlohmann::ordered_json keyed(const std::vector<const Record*>& listed, Value value) {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
     // Reserved: the items' keys are const, so a growing vector copies every value it moves.
-    items.reserve(records.size());
-    std::unordered_map<std::string, std::size_t> where;
-    where.reserve(records.size());
-    for (const Record* record : records) {
-      const Record& r = *record;
-      std::optional<nlohmann::ordered_json> v = value(r);
-      if (!v) continue;
-      auto [it, fresh] = where.emplace(r.name, items.size());
-      if (fresh)
-        items.emplace_back(r.name, std::move(*v));
-      else
-        (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
-    }
+    items.reserve(listed.size());
+    for (const Record* r : listed) items.emplace_back(r->name, value(*r));
     return out;
   }
 };
@@ -2697,26 +2705,6 @@ namespace torchprobe {
 
 namespace step_text {
 
-// The records a {name: value} file lists, in its order: a name committed again (a second backward
-// through a retained graph) keeps its first place and takes the later record's value, as a Python
-// dict does. `listed(r)` says whether the file has an item for r at all.
-template <class Listed>
-std::vector<const Record*> by_first_place(const std::vector<const Record*>& records, Listed listed) {
-  std::vector<const Record*> out;
-  out.reserve(records.size());
-  std::unordered_map<std::string_view, std::size_t> where;
-  where.reserve(records.size());
-  for (const Record* r : records) {
-    if (!listed(*r)) continue;
-    auto [it, fresh] = where.emplace(r->name, out.size());
-    if (fresh)
-      out.push_back(r);
-    else
-      out[it->second] = r;
-  }
-  return out;
-}
-
 // dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
 inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.open_object();
@@ -2729,7 +2717,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.key(3, 0, "dump_data_dir");
   io::write_json_value(out, d.dump_data_dir, 1);
   out.key(4, 0, "data");
-  const std::vector<const Record*> entries = by_first_place(d.records, [](const Record&) { return true; });
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::all);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 1, entries[i]->name);
@@ -2742,8 +2730,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
 inline void write_construct(io::JsonText& out, const StepDump& d) {
-  const std::vector<const Record*> entries =
-      by_first_place(d.records, [](const Record& r) { return r.parent.has_value(); });
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::has_parent);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 0, entries[i]->name);
@@ -2765,10 +2752,7 @@ inline void write_stack(io::JsonText& out, const StepDump& d) {
 class FileDrain final : public io::TextDrain {
  public:
   explicit FileDrain(io::AtomicFile& file) : file_(file) {}
-  void take(std::string& text) override {
-    file_.write(text);
-    text.clear();
-  }
+  void take(std::string_view text) override { file_.write(text); }
 
  private:
   io::AtomicFile& file_;
@@ -6947,18 +6931,123 @@ struct CapturedValue {
 };
 
 // The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
+//
+// An open step holds one per call, so the items are kept as bytes, each in the fewest that hold
+// it: a tensor's summary (dtype, shape, four statistics) and a scalar (None, bool, int, float) are
+// encoded in `bytes_`; other values (strings, lists, devices, JSON trees) stay in `boxed_`, which
+// the byte stream indexes. A small call's items take about 50 bytes a tensor instead of 152 a slot.
 class CapturedCall final : public DeferredBody {
  public:
   enum class Section : std::uint8_t { Arg, Kwarg, Output };
+  // One item as it is handed in and read back.
   struct Item {
     Section section = Section::Arg;
     const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
     CapturedValue value;
   };
 
-  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
   bool has_inputs = false;
   bool has_outputs = false;
+
+  // Items are added in call order: inputs, then outputs.
+  void add(Item item) {
+    const CapturedValue& v = item.value;
+    if (v.form() == CapturedValue::Form::Summary && v.tensor().shape.size() < 256)
+      return add_summary(item.section, item.name, v.kind, v.tensor());
+    if (v.form() == CapturedValue::Form::Plain && scalar_code(v.value()) != kNotScalar) {
+      const c10::IValue& x = v.value();
+      put_header(item.section, Form::Scalar, item.name, v.kind);
+      const std::uint8_t code = scalar_code(x);
+      put(code);
+      if (x.isBool()) put(static_cast<std::uint8_t>(x.toBool()));
+      if (x.isInt()) put(x.toInt());
+      if (x.isDouble()) put(x.toDouble());
+      return;
+    }
+    put_header(item.section, Form::Boxed, item.name, v.kind);
+    put(static_cast<std::uint32_t>(boxed_.size()));
+    boxed_.push_back(std::move(item.value));
+  }
+  void add_summary(Section section, const std::string* name, ArgKind kind, const TensorSummary& s) {
+    put_header(section, Form::Summary, name, kind);
+    put(static_cast<std::int8_t>(s.dtype));
+    put(static_cast<std::uint8_t>(s.requires_grad));
+    put(static_cast<std::uint8_t>(s.shape.size()));
+    for (std::int64_t d : s.shape) put(d);
+    for (const StatValue* v : {&s.stats.max, &s.stats.min, &s.stats.mean, &s.stats.norm}) {
+      put(static_cast<std::uint8_t>(v->kind));
+      put(v->i);  // the union's eight bytes, whichever member is set
+    }
+  }
+  // The bytes add() or add_summary() will take for `v` (a tensor as a summary): reserved for a
+  // call's inputs and its likely output, the bytes are allocated once, at about their size.
+  static std::size_t encoded_size(const c10::IValue& v, bool named) {
+    std::size_t n = 2 + (named ? sizeof(const std::string*) : 0);
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      return n + 3 + sizeof(std::int64_t) * (t.defined() ? t.dim() : 0) + 4 * (1 + sizeof(std::int64_t));
+    }
+    const std::uint8_t code = scalar_code(v);
+    if (code == kNotScalar) return n + sizeof(std::uint32_t);
+    return n + 1 + (code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t));
+  }
+  void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
+  // The step keeps this body until it is written: give back room that growing it left spare.
+  void release_spare() {
+    if (bytes_.capacity() - bytes_.size() > 64) bytes_.shrink_to_fit();
+    boxed_.shrink_to_fit();
+  }
+
+  // Calls visit(section, name, const CapturedValue&) for every item (of section `only` when given),
+  // in call order.
+  template <class Visit>
+  void for_each(Visit&& visit, std::optional<Section> only = std::nullopt) const {
+    CapturedValue decoded;
+    std::size_t at = 0;
+    while (at < bytes_.size()) {
+      const auto header = get<std::uint8_t>(at);
+      const auto section = static_cast<Section>(header & 3);
+      const auto form = static_cast<Form>((header >> 2) & 3);
+      const std::string* name = (header & kNamed) ? get<const std::string*>(at) : nullptr;
+      const auto kind = static_cast<ArgKind>(get<std::uint8_t>(at));
+      const bool wanted = !only || *only == section;
+      if (form == Form::Boxed) {
+        const auto index = get<std::uint32_t>(at);
+        if (wanted) visit(section, name, boxed_[index]);
+        continue;
+      }
+      if (!wanted) {  // skipped without decoding
+        if (form == Form::Summary) {
+          at += 2;
+          at += get<std::uint8_t>(at) * sizeof(std::int64_t) + 4 * (1 + sizeof(std::int64_t));
+        } else {
+          const auto code = get<std::uint8_t>(at);
+          at += code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t);
+        }
+        continue;
+      }
+      decoded.kind = kind;
+      if (form == Form::Summary) {
+        TensorSummary& s = decoded.make_summary();
+        s.dtype = static_cast<at::ScalarType>(get<std::int8_t>(at));
+        s.requires_grad = get<std::uint8_t>(at) != 0;
+        s.shape.resize(get<std::uint8_t>(at));
+        for (std::int64_t& d : s.shape) d = get<std::int64_t>(at);
+        for (StatValue* v : {&s.stats.max, &s.stats.min, &s.stats.mean, &s.stats.norm}) {
+          v->kind = static_cast<StatValue::Kind>(get<std::uint8_t>(at));
+          v->i = get<std::int64_t>(at);
+        }
+      } else {
+        switch (get<std::uint8_t>(at)) {
+          case kBool: decoded.set_plain(c10::IValue(get<std::uint8_t>(at) != 0)); break;
+          case kInt: decoded.set_plain(c10::IValue(get<std::int64_t>(at))); break;
+          case kDouble: decoded.set_plain(c10::IValue(get<double>(at))); break;
+          default: decoded.set_plain(c10::IValue()); break;
+        }
+      }
+      visit(section, name, static_cast<const CapturedValue&>(decoded));
+    }
+  }
 
   void append_to(nlohmann::ordered_json& body) const override {
     if (body.is_null()) body = nlohmann::ordered_json::object();
@@ -6967,19 +7056,19 @@ class CapturedCall final : public DeferredBody {
     if (has_inputs) {
       nlohmann::ordered_json args = nlohmann::ordered_json::array();
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-      for (const Item& i : items) {
-        if (i.section == Section::Arg)
-          args.push_back(i.value.to_json());
-        else if (i.section == Section::Kwarg)
-          kwargs[*i.name] = i.value.to_json();
-      }
+      for_each([&](Section section, const std::string* name, const CapturedValue& v) {
+        if (section == Section::Arg)
+          args.push_back(v.to_json());
+        else if (section == Section::Kwarg)
+          kwargs[*name] = v.to_json();
+      });
       body["input_args"] = std::move(args);
       body["input_kwargs"] = std::move(kwargs);
     }
     if (has_outputs) {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
-      for (const Item& i : items)
-        if (i.section == Section::Output) out.push_back(i.value.to_json());
+      for_each([&](Section, const std::string*, const CapturedValue& v) { out.push_back(v.to_json()); },
+               Section::Output);
       body["output"] = std::move(out);
     }
   }
@@ -6998,19 +7087,54 @@ class CapturedCall final : public DeferredBody {
   }
 
  private:
+  enum class Form : std::uint8_t { Summary, Scalar, Boxed };
+  static constexpr std::uint8_t kNamed = 16;
+  enum : std::uint8_t { kNone, kBool, kInt, kDouble, kNotScalar };
+
+  static std::uint8_t scalar_code(const c10::IValue& v) {
+    if (v.isNone()) return kNone;
+    if (v.isBool()) return kBool;
+    if (v.isInt()) return kInt;
+    if (v.isDouble()) return kDouble;
+    return kNotScalar;
+  }
+
+  void put_header(Section section, Form form, const std::string* name, ArgKind kind) {
+    put(static_cast<std::uint8_t>(static_cast<unsigned>(section) | static_cast<unsigned>(form) << 2 |
+                                  (name ? kNamed : 0u)));
+    if (name) put(name);
+    put(static_cast<std::uint8_t>(kind));
+  }
+  template <class T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes_.append(p, sizeof(T));
+  }
+  template <class T>
+  T get(std::size_t& at) const {
+    T v;
+    std::memcpy(&v, bytes_.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+
   // input_args and output are lists, input_kwargs an object keyed by the arguments' names.
   void write_section(io::JsonText& out, Section section, int depth) const {
     const bool keyed = section == Section::Kwarg;
     keyed ? out.open_object() : out.open_array();
     std::size_t n = 0;
-    for (const Item& i : items) {
-      if (i.section != section) continue;
-      keyed ? out.key(n, depth, *i.name) : out.item(n, depth);
-      ++n;
-      i.value.write(out, depth + 1);
-    }
+    for_each(
+        [&](Section, const std::string* name, const CapturedValue& v) {
+          keyed ? out.key(n, depth, *name) : out.item(n, depth);
+          ++n;
+          v.write(out, depth + 1);
+        },
+        section);
     keyed ? out.close_object(n, depth) : out.close_array(n, depth);
   }
+
+  std::string bytes_;                 // the encoded items (a byte string: std::string for its growth)
+  std::vector<CapturedValue> boxed_;  // the values that have no byte form, in order
 };
 
 }  // namespace torchprobe::capture
@@ -7204,6 +7328,10 @@ class NameFilter {
 
 namespace torchprobe::details {
 
+// A step's records in commit order. A deque: it grows without moving the records it holds, and
+// without the spare capacity (a third on average) that a vector keeps for growing.
+using RecordBatch = std::deque<Record>;
+
 class StepState {
  public:
   explicit StepState(const Config& config) : filter_(config) {}
@@ -7289,8 +7417,8 @@ class StepState {
       // Mostly in order already (API entries commit in call order): sorting would move every record.
       if (!std::is_sorted(records_.begin(), records_.end(), by_order))
         std::stable_sort(records_.begin(), records_.end(), by_order);
-      auto batch = std::make_shared<std::vector<Record>>(std::move(records_));
-      records_ = std::vector<Record>();
+      auto batch = std::make_shared<RecordBatch>(std::move(records_));
+      records_ = RecordBatch();
       for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
       sealed_.push_back(std::move(batch));
     }
@@ -7303,7 +7431,7 @@ class StepState {
         std::inplace_merge(out.records.begin(), out.records.begin() + static_cast<std::ptrdiff_t>(before),
                            out.records.end(), by_order);
     }
-    out.owner = std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(sealed_);
+    out.owner = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(sealed_);
     out.bytes = sealed_bytes_;
     return out;
   }
@@ -7324,7 +7452,7 @@ class StepState {
 
   // The step's sealed batches leave the state (the step has ended): whoever takes them decides on
   // which thread they are freed (the writer's: a large step takes a while to free).
-  std::vector<std::shared_ptr<const std::vector<Record>>> take_sealed() {
+  std::vector<std::shared_ptr<const RecordBatch>> take_sealed() {
     std::lock_guard<std::mutex> lock(mutex_);
     sealed_bytes_ = 0;
     return std::move(sealed_);
@@ -7382,8 +7510,8 @@ class StepState {
 
   mutable std::mutex mutex_;
   NameFilter filter_;
-  std::vector<Record> records_;                                     // committed since the last seal()
-  std::vector<std::shared_ptr<const std::vector<Record>>> sealed_;  // the step's earlier records
+  RecordBatch records_;                                     // committed since the last seal()
+  std::vector<std::shared_ptr<const RecordBatch>> sealed_;  // the step's earlier records
   std::size_t sealed_bytes_ = 0;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
   std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id
@@ -7999,7 +8127,8 @@ void commit_if_admitted(Core& core, Record&& r) {
 // ---- begin torchprobe/details/block_pool.hpp ----
 // Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
 //
-// A statistics step keeps one body (about 900 bytes) per call until step() frees them all. With
+// A statistics step keeps one body object (88 bytes with its control block; its encoded items lie
+// beside it) per call until step() frees them all. With
 // hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
 // every call went through malloc's slow path and every step() through free's: together about a
 // tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
@@ -8238,13 +8367,14 @@ class ApiEntries {
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
     if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      if (!call.captured) call.captured = new_body();
+      if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
       for (std::size_t k = 0; k < outputs.size(); ++k)
         capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
     if (call.captured) {
+      call.captured->release_spare();
       call.record.deferred = std::move(call.captured);
       // Deferred statistics and checksums are filled in through JSON pointers into the body.
       if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
@@ -8274,15 +8404,15 @@ class ApiEntries {
 
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
   // has neither form is encoded now, by the task's describe().
-  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
   void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section,
                      std::size_t index, const std::string* name, Record& record) const {
-    CapturedCall::Item& item = cc.items.emplace_back();
-    item.section = section;
-    item.name = name;
+    if (v.isTensor()) {
+      TensorSummary summary;
+      if (summarized(v, record, summary)) return cc.add_summary(section, name, kind, summary);
+    }
+    CapturedCall::Item item{section, name, {}};
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (v.isTensor() && summarized(v, record, c.make_summary())) return;
     if (CapturedValue::plain(v)) {
       c.set_plain(v);
     } else {
@@ -8291,6 +8421,7 @@ class ApiEntries {
       ValueEncoder<decltype(describe)> encode(describe);
       c.set_json(encode.encode(v, kind, site_of(section, index, name)));
     }
+    cc.add(std::move(item));
   }
 
   bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
@@ -8314,7 +8445,7 @@ class ApiEntries {
   // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
   template <class Inputs>
   void capture_inputs(const OpInfo& op, const Inputs& inputs, ApiCall& call) const {
-    call.captured = new_body();
+    call.captured = new_body(encoded_inputs_size(op, inputs));
     CapturedCall& cc = *call.captured;
     cc.has_inputs = true;
     std::size_t positional = 0;
@@ -8330,8 +8461,24 @@ class ApiEntries {
     }
   }
 
-  static std::shared_ptr<CapturedCall> new_body() {
-    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+  // What the inputs take in a CapturedCall, and an output like the first tensor (most calls have
+  // one, shaped like an input).
+  template <class Inputs>
+  static std::size_t encoded_inputs_size(const OpInfo& op, const Inputs& inputs) {
+    std::size_t bytes = 0;
+    std::size_t output = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const std::size_t n = CapturedCall::encoded_size(inputs[k], k < op.args.size() && op.args[k].kwarg_only);
+      if (output == 0 && inputs[k].isTensor()) output = n;
+      bytes += n;
+    }
+    return bytes + output;
+  }
+
+  static std::shared_ptr<CapturedCall> new_body(std::size_t bytes) {
+    auto body = std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+    body->reserve(bytes);
+    return body;
   }
 
   std::shared_ptr<Core> core_;
@@ -10001,8 +10148,7 @@ class StepLifecycle {
     std::shared_ptr<io::Journal::File> file;
     if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
     try {
-      auto records =
-          std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(core_->entries().take_sealed());
+      auto records = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(core_->entries().take_sealed());
       for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
       if (file || (kBackground && !records->empty()))
         run_or_queue(

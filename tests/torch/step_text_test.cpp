@@ -71,29 +71,27 @@ std::vector<tp::Record> sample_records() {
 
   auto call = std::make_shared<CapturedCall>();
   call->has_inputs = call->has_outputs = true;
-  call->items.push_back(item(S::Arg, summary_value(summary(at::kFloat, {2, 3},
-                                                           {tp::StatValue::real(1.5), tp::StatValue::real(-0.0),
-                                                            tp::StatValue::real(1e-7), tp::StatValue::real(1e16)},
-                                                           true))));
-  call->items.push_back(item(S::Arg, summary_value(summary(at::kLong, {},
-                                                           {tp::StatValue::integer(-7), tp::StatValue::integer(3),
-                                                            tp::StatValue::real(0.1), tp::StatValue()},
-                                                           false))));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue())));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue(true))));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue(2.5))));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::string("s\"\xc3\xa9\n")))));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{1, 2}))));
-  call->items.push_back(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{}))));
-  call->items.push_back(item(S::Kwarg, plain_value(c10::IValue(int64_t{-3})), &kAlpha));
-  call->items.push_back(
-      item(S::Kwarg, plain_value(c10::IValue(int64_t{6}), tp::capture::ArgKind::ScalarType), &kDtype));
-  call->items.push_back(
-      item(S::Output, summary_value(summary(at::kBool, {0},
-                                            {tp::StatValue::boolean(true), tp::StatValue::boolean(false),
-                                             tp::StatValue::real(nan), tp::StatValue::real(-inf)},
-                                            false))));
-  call->items.push_back(item(S::Output, json_value(Json::parse(R"([{"a": [], "b": {}}, null, 1e300])"))));
+  call->add(item(S::Arg, summary_value(summary(at::kFloat, {2, 3},
+                                               {tp::StatValue::real(1.5), tp::StatValue::real(-0.0),
+                                                tp::StatValue::real(1e-7), tp::StatValue::real(1e16)},
+                                               true))));
+  call->add(item(S::Arg, summary_value(summary(at::kLong, {},
+                                               {tp::StatValue::integer(-7), tp::StatValue::integer(3),
+                                                tp::StatValue::real(0.1), tp::StatValue()},
+                                               false))));
+  call->add(item(S::Arg, plain_value(c10::IValue())));
+  call->add(item(S::Arg, plain_value(c10::IValue(true))));
+  call->add(item(S::Arg, plain_value(c10::IValue(2.5))));
+  call->add(item(S::Arg, plain_value(c10::IValue(std::string("s\"\xc3\xa9\n")))));
+  call->add(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{1, 2}))));
+  call->add(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{}))));
+  call->add(item(S::Kwarg, plain_value(c10::IValue(int64_t{-3})), &kAlpha));
+  call->add(item(S::Kwarg, plain_value(c10::IValue(int64_t{6}), tp::capture::ArgKind::ScalarType), &kDtype));
+  call->add(item(S::Output, summary_value(summary(at::kBool, {0},
+                                                  {tp::StatValue::boolean(true), tp::StatValue::boolean(false),
+                                                   tp::StatValue::real(nan), tp::StatValue::real(-inf)},
+                                                  false))));
+  call->add(item(S::Output, json_value(Json::parse(R"([{"a": [], "b": {}}, null, 1e300])"))));
   tp::Record a;
   a.name = "Aten.add.0.forward";
   a.order = 0;
@@ -156,6 +154,76 @@ std::string text_of(Write write, int indent = 1) {
   return buf;
 }
 
+TEST_CASE("a call's compact body gives back every value it was given, in order and by section") {
+  using S = CapturedCall::Section;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CapturedCall call;
+  const tp::TensorSummary five_dims = summary(at::kBFloat16, {2, 1, 3, 1, 70000},
+                                              {tp::StatValue::real(3.5), tp::StatValue::real(-2.25),
+                                               tp::StatValue::real(nan), tp::StatValue::integer(-(1LL << 40))},
+                                              true);
+  const tp::TensorSummary flags = summary(
+      at::kBool, {},
+      {tp::StatValue::boolean(true), tp::StatValue::boolean(false), tp::StatValue(), tp::StatValue::real(1.0)}, false);
+  call.add(item(S::Arg, summary_value(five_dims)));
+  call.add(item(S::Kwarg, plain_value(c10::IValue(int64_t{5}), tp::capture::ArgKind::ScalarType), &kDtype));
+  call.add(item(S::Arg, plain_value(c10::IValue(-0.0))));
+  call.add(item(S::Arg, plain_value(c10::IValue(std::string("text")))));
+  call.add(item(S::Output, summary_value(flags)));
+  call.add(item(S::Output, json_value(Json::parse(R"({"k": [1, 2]})"))));
+  call.add(item(S::Arg, plain_value(c10::IValue(false))));
+  call.add(item(S::Arg, plain_value(c10::IValue())));
+
+  std::vector<std::string> seen;
+  auto same_summary = [](const tp::TensorSummary& a, const tp::TensorSummary& b) {
+    auto same_stat = [](const tp::StatValue& x, const tp::StatValue& y) {
+      if (x.kind != y.kind) return false;
+      switch (x.kind) {
+        case tp::StatValue::Kind::Float:
+          return std::isnan(x.d) ? std::isnan(y.d) : x.d == y.d && std::signbit(x.d) == std::signbit(y.d);
+        case tp::StatValue::Kind::Int: return x.i == y.i;
+        case tp::StatValue::Kind::Bool: return x.b == y.b;
+        case tp::StatValue::Kind::Null: return true;
+      }
+      return false;
+    };
+    return a.dtype == b.dtype && a.requires_grad == b.requires_grad &&
+           std::vector<std::int64_t>(a.shape.begin(), a.shape.end()) ==
+               std::vector<std::int64_t>(b.shape.begin(), b.shape.end()) &&
+           same_stat(a.stats.max, b.stats.max) && same_stat(a.stats.min, b.stats.min) &&
+           same_stat(a.stats.mean, b.stats.mean) && same_stat(a.stats.norm, b.stats.norm);
+  };
+  call.for_each([&](S section, const std::string* name, const CapturedValue& v) {
+    const std::size_t k = seen.size();
+    seen.push_back(std::to_string(static_cast<int>(section)));
+    switch (k) {
+      case 0: CHECK(same_summary(v.tensor(), five_dims)); break;
+      case 1:
+        CHECK(name == &kDtype);
+        CHECK(v.kind == tp::capture::ArgKind::ScalarType);
+        CHECK(v.value().toInt() == 5);
+        break;
+      case 2: CHECK((v.value().isDouble() && std::signbit(v.value().toDouble()))); break;
+      case 3: CHECK(v.value().toStringRef() == "text"); break;
+      case 4: CHECK(same_summary(v.tensor(), flags)); break;
+      case 5: CHECK(v.json() == Json::parse(R"({"k": [1, 2]})")); break;
+      case 6: CHECK((v.value().isBool() && !v.value().toBool())); break;
+      case 7: CHECK(v.value().isNone()); break;
+      default: FAIL("an item too many");
+    }
+    if (k != 1) CHECK(name == nullptr);
+  });
+  CHECK((seen == std::vector<std::string>{"0", "1", "0", "0", "2", "2", "0", "0"}));
+  std::size_t outputs = 0;
+  call.for_each([&](S section, const std::string*, const CapturedValue&) { outputs += section == S::Output; },
+                S::Output);
+  CHECK(outputs == 2);
+  // What the capture reserves for each value is what it takes.
+  CHECK(CapturedCall::encoded_size(c10::IValue(torch::zeros({2, 1, 3, 1, 70000}, at::kBFloat16)), false) ==
+        5 + 40 + 36);
+  CHECK(CapturedCall::encoded_size(c10::IValue(int64_t{5}), true) == 2 + 8 + 1 + 8);
+}
+
 TEST_CASE("the step files written from the records are the bytes of the JSON trees") {
   const std::vector<tp::Record> rs = sample_records();
   const tp::StepDump d = dump_of(rs);
@@ -200,11 +268,11 @@ TEST_CASE("the directory sink writes dump.json in chunks, and the whole file is 
   for (int i = 0; i < 10000; ++i) {
     auto call = std::make_shared<CapturedCall>();
     call->has_inputs = true;
-    call->items.push_back(item(CapturedCall::Section::Arg,
-                               summary_value(summary(at::kFloat, {16},
-                                                     {tp::StatValue::real(i), tp::StatValue::real(-i / 3.0),
-                                                      tp::StatValue::real(i * 1e-9), tp::StatValue::real(i * 7.25)},
-                                                     false))));
+    call->add(item(CapturedCall::Section::Arg,
+                   summary_value(summary(at::kFloat, {16},
+                                         {tp::StatValue::real(i), tp::StatValue::real(-i / 3.0),
+                                          tp::StatValue::real(i * 1e-9), tp::StatValue::real(i * 7.25)},
+                                         false))));
     tp::Record r;
     r.name = "Aten.add." + std::to_string(i) + ".forward";
     r.order = static_cast<std::uint64_t>(i);

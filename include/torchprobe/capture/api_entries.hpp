@@ -95,13 +95,14 @@ class ApiEntries {
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
     if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
-      if (!call.captured) call.captured = new_body();
+      if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
       for (std::size_t k = 0; k < outputs.size(); ++k)
         capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
     if (call.captured) {
+      call.captured->release_spare();
       call.record.deferred = std::move(call.captured);
       // Deferred statistics and checksums are filled in through JSON pointers into the body.
       if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
@@ -131,15 +132,15 @@ class ApiEntries {
 
   // One value in compact form: a CPU tensor as the task's summary, a plain value as it is; what
   // has neither form is encoded now, by the task's describe().
-  // The value is filled in place: an item is a few hundred bytes, not worth moving around.
   void capture_value(CapturedCall& cc, const c10::IValue& v, ArgKind kind, CapturedCall::Section section,
                      std::size_t index, const std::string* name, Record& record) const {
-    CapturedCall::Item& item = cc.items.emplace_back();
-    item.section = section;
-    item.name = name;
+    if (v.isTensor()) {
+      TensorSummary summary;
+      if (summarized(v, record, summary)) return cc.add_summary(section, name, kind, summary);
+    }
+    CapturedCall::Item item{section, name, {}};
     CapturedValue& c = item.value;
     c.kind = kind;
-    if (v.isTensor() && summarized(v, record, c.make_summary())) return;
     if (CapturedValue::plain(v)) {
       c.set_plain(v);
     } else {
@@ -148,6 +149,7 @@ class ApiEntries {
       ValueEncoder<decltype(describe)> encode(describe);
       c.set_json(encode.encode(v, kind, site_of(section, index, name)));
     }
+    cc.add(std::move(item));
   }
 
   bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
@@ -171,7 +173,7 @@ class ApiEntries {
   // costs more than the rest of a small call's capture (libtorch rebuilds its callback lists).
   template <class Inputs>
   void capture_inputs(const OpInfo& op, const Inputs& inputs, ApiCall& call) const {
-    call.captured = new_body();
+    call.captured = new_body(encoded_inputs_size(op, inputs));
     CapturedCall& cc = *call.captured;
     cc.has_inputs = true;
     std::size_t positional = 0;
@@ -187,8 +189,24 @@ class ApiEntries {
     }
   }
 
-  static std::shared_ptr<CapturedCall> new_body() {
-    return std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+  // What the inputs take in a CapturedCall, and an output like the first tensor (most calls have
+  // one, shaped like an input).
+  template <class Inputs>
+  static std::size_t encoded_inputs_size(const OpInfo& op, const Inputs& inputs) {
+    std::size_t bytes = 0;
+    std::size_t output = 0;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const std::size_t n = CapturedCall::encoded_size(inputs[k], k < op.args.size() && op.args[k].kwarg_only);
+      if (output == 0 && inputs[k].isTensor()) output = n;
+      bytes += n;
+    }
+    return bytes + output;
+  }
+
+  static std::shared_ptr<CapturedCall> new_body(std::size_t bytes) {
+    auto body = std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+    body->reserve(bytes);
+    return body;
   }
 
   std::shared_ptr<Core> core_;

@@ -7,10 +7,11 @@
 // Building a JSON tree per tensor was most of the probe's cost on small ops: about 25 allocations
 // and frees per call, for a tree that a NullSink throws away and a DirectorySink writes once.
 #include <ATen/core/ivalue.h>
-#include <c10/util/SmallVector.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -82,18 +83,123 @@ struct CapturedValue {
 };
 
 // The body of an API forward entry: input_args, input_kwargs, output, in msprobe's key order.
+//
+// An open step holds one per call, so the items are kept as bytes, each in the fewest that hold
+// it: a tensor's summary (dtype, shape, four statistics) and a scalar (None, bool, int, float) are
+// encoded in `bytes_`; other values (strings, lists, devices, JSON trees) stay in `boxed_`, which
+// the byte stream indexes. A small call's items take about 50 bytes a tensor instead of 152 a slot.
 class CapturedCall final : public DeferredBody {
  public:
   enum class Section : std::uint8_t { Arg, Kwarg, Output };
+  // One item as it is handed in and read back.
   struct Item {
     Section section = Section::Arg;
     const std::string* name = nullptr;  // a keyword argument's schema name (OpInfo lives for the process)
     CapturedValue value;
   };
 
-  c10::SmallVector<Item, 4> items;  // in call order: inputs, then outputs (a small call's fit inline)
   bool has_inputs = false;
   bool has_outputs = false;
+
+  // Items are added in call order: inputs, then outputs.
+  void add(Item item) {
+    const CapturedValue& v = item.value;
+    if (v.form() == CapturedValue::Form::Summary && v.tensor().shape.size() < 256)
+      return add_summary(item.section, item.name, v.kind, v.tensor());
+    if (v.form() == CapturedValue::Form::Plain && scalar_code(v.value()) != kNotScalar) {
+      const c10::IValue& x = v.value();
+      put_header(item.section, Form::Scalar, item.name, v.kind);
+      const std::uint8_t code = scalar_code(x);
+      put(code);
+      if (x.isBool()) put(static_cast<std::uint8_t>(x.toBool()));
+      if (x.isInt()) put(x.toInt());
+      if (x.isDouble()) put(x.toDouble());
+      return;
+    }
+    put_header(item.section, Form::Boxed, item.name, v.kind);
+    put(static_cast<std::uint32_t>(boxed_.size()));
+    boxed_.push_back(std::move(item.value));
+  }
+  void add_summary(Section section, const std::string* name, ArgKind kind, const TensorSummary& s) {
+    put_header(section, Form::Summary, name, kind);
+    put(static_cast<std::int8_t>(s.dtype));
+    put(static_cast<std::uint8_t>(s.requires_grad));
+    put(static_cast<std::uint8_t>(s.shape.size()));
+    for (std::int64_t d : s.shape) put(d);
+    for (const StatValue* v : {&s.stats.max, &s.stats.min, &s.stats.mean, &s.stats.norm}) {
+      put(static_cast<std::uint8_t>(v->kind));
+      put(v->i);  // the union's eight bytes, whichever member is set
+    }
+  }
+  // The bytes add() or add_summary() will take for `v` (a tensor as a summary): reserved for a
+  // call's inputs and its likely output, the bytes are allocated once, at about their size.
+  static std::size_t encoded_size(const c10::IValue& v, bool named) {
+    std::size_t n = 2 + (named ? sizeof(const std::string*) : 0);
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      return n + 3 + sizeof(std::int64_t) * (t.defined() ? t.dim() : 0) + 4 * (1 + sizeof(std::int64_t));
+    }
+    const std::uint8_t code = scalar_code(v);
+    if (code == kNotScalar) return n + sizeof(std::uint32_t);
+    return n + 1 + (code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t));
+  }
+  void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
+  // The step keeps this body until it is written: give back room that growing it left spare.
+  void release_spare() {
+    if (bytes_.capacity() - bytes_.size() > 64) bytes_.shrink_to_fit();
+    boxed_.shrink_to_fit();
+  }
+
+  // Calls visit(section, name, const CapturedValue&) for every item (of section `only` when given),
+  // in call order.
+  template <class Visit>
+  void for_each(Visit&& visit, std::optional<Section> only = std::nullopt) const {
+    CapturedValue decoded;
+    std::size_t at = 0;
+    while (at < bytes_.size()) {
+      const auto header = get<std::uint8_t>(at);
+      const auto section = static_cast<Section>(header & 3);
+      const auto form = static_cast<Form>((header >> 2) & 3);
+      const std::string* name = (header & kNamed) ? get<const std::string*>(at) : nullptr;
+      const auto kind = static_cast<ArgKind>(get<std::uint8_t>(at));
+      const bool wanted = !only || *only == section;
+      if (form == Form::Boxed) {
+        const auto index = get<std::uint32_t>(at);
+        if (wanted) visit(section, name, boxed_[index]);
+        continue;
+      }
+      if (!wanted) {  // skipped without decoding
+        if (form == Form::Summary) {
+          at += 2;
+          at += get<std::uint8_t>(at) * sizeof(std::int64_t) + 4 * (1 + sizeof(std::int64_t));
+        } else {
+          const auto code = get<std::uint8_t>(at);
+          at += code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t);
+        }
+        continue;
+      }
+      decoded.kind = kind;
+      if (form == Form::Summary) {
+        TensorSummary& s = decoded.make_summary();
+        s.dtype = static_cast<at::ScalarType>(get<std::int8_t>(at));
+        s.requires_grad = get<std::uint8_t>(at) != 0;
+        s.shape.resize(get<std::uint8_t>(at));
+        for (std::int64_t& d : s.shape) d = get<std::int64_t>(at);
+        for (StatValue* v : {&s.stats.max, &s.stats.min, &s.stats.mean, &s.stats.norm}) {
+          v->kind = static_cast<StatValue::Kind>(get<std::uint8_t>(at));
+          v->i = get<std::int64_t>(at);
+        }
+      } else {
+        switch (get<std::uint8_t>(at)) {
+          case kBool: decoded.set_plain(c10::IValue(get<std::uint8_t>(at) != 0)); break;
+          case kInt: decoded.set_plain(c10::IValue(get<std::int64_t>(at))); break;
+          case kDouble: decoded.set_plain(c10::IValue(get<double>(at))); break;
+          default: decoded.set_plain(c10::IValue()); break;
+        }
+      }
+      visit(section, name, static_cast<const CapturedValue&>(decoded));
+    }
+  }
 
   void append_to(nlohmann::ordered_json& body) const override {
     if (body.is_null()) body = nlohmann::ordered_json::object();
@@ -102,19 +208,19 @@ class CapturedCall final : public DeferredBody {
     if (has_inputs) {
       nlohmann::ordered_json args = nlohmann::ordered_json::array();
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-      for (const Item& i : items) {
-        if (i.section == Section::Arg)
-          args.push_back(i.value.to_json());
-        else if (i.section == Section::Kwarg)
-          kwargs[*i.name] = i.value.to_json();
-      }
+      for_each([&](Section section, const std::string* name, const CapturedValue& v) {
+        if (section == Section::Arg)
+          args.push_back(v.to_json());
+        else if (section == Section::Kwarg)
+          kwargs[*name] = v.to_json();
+      });
       body["input_args"] = std::move(args);
       body["input_kwargs"] = std::move(kwargs);
     }
     if (has_outputs) {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
-      for (const Item& i : items)
-        if (i.section == Section::Output) out.push_back(i.value.to_json());
+      for_each([&](Section, const std::string*, const CapturedValue& v) { out.push_back(v.to_json()); },
+               Section::Output);
       body["output"] = std::move(out);
     }
   }
@@ -133,19 +239,54 @@ class CapturedCall final : public DeferredBody {
   }
 
  private:
+  enum class Form : std::uint8_t { Summary, Scalar, Boxed };
+  static constexpr std::uint8_t kNamed = 16;
+  enum : std::uint8_t { kNone, kBool, kInt, kDouble, kNotScalar };
+
+  static std::uint8_t scalar_code(const c10::IValue& v) {
+    if (v.isNone()) return kNone;
+    if (v.isBool()) return kBool;
+    if (v.isInt()) return kInt;
+    if (v.isDouble()) return kDouble;
+    return kNotScalar;
+  }
+
+  void put_header(Section section, Form form, const std::string* name, ArgKind kind) {
+    put(static_cast<std::uint8_t>(static_cast<unsigned>(section) | static_cast<unsigned>(form) << 2 |
+                                  (name ? kNamed : 0u)));
+    if (name) put(name);
+    put(static_cast<std::uint8_t>(kind));
+  }
+  template <class T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes_.append(p, sizeof(T));
+  }
+  template <class T>
+  T get(std::size_t& at) const {
+    T v;
+    std::memcpy(&v, bytes_.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+
   // input_args and output are lists, input_kwargs an object keyed by the arguments' names.
   void write_section(io::JsonText& out, Section section, int depth) const {
     const bool keyed = section == Section::Kwarg;
     keyed ? out.open_object() : out.open_array();
     std::size_t n = 0;
-    for (const Item& i : items) {
-      if (i.section != section) continue;
-      keyed ? out.key(n, depth, *i.name) : out.item(n, depth);
-      ++n;
-      i.value.write(out, depth + 1);
-    }
+    for_each(
+        [&](Section, const std::string* name, const CapturedValue& v) {
+          keyed ? out.key(n, depth, *name) : out.item(n, depth);
+          ++n;
+          v.write(out, depth + 1);
+        },
+        section);
     keyed ? out.close_object(n, depth) : out.close_array(n, depth);
   }
+
+  std::string bytes_;                 // the encoded items (a byte string: std::string for its growth)
+  std::vector<CapturedValue> boxed_;  // the values that have no byte form, in order
 };
 
 }  // namespace torchprobe::capture

@@ -1,7 +1,8 @@
 #pragma once
 // Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
 //
-// A statistics step keeps one body (about 900 bytes) per call until step() frees them all. With
+// A statistics step keeps one body object (88 bytes with its control block; its encoded items lie
+// beside it) per call until step() frees them all. With
 // hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
 // every call went through malloc's slow path and every step() through free's: together about a
 // tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next

@@ -152,8 +152,7 @@ class StepLifecycle {
     std::shared_ptr<io::Journal::File> file;
     if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
     try {
-      auto records =
-          std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(core_->entries().take_sealed());
+      auto records = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(core_->entries().take_sealed());
       for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
       if (file || (kBackground && !records->empty()))
         run_or_queue(

@@ -2,6 +2,7 @@
 // What one step has captured so far, shared by every thread that records into it.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,10 @@
 #include "torchprobe/stats/device_stats.hpp"
 
 namespace torchprobe::details {
+
+// A step's records in commit order. A deque: it grows without moving the records it holds, and
+// without the spare capacity (a third on average) that a vector keeps for growing.
+using RecordBatch = std::deque<Record>;
 
 class StepState {
  public:
@@ -101,8 +106,8 @@ class StepState {
       // Mostly in order already (API entries commit in call order): sorting would move every record.
       if (!std::is_sorted(records_.begin(), records_.end(), by_order))
         std::stable_sort(records_.begin(), records_.end(), by_order);
-      auto batch = std::make_shared<std::vector<Record>>(std::move(records_));
-      records_ = std::vector<Record>();
+      auto batch = std::make_shared<RecordBatch>(std::move(records_));
+      records_ = RecordBatch();
       for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
       sealed_.push_back(std::move(batch));
     }
@@ -115,7 +120,7 @@ class StepState {
         std::inplace_merge(out.records.begin(), out.records.begin() + static_cast<std::ptrdiff_t>(before),
                            out.records.end(), by_order);
     }
-    out.owner = std::make_shared<std::vector<std::shared_ptr<const std::vector<Record>>>>(sealed_);
+    out.owner = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(sealed_);
     out.bytes = sealed_bytes_;
     return out;
   }
@@ -136,7 +141,7 @@ class StepState {
 
   // The step's sealed batches leave the state (the step has ended): whoever takes them decides on
   // which thread they are freed (the writer's: a large step takes a while to free).
-  std::vector<std::shared_ptr<const std::vector<Record>>> take_sealed() {
+  std::vector<std::shared_ptr<const RecordBatch>> take_sealed() {
     std::lock_guard<std::mutex> lock(mutex_);
     sealed_bytes_ = 0;
     return std::move(sealed_);
@@ -194,8 +199,8 @@ class StepState {
 
   mutable std::mutex mutex_;
   NameFilter filter_;
-  std::vector<Record> records_;                                     // committed since the last seal()
-  std::vector<std::shared_ptr<const std::vector<Record>>> sealed_;  // the step's earlier records
+  RecordBatch records_;                                     // committed since the last seal()
+  std::vector<std::shared_ptr<const RecordBatch>> sealed_;  // the step's earlier records
   std::size_t sealed_bytes_ = 0;
   std::unordered_map<std::string, std::int64_t> counters_;  // modules and backward entries
   std::vector<std::int64_t> api_counters_;                  // API forward calls, by OpInfo::key_id

@@ -86,11 +86,11 @@ inline std::string python_float_repr(double v) {
   return std::string(buf, write_python_float(buf, v));
 }
 
-// Takes the text written so far (and clears the buffer): a file, a stream.
+// Takes each chunk of the text written so far: a file, a stream.
 class TextDrain {
  public:
   virtual ~TextDrain() = default;
-  virtual void take(std::string& text) = 0;
+  virtual void take(std::string_view text) = 0;
 };
 
 class JsonText {
@@ -162,10 +162,11 @@ class JsonText {
   void maybe_drain() {
     if (drain_ != nullptr && len_ >= kChunk) drain();
   }
+  // The buffer keeps its size: the next chunk reuses its room, which is not filled with zeros again.
   void drain() {
-    finish();
-    if (drain_ != nullptr && !buf_.empty()) drain_->take(buf_);
-    len_ = buf_.size();
+    if (drain_ == nullptr || len_ == 0) return;
+    drain_->take(std::string_view(buf_.data(), len_));
+    len_ = 0;
   }
 
   // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP

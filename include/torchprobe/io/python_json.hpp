@@ -61,10 +61,7 @@ void write_tree(JsonText& out, const Json& j, int depth) {
 class StreamDrain final : public TextDrain {
  public:
   explicit StreamDrain(std::ostream& os) : os_(os) {}
-  void take(std::string& text) override {
-    os_.write(text.data(), static_cast<std::streamsize>(text.size()));
-    text.clear();
-  }
+  void take(std::string_view text) override { os_.write(text.data(), static_cast<std::streamsize>(text.size())); }
 
  private:
   std::ostream& os_;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -41,16 +42,14 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed_by_name([](const Record& r) { return std::optional<nlohmann::ordered_json>(r.json_body()); });
+    j["data"] = keyed(by_first_place(all), [](const Record& r) { return r.json_body(); });
     return j;
   }
 
   // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
   nlohmann::ordered_json construct_json() const {
-    return keyed_by_name([](const Record& r) {
-      if (!r.parent) return std::optional<nlohmann::ordered_json>();
-      return std::optional<nlohmann::ordered_json>(r.parent->empty() ? nlohmann::ordered_json(nullptr)
-                                                                     : nlohmann::ordered_json(*r.parent));
+    return keyed(by_first_place(has_parent), [](const Record& r) {
+      return r.parent->empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(*r.parent);
     });
   }
 
@@ -61,28 +60,40 @@ struct StepDump {
     return io::build_stack_json(forward);
   }
 
+  // The records a {name: value} file lists, in its order: a name committed again (a second
+  // backward through a retained graph) keeps its first place and takes the later record's value,
+  // as a Python dict does. `listed(r)` says whether the file has an item for r at all (all, or
+  // has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
+  // list what this returns.
+  template <class Listed>
+  std::vector<const Record*> by_first_place(Listed listed) const {
+    std::vector<const Record*> out;
+    out.reserve(records.size());
+    std::unordered_map<std::string_view, std::size_t> where;
+    where.reserve(records.size());
+    for (const Record* r : records) {
+      if (!listed(*r)) continue;
+      auto [it, fresh] = where.emplace(r->name, out.size());
+      if (fresh)
+        out.push_back(r);
+      else
+        out[it->second] = r;
+    }
+    return out;
+  }
+  static bool all(const Record&) { return true; }
+  static bool has_parent(const Record& r) { return r.parent.has_value(); }
+
  private:
-  // {name: value(record)} in record order. ordered_json's operator[] searches keys one by one,
-  // so items are appended directly; a repeated name (a second backward through a retained
-  // graph) replaces the earlier value, as a Python dict would.
+  // {name: value(record)} for the listed records. ordered_json's operator[] searches keys one by
+  // one, so items are appended directly.
   template <class Value>
-  nlohmann::ordered_json keyed_by_name(Value value) const {
+  static nlohmann::ordered_json keyed(const std::vector<const Record*>& listed, Value value) {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     auto& items = out.get_ref<nlohmann::ordered_json::object_t&>();
     // Reserved: the items' keys are const, so a growing vector copies every value it moves.
-    items.reserve(records.size());
-    std::unordered_map<std::string, std::size_t> where;
-    where.reserve(records.size());
-    for (const Record* record : records) {
-      const Record& r = *record;
-      std::optional<nlohmann::ordered_json> v = value(r);
-      if (!v) continue;
-      auto [it, fresh] = where.emplace(r.name, items.size());
-      if (fresh)
-        items.emplace_back(r.name, std::move(*v));
-      else
-        (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(*v);
-    }
+    items.reserve(listed.size());
+    for (const Record* r : listed) items.emplace_back(r->name, value(*r));
     return out;
   }
 };

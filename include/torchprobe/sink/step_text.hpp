@@ -4,8 +4,6 @@
 // to the file in chunks, so a step of any size is written in bounded memory.
 #include <cstddef>
 #include <string>
-#include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "torchprobe/core/record.hpp"
@@ -19,26 +17,6 @@ namespace torchprobe {
 
 namespace step_text {
 
-// The records a {name: value} file lists, in its order: a name committed again (a second backward
-// through a retained graph) keeps its first place and takes the later record's value, as a Python
-// dict does. `listed(r)` says whether the file has an item for r at all.
-template <class Listed>
-std::vector<const Record*> by_first_place(const std::vector<const Record*>& records, Listed listed) {
-  std::vector<const Record*> out;
-  out.reserve(records.size());
-  std::unordered_map<std::string_view, std::size_t> where;
-  where.reserve(records.size());
-  for (const Record* r : records) {
-    if (!listed(*r)) continue;
-    auto [it, fresh] = where.emplace(r->name, out.size());
-    if (fresh)
-      out.push_back(r);
-    else
-      out[it->second] = r;
-  }
-  return out;
-}
-
 // dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
 inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.open_object();
@@ -51,7 +29,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.key(3, 0, "dump_data_dir");
   io::write_json_value(out, d.dump_data_dir, 1);
   out.key(4, 0, "data");
-  const std::vector<const Record*> entries = by_first_place(d.records, [](const Record&) { return true; });
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::all);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 1, entries[i]->name);
@@ -64,8 +42,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
 inline void write_construct(io::JsonText& out, const StepDump& d) {
-  const std::vector<const Record*> entries =
-      by_first_place(d.records, [](const Record& r) { return r.parent.has_value(); });
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::has_parent);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 0, entries[i]->name);
@@ -87,10 +64,7 @@ inline void write_stack(io::JsonText& out, const StepDump& d) {
 class FileDrain final : public io::TextDrain {
  public:
   explicit FileDrain(io::AtomicFile& file) : file_(file) {}
-  void take(std::string& text) override {
-    file_.write(text);
-    text.clear();
-  }
+  void take(std::string_view text) override { file_.write(text); }
 
  private:
   io::AtomicFile& file_;
