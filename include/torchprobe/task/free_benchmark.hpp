@@ -19,6 +19,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -155,6 +156,7 @@ class FreeBenchmarkTask {
     c.dtype = o.isInt() ? at::kLong : at::kDouble;
     if (o.isInt()) {
       c.consistent = o.toInt() == p.toInt();
+      c.score = c.consistent ? 1.0 : std::numeric_limits<double>::infinity();
     } else {
       double a = o.toDouble(), b = p.toDouble();
       if (b == 0) {
