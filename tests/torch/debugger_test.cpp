@@ -406,7 +406,7 @@ TEST_CASE("a config.json drives both Debugger and PrecisionDebugger; Options ove
 TEST_CASE("a level and task pair that is not implemented yet is refused with the keys and what is available") {
   tptest::TempDir tmp;
   const std::string cfg = tmp / "config.json";
-  std::ofstream(cfg) << R"({"task": "free_benchmark", "dump_path": ")" << tmp.path() << R"(", "level": "L1"})";
+  std::ofstream(cfg) << R"({"task": "free_benchmark", "dump_path": ")" << tmp.path() << R"(", "level": "L0"})";
   CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{cfg}, doctest::Contains("\"free_benchmark\" is not available"),
                        tp::ConfigError);
 }

@@ -73,16 +73,21 @@ TEST_CASE("a section key the task does not declare is ignored with a warning") {
 
 TEST_CASE("the built-in task list declares what each task reads and saves") {
   const tp::TaskCatalog& c = tp::BuiltinTasks::catalog();
-  REQUIRE(c.size() == 3);
+  REQUIRE(c.size() == 4);
   CHECK(c[0].kind == tp::Task::Statistics);
   CHECK(c[0].reads("tensor_list"));
   CHECK_FALSE(c[1].reads("tensor_list"));
   CHECK(c[2].reads("overflow_nums"));
   CHECK_FALSE(c[2].levels.contains(tp::Level::Debug));
+  CHECK(c[3].kind == tp::Task::FreeBenchmark);
+  CHECK(c[3].reads("pert_mode"));
+  CHECK(c[3].levels.contains(tp::Level::L1));
+  CHECK_FALSE(c[3].levels.contains(tp::Level::Mix));
   tp::Config config;
   CHECK_FALSE(tp::StatisticsTask::saves_tensors(config));
   config.tensor_list = {"relu"};
   CHECK(tp::StatisticsTask::saves_tensors(config));
   CHECK(tp::TensorTask::saves_tensors(tp::Config{}));
   CHECK(tp::OverflowCheckTask::saves_tensors(tp::Config{}));
+  CHECK_FALSE(tp::FreeBenchmarkTask::saves_tensors(tp::Config{}));
 }

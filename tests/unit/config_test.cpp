@@ -424,9 +424,6 @@ TEST_CASE("keys TorchProbe knows but does not implement yet produce a not-suppor
   CHECK(has_warning(c, "\"enable_dataloader\" is not supported by TorchProbe yet"));
   CHECK(has_warning(c, "\"acc_check\" is not supported by TorchProbe yet"));
   CHECK(has_warning(c, "\"statistics.slice\" is not supported by TorchProbe yet"));
-  const Config fb =
-      parse_config(doc_with({{"task", "free_benchmark"}, {"free_benchmark", {{"pert_mode", "add_noise"}}}}));
-  CHECK(has_warning(fb, "\"free_benchmark.pert_mode\" is not supported by TorchProbe yet"));
 }
 
 TEST_CASE("a disabled unsupported feature needs no warning") {

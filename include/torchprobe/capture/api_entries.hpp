@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "torchprobe/capture/backward_probe.hpp"
+#include "torchprobe/capture/call_check.hpp"
 #include "torchprobe/capture/call_values.hpp"
 #include "torchprobe/capture/captured_call.hpp"
 #include "torchprobe/capture/gradient_recorder.hpp"
@@ -53,6 +54,7 @@ struct ApiCall {
   std::string backward_name;
   std::string api_name;
   std::optional<std::string> backward_parent;
+  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
 };
 
 template <class TaskT>
@@ -67,6 +69,12 @@ class ApiEntries {
   template <class Inputs, class Parents>
   void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
+      if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
+      call.forward = call.check != nullptr;
+      if (call.forward) call.record.name = std::move(a.name);  // errors name the call
+      return;
+    }
     const DataMode& mode = core_->config().data_mode;
     if (a.admitted) {
       call.forward = true;
@@ -94,6 +102,10 @@ class ApiEntries {
   // The call ended: its forward entry is complete.
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
+    if constexpr (task_checks_calls<TaskT>::value) {
+      if (call.check) core_->task().check_call_end(*call.check, outputs);
+      return;
+    }
     if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,6 +27,7 @@ struct ArgInfo {
   std::string name;
   bool kwarg_only = false;
   ArgKind kind = ArgKind::Generic;
+  bool written = false;  // the op writes into it (in-place self, out=)
 };
 
 struct OpInfo {
@@ -36,7 +38,8 @@ struct OpInfo {
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
-  std::size_t returns = 0;  // how many values the schema returns
+  std::size_t returns = 0;                    // how many values the schema returns
+  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
 };
 
 // Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
@@ -102,8 +105,10 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
     if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
       info->schema_known = true;
       for (const auto& a : handle->schema().arguments())
-        info->args.push_back({a.name(), a.kwarg_only(), kind_of(a.real_type())});
+        info->args.push_back(
+            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
       info->returns = handle->schema().returns().size();
+      info->handle = *handle;
     }
   }
   return info;

@@ -52,14 +52,14 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"bench_path", KeyPlace::Section, KeySupport::NotYet},
     {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
     {"file_format", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_device", KeyPlace::Section, KeySupport::NotYet},
-    {"pert_mode", KeyPlace::Section, KeySupport::NotYet},
-    {"handler_type", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_level", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_stage", KeyPlace::Section, KeySupport::NotYet},
-    {"if_preheat", KeyPlace::Section, KeySupport::NotYet},
-    {"preheat_step", KeyPlace::Section, KeySupport::NotYet},
-    {"max_sample", KeyPlace::Section, KeySupport::NotYet},
+    {"fuzz_device", KeyPlace::Section, KeySupport::Read},
+    {"pert_mode", KeyPlace::Section, KeySupport::Read},
+    {"handler_type", KeyPlace::Section, KeySupport::Read},
+    {"fuzz_level", KeyPlace::Section, KeySupport::Read},
+    {"fuzz_stage", KeyPlace::Section, KeySupport::Read},
+    {"if_preheat", KeyPlace::Section, KeySupport::Read},
+    {"preheat_step", KeyPlace::Section, KeySupport::Read},
+    {"max_sample", KeyPlace::Section, KeySupport::Read},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};

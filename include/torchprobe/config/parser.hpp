@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "torchprobe/config/free_benchmark.hpp"
 #include "torchprobe/config/keys.hpp"
 #include "torchprobe/config/readers.hpp"
 #include "torchprobe/config/types.hpp"
@@ -222,6 +223,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
     c.summary_mode = read_choice(*section, "summary_mode", label("summary_mode"), kModes, SummaryMode::Statistics);
   }
   if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
+  if (c.task == Task::FreeBenchmark && reads("pert_mode"))
+    c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))

@@ -22,6 +22,11 @@ class ConfigError : public std::invalid_argument {
 };
 
 enum class SummaryMode { Statistics, Md5, Xor };
+// free_benchmark (classic msprobe's FreeBenchmarkCheckConfig): how each call is perturbed, what is
+// done with the result, and which pass is checked.
+enum class PertMode { ImprovePrecision, AddNoise, BitNoise, ChangeValue, NoChange, ToCpu };
+enum class FuzzHandler { Check, Fix };
+enum class FuzzStage { Forward, Backward };
 enum class RiskLevel { All, Focus, Core };
 
 // Spellings used in config.json.
@@ -30,6 +35,18 @@ constexpr std::string_view summary_mode_name(SummaryMode m) {
     case SummaryMode::Statistics: return "statistics";
     case SummaryMode::Md5: return "md5";
     case SummaryMode::Xor: return "xor";
+  }
+  return "?";
+}
+
+constexpr std::string_view pert_mode_name(PertMode m) {
+  switch (m) {
+    case PertMode::ImprovePrecision: return "improve_precision";
+    case PertMode::AddNoise: return "add_noise";
+    case PertMode::BitNoise: return "bit_noise";
+    case PertMode::ChangeValue: return "change_value";
+    case PertMode::NoChange: return "no_change";
+    case PertMode::ToCpu: return "to_cpu";
   }
   return "?";
 }
@@ -79,6 +96,17 @@ class IndexSet {
   std::vector<int64_t> values_;
 };
 
+// The "free_benchmark" section (config/free_benchmark.hpp checks it; docs/free_benchmark.md).
+struct FreeBenchmarkConfig {
+  std::string fuzz_device = "npu";  // "cpu" exactly when pert_mode is to_cpu; else the tensors' own device
+  PertMode pert_mode = PertMode::ImprovePrecision;
+  FuzzHandler handler_type = FuzzHandler::Check;
+  FuzzStage fuzz_stage = FuzzStage::Forward;
+  bool if_preheat = false;
+  int64_t preheat_step = 15;
+  int64_t max_sample = 20;  // msprobe's documented default (its code falls back to preheat_step's 15)
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
@@ -98,6 +126,7 @@ struct Config {
   DataMode data_mode;
   SummaryMode summary_mode = SummaryMode::Statistics;
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
+  FreeBenchmarkConfig free_benchmark;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;

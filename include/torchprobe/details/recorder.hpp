@@ -30,6 +30,7 @@ namespace torchprobe::details {
 //    still on a device are read, and decides them in one batch (overflow_check on a device);
 //  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
 //    (overflow_check's overflow_summary.json).
+//  - step_text_files(step, rank): {file name, text} pairs likewise (free_benchmark's CSV).
 template <class T, class = void>
 struct task_can_end : std::false_type {};
 template <class T>
@@ -43,6 +44,13 @@ struct task_adds_files : std::false_type {};
 template <class T>
 struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
                               std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
+
+template <class T, class = void>
+struct task_adds_text_files : std::false_type {};
+template <class T>
+struct task_adds_text_files<T,
+                            std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
+    : std::true_type {};
 
 template <class TaskT>
 class Recorder {

@@ -292,6 +292,8 @@ class StepLifecycle {
     d.owner = std::move(sealed.owner);
     if constexpr (task_adds_files<TaskT>::value)
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
+    if constexpr (task_adds_text_files<TaskT>::value)
+      if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
     job.bytes += sealed.bytes;
     return d;
   }

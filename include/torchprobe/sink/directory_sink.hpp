@@ -35,6 +35,7 @@ class DirectorySink {
     const bool sync = !d.records.empty();
     step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
     for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
+    for (const auto& f : d.task_text_files) io::write_file_atomic(d.directory + "/" + f.first, f.second);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });

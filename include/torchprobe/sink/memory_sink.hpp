@@ -15,6 +15,7 @@ class MemorySink {
     nlohmann::ordered_json dump, stack, construct;
     nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
     std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
+    std::map<std::string, std::string> task_text_files;        // free_benchmark.csv
   };
 
   void open(const std::string& directory, bool tensor_files) {
@@ -29,6 +30,8 @@ class MemorySink {
     f.construct = d.construct_json();
     f.task_files.clear();
     for (const auto& tf : d.task_files) f.task_files[tf.first] = tf.second;
+    f.task_text_files.clear();
+    for (const auto& tf : d.task_text_files) f.task_text_files[tf.first] = tf.second;
   }
 
   void write_debug(const StepDump& d) {

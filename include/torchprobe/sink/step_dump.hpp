@@ -34,6 +34,8 @@ struct StepDump {
   std::shared_ptr<const void> owner;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
+  // Text files the task adds, {file name, content} (free_benchmark.csv).
+  std::vector<std::pair<std::string, std::string>> task_text_files;
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {

@@ -1,5 +1,6 @@
 #pragma once
 // The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
+#include "torchprobe/task/free_benchmark.hpp"
 #include "torchprobe/task/overflow_check.hpp"
 #include "torchprobe/task/statistics.hpp"
 #include "torchprobe/task/task_list.hpp"
@@ -7,7 +8,7 @@
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask>;
+using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask>;
 
 // Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
 template <Task T>

@@ -1,0 +1,77 @@
+// Cost of Task::FreeBenchmark per training step, as a ratio to the same step without TorchProbe,
+// measured in the same run (alternating blocks, median of the per-round ratios), for each pert_mode,
+// on the benchmark MLP in fp32 and in bf16 (improve_precision re-runs only calls with fp16/bf16
+// inputs: on the fp32 model it costs the capture alone).
+//
+//   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
+//   cmake --build build-bench --target torchprobe_free_benchmark_benchmark &&
+//   build-bench/benchmarks/torchprobe_free_benchmark_benchmark
+#include <torch/torch.h>
+#include <torchprobe/torchprobe.hpp>
+
+#include "bench_support.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tp = torchprobe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double block_us(const std::function<void()>& one_step, int steps) {
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) one_step();
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps;
+}
+
+void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, const std::string& dir, int steps,
+             int rounds) {
+  tp::Options options;
+  options.dump_path(dir).set("pert_mode", mode);
+  if (std::string(mode) == "to_cpu") options.set("fuzz_device", "cpu");
+  tp::Debugger<tp::Level::L1, tp::Task::FreeBenchmark> probe(options);
+  auto plain = [&] { model->forward(x).sum().backward(); };
+  auto probed = [&] {
+    probe.start();
+    model->forward(x).sum().backward();
+    probe.stop();
+    probe.step();
+  };
+  plain();
+  probed();
+  std::vector<double> p, q, r;
+  for (int k = 0; k < rounds; ++k) {
+    p.push_back(block_us(plain, steps));
+    q.push_back(block_us(probed, steps));
+    r.push_back(q.back() / p.back());
+  }
+  std::printf("  %-20s %10.1f us  %10.1f us  %6.2fx\n", mode, tpbench::median(p), tpbench::median(q),
+              tpbench::median(r));
+}
+
+}  // namespace
+
+int main() {
+  const bool quick = tpbench::quick_mode();
+  torch::manual_seed(1234);
+  const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_free_benchmark_bench").string();
+  std::printf(
+      "TorchProbe free_benchmark cost: step = forward + sum().backward(), start/stop/step around it;\n"
+      "ratio = median over rounds of probed / un-probed time, measured alternately in the same run\n");
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    tpbench::Mlp mlp;
+    mlp->to(dtype);
+    const torch::Tensor x = torch::randn({64, 512}).to(dtype).requires_grad_();
+    std::printf("\nMLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64, %s\n  %-20s %13s  %13s  %7s\n",
+                dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "probed", "ratio");
+    for (const char* mode : {"improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"})
+      measure(mode, mlp, x, dir, quick ? 1 : 5, quick ? 1 : 9);
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
