@@ -103,10 +103,19 @@ struct Item {
 };
 
 // Groups one side's unpaired entries into canonical items: on the ATen side t+addmm and
-// t+matmul+add_ become one "linear", and an addmm grouped so has its backward called linear too.
+// t+matmul+add_ become one "linear"; in backward the last op of such a group (addmm, add_) stands
+// for the linear, and the backward entries of the other members join its item.
 inline std::vector<Item> canonical_items(const std::vector<const Entry*>& entries) {
   std::vector<Item> items;
-  std::set<std::string> linear_addmm;  // "Aten.addmm.N" grouped into a linear
+  const auto stem = [](const Entry* e) {
+    const auto parts = split_dots(e->name);
+    return parts[0] + "." + parts[1] + "." + parts[2];
+  };
+  std::map<std::string, std::size_t> group_of;             // "Aten.t.N" -> forward group number
+  std::map<std::size_t, std::string> lead_of;              // group -> its last op, "Aten.addmm.N"
+  std::map<std::size_t, std::size_t> backward_item;        // group -> index in items
+  std::map<std::size_t, std::vector<const Entry*>> early;  // members' backward before the lead's
+  std::size_t groups = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto [prefix, api, dir] = api_parts(*entries[i]);
     if (prefix.empty()) continue;
@@ -114,22 +123,35 @@ inline std::vector<Item> canonical_items(const std::vector<const Entry*>& entrie
     if (prefix != "Aten") {
       it.canon = aten_name(api);
     } else if (api == "t" && dir == "forward" && i + 1 < entries.size()) {
+      std::size_t n = 0;
       const auto [p1, a1, d1] = api_parts(*entries[i + 1]);
       if (p1 == "Aten" && a1 == "addmm" && d1 == "forward") {
-        it = Item{"linear", dir, {entries[i], entries[i + 1]}, true};
-        const auto parts = split_dots(entries[i + 1]->name);
-        linear_addmm.insert(parts[0] + "." + parts[1] + "." + parts[2]);
-        ++i;
+        n = 2;
       } else if (p1 == "Aten" && a1 == "matmul" && d1 == "forward" && i + 2 < entries.size()) {
         const auto [p2, a2, d2] = api_parts(*entries[i + 2]);
-        if (p2 == "Aten" && a2 == "add_" && d2 == "forward") {
-          it = Item{"linear", dir, {entries[i], entries[i + 1], entries[i + 2]}, true};
-          i += 2;
-        }
+        if (p2 == "Aten" && a2 == "add_" && d2 == "forward") n = 3;
       }
-    } else if (api == "addmm" && dir == "backward") {
-      const auto parts = split_dots(entries[i]->name);
-      if (linear_addmm.count(parts[0] + "." + parts[1] + "." + parts[2])) it.canon = "linear";
+      if (n) {
+        it = Item{"linear", dir, {}, true};
+        for (std::size_t k = 0; k < n; ++k) {
+          it.members.push_back(entries[i + k]);
+          group_of[stem(entries[i + k])] = groups;
+        }
+        lead_of[groups++] = stem(entries[i + n - 1]);
+        i += n - 1;
+      }
+    } else if (dir == "backward" && group_of.count(stem(entries[i]))) {
+      const std::size_t g = group_of[stem(entries[i])];
+      if (lead_of[g] != stem(entries[i])) {  // a member other than the lead joins the lead's item
+        if (backward_item.count(g))
+          items[backward_item[g]].members.push_back(entries[i]);
+        else
+          early[g].push_back(entries[i]);
+        continue;
+      }
+      it.canon = "linear";
+      for (const Entry* e : early[g]) it.members.push_back(e);
+      backward_item[g] = items.size();
     }
     items.push_back(std::move(it));
   }
