@@ -238,3 +238,41 @@ TEST_CASE("argument errors are usage errors") {
   CHECK(o.mode == JudgeMode::exact);
   CHECK(o.threshold == 3.0);
 }
+
+TEST_CASE("--map pairs what names cannot: entry items, row items, and a bad line is bad input") {
+  const fs::path dir = temp_dir("map");
+  three_linear(Variant::same).write(dir / "a");
+  Dir b = three_linear(Variant::same);
+  Json renamed = Json::object();  // the bench calls relu.1 and addmm.2 by other names
+  for (auto it = b.data.begin(); it != b.data.end(); ++it) {
+    const std::string k = it.key() == "Aten.relu.1.forward"    ? "Aten.my_relu.0.forward"
+                          : it.key() == "Aten.addmm.2.forward" ? "Aten.my_mm.0.forward"
+                                                               : it.key();
+    renamed[k] = it.value();
+  }
+  b.data = renamed;
+  b.write(dir / "b");
+  // Without a map the value pass still pairs them: their outputs' statistics are unique.
+  Run r = compare_dirs(dir / "a", dir / "b", dir / "out0");
+  CHECK(r.status == 0);
+  CHECK(r.report["summary"]["paired_value"] == 2);
+  std::ofstream(dir / "map.yaml") << "# entry item, then row items\n"
+                                     "Aten.relu.1.forward: Aten.my_relu.0.forward\n"
+                                     "Aten.addmm.2.forward.output.0: 'Aten.my_mm.0.forward.output.0'\n"
+                                     "Aten.addmm.2.forward.input.1: Aten.my_mm.0.forward.input.1\n";
+  CompareOptions o = parse_compare_args({(dir / "a").string(), (dir / "b").string(), "-o", (dir / "out1").string(),
+                                         "--map", (dir / "map.yaml").string()});
+  std::ostringstream log;
+  CHECK(run_compare(o, log) == 0);
+  const auto report = read_json_file(dir / "out1" / "first_divergence.json");
+  CHECK(report["summary"]["paired_map"] == 2);
+  CHECK(report["summary"].value("paired_value", 0) == 0);
+  CHECK(report["summary"]["target_only"] == 0);
+  std::ofstream(dir / "bad.yaml")
+      << "Aten.relu.1.forward: Aten.my_relu.0.forward\nFunctional.linear: [Aten.t, Aten.addmm]\n";
+  o.map = dir / "bad.yaml";
+  std::ostringstream bad_log;
+  CHECK(run_compare(o, bad_log) == 2);
+  CHECK(bad_log.str().find((dir / "bad.yaml").string() + ":2:") != std::string::npos);
+  fs::remove_all(dir);
+}

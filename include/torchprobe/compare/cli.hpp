@@ -12,6 +12,7 @@
 #include "torchprobe/compare/dump_reader.hpp"
 #include "torchprobe/compare/first_divergence.hpp"
 #include "torchprobe/compare/msprobe_table.hpp"
+#include "torchprobe/compare/user_map.hpp"
 
 namespace torchprobe::compare {
 
@@ -20,16 +21,18 @@ struct CompareOptions {
   JudgeMode mode = JudgeMode::tol;
   double threshold = -1;  // < 0: the mode's default
   std::optional<long> step, rank;
-  std::string timestamp;  // empty: now, as msprobe's YYYYmmddHHMMSS
+  std::filesystem::path map;  // --map: the user's mapping file
+  std::string timestamp;      // empty: now, as msprobe's YYYYmmddHHMMSS
 };
 
 inline const char* compare_usage() {
   return "usage: torchprobe compare TARGET BENCH -o OUT [--mode exact|tol|msprobe] [--threshold X]\n"
-         "                          [--step N] [--rank R]\n"
+         "                          [--map FILE.yaml] [--step N] [--rank R]\n"
          "  TARGET, BENCH  a dump.json, a rank directory, a step directory (ranks paired) or a dump root\n"
          "  -o OUT         output directory (created): compare_result_{timestamp}.csv, first_divergence.json\n"
          "  --mode         exact: bit-equal statistics/checksums; tol (default): error within X times the\n"
          "                 dtype's epsilon (X = --threshold, default 64); msprobe: msprobe's own error rules\n"
+         "  --map          'TARGET_NAME: BENCH_NAME' lines (entries or rows) pairing what names cannot\n"
          "exit status: 0 no divergence, 1 divergence found, 2 bad input\n";
 }
 
@@ -73,6 +76,8 @@ inline CompareOptions parse_compare_args(const std::vector<std::string>& args) {
       } catch (const std::exception&) {
         throw InputError("--threshold needs a non-negative number, not '" + v + "'");
       }
+    } else if (a == "--map") {
+      o.map = value(i);
     } else if (a == "--step") {
       o.step = number(a, value(i));
     } else if (a == "--rank") {
@@ -111,6 +116,8 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
     if (!fs::is_directory(o.out)) throw InputError(o.out.string() + ": cannot create the output directory");
     const std::string ts = o.timestamp.empty() ? now_timestamp() : o.timestamp;
     bool diverged = false;
+    std::optional<UserMap> user_map;
+    if (!o.map.empty()) user_map = read_user_map(o.map);
     nlohmann::ordered_json summary = nlohmann::ordered_json::object();
     for (const DumpPair& p : pairs) {
       const Dump t = load_dump(p.target);
@@ -124,12 +131,15 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
         throw InputError((t.has_md5 ? p.target : p.bench).string() + " holds md5 checksums but " +
                          (t.has_md5 ? p.bench : p.target).string() + " does not: both must be md5 or statistics dumps");
       const CsvMode mode = t.has_md5 ? CsvMode::md5 : CsvMode::summary;
+      if (t.task == "tensor")
+        log << "note: tensor dumps are compared by the statistics in their dump.json; msprobe's tensor-mode columns "
+               "(Cosine, EucDist, ...) need the .pt files and are not written\n";
       const auto trows = dump_rows(t), brows = dump_rows(b);
       const Table table = msprobe_table(trows, brows, mode, t.has_stack_file);
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
       std::ofstream(csv, std::ios::binary) << table_csv(table);
 
-      const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold);
+      const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
       const auto report = first_divergence_json(t, b, j);
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
       std::ofstream(fd, std::ios::binary) << report.dump(1) << "\n";

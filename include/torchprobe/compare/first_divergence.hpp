@@ -94,14 +94,14 @@ inline nlohmann::ordered_json stack_of(const Dump& d, const std::string& entry) 
 }  // namespace detail
 
 inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& trows, const std::vector<Row>& brows,
-                       CsvMode csv_mode, JudgeMode mode, double threshold) {
+                       CsvMode csv_mode, JudgeMode mode, double threshold, const UserMap* user_map = nullptr) {
   Judgement j;
   j.mode = mode;
   j.threshold = threshold >= 0 ? threshold : mode == JudgeMode::tol ? kDefaultTolEpsilons : 0.5;
   if (mode == JudgeMode::exact) j.threshold = 0;
   j.target_entries = dump_entries(trows);
   j.bench_entries = dump_entries(brows);
-  j.matching = match_entries(j.target_entries, j.bench_entries);
+  j.matching = match_entries(j.target_entries, j.bench_entries, user_map);
   std::vector<Row> st, sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);

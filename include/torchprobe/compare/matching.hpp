@@ -1,6 +1,7 @@
 #pragma once
 // Pairing the entries of two dumps, pass by pass, each pass taking what the previous ones left:
 //   exact     the same name, backward call numbers recounted (msprobe's exact match);
+//   map       the user's --map file: entry to entry, or row to row (user_map.hpp);
 //   template  Python API <-> ATen sequences: Functional.linear <-> Aten.t + Aten.addmm (or
 //             t + matmul + add_, or Aten.linear), conv2d <-> convolution, layer_norm <->
 //             native_layer_norm, softmax <-> _softmax, dropout <-> native_dropout, and
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "torchprobe/compare/rows.hpp"
+#include "torchprobe/compare/user_map.hpp"
 
 namespace torchprobe::compare {
 
@@ -201,7 +203,8 @@ inline std::string value_key(const Entry& e) {
 
 }  // namespace detail
 
-inline Matching match_entries(const std::vector<Entry>& target, const std::vector<Entry>& bench) {
+inline Matching match_entries(const std::vector<Entry>& target, const std::vector<Entry>& bench,
+                              const UserMap* user_map = nullptr) {
   Matching m;
   std::map<std::string, const Entry*> bench_by_key;
   for (const Entry& e : bench) bench_by_key.emplace(e.key, &e);
@@ -212,6 +215,40 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
     if (it == bench_by_key.end() || used.count(it->second)) continue;
     used.insert(it->second);
     by_target[&t] = EntryPair{&t, {it->second}, {}, "exact", detail::same_suffix_links(t, *it->second)};
+  }
+  if (user_map) {  // pass 2: the user's items, in file order
+    std::map<std::string, const Entry*> te, be;
+    std::map<std::string, std::pair<const Entry*, const Row*>> tr, br;
+    for (const Entry& e : target) {
+      te[e.name] = &e;
+      for (const Row* r : e.rows) tr[r->name] = {&e, r};
+    }
+    for (const Entry& e : bench) {
+      be[e.name] = &e;
+      for (const Row* r : e.rows) br[r->name] = {&e, r};
+    }
+    for (const auto& [tn, bn] : user_map->items) {
+      if (te.count(tn) && be.count(bn)) {
+        const Entry* t = te[tn];
+        const Entry* b = be[bn];
+        if (by_target.count(t) || used.count(b)) continue;
+        used.insert(b);
+        by_target[t] = EntryPair{t, {b}, {}, "map", detail::same_suffix_links(*t, *b)};
+      } else if (tr.count(tn) && br.count(bn)) {
+        const auto [t, trow] = tr[tn];
+        const auto [b, brow] = br[bn];
+        const auto it = by_target.find(t);
+        if (it != by_target.end() && it->second.method != "map") continue;
+        const bool in_pair = it != by_target.end() &&
+                             std::find(it->second.bench.begin(), it->second.bench.end(), b) != it->second.bench.end();
+        if (used.count(b) && !in_pair) continue;
+        EntryPair& p = by_target[t];
+        if (!p.target) p = EntryPair{t, {}, {}, "map", {}};
+        if (!in_pair) p.bench.push_back(b);
+        used.insert(b);
+        p.links.push_back({trow, brow, false});
+      }
+    }
   }
   const auto left = [&](const std::vector<Entry>& side, bool is_target) {
     std::vector<const Entry*> out;
