@@ -25,6 +25,9 @@ struct CompareOptions {
   std::string timestamp;      // empty: now, as msprobe's YYYYmmddHHMMSS
 };
 
+// Above this many entries (both sides) run_compare reports its stages on the log.
+constexpr std::size_t kProgressEntries = 4000;
+
 inline const char* compare_usage() {
   return "usage: torchprobe compare TARGET BENCH -o OUT [--mode exact|tol|msprobe] [--threshold X]\n"
          "                          [--map FILE.yaml] [--step N] [--rank R]\n"
@@ -134,12 +137,22 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       if (t.task == "tensor")
         log << "note: tensor dumps are compared by the statistics in their dump.json; msprobe's tensor-mode columns "
                "(Cosine, EucDist, ...) need the .pt files and are not written\n";
+      // Progress on stderr for big dumps: one line per stage, each overwriting the last.
+      const bool big = t.data.size() + b.data.size() > kProgressEntries;
+      const auto stage = [&](int k, const char* what) {
+        if (big)
+          log << "\r[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)   "
+              << (k == 4 ? "\n" : "") << std::flush;
+      };
+      stage(1, "rows");
       const auto trows = dump_rows(t), brows = dump_rows(b);
+      stage(2, "msprobe's table");
       const Table table = msprobe_table(trows, brows, mode, t.has_stack_file);
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
       std::ofstream(csv, std::ios::binary) << table_csv(table);
-
+      stage(3, "matching and judging");
       const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
+      stage(4, "first divergence");
       const auto report = first_divergence_json(t, b, j);
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
       std::ofstream(fd, std::ios::binary) << report.dump(1) << "\n";
