@@ -194,3 +194,34 @@ TEST_CASE("rows without a partner or with incomparable dtypes are N/A, with mspr
   CHECK(csv[3][26] == "[]");
   fs::remove_all(dir);
 }
+
+TEST_CASE("backward call numbers are recounted by order of appearance, as msprobe's update_backward_call does") {
+  using namespace tp_compare_test;
+  const Stats g{"torch.float32", {2}, 1.0, 0.0, 0.5, 1.0, false};
+  const Stats h = scaled(g, 2.0);
+  Json backward = entry({g}, {g});
+  backward.erase("input_args");
+  backward.erase("input_kwargs");
+  backward["input"] = Json::array({tensor(g)});
+  Json other = backward;
+  other["output"] = Json::array({tensor(h)});
+  Dir a, b;
+  // recomputation numbered the target's calls 3, 5 and 7; the first has no tensors but still counts
+  a.add("Functional.relu.3.backward", Json{{"input", Json::array()}, {"output", Json::array()}});
+  a.add("Functional.relu.5.backward", backward);
+  a.add("Module.fc.Linear.backward.7", other);
+  b.add("Functional.relu.0.backward", other);
+  b.add("Functional.relu.1.backward", backward);
+  b.add("Module.fc.Linear.backward.0", other);
+  const fs::path dir = temp_dir("renumber");
+  const Dump t = load_dump(a.write(dir / "a")), d = load_dump(b.write(dir / "b"));
+  std::vector<Row> tr, br;
+  const auto csv = read_csv(table_csv(table_of(t, d, tr, br)));
+  REQUIRE(csv.size() == 5);
+  CHECK(csv[1][0] == "Functional.relu.5.backward.input.0");
+  CHECK(csv[1][1] == "Functional.relu.1.backward.input.0");  // the second relu backward on both sides
+  CHECK(csv[2][8] == "0");                                   // same output: not relu.0's
+  CHECK(csv[3][0] == "Module.fc.Linear.backward.7.input.0");
+  CHECK(csv[3][1] == "Module.fc.Linear.backward.0.input.0");
+  fs::remove_all(dir);
+}

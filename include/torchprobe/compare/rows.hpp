@@ -191,9 +191,10 @@ inline std::vector<Row> dump_rows(const Dump& d) {
       stem = parts.size() > 2 ? detail::join_dots(parts, parts.size() - 2) : "";
       call = second + "." + last;
     }
-    if (items.empty() || stem.empty()) continue;
-    int order = 0;
+    if (stem.empty()) continue;
+    int order = 0;  // counted even for an entry without rows, as msprobe does
     if (direction == "backward") order = backward_count[stem]++;
+    if (items.empty()) continue;
     const auto is_digits = [](const std::string& s) {
       return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
     };
