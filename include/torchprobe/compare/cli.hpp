@@ -108,6 +108,13 @@ inline std::string now_timestamp() {
   return buf;
 }
 
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(path.string() + ": cannot be written");
+}
+
 // Compares every pair of dumps; writes the outputs under o.out. Returns the exit status; messages
 // go to `log`. Bad input (InputError) is reported and returns 2.
 inline int run_compare(const CompareOptions& o, std::ostream& log) {
@@ -149,13 +156,13 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       stage(2, "msprobe's table");
       const Table table = msprobe_table(trows, brows, mode, t.has_stack_file);
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
-      std::ofstream(csv, std::ios::binary) << table_csv(table);
+      write_file(csv, table_csv(table));
       stage(3, "matching and judging");
       const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
       stage(4, "first divergence");
       const auto report = first_divergence_json(t, b, j);
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
-      std::ofstream(fd, std::ios::binary) << report.dump(1) << "\n";
+      write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
       diverged = diverged || j.diverged();
       log << p.target.string() << " vs " << p.bench.string() << ": " << j.summary_line() << "\n"
           << "  wrote " << csv.string() << " and " << fd.string() << "\n";
@@ -163,6 +170,9 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
     return diverged ? 1 : 0;
   } catch (const InputError& e) {
     log << "torchprobe compare: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {  // e.g. a file that cannot be written: never a silent abort
+    log << "torchprobe compare: error: " << e.what() << "\n";
     return 2;
   }
 }

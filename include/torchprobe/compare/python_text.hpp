@@ -4,6 +4,7 @@
 // pandas re-parsed from that text, so both directions are reproduced here, quirks included.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -129,10 +130,12 @@ inline std::optional<PandasNumber> pandas_parse(std::string_view s) {
     ++i;
     bool eneg = false;
     if (i < t.size() && (t[i] == '-' || t[i] == '+')) eneg = t[i++] == '-';
-    int n = 0, nd = 0;
+    long long n = 0;  // 17 digits at most, as pandas reads them; long long cannot overflow on them
+    int nd = 0;
     for (; nd < 17 && digit(i); ++i, ++nd) n = n * 10 + (t[i] - '0');
     if (nd == 0) return std::nullopt;
-    exponent += eneg ? -n : n;
+    n = std::min(n, 100000LL);  // far beyond any double's exponent either way
+    exponent += static_cast<int>(eneg ? -n : n);
   }
   if (i != t.size()) return std::nullopt;
   if (exponent > 308) {

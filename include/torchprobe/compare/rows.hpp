@@ -111,7 +111,8 @@ inline Row leaf_row(const Json& item, const std::string& op_name, const std::str
         {nlohmann::detail::value_t::string, "<class 'str'>"},
         {nlohmann::detail::value_t::array, "<class 'list'>"},
         {nlohmann::detail::value_t::object, "<class 'dict'>"}};
-    r.dtype = kClass.at(value.type());
+    const auto cls = kClass.find(value.type());
+    r.dtype = cls == kClass.end() ? "<class 'object'>" : cls->second;
     r.shape = "[]";
     for (auto& s : stats) s = value;
   }
