@@ -43,12 +43,15 @@ prefix=$work/prefix
 cmake -S . -B "$work/torchprobe-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
   -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 \
   || { cat "$work/install.log"; exit 1; }
+# The one compiled thing installed is the torchprobe command-line tool (no libtorch: ~15 s).
+cmake --build "$work/torchprobe-build" --target torchprobe_cli >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
          share/cmake/TorchProbe/TorchProbeConfig.cmake share/cmake/TorchProbe/TorchProbeConfigVersion.cmake \
-         share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp; do
+         share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp bin/torchprobe; do
   [ -f "$prefix/$f" ] || { echo "not installed: $f" >&2; find "$prefix" -type f >&2; exit 1; }
 done
+"$prefix/bin/torchprobe" --version | grep -qx "torchprobe $version" || { echo "bin/torchprobe --version is not $version" >&2; exit 1; }
 echo "installed $(find "$prefix" -type f | wc -l) files into $prefix"
 
 # The consumer is built from a copy outside the repository, so nothing can reach the source tree

@@ -12,8 +12,9 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "torchprobe"
-# Bottom first. The top-level headers (debugger.hpp, ...) are above everything.
-LAYERS = ["core", "io", "stats", "config", "level", "sink", "details", "capture", "task", "."]
+# Bottom first. The top-level headers (debugger.hpp, ...) are above everything. compare/ is the
+# `torchprobe compare` tool (no libtorch): it may use core/ and io/, and nothing includes it.
+LAYERS = ["core", "io", "compare", "stats", "config", "level", "sink", "details", "capture", "task", "."]
 MAX_LINES = 400
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 

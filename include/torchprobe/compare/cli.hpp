@@ -1,0 +1,180 @@
+#pragma once
+// `torchprobe compare TARGET BENCH -o OUT [...]`: argument parsing and the run, kept out of main()
+// so that the unit tests call them directly. Exit status: 0 no divergence, 1 divergence, 2 bad input.
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/dump_reader.hpp"
+#include "torchprobe/compare/first_divergence.hpp"
+#include "torchprobe/compare/msprobe_table.hpp"
+#include "torchprobe/compare/user_map.hpp"
+
+namespace torchprobe::compare {
+
+struct CompareOptions {
+  std::filesystem::path target, bench, out;
+  JudgeMode mode = JudgeMode::tol;
+  double threshold = -1;  // < 0: the mode's default
+  std::optional<long> step, rank;
+  std::filesystem::path map;  // --map: the user's mapping file
+  std::string timestamp;      // empty: now, as msprobe's YYYYmmddHHMMSS
+};
+
+// Above this many entries (both sides) run_compare reports its stages on the log.
+constexpr std::size_t kProgressEntries = 4000;
+
+inline const char* compare_usage() {
+  return "usage: torchprobe compare TARGET BENCH -o OUT [--mode exact|tol|msprobe] [--threshold X]\n"
+         "                          [--map FILE.yaml] [--step N] [--rank R]\n"
+         "  TARGET, BENCH  a dump.json, a rank directory, a step directory (ranks paired) or a dump root\n"
+         "  -o OUT         output directory (created): compare_result_{timestamp}.csv, first_divergence.json\n"
+         "  --mode         exact: bit-equal statistics/checksums; tol (default): error within X times the\n"
+         "                 dtype's epsilon (X = --threshold, default 64); msprobe: msprobe's own error rules\n"
+         "  --map          'TARGET_NAME: BENCH_NAME' lines (entries or rows) pairing what names cannot\n"
+         "exit status: 0 no divergence, 1 divergence found, 2 bad input\n";
+}
+
+// Throws InputError (a usage error) on bad arguments. `args` excludes "torchprobe compare".
+inline CompareOptions parse_compare_args(const std::vector<std::string>& args) {
+  CompareOptions o;
+  std::vector<std::string> positional;
+  const auto value = [&](std::size_t& i) -> const std::string& {
+    if (i + 1 >= args.size()) throw InputError("option " + args[i] + " needs a value");
+    return args[++i];
+  };
+  const auto number = [](const std::string& opt, const std::string& v) {
+    try {
+      std::size_t used = 0;
+      const long n = std::stol(v, &used);
+      if (used == v.size() && n >= 0) return n;
+    } catch (const std::exception&) {
+    }
+    throw InputError("option " + opt + " needs a non-negative integer, not '" + v + "'");
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-o" || a == "--output") {
+      o.out = value(i);
+    } else if (a == "--mode") {
+      const std::string& m = value(i);
+      if (m == "exact")
+        o.mode = JudgeMode::exact;
+      else if (m == "tol")
+        o.mode = JudgeMode::tol;
+      else if (m == "msprobe")
+        o.mode = JudgeMode::msprobe;
+      else
+        throw InputError("--mode must be exact, tol or msprobe, not '" + m + "'");
+    } else if (a == "--threshold") {
+      const std::string& v = value(i);
+      try {
+        std::size_t used = 0;
+        o.threshold = std::stod(v, &used);
+        if (used != v.size() || !(o.threshold >= 0)) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        throw InputError("--threshold needs a non-negative number, not '" + v + "'");
+      }
+    } else if (a == "--map") {
+      o.map = value(i);
+    } else if (a == "--step") {
+      o.step = number(a, value(i));
+    } else if (a == "--rank") {
+      o.rank = number(a, value(i));
+    } else if (!a.empty() && a[0] == '-' && a != "-") {
+      throw InputError("unknown option " + a);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 2)
+    throw InputError("expected TARGET and BENCH, got " + std::to_string(positional.size()) + " path(s)");
+  if (o.out.empty()) throw InputError("missing -o OUT (the output directory)");
+  o.target = positional[0];
+  o.bench = positional[1];
+  return o;
+}
+
+inline std::string now_timestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d%H%M%S", &tm);
+  return buf;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(path.string() + ": cannot be written");
+}
+
+// Compares every pair of dumps; writes the outputs under o.out. Returns the exit status; messages
+// go to `log`. Bad input (InputError) is reported and returns 2.
+inline int run_compare(const CompareOptions& o, std::ostream& log) {
+  namespace fs = std::filesystem;
+  try {
+    const auto pairs = pair_inputs(o.target, o.bench, o.step, o.rank);
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    if (!fs::is_directory(o.out)) throw InputError(o.out.string() + ": cannot create the output directory");
+    const std::string ts = o.timestamp.empty() ? now_timestamp() : o.timestamp;
+    bool diverged = false;
+    std::optional<UserMap> user_map;
+    if (!o.map.empty()) user_map = read_user_map(o.map);
+    nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+    for (const DumpPair& p : pairs) {
+      const Dump t = load_dump(p.target);
+      const Dump b = load_dump(p.bench);
+      if (t.task != b.task)
+        throw InputError(p.target.string() + " has task \"" + t.task + "\" but " + p.bench.string() + " has \"" +
+                         b.task + "\": compare needs the same task");
+      if (t.task != "statistics" && t.task != "tensor")
+        throw InputError(p.target.string() + ": task \"" + t.task + "\" cannot be compared (statistics or tensor)");
+      if (t.has_md5 != b.has_md5)
+        throw InputError((t.has_md5 ? p.target : p.bench).string() + " holds md5 checksums but " +
+                         (t.has_md5 ? p.bench : p.target).string() + " does not: both must be md5 or statistics dumps");
+      const CsvMode mode = t.has_md5 ? CsvMode::md5 : CsvMode::summary;
+      if (t.task == "tensor")
+        log << "note: tensor dumps are compared by the statistics in their dump.json; msprobe's tensor-mode columns "
+               "(Cosine, EucDist, ...) need the .pt files and are not written\n";
+      // Progress on stderr for big dumps: one line per stage, each overwriting the last.
+      const bool big = t.data.size() + b.data.size() > kProgressEntries;
+      const auto stage = [&](int k, const char* what) {
+        if (big)
+          log << "\r[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)   "
+              << (k == 4 ? "\n" : "") << std::flush;
+      };
+      stage(1, "rows");
+      const auto trows = dump_rows(t), brows = dump_rows(b);
+      stage(2, "msprobe's table");
+      const Table table = msprobe_table(trows, brows, mode, t.has_stack_file);
+      const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
+      write_file(csv, table_csv(table));
+      stage(3, "matching and judging");
+      const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
+      stage(4, "first divergence");
+      const auto report = first_divergence_json(t, b, j);
+      const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
+      write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+      diverged = diverged || j.diverged();
+      log << p.target.string() << " vs " << p.bench.string() << ": " << j.summary_line() << "\n"
+          << "  wrote " << csv.string() << " and " << fd.string() << "\n";
+    }
+    return diverged ? 1 : 0;
+  } catch (const InputError& e) {
+    log << "torchprobe compare: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {  // e.g. a file that cannot be written: never a silent abort
+    log << "torchprobe compare: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,241 @@
+#pragma once
+// Reading one dump (dump.json with its stack.json and construct.json) for `torchprobe compare`,
+// and finding the dump.json files that a TARGET/BENCH argument names: the file itself, a rank
+// directory, a step directory (its ranks) or a dump root (its steps). Every problem is an
+// InputError whose message names the file.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchprobe::compare {
+
+// Bad input: the CLI reports what() and exits with status 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Dump {
+  std::filesystem::path file;  // the dump.json
+  std::string task, level;
+  nlohmann::ordered_json data;  // entry name -> entry, in dump order
+  bool has_stack_file = false;  // stack.json beside dump.json (msprobe then adds NPU_Stack_Info)
+  std::map<std::string, nlohmann::ordered_json> stacks;  // entry name -> list of frames
+  std::map<std::string, std::string> parents;            // construct.json: entry -> parent module (non-null ones)
+  bool has_md5 = false;                                  // some item carries "md5" (msprobe's md5 mode when both do)
+};
+
+namespace detail {
+// Python's json writes NaN, Infinity and -Infinity as bare tokens, which nlohmann rejects: outside
+// strings they become marker strings, turned back into doubles after parsing.
+constexpr const char* kNanMark = "\\u0001tp:NaN";
+constexpr const char* kInfMark = "\\u0001tp:Infinity";
+constexpr const char* kNegInfMark = "\\u0001tp:-Infinity";
+
+inline std::string mark_python_floats(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    const auto at = [&](const char* token) { return text.compare(i, std::strlen(token), token) == 0; };
+    if (at("NaN")) {
+      out += std::string("\"") + kNanMark + "\"";
+      i += 2;
+    } else if (at("Infinity")) {
+      out += std::string("\"") + kInfMark + "\"";
+      i += 7;
+    } else if (at("-Infinity")) {
+      out += std::string("\"") + kNegInfMark + "\"";
+      i += 8;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+inline void unmark_python_floats(nlohmann::ordered_json& j) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s.size() > 4 && s[0] == '\x01' && s.compare(1, 3, "tp:") == 0) {
+      const std::string t = s.substr(4);
+      j = t == "NaN" ? std::nan("") : t == "Infinity" ? HUGE_VAL : -HUGE_VAL;
+    }
+  } else if (j.is_structured()) {
+    for (auto& v : j) unmark_python_floats(v);
+  }
+}
+}  // namespace detail
+
+inline nlohmann::ordered_json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string() + ": cannot be opened (missing or unreadable)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    auto j = nlohmann::ordered_json::parse(detail::mark_python_floats(text));
+    detail::unmark_python_floats(j);
+    return j;
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path.string() + ": not valid JSON (truncated or corrupt): " + e.what());
+  }
+}
+
+namespace detail {
+inline bool any_md5(const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    if (j.contains("md5")) return true;
+    for (const auto& v : j) {
+      if (any_md5(v)) return true;
+    }
+  } else if (j.is_array()) {
+    for (const auto& v : j) {
+      if (any_md5(v)) return true;
+    }
+  }
+  return false;
+}
+}  // namespace detail
+
+inline Dump load_dump(const std::filesystem::path& dump_json) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
+  Dump d;
+  d.file = dump_json;
+  auto j = read_json_file(dump_json);
+  if (!j.is_object() || !j.contains("task") || !j["task"].is_string() || !j.contains("data") || !j["data"].is_object())
+    throw InputError(dump_json.string() + ": not a dump.json (needs a \"task\" string and a \"data\" object)");
+  d.task = j["task"].get<std::string>();
+  if (j.contains("level") && j["level"].is_string()) d.level = j["level"].get<std::string>();
+  d.data = std::move(j["data"]);
+  if (d.data.empty()) throw InputError(dump_json.string() + ": the dump holds no entries (\"data\" is empty)");
+  for (auto it = d.data.begin(); it != d.data.end(); ++it) {
+    if (!it.value().is_object()) throw InputError(dump_json.string() + ": entry " + it.key() + " is not an object");
+  }
+  d.has_md5 = detail::any_md5(d.data);
+
+  const fs::path dir = dump_json.parent_path().empty() ? fs::path(".") : dump_json.parent_path();
+  const fs::path stack = dir / "stack.json";
+  if (fs::exists(stack)) {
+    d.has_stack_file = true;
+    const auto s = read_json_file(stack);
+    if (!s.is_object()) throw InputError(stack.string() + ": stack.json must be an object");
+    if (s.contains("0") && s["0"].is_array()) {  // msprobe's newer layout: {"0": [[names], [frames]], ...}
+      for (const auto& item : s) {
+        if (!item.is_array() || item.size() != 2 || !item[0].is_array()) continue;
+        for (const auto& name : item[0]) {
+          if (name.is_string()) d.stacks[name.get<std::string>()] = item[1];
+        }
+      }
+    } else {
+      for (auto it = s.begin(); it != s.end(); ++it) d.stacks[it.key()] = it.value();
+    }
+  }
+  const fs::path construct = dir / "construct.json";
+  if (fs::exists(construct)) {
+    const auto c = read_json_file(construct);
+    if (!c.is_object()) throw InputError(construct.string() + ": construct.json must be an object");
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      if (it.value().is_string()) d.parents[it.key()] = it.value().get<std::string>();
+    }
+  }
+  return d;
+}
+
+// One dump.json of each side to compare, and the rank suffix of its output ("" for one pair).
+struct DumpPair {
+  std::filesystem::path target, bench;
+  std::string suffix;
+};
+
+namespace detail {
+// Numbered subdirectories "<prefix>N" (a bare "<prefix>" counts as -1), sorted by number.
+inline std::vector<std::pair<long, std::filesystem::path>> numbered_dirs(const std::filesystem::path& dir,
+                                                                         const std::string& pattern) {
+  std::vector<std::pair<long, std::filesystem::path>> out;
+  const std::regex re(pattern);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, re))
+      out.emplace_back(m[1].length() ? std::stol(m[1].str()) : -1L, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A step directory's rank directories: rank, rankN, or msprobe 26's proc{pid}.
+inline std::vector<std::pair<long, std::filesystem::path>> rank_dirs(const std::filesystem::path& step) {
+  auto ranks = numbered_dirs(step, "rank([0-9]*)");
+  if (ranks.empty()) ranks = numbered_dirs(step, "proc([0-9]+)");
+  return ranks;
+}
+
+// What an argument names, as a list of (rank, dump.json); one entry with rank -2 for a plain dump.
+inline std::vector<std::pair<long, std::filesystem::path>> resolve(const std::filesystem::path& arg,
+                                                                   std::optional<long> step, std::optional<long> rank) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(arg)) throw InputError(arg.string() + ": no such file or directory");
+  if (fs::is_regular_file(arg)) return {{-2L, arg}};
+  if (fs::exists(arg / "dump.json")) return {{-2L, arg / "dump.json"}};
+  fs::path step_dir = arg;
+  auto ranks = rank_dirs(arg);
+  if (ranks.empty()) {  // a dump root: pick the step
+    const auto steps = numbered_dirs(arg, "step([0-9]+)");
+    if (steps.empty()) throw InputError(arg.string() + ": holds no dump.json, rank*/proc* or step* directory");
+    const auto it = step ? std::find_if(steps.begin(), steps.end(), [&](const auto& s) { return s.first == *step; })
+                         : steps.begin();
+    if (it == steps.end()) throw InputError(arg.string() + ": has no step" + std::to_string(*step));
+    step_dir = it->second;
+    ranks = rank_dirs(step_dir);
+    if (ranks.empty()) throw InputError(step_dir.string() + ": holds no rank*/proc* directory");
+  }
+  std::vector<std::pair<long, fs::path>> out;
+  for (const auto& [r, dir] : ranks) {
+    if (rank && r != *rank && ranks.size() > 1) continue;
+    out.emplace_back(r, dir / "dump.json");
+  }
+  if (out.empty()) throw InputError(step_dir.string() + ": has no rank" + std::to_string(*rank));
+  return out;
+}
+}  // namespace detail
+
+// Pairs the dump.json files of TARGET and BENCH; ranks pair in sorted order, as msprobe does.
+inline std::vector<DumpPair> pair_inputs(const std::filesystem::path& target, const std::filesystem::path& bench,
+                                         std::optional<long> step = std::nullopt,
+                                         std::optional<long> rank = std::nullopt) {
+  const auto t = detail::resolve(target, step, rank);
+  const auto b = detail::resolve(bench, step, rank);
+  if (t.size() != b.size())
+    throw InputError(target.string() + " has " + std::to_string(t.size()) + " rank(s) but " + bench.string() + " has " +
+                     std::to_string(b.size()));
+  std::vector<DumpPair> out;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const bool ranked = t.size() > 1 && t[i].first >= 0;
+    out.push_back({t[i].second, b[i].second, ranked ? "_rank" + std::to_string(t[i].first) : ""});
+  }
+  return out;
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,245 @@
+#pragma once
+// The answer of `torchprobe compare`: the first paired entry, in execution order (forward, then
+// backward), whose output diverges while its inputs do not (the "source"), its innermost diverging
+// op, stack frames (stack.json) and module chain (construct.json); the first overflow of each side
+// (finite inputs, non-finite output); what stayed unmatched. Written as first_divergence.json.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/judge.hpp"
+
+namespace torchprobe::compare {
+
+struct Judgement {
+  JudgeMode mode = JudgeMode::tol;
+  double threshold = 0;
+  std::vector<Entry> target_entries, bench_entries;
+  Matching matching;
+  std::vector<EntryVerdict> verdicts;  // in execution order
+  const EntryVerdict* source = nullptr;
+  const EntryVerdict* first_diverging = nullptr;  // first entry with any diverging row
+  const EntryVerdict* first_backward_source = nullptr;
+  const Entry* target_overflow = nullptr;
+  const Entry* bench_overflow = nullptr;
+
+  bool diverged() const {
+    return first_diverging != nullptr || (target_overflow != nullptr) != (bench_overflow != nullptr);
+  }
+  std::string summary_line() const {
+    std::string s = std::to_string(matching.pairs.size()) + " paired entries, " +
+                    std::to_string(matching.target_only.size()) + " target-only, " +
+                    std::to_string(matching.bench_only.size()) + " bench-only; ";
+    if (source) return s + "first divergence (source): " + source->pair->target->name;
+    if (first_diverging) return s + "divergence from " + first_diverging->pair->target->name + " (no clean source)";
+    return s + "no divergence";
+  }
+};
+
+namespace detail {
+inline bool forward_first(const Entry& a, const Entry& b) {
+  const bool fa = a.direction == "forward", fb = b.direction == "forward";
+  return fa != fb ? fa : a.index < b.index;
+}
+
+// The first entry, in execution order, whose inputs are all finite and some output is not.
+inline const Entry* first_overflow(const std::vector<Entry>& entries) {
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return forward_first(*a, *b); });
+  for (const Entry* e : order) {
+    bool finite_in = true, bad_out = false;
+    for (const Row* r : e->rows) {
+      for (int s = 0; s < 2; ++s) {
+        const auto v = number(r->stats[s]);
+        if (!v || std::isfinite(*v)) continue;
+        if (r->is_output())
+          bad_out = true;
+        else
+          finite_in = false;
+      }
+    }
+    if (finite_in && bad_out) return e;
+  }
+  return nullptr;
+}
+
+inline nlohmann::ordered_json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+inline nlohmann::ordered_json module_chain(const Dump& d, const std::string& entry) {
+  auto chain = nlohmann::ordered_json::array();
+  std::string cur = entry;
+  for (int depth = 0; depth < 256; ++depth) {
+    const auto it = d.parents.find(cur);
+    if (it == d.parents.end()) break;
+    chain.push_back(it->second);
+    cur = it->second;
+  }
+  return chain;
+}
+
+inline nlohmann::ordered_json stack_of(const Dump& d, const std::string& entry) {
+  const auto it = d.stacks.find(entry);
+  return it == d.stacks.end() ? nlohmann::ordered_json::array() : it->second;
+}
+}  // namespace detail
+
+inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& trows, const std::vector<Row>& brows,
+                       CsvMode csv_mode, JudgeMode mode, double threshold, const UserMap* user_map = nullptr) {
+  Judgement j;
+  j.mode = mode;
+  j.threshold = threshold >= 0 ? threshold : mode == JudgeMode::tol ? kDefaultTolEpsilons : 0.5;
+  if (mode == JudgeMode::exact) j.threshold = 0;
+  j.target_entries = dump_entries(trows);
+  j.bench_entries = dump_entries(brows);
+  j.matching = match_entries(j.target_entries, j.bench_entries, user_map);
+  std::vector<Row> st, sb;
+  std::map<const Row*, int> levels;
+  if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
+  std::vector<const EntryPair*> order;
+  for (const EntryPair& p : j.matching.pairs) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const EntryPair* a, const EntryPair* b) {
+    return detail::forward_first(*a->target, *b->target);
+  });
+  for (const EntryPair* p : order)
+    j.verdicts.push_back(judge_pair(*p, mode, j.threshold, csv_mode == CsvMode::md5, levels));
+  for (const EntryVerdict& v : j.verdicts) {
+    if (!j.first_diverging && (v.inputs_diverge || v.outputs_diverge)) j.first_diverging = &v;
+    if (!j.source && v.source) j.source = &v;
+    if (!j.first_backward_source && v.source && v.pair->target->direction != "forward") j.first_backward_source = &v;
+  }
+  j.target_overflow = detail::first_overflow(j.target_entries);
+  j.bench_overflow = detail::first_overflow(j.bench_entries);
+  (void)t;
+  (void)b;
+  return j;
+}
+
+inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const Judgement& j, const EntryVerdict& v) {
+  using nlohmann::ordered_json;
+  ordered_json o;
+  const EntryPair& p = *v.pair;
+  o["entry"] = p.target->name;
+  auto members = ordered_json::array();
+  for (const Entry* e : p.target_group) members.push_back(e->name);
+  if (!members.empty()) o["target_group"] = members;
+  auto bench = ordered_json::array();
+  for (const Entry* e : p.bench) bench.push_back(e->name);
+  o["bench_entries"] = bench;
+  o["match"] = p.method;
+  o["role"] = v.source ? "source" : v.outputs_diverge ? "propagated" : "inputs differ";
+  o["direction"] = p.target->direction;
+  o["input_error"] = detail::num(v.input_error);
+  o["output_error"] = detail::num(v.output_error);
+  o["worst_input_row"] = v.worst_input;
+  o["worst_output_row"] = v.worst_output;
+  // innermost op: the first diverging API entry inside this module (an API is its own innermost op)
+  std::string innermost = p.target->name;
+  if (p.target->is_module()) {
+    for (const EntryVerdict& w : j.verdicts) {
+      if (w.pair->target->is_module() || !(w.inputs_diverge || w.outputs_diverge)) continue;
+      const auto chain = detail::module_chain(t, w.pair->target->name);
+      if (std::find(chain.begin(), chain.end(), p.target->name) != chain.end()) {
+        innermost = w.pair->target->name;
+        break;
+      }
+    }
+  }
+  o["innermost_op"] = innermost;
+  o["stack"] = detail::stack_of(t, p.target->name);
+  o["module_chain"] = detail::module_chain(t, p.target->name);
+  if (!p.bench.empty()) o["bench_stack"] = detail::stack_of(b, p.bench.front()->name);
+  return o;
+}
+
+inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b, const Judgement& j) {
+  using nlohmann::ordered_json;
+  ordered_json o;
+  o["target"] = t.file.string();
+  o["bench"] = b.file.string();
+  o["mode"] = judge_mode_name(j.mode);
+  o["threshold"] = j.threshold;
+  o["unit"] = j.mode == JudgeMode::tol     ? "dtype epsilons, relative to the tensor's range"
+              : j.mode == JudgeMode::exact ? "0 equal, inf different"
+                                           : "1 where msprobe's Result is error";
+  o["diverged"] = j.diverged();
+  std::map<std::string, int> methods;
+  for (const EntryPair& p : j.matching.pairs) ++methods[p.method];
+  ordered_json counts;
+  counts["target_entries"] = j.target_entries.size();
+  counts["bench_entries"] = j.bench_entries.size();
+  counts["paired"] = j.matching.pairs.size();
+  for (const auto& [k, n] : methods) counts["paired_" + k] = n;
+  counts["target_only"] = j.matching.target_only.size();
+  counts["bench_only"] = j.matching.bench_only.size();
+  counts["diverging_entries"] = std::count_if(j.verdicts.begin(), j.verdicts.end(), [](const EntryVerdict& v) {
+    return v.inputs_diverge || v.outputs_diverge;
+  });
+  o["summary"] = counts;
+  o["first_divergence"] = j.source ? verdict_json(t, b, j, *j.source) : ordered_json();
+  if (j.first_diverging) {
+    ordered_json f = verdict_json(t, b, j, *j.first_diverging);
+    // Diverging inputs after clean entries: the unmatched entries since the last clean pair are the cause.
+    if (j.first_diverging->inputs_diverge) {
+      std::size_t t_from = 0, b_from = 0;
+      for (const EntryVerdict& v : j.verdicts) {
+        if (&v == j.first_diverging) break;
+        t_from = std::max(t_from, v.pair->target->index);
+        for (const Entry* e : v.pair->bench) b_from = std::max(b_from, e->index);
+      }
+      auto cause = ordered_json::array();
+      for (const Entry* e : j.matching.target_only) {
+        if (e->index > t_from && e->index < j.first_diverging->pair->target->index)
+          cause.push_back("target: " + e->name);
+      }
+      const std::size_t b_to =
+          j.first_diverging->pair->bench.empty() ? 0 : j.first_diverging->pair->bench.front()->index;
+      for (const Entry* e : j.matching.bench_only) {
+        if (e->index > b_from && e->index < b_to) cause.push_back("bench: " + e->name);
+      }
+      f["unmatched_before"] = cause;
+    }
+    o["first_diverging_entry"] = f;
+  } else {
+    o["first_diverging_entry"] = ordered_json();
+  }
+  o["first_backward_source"] =
+      j.first_backward_source ? verdict_json(t, b, j, *j.first_backward_source) : ordered_json();
+  const auto overflow = [&](const Entry* e, const Dump& d) {
+    if (!e) return ordered_json();
+    ordered_json x;
+    x["entry"] = e->name;
+    std::string partner, method = "unmatched";
+    for (const EntryPair& p : j.matching.pairs) {
+      const bool hit = &d == &t ? p.target == e : std::find(p.bench.begin(), p.bench.end(), e) != p.bench.end();
+      if (hit) {
+        partner = &d == &t ? (p.bench.empty() ? "" : p.bench.front()->name) : p.target->name;
+        method = p.method;
+      }
+    }
+    x["paired_with"] = partner;
+    x["match"] = method;
+    x["stack"] = detail::stack_of(d, e->name);
+    x["module_chain"] = detail::module_chain(d, e->name);
+    return x;
+  };
+  o["first_overflow"] = {{"target", overflow(j.target_overflow, t)}, {"bench", overflow(j.bench_overflow, b)}};
+  ordered_json un;
+  un["target_only"] = ordered_json::array();
+  un["bench_only"] = ordered_json::array();
+  for (const Entry* e : j.matching.target_only) un["target_only"].push_back(e->name);
+  for (const Entry* e : j.matching.bench_only) un["bench_only"].push_back(e->name);
+  o["unmatched"] = un;
+  return o;
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,160 @@
+#pragma once
+// Whether a paired row, and a paired entry, diverges.
+//   exact    bit-equal: equal statistics (or equal CRC-32 in md5 dumps); error 0 or infinity.
+//   tol      each statistic's difference relative to the tensor's range -- |dMax|, |dMin|, |dMean|
+//            over max(|Max|, |Min|) of either side, |dNorm| over the larger Norm -- in units of the
+//            dtype's epsilon (float32 2^-23, float16 2^-10, bfloat16 2^-7, float64 2^-52; integers and
+//            bools must be equal). Default threshold 64 epsilons: rounding one element moves it by at
+//            most eps/2 of the range, and a reduction of n elements in another order moves a mean or
+//            norm by about log2(n) eps, so 64 covers reordered kernels of up to 2^60 elements while a
+//            layer computed in bfloat16 (about 2^16 float32 epsilons off) stands out by three orders.
+//   msprobe  msprobe's own Result: a row diverges when msprobe marks it "error".
+// Dtype or shape differences are infinite errors in every mode.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "torchprobe/compare/matching.hpp"
+#include "torchprobe/compare/msprobe_table.hpp"
+
+namespace torchprobe::compare {
+
+enum class JudgeMode { exact, tol, msprobe };
+inline const char* judge_mode_name(JudgeMode m) {
+  return m == JudgeMode::exact ? "exact" : m == JudgeMode::tol ? "tol" : "msprobe";
+}
+constexpr double kDefaultTolEpsilons = 64;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline double dtype_epsilon(const std::string& dtype) {
+  if (dtype == "torch.float32" || dtype == "torch.complex64") return std::ldexp(1.0, -23);
+  if (dtype == "torch.float16") return std::ldexp(1.0, -10);
+  if (dtype == "torch.bfloat16") return std::ldexp(1.0, -7);
+  if (dtype == "torch.float64" || dtype == "torch.complex128" || dtype == "<class 'float'>")
+    return std::ldexp(1.0, -52);
+  return 0;  // integers, bools, everything else: exact
+}
+
+namespace detail {
+inline std::optional<double> number(const Json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
+  if (v.is_string()) {
+    const std::string s = lower(v.get<std::string>());
+    if (s == "nan") return std::nan("");
+    if (s == "inf") return kInf;
+    if (s == "-inf") return -kInf;
+  }
+  return std::nullopt;
+}
+
+inline std::string reversed_shape(const std::string& shape) {
+  if (shape.size() < 2 || shape.front() != '[') return shape;
+  std::vector<std::string> dims;
+  std::string cur;
+  for (const char c : shape.substr(1, shape.size() - 2)) {
+    if (c == ',') {
+      dims.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) dims.push_back(cur);
+  std::string out = "[";
+  for (std::size_t i = dims.size(); i-- > 0;) out += dims[i] + (i ? ", " : "");
+  return out + "]";
+}
+}  // namespace detail
+
+// A paired row's error in the mode's unit (epsilons for tol; 0 or infinity for exact).
+inline double row_error(const RowLink& l, JudgeMode mode, bool md5) {
+  const Row& t = *l.target;
+  const Row& b = *l.bench;
+  if (t.dtype != b.dtype) return kInf;
+  if ((l.transposed ? detail::reversed_shape(b.shape) : b.shape) != t.shape) return kInf;
+  if (md5) return t.md5 == b.md5 ? 0 : kInf;
+  double amax = 0;
+  for (const Row* r : {&t, &b}) {
+    for (int s = 0; s < 2; ++s) {
+      if (const auto v = detail::number(r->stats[s]); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
+    }
+  }
+  const double eps = dtype_epsilon(t.dtype);
+  double worst = 0;
+  for (int s = 0; s < 4; ++s) {
+    if (py_str(t.stats[s]) == py_str(b.stats[s])) continue;
+    const auto x = detail::number(t.stats[s]), y = detail::number(b.stats[s]);
+    if (!x || !y) return kInf;  // different non-numbers
+    if (std::isnan(*x) && std::isnan(*y)) continue;
+    if (!std::isfinite(*x) || !std::isfinite(*y)) {
+      if (*x == *y) continue;
+      return kInf;
+    }
+    if (*x == *y) continue;
+    if (mode == JudgeMode::exact || eps == 0) return kInf;
+    const double scale = s < 3 ? amax : std::max(std::fabs(*x), std::fabs(*y));
+    worst = std::max(worst, scale == 0 ? kInf : std::fabs(*x - *y) / scale / eps);
+  }
+  return worst;
+}
+
+struct EntryVerdict {
+  const EntryPair* pair = nullptr;
+  double input_error = 0, output_error = 0;
+  std::string worst_input, worst_output;  // target row names
+  bool inputs_diverge = false, outputs_diverge = false;
+  bool source = false;  // outputs diverge by more than 10x the inputs' error
+};
+
+// Judges one pair. `threshold` is in the mode's unit; `msprobe_levels` maps target rows to
+// msprobe's verdict (used in msprobe mode).
+inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double threshold, bool md5,
+                               const std::map<const Row*, int>& msprobe_levels) {
+  EntryVerdict v;
+  v.pair = &p;
+  for (const RowLink& l : p.links) {
+    double e = 0;
+    if (mode == JudgeMode::msprobe) {
+      const auto it = msprobe_levels.find(l.target);
+      e = it != msprobe_levels.end() && it->second >= 2 ? 1.0 : 0.0;
+    } else {
+      e = row_error(l, mode, md5);
+    }
+    const bool out = l.target->is_output();
+    double& worst = out ? v.output_error : v.input_error;
+    if (e > worst || ((out ? v.worst_output : v.worst_input).empty() && e == worst)) {
+      worst = e;
+      (out ? v.worst_output : v.worst_input) = l.target->name;
+    }
+  }
+  v.inputs_diverge = v.input_error > threshold;
+  v.outputs_diverge = v.output_error > threshold;
+  v.source = v.outputs_diverge && v.output_error > 10 * v.input_error;
+  return v;
+}
+
+// msprobe's verdict for every linked row, from a table built on the links themselves (so pairs
+// made by templates or values get msprobe's rules as well).
+inline std::map<const Row*, int> msprobe_levels(const Matching& m, CsvMode mode, std::vector<Row>& storage_t,
+                                                std::vector<Row>& storage_b) {
+  for (const EntryPair& p : m.pairs) {
+    for (const RowLink& l : p.links) {
+      storage_t.push_back(*l.target);
+      storage_t.back().key = std::to_string(storage_t.size());
+      storage_t.back().entry = p.target->name;
+      storage_b.push_back(*l.bench);
+      storage_b.back().key = storage_t.back().key;
+    }
+  }
+  const Table table = msprobe_table(storage_t, storage_b, mode, false);
+  std::map<const Row*, int> out;
+  std::size_t i = 0;
+  for (const EntryPair& p : m.pairs) {
+    for (const RowLink& l : p.links) out[l.target] = table.rows[i++].level;
+  }
+  return out;
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,309 @@
+#pragma once
+// msprobe's compare_result_{timestamp}.csv: exact-key matching, the statistics differences
+// (CalcStatsDiff) and the Result / Err_message rules (indicator_analysis), for the summary
+// (statistics) and md5 modes. Columns, formulas and strings follow msprobe 26.0
+// (../shared/spec/compare-spec.md section 1).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/python_text.hpp"
+#include "torchprobe/compare/rows.hpp"
+
+namespace torchprobe::compare {
+
+enum class CsvMode { summary, md5 };
+
+struct TableRow {
+  const Row* npu = nullptr;
+  const Row* bench = nullptr;  // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
+  std::string diff[8];         // Max/Min/Mean/L2norm diff, then the four RelativeErr
+  int level = 0;               // 0 pass, 1 warning, 2 error
+  std::vector<std::string> messages;
+};
+
+struct Table {
+  CsvMode mode = CsvMode::summary;
+  bool stack_column = false;
+  std::vector<TableRow> rows;
+};
+
+namespace detail {
+
+inline bool float_dtype(const std::string& d) {
+  return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
+}
+
+// CalcStatsDiff.classify
+enum class ValType { num, nan, inf, neg_inf, device, na, other };
+inline std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+inline ValType classify(const Json& v) {
+  const std::string s = lower(py_str(v));
+  if (s == "nan") return ValType::nan;
+  if (s == "inf") return ValType::inf;
+  if (s == "-inf") return ValType::neg_inf;
+  if (v.is_number()) return ValType::num;
+  if (v.is_string() && s != "true" && s != "false" && pandas_parse(v.get<std::string>())) return ValType::num;
+  if (s.find("npu") != std::string::npos || s.find("cpu") != std::string::npos || s.find("cuda") != std::string::npos)
+    return ValType::device;
+  if (py_str(v) == "N/A") return ValType::na;
+  return ValType::other;
+}
+
+inline const Json& na_cell() {
+  static const Json na = "N/A";
+  return na;
+}
+
+// One statistic's (diff, relative error) for one row; `int_cols` says pandas parsed both whole
+// columns as integers.
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
+  if (py_str(n) == py_str(b)) return {"0", "0"};
+  const ValType tn = classify(n), tb = classify(b);
+  using V = ValType;
+  if (tn == V::na || tb == V::na) return {"N/A", "N/A"};
+  if (tn == V::num && tb == V::num) {
+    const double x = pandas_parse(py_str(n))->value, y = pandas_parse(py_str(b))->value;
+    const double diff = x - y;
+    const std::string d = int_cols ? std::to_string(static_cast<long long>(diff)) : py_float_str(diff);
+    if (y == 0) return {d, "inf"};
+    return {d, py_float_str(std::fabs(diff / y * 100)) + "%"};
+  }
+  const auto dev_or_other = [](V t) { return t == V::device || t == V::other; };
+  if (dev_or_other(tn) || dev_or_other(tb)) {
+    if (tn == V::device && tb == V::device) return {"N/A", "N/A"};
+    return {"Diff", "Diff"};
+  }
+  if (tn == V::nan || tb == V::nan) return {"Nan", "Nan"};
+  if (tn == V::inf && (tb == V::num || tb == V::neg_inf)) return {"inf", "inf"};
+  if (tn == V::neg_inf && (tb == V::num || tb == V::inf)) return {"-inf", "-inf"};
+  if (tn == V::num && tb == V::inf) return {"-inf", "-inf"};
+  if (tn == V::num && tb == V::neg_inf) return {"inf", "inf"};
+  return {"N/A", "N/A"};
+}
+
+inline bool is_inf_or_nan(const Json& v) {
+  if (v.is_number_float()) return !std::isfinite(v.get<double>());
+  if (!v.is_string()) return false;
+  std::string s = v.get<std::string>();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  s = lower(s);
+  return s == "inf" || s == "-inf" || s == "nan";
+}
+
+// Python's == between two cells (numbers compare across int/float/bool).
+inline bool py_equal(const Json& a, const Json& b) {
+  if ((a.is_number() || a.is_boolean()) && (b.is_number() || b.is_boolean())) {
+    const auto num = [](const Json& v) { return v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>(); };
+    return num(a) == num(b);
+  }
+  return a.type() == b.type() && a == b;
+}
+
+// ApiData.get_min_or_max_value over the "NormRelativeErr" column: percentages only.
+inline double max_norm_rel(const std::vector<TableRow*>& rows) {
+  double best = 0.0;
+  for (const TableRow* r : rows) {
+    const std::string& v = r->diff[7];
+    if (v.empty() || v.back() != '%') continue;
+    best = std::max(best, py_percent_to_float(v));
+  }
+  return best;
+}
+
+inline void raise(TableRow& r, int level, const std::string& msg) {
+  r.level = std::max(r.level, level);
+  r.messages.push_back(msg);
+}
+
+// The indicator_analysis checkers for one entry's rows (STATISTICS_CHECKERS or MD5_CHECKERS).
+inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
+  std::vector<TableRow*> in, out;
+  for (TableRow* r : rows) (r->npu->is_output() ? out : in).push_back(r);
+  enum { kNone, kInputs, kAll } ignore = kNone;
+  if (!in.empty()) {
+    const auto parts = split_dots(in.front()->npu->name);
+    if (parts.size() >= 2) {
+      static const char* kAllIgnore[] = {
+          "empty",     "empty_like",   "numpy", "to", "__setitem__", "empty_with_format", "new_empty_strided",
+          "new_empty", "empty_strided"};
+      static const char* kInIgnore[] = {"_reduce_scatter_base", "_all_gather_base", "all_to_all_single",
+                                        "batch_isend_irecv"};
+      for (const char* n : kAllIgnore) ignore = parts[1] == n ? kAll : ignore;
+      for (const char* n : kInIgnore) ignore = parts[1] == n ? kInputs : ignore;
+    }
+  }
+  // get_data_list_by_ignore_info: nothing, the outputs, or inputs then outputs
+  std::vector<TableRow*> checked;
+  if (ignore != kAll) checked = ignore == kInputs ? out : in;
+  if (ignore == kNone) checked.insert(checked.end(), out.begin(), out.end());
+  if (mode == CsvMode::md5) {
+    for (TableRow* r : checked) {
+      const std::string nb = r->bench ? r->bench->md5 : "N/A";
+      if (r->npu->md5 == nb) continue;
+      if (nb == "N/A" || nb == "Nan" || nb.empty() || r->npu->md5 == "N/A" || r->npu->md5.empty())
+        raise(*r, 1, "warning: The parameter of NPU does not match the bench.");
+      else
+        raise(*r, 2, "error: The CRC-32 value of NPU differs from that of the bench.");
+    }
+    return;
+  }
+  for (TableRow* r : checked) {  // InfNanErrChecker
+    const Json& bmax = r->bench ? r->bench->stats[0] : na_cell();
+    const Json& bmin = r->bench ? r->bench->stats[1] : na_cell();
+    if (is_inf_or_nan(bmax) || is_inf_or_nan(bmin)) continue;
+    if (is_inf_or_nan(r->npu->stats[0]) || is_inf_or_nan(r->npu->stats[1]))
+      raise(*r, 2, "error: There is nan/inf/-inf in the maximum or minimum value of NPU.");
+  }
+  if (ignore == kNone && std::fabs(max_norm_rel(in)) < 0.1) {  // RelativeErrChecker
+    for (TableRow* r : out) {
+      if (std::fabs(py_percent_to_float(r->diff[7])) > 0.5)
+        raise(*r, 2, "error: The NormRelativeErr of output is greater than 0.5.");
+    }
+  }
+  for (TableRow* r : checked) {  // RequiresGradErrChecker
+    if (r->bench && r->npu->requires_grad != r->bench->requires_grad)
+      raise(*r, 2, "error: The Required_Grad of NPU and Bench are inconsistent");
+  }
+  if (ignore == kNone) {  // ParametersErrChecker
+    for (TableRow* r : in) {
+      if (!r->bench || r->npu->dtype.find("class") == std::string::npos ||
+          r->bench->dtype.find("class") == std::string::npos || r->npu->shape != "[]")
+        continue;
+      if (!py_equal(r->npu->stats[0], r->bench->stats[0]))
+        raise(*r, 2, "error: The scalar parameters of NPU and Bench are inconsistent.");
+    }
+  }
+  for (TableRow* r : checked) {  // DTypeErrChecker
+    if (!r->bench || r->bench->name.find("qkv") != std::string::npos ||
+        r->bench->name.find("gate_up") != std::string::npos)
+      continue;
+    if (r->npu->dtype != r->bench->dtype) raise(*r, 2, "error: The dtype of NPU and Bench are inconsistent.");
+  }
+  for (TableRow* r : checked) {  // ShapeErrChecker
+    if (r->bench && r->npu->shape != r->bench->shape)
+      raise(*r, 2, "error: The shape of NPU and Bench are inconsistent.");
+  }
+  if (ignore == kNone && !out.empty()) {  // RelativeWarnChecker
+    const double i = std::fabs(max_norm_rel(in)), o = std::fabs(max_norm_rel(out));
+    if ((i == 0 && o > 0.1) || (i != 0 && o / i > 10))
+      raise(*out.front(), 1, "warning: The norm relative error of output is 10 times that of input.");
+  }
+}
+
+}  // namespace detail
+
+// Pairs `npu` rows with `bench` rows by compare key (msprobe's outer merge, kept in NPU order,
+// bench-only rows dropped) and fills the statistics differences and verdicts.
+inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode,
+                           bool stack_column) {
+  Table t;
+  t.mode = mode;
+  t.stack_column = stack_column;
+  std::map<std::string, std::vector<const Row*>> by_key;
+  for (const Row& b : bench) by_key[b.key].push_back(&b);
+  for (const Row& n : npu) {
+    const auto it = by_key.find(n.key);
+    if (it == by_key.end()) {
+      TableRow row;
+      row.npu = &n;
+      t.rows.push_back(std::move(row));
+      continue;
+    }
+    for (const Row* b : it->second) {
+      const bool comparable = n.dtype == b->dtype || (detail::float_dtype(n.dtype) && detail::float_dtype(b->dtype));
+      TableRow row;
+      row.npu = &n;
+      row.bench = comparable ? b : nullptr;
+      t.rows.push_back(std::move(row));
+    }
+  }
+  if (mode == CsvMode::summary) {
+    for (int s = 0; s < 4; ++s) {
+      // pandas.to_numeric(column.astype(str)): integer results only when every cell is an integer.
+      bool n_int = true, b_int = true;
+      for (const TableRow& r : t.rows) {
+        const auto pn = pandas_parse(py_str(r.npu->stats[s]));
+        n_int = n_int && pn && pn->is_int;
+        const auto pb = r.bench ? pandas_parse(py_str(r.bench->stats[s])) : std::nullopt;
+        b_int = b_int && pb && pb->is_int;
+      }
+      for (TableRow& r : t.rows) {
+        const auto [d, rel] =
+            detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_int && b_int);
+        r.diff[s] = d;
+        r.diff[4 + s] = rel;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < t.rows.size();) {  // one entry's rows are contiguous
+    std::vector<TableRow*> group;
+    const std::string& entry = t.rows[i].npu->entry;
+    for (; i < t.rows.size() && t.rows[i].npu->entry == entry; ++i) group.push_back(&t.rows[i]);
+    detail::judge_entry(group, mode);
+  }
+  return t;
+}
+
+inline std::vector<std::string> table_header(const Table& t) {
+  std::vector<std::string> h = {"NPU Name",         "Bench Name",         "NPU Dtype",         "Bench Dtype",
+                                "NPU Tensor Shape", "Bench Tensor Shape", "NPU Requires_grad", "Bench Requires_grad"};
+  if (t.mode == CsvMode::summary) {
+    for (const char* c : {"Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
+                          "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
+                          "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
+      h.emplace_back(c);
+  } else {
+    h.emplace_back("NPU MD5");
+    h.emplace_back("BENCH MD5");
+  }
+  for (const char* c : {"Requires_grad Consistent", "Result", "Err_message"}) h.emplace_back(c);
+  if (t.stack_column) h.emplace_back("NPU_Stack_Info");
+  return h;
+}
+
+// The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
+inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
+  const auto cell = [](const Json& v) {
+    if (v.is_number_float() && std::isinf(v.get<double>())) return std::string(v.get<double>() > 0 ? " inf" : " -inf");
+    return py_str(v);
+  };
+  const Row& n = *r.npu;
+  const Row* b = r.bench;
+  const std::string na = "N/A";
+  std::vector<std::string> c = {n.name,  b ? b->name : na,  n.dtype,         b ? b->dtype : na,
+                                n.shape, b ? b->shape : na, n.requires_grad, b ? b->requires_grad : na};
+  if (t.mode == CsvMode::summary) {
+    for (const auto& d : r.diff) c.push_back(d);
+    for (const auto& s : n.stats) c.push_back(cell(s));
+    for (int s = 0; s < 4; ++s) c.push_back(b ? cell(b->stats[s]) : na);
+  } else {
+    c.push_back(n.md5);
+    c.push_back(b ? b->md5 : na);
+  }
+  c.push_back(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False");
+  static const char* kLevel[] = {"pass", "warning", "error"};
+  c.emplace_back(kLevel[r.level]);
+  std::string msg = "[";
+  for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
+  c.push_back(msg + "]");
+  if (t.stack_column) c.push_back(n.stack ? *n.stack : na);
+  return c;
+}
+
+inline std::string table_csv(const Table& t) {
+  std::string out;
+  const auto line = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
+    out += '\n';
+  };
+  line(table_header(t));
+  for (const TableRow& r : t.rows) line(table_cells(t, r));
+  return out;
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,278 @@
+// torchprobe compare's judging, matching and first_divergence.json on the three-Linear net of
+// issue 18 (hand-written dumps, tests/unit/compare_support.hpp), on TorchProbe's golden C++ dump
+// against its Python-named counterpart, and its answers to bad input.
+#include <doctest/doctest.h>
+#include "../skip.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compare_support.hpp"
+#include "torchprobe/compare/cli.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using namespace torchprobe::compare;
+using namespace tp_compare_test;
+
+struct Run {
+  int status = -1;
+  std::string log;
+  nlohmann::ordered_json report;
+};
+
+Run compare_dirs(const fs::path& t, const fs::path& b, const fs::path& out, JudgeMode mode = JudgeMode::tol) {
+  CompareOptions o;
+  o.target = t;
+  o.bench = b;
+  o.out = out;
+  o.mode = mode;
+  o.timestamp = "20260101000000";
+  std::ostringstream log;
+  Run r;
+  r.status = run_compare(o, log);
+  r.log = log.str();
+  if (fs::exists(out / "first_divergence.json")) r.report = read_json_file(out / "first_divergence.json");
+  return r;
+}
+
+Run three_linear_run(Variant target, Variant bench, JudgeMode mode = JudgeMode::tol) {
+  const fs::path dir = temp_dir("net");
+  three_linear(target).write(dir / "a");
+  three_linear(bench).write(dir / "b");
+  Run r = compare_dirs(dir / "a", dir / "b", dir / "out", mode);
+  fs::remove_all(dir);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("three-Linear net, A vs A: no divergence, exit 0") {
+  const Run r = three_linear_run(Variant::same, Variant::same);
+  CHECK(r.status == 0);
+  CHECK(r.report["diverged"] == false);
+  CHECK(r.report["first_divergence"].is_null());
+  CHECK(r.report["summary"]["target_only"] == 0);
+  CHECK(r.report["summary"]["paired_exact"] == r.report["summary"]["target_entries"]);
+}
+
+TEST_CASE("three-Linear net, fc2 computed in bf16: the source is Module.fc2.Linear.forward.0, caused by B-only casts") {
+  const Run r = three_linear_run(Variant::same, Variant::bf16_fc2);
+  CHECK(r.status == 1);
+  const auto& src = r.report["first_divergence"];
+  REQUIRE(src.is_object());
+  CHECK(src["entry"] == "Module.fc2.Linear.forward.0");
+  CHECK(src["role"] == "source");
+  CHECK(src["input_error"] == 0.0);
+  // 0.2 % of the range is about 16800 float32 epsilons
+  CHECK(src["output_error"].get<double>() == doctest::Approx(0.002 / std::ldexp(1.0, -23)).epsilon(0.01));
+  CHECK(src["innermost_op"] == "Aten.t.1.forward");
+  CHECK(src["stack"].size() == 1);
+  CHECK(src["module_chain"].empty());
+  // Before it, Aten.t.1 already differs (bf16 weight): its inputs differ, and the unmatched casts
+  // of the bench between the last clean entry and it are named as the cause.
+  const auto& first = r.report["first_diverging_entry"];
+  CHECK(first["entry"] == "Aten.t.1.forward");
+  CHECK(first["role"] == "propagated");
+  CHECK(first["module_chain"] == nlohmann::ordered_json::array({"Module.fc2.Linear.forward.0"}));
+  CHECK(first["unmatched_before"] ==
+        nlohmann::ordered_json::array(
+            {"bench: Aten.to.0.forward", "bench: Aten.to.1.forward", "bench: Aten.to.2.forward"}));
+  CHECK(r.report["summary"]["bench_only"] == 4);
+  CHECK(r.report["first_overflow"]["target"].is_null());
+  CHECK(r.report["first_overflow"]["bench"].is_null());
+}
+
+TEST_CASE("with msprobe's own rules the bf16 fc2 is not a source: only dtype errors inside it") {
+  const Run r = three_linear_run(Variant::same, Variant::bf16_fc2, JudgeMode::msprobe);
+  CHECK(r.status == 1);
+  CHECK(r.report["first_divergence"].is_null());
+  CHECK(r.report["first_diverging_entry"]["entry"] == "Aten.t.1.forward");
+}
+
+TEST_CASE("fc2's output times 3e38: the first overflow is the bench's Aten.mul, unmatched, inside fc2") {
+  const Run r = three_linear_run(Variant::same, Variant::overflow_fc2);
+  CHECK(r.status == 1);
+  const auto& o = r.report["first_overflow"]["bench"];
+  REQUIRE(o.is_object());
+  CHECK(o["entry"] == "Aten.mul.0.forward");
+  CHECK(o["match"] == "unmatched");
+  CHECK(o["module_chain"] == nlohmann::ordered_json::array({"Module.fc2.Linear.forward.0"}));
+  CHECK(r.report["first_overflow"]["target"].is_null());
+  CHECK(r.report["first_divergence"]["entry"] == "Module.fc2.Linear.forward.0");
+  CHECK(r.report["first_divergence"]["output_error"] == "inf");
+}
+
+TEST_CASE("two ulps of kernel-order noise pass the tol mode and fail the exact mode") {
+  const Run tol = three_linear_run(Variant::same, Variant::ulp_fc3);
+  CHECK(tol.status == 0);
+  const Run exact = three_linear_run(Variant::same, Variant::ulp_fc3, JudgeMode::exact);
+  CHECK(exact.status == 1);
+  CHECK(exact.report["first_divergence"]["entry"] == "Aten.addmm.2.forward");
+  CHECK(exact.report["threshold"] == 0.0);
+}
+
+TEST_CASE("TorchProbe's C++ mix dump pairs with its Python-named twin through the templates, no divergence") {
+  const fs::path golden = fs::path(TORCHPROBE_TESTS_DIR) / "data/golden/torch-1.13/quick_start_mix/step0/rank0";
+  if (!fs::exists(golden / "dump.json")) TP_SKIP("no golden dump at " << golden);
+  // The twin is written as msprobe names a Python model: Functional.linear(x, W, b) for
+  // t + addmm(b, x, W^T), Functional.relu, Tensor.sum, and linear's backward for addmm's.
+  const Dump cpp = load_dump(golden / "dump.json");
+  const auto& d = cpp.data;
+  Json py = Json::object();
+  Json lin = Json::object();
+  lin["input_args"] = {d["Aten.addmm.0.forward"]["input_args"][1], d["Aten.t.0.forward"]["input_args"][0],
+                       d["Aten.addmm.0.forward"]["input_args"][0]};
+  lin["input_kwargs"] = Json::object();
+  lin["output"] = d["Aten.addmm.0.forward"]["output"];
+  py["Functional.linear.0.forward"] = lin;
+  py["Module.fc.Linear.forward.0"] = d["Module.fc.Linear.forward.0"];
+  py["Functional.relu.0.forward"] = d["Aten.relu.0.forward"];
+  py["Tensor.sum.0.forward"] = d["Aten.sum.0.forward"];
+  py["Tensor.sum.0.backward"] = d["Aten.sum.0.backward"];
+  py["Functional.relu.0.backward"] = d["Aten.relu.0.backward"];
+  py["Functional.linear.0.backward"] = d["Aten.addmm.0.backward"];
+  py["Module.fc.Linear.parameters_grad.0"] = d["Module.fc.Linear.parameters_grad.0"];
+  py["Module.fc.Linear.backward.0"] = d["Module.fc.Linear.backward.0"];
+  const fs::path dir = temp_dir("templates");
+  fs::create_directories(dir / "py");
+  Json dump = {
+      {"task", "statistics"}, {"level", "mix"}, {"framework", "pytorch"}, {"dump_data_dir", nullptr}, {"data", py}};
+  std::ofstream(dir / "py" / "dump.json") << dump.dump(1);
+  for (const bool cpp_is_target : {true, false}) {
+    CAPTURE(cpp_is_target);
+    const Run r =
+        cpp_is_target ? compare_dirs(golden, dir / "py", dir / "out1") : compare_dirs(dir / "py", golden, dir / "out2");
+    CHECK(r.status == 0);
+    CHECK(r.report["summary"]["target_only"] == 0);
+    CHECK(r.report["summary"]["bench_only"] == 0);
+    CHECK(r.report["summary"]["paired_exact"] == 3);     // the module's forward, backward, parameters_grad
+    CHECK(r.report["summary"]["paired_template"] == 6);  // linear, relu, sum; forward and backward
+  }
+  // A value changed in the twin's linear input x is found, through the template's argument map.
+  py["Functional.linear.0.forward"]["input_args"][0]["Max"] = 100.0;
+  dump["data"] = py;
+  std::ofstream(dir / "py" / "dump.json") << dump.dump(1);
+  const Run r = compare_dirs(golden, dir / "py", dir / "out3");
+  CHECK(r.status == 1);
+  CHECK(r.report["first_diverging_entry"]["entry"] == "Aten.t.0.forward");
+  CHECK(r.report["first_diverging_entry"]["worst_input_row"] == "Aten.addmm.0.forward.input.1");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bad input exits with status 2 and a message that names the file") {
+  const fs::path dir = temp_dir("bad");
+  const fs::path good = three_linear(Variant::same).write(dir / "good");
+  const auto expect_2 = [&](const fs::path& t, const fs::path& b, const std::string& needle) {
+    const Run r = compare_dirs(t, b, dir / "out");
+    CHECK(r.status == 2);
+    CHECK(r.log.find(needle) != std::string::npos);
+  };
+  SUBCASE("missing dump.json") {
+    fs::create_directories(dir / "empty_dir");
+    expect_2(dir / "empty_dir", good, (dir / "empty_dir").string());
+    expect_2(dir / "nothing", good, (dir / "nothing").string());
+  }
+  SUBCASE("truncated JSON") {
+    std::string text;
+    {
+      std::ifstream in(good);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    fs::create_directories(dir / "cut");
+    std::ofstream(dir / "cut" / "dump.json") << text.substr(0, text.size() / 2);
+    expect_2(good, dir / "cut", (dir / "cut" / "dump.json").string() + ": not valid JSON");
+  }
+  SUBCASE("different tasks") {
+    three_linear(Variant::same).write(dir / "tensor", "tensor");
+    expect_2(good, dir / "tensor", "compare needs the same task");
+  }
+  SUBCASE("empty dump") {
+    Dir().write(dir / "none");
+    expect_2(good, dir / "none", (dir / "none" / "dump.json").string() + ": the dump holds no entries");
+  }
+  SUBCASE("step directories with different rank counts") {
+    three_linear(Variant::same).write(dir / "s1" / "rank0");
+    three_linear(Variant::same).write(dir / "s1" / "rank1");
+    three_linear(Variant::same).write(dir / "s2" / "rank0");
+    expect_2(dir / "s1", dir / "s2", "has 2 rank(s) but");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("step directories pair their ranks, one CSV per rank") {
+  const fs::path dir = temp_dir("ranks");
+  for (const char* side : {"a", "b"}) {
+    three_linear(Variant::same).write(dir / side / "step0" / "rank0");
+    three_linear(side[0] == 'a' ? Variant::same : Variant::bf16_fc2).write(dir / side / "step0" / "rank1");
+  }
+  const Run r = compare_dirs(dir / "a" / "step0", dir / "b" / "step0", dir / "out");
+  CHECK(r.status == 1);
+  CHECK(fs::exists(dir / "out" / "compare_result_rank0_20260101000000.csv"));
+  CHECK(fs::exists(dir / "out" / "compare_result_rank1_20260101000000.csv"));
+  CHECK(read_json_file(dir / "out" / "first_divergence_rank0.json")["diverged"] == false);
+  CHECK(read_json_file(dir / "out" / "first_divergence_rank1.json")["diverged"] == true);
+  // --rank picks one pair; a dump root with --step picks the step
+  CompareOptions o = parse_compare_args(
+      {(dir / "a").string(), (dir / "b").string(), "-o", (dir / "o2").string(), "--step", "0", "--rank", "0"});
+  std::ostringstream log;
+  CHECK(run_compare(o, log) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("argument errors are usage errors") {
+  CHECK_THROWS_WITH_AS(parse_compare_args({"a", "b"}), doctest::Contains("missing -o"), InputError);
+  CHECK_THROWS_WITH_AS(parse_compare_args({"a", "-o", "x"}), doctest::Contains("expected TARGET and BENCH"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_compare_args({"a", "b", "-o", "x", "--mode", "fuzzy"}), doctest::Contains("--mode"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_compare_args({"a", "b", "-o", "x", "--step", "-1"}), doctest::Contains("--step"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_compare_args({"a", "b", "-o", "x", "--bogus"}), doctest::Contains("unknown option"),
+                       InputError);
+  const CompareOptions o = parse_compare_args({"a", "b", "-o", "x", "--mode", "exact", "--threshold", "3"});
+  CHECK(o.mode == JudgeMode::exact);
+  CHECK(o.threshold == 3.0);
+}
+
+TEST_CASE("--map pairs what names cannot: entry items, row items, and a bad line is bad input") {
+  const fs::path dir = temp_dir("map");
+  three_linear(Variant::same).write(dir / "a");
+  Dir b = three_linear(Variant::same);
+  Json renamed = Json::object();  // the bench calls relu.1 and addmm.2 by other names
+  for (auto it = b.data.begin(); it != b.data.end(); ++it) {
+    const std::string k = it.key() == "Aten.relu.1.forward"    ? "Aten.my_relu.0.forward"
+                          : it.key() == "Aten.addmm.2.forward" ? "Aten.my_mm.0.forward"
+                                                               : it.key();
+    renamed[k] = it.value();
+  }
+  b.data = renamed;
+  b.write(dir / "b");
+  // Without a map the value pass still pairs them: their outputs' statistics are unique.
+  Run r = compare_dirs(dir / "a", dir / "b", dir / "out0");
+  CHECK(r.status == 0);
+  CHECK(r.report["summary"]["paired_value"] == 2);
+  std::ofstream(dir / "map.yaml") << "# entry item, then row items\n"
+                                     "Aten.relu.1.forward: Aten.my_relu.0.forward\n"
+                                     "Aten.addmm.2.forward.output.0: 'Aten.my_mm.0.forward.output.0'\n"
+                                     "Aten.addmm.2.forward.input.1: Aten.my_mm.0.forward.input.1\n";
+  CompareOptions o = parse_compare_args({(dir / "a").string(), (dir / "b").string(), "-o", (dir / "out1").string(),
+                                         "--map", (dir / "map.yaml").string()});
+  std::ostringstream log;
+  CHECK(run_compare(o, log) == 0);
+  const auto report = read_json_file(dir / "out1" / "first_divergence.json");
+  CHECK(report["summary"]["paired_map"] == 2);
+  CHECK(report["summary"].value("paired_value", 0) == 0);
+  CHECK(report["summary"]["target_only"] == 0);
+  std::ofstream(dir / "bad.yaml")
+      << "Aten.relu.1.forward: Aten.my_relu.0.forward\nFunctional.linear: [Aten.t, Aten.addmm]\n";
+  o.map = dir / "bad.yaml";
+  std::ostringstream bad_log;
+  CHECK(run_compare(o, bad_log) == 2);
+  CHECK(bad_log.str().find((dir / "bad.yaml").string() + ":2:") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,48 @@
+// The `torchprobe` command-line tool. Subcommands:
+//   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
+// Everything it does lives in headers (include/torchprobe/compare/), which the unit tests use too.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/version.hpp"
+
+namespace {
+const char* kUsage =
+    "usage: torchprobe <command> [args]\n"
+    "commands:\n"
+    "  compare   compare two dumps (run 'torchprobe compare --help')\n"
+    "  --version print the version\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "torchprobe " << TORCHPROBE_VERSION_STRING << "\n";
+    return 0;
+  }
+  if (args[0] == "compare") {
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    for (const auto& a : rest) {
+      if (a == "-h" || a == "--help") {
+        std::cout << torchprobe::compare::compare_usage();
+        return 0;
+      }
+    }
+    torchprobe::compare::CompareOptions options;
+    try {
+      options = torchprobe::compare::parse_compare_args(rest);
+    } catch (const torchprobe::compare::InputError& e) {
+      std::cerr << "torchprobe compare: " << e.what() << "\n" << torchprobe::compare::compare_usage();
+      return 2;
+    }
+    return torchprobe::compare::run_compare(options, std::cerr);
+  }
+  std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
+  return 2;
+}
