@@ -227,149 +227,16 @@ class SaveValue {
 
 #include <nlohmann/json.hpp>
 
-// ---- begin torchprobe/config/keys.hpp ----
-// Which config.json keys exist, in one table: parse_config warns and reads with it, Options
-// files its overrides with it. And what a task implementation declares about the keys of its
-// section and the levels it supports (TaskCatalog; task/task_list.hpp makes it from the tasks).
-#include <algorithm>
+// ---- begin torchprobe/config/free_benchmark.hpp ----
+// The "free_benchmark" section: classic msprobe's FreeBenchmarkCheckConfig, its values and the rules
+// that tie them together (msprobe-reference.md §7.1), each violation named by key, value and what is
+// allowed. What TorchProbe does not implement yet is refused here, never silently ignored.
 
 
-namespace torchprobe {
-
-enum class KeyPlace { Top, Section };  // top level, or inside the task's section
-enum class KeySupport {
-  Read,           // TorchProbe reads it
-  NotYet,         // msprobe has it, TorchProbe does not implement it yet: warned about when it asks for something
-  MindSporeOnly,  // msprobe reads it only for MindSpore: warned about as ignored
-};
-
-struct ConfigKey {
-  std::string_view name;
-  KeyPlace place;
-  KeySupport support;
-};
-
-inline constexpr ConfigKey kConfigKeys[] = {
-    {"task", KeyPlace::Top, KeySupport::Read},
-    {"level", KeyPlace::Top, KeySupport::Read},
-    {"dump_path", KeyPlace::Top, KeySupport::Read},
-    {"rank", KeyPlace::Top, KeySupport::Read},
-    {"step", KeyPlace::Top, KeySupport::Read},
-    {"async_dump", KeyPlace::Top, KeySupport::Read},
-    {"extra_info", KeyPlace::Top, KeySupport::Read},
-    {"precision", KeyPlace::Top, KeySupport::Read},
-    {"risk_level", KeyPlace::Top, KeySupport::Read},
-    {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
-    {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
-    {"dump_enable", KeyPlace::Top, KeySupport::NotYet},
-    {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
-    // Every task reads scope, list and data_mode; the others only the tasks that declare them.
-    {"scope", KeyPlace::Section, KeySupport::Read},
-    {"list", KeyPlace::Section, KeySupport::Read},
-    {"data_mode", KeyPlace::Section, KeySupport::Read},
-    {"summary_mode", KeyPlace::Section, KeySupport::Read},
-    {"tensor_list", KeyPlace::Section, KeySupport::Read},
-    {"overflow_nums", KeyPlace::Section, KeySupport::Read},
-    {"check_mode", KeyPlace::Section, KeySupport::MindSporeOnly},
-    {"slice", KeyPlace::Section, KeySupport::NotYet},
-    {"request_id", KeyPlace::Section, KeySupport::NotYet},
-    {"bench_path", KeyPlace::Section, KeySupport::NotYet},
-    {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
-    {"file_format", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_device", KeyPlace::Section, KeySupport::NotYet},
-    {"pert_mode", KeyPlace::Section, KeySupport::NotYet},
-    {"handler_type", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_level", KeyPlace::Section, KeySupport::NotYet},
-    {"fuzz_stage", KeyPlace::Section, KeySupport::NotYet},
-    {"if_preheat", KeyPlace::Section, KeySupport::NotYet},
-    {"preheat_step", KeyPlace::Section, KeySupport::NotYet},
-    {"max_sample", KeyPlace::Section, KeySupport::NotYet},
-};
-
-inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
-
-// msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
-// is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
-                                                     "diff_check", "nan_check", "exception_dump"};
-
-inline const ConfigKey* find_config_key(std::string_view name) {
-  for (const ConfigKey& k : kConfigKeys)
-    if (k.name == name) return &k;
-  return nullptr;
-}
-
-// The key belongs in the task's section (Options files its overrides there).
-inline bool is_section_key(std::string_view name) {
-  const ConfigKey* k = find_config_key(name);
-  return k && k->place == KeyPlace::Section;
-}
-
-inline bool is_task_section_name(std::string_view name) {
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
-    if (task_name(t) == name) return true;
-  return false;
-}
-
-inline bool is_foreign_task(std::string_view name) {
-  return std::find(std::begin(kForeignTasks), std::end(kForeignTasks), name) != std::end(kForeignTasks);
-}
-
-// What a task implementation declares (task/task_list.hpp makes these from the task classes): the
-// levels it supports and the keys of its section it reads besides kCommonSectionKeys.
-struct TaskDeclaration {
-  Task kind;
-  LevelSet levels;
-  std::vector<std::string_view> keys;
-
-  bool reads(std::string_view key) const {
-    return std::find(std::begin(kCommonSectionKeys), std::end(kCommonSectionKeys), key) !=
-               std::end(kCommonSectionKeys) ||
-           std::find(keys.begin(), keys.end(), key) != keys.end();
-  }
-};
-using TaskCatalog = std::vector<TaskDeclaration>;
-
-inline const TaskDeclaration* find_task(const TaskCatalog& catalog, Task kind) {
-  for (const TaskDeclaration& d : catalog)
-    if (d.kind == kind) return &d;
-  return nullptr;
-}
-
-// What a catalog offers, for error messages: levels "L0", "L1", "mix", "debug" with tasks
-// "statistics" and "tensor"; levels "L0", "L1", "mix" with task "overflow_check"
-inline std::string describe_available(const TaskCatalog& catalog) {
-  auto quoted = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
-  auto join = [](const std::vector<std::string>& items) {
-    std::string out;
-    for (std::size_t i = 0; i < items.size(); ++i)
-      out += (i == 0 ? "" : (i + 1 == items.size() ? " and " : ", ")) + items[i];
-    return out;
-  };
-  std::vector<const TaskDeclaration*> done;
-  std::string text;
-  for (const TaskDeclaration& d : catalog) {
-    if (std::any_of(done.begin(), done.end(), [&](const TaskDeclaration* e) { return e->levels == d.levels; }))
-      continue;
-    done.push_back(&d);
-    std::vector<std::string> levels, tasks;
-    for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
-      if (d.levels.contains(l)) levels.push_back(quoted(level_name(l)));
-    for (const TaskDeclaration& e : catalog)
-      if (e.levels == d.levels) tasks.push_back(quoted(task_name(e.kind)));
-    std::string levels_text;
-    for (const std::string& l : levels) levels_text += (levels_text.empty() ? "" : ", ") + l;
-    text += (text.empty() ? "" : "; ") + std::string(levels.size() == 1 ? "level " : "levels ") + levels_text +
-            (tasks.size() == 1 ? " with task " : " with tasks ") + join(tasks);
-  }
-  return text;
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/config/keys.hpp ----
 // ---- begin torchprobe/config/readers.hpp ----
 // Reading single config values: each reader names the key, the bad value and what is allowed
 // when it rejects one (ConfigError).
+#include <algorithm>
 #include <tuple>
 
 
@@ -390,6 +257,11 @@ class ConfigError : public std::invalid_argument {
 };
 
 enum class SummaryMode { Statistics, Md5, Xor };
+// free_benchmark (classic msprobe's FreeBenchmarkCheckConfig): how each call is perturbed, what is
+// done with the result, and which pass is checked.
+enum class PertMode { ImprovePrecision, AddNoise, BitNoise, ChangeValue, NoChange, ToCpu };
+enum class FuzzHandler { Check, Fix };
+enum class FuzzStage { Forward, Backward };
 enum class RiskLevel { All, Focus, Core };
 
 // Spellings used in config.json.
@@ -398,6 +270,18 @@ constexpr std::string_view summary_mode_name(SummaryMode m) {
     case SummaryMode::Statistics: return "statistics";
     case SummaryMode::Md5: return "md5";
     case SummaryMode::Xor: return "xor";
+  }
+  return "?";
+}
+
+constexpr std::string_view pert_mode_name(PertMode m) {
+  switch (m) {
+    case PertMode::ImprovePrecision: return "improve_precision";
+    case PertMode::AddNoise: return "add_noise";
+    case PertMode::BitNoise: return "bit_noise";
+    case PertMode::ChangeValue: return "change_value";
+    case PertMode::NoChange: return "no_change";
+    case PertMode::ToCpu: return "to_cpu";
   }
   return "?";
 }
@@ -447,6 +331,17 @@ class IndexSet {
   std::vector<int64_t> values_;
 };
 
+// The "free_benchmark" section (config/free_benchmark.hpp checks it; docs/free_benchmark.md).
+struct FreeBenchmarkConfig {
+  std::string fuzz_device = "npu";  // "cpu" exactly when pert_mode is to_cpu; else the tensors' own device
+  PertMode pert_mode = PertMode::ImprovePrecision;
+  FuzzHandler handler_type = FuzzHandler::Check;
+  FuzzStage fuzz_stage = FuzzStage::Forward;
+  bool if_preheat = false;
+  int64_t preheat_step = 15;
+  int64_t max_sample = 20;  // msprobe's documented default (its code falls back to preheat_step's 15)
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
@@ -466,6 +361,7 @@ struct Config {
   DataMode data_mode;
   SummaryMode summary_mode = SummaryMode::Statistics;
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
+  FreeBenchmarkConfig free_benchmark;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;
@@ -688,6 +584,229 @@ namespace torchprobe {
 
 namespace detail {
 
+// preheat_step / max_sample: an integer > 0 (booleans are not integers).
+inline int64_t read_positive_count(const json& section, const char* key, const std::string& label, int64_t fallback) {
+  const json* v = find(section, key);
+  if (!v) return fallback;
+  const std::string allowed = "an integer greater than 0";
+  if (v->is_boolean() || !v->is_number_integer()) reject(label, *v, "it should be an integer", allowed);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    reject(label, *v, "it is too large", allowed);
+  if (v->get<int64_t>() <= 0) reject(label, *v, "it is not greater than 0", allowed);
+  return v->get<int64_t>();
+}
+
+// `label(key)` spells a key as the messages show it: "free_benchmark.pert_mode".
+template <class Label>
+FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<std::string>& list, Label&& label) {
+  FreeBenchmarkConfig f;
+  static constexpr Choice<std::string_view> kDevices[] = {{"npu", "npu"}, {"cuda", "cuda"}, {"cpu", "cpu"}};
+  f.fuzz_device =
+      std::string(read_choice(section, "fuzz_device", label("fuzz_device"), kDevices, std::string_view("npu")));
+  static constexpr Choice<PertMode> kModes[] = {{"improve_precision", PertMode::ImprovePrecision},
+                                                {"add_noise", PertMode::AddNoise},
+                                                {"bit_noise", PertMode::BitNoise},
+                                                {"change_value", PertMode::ChangeValue},
+                                                {"no_change", PertMode::NoChange},
+                                                {"to_cpu", PertMode::ToCpu}};
+  f.pert_mode = read_choice(section, "pert_mode", label("pert_mode"), kModes, PertMode::ImprovePrecision);
+  static constexpr Choice<FuzzHandler> kHandlers[] = {{"check", FuzzHandler::Check}, {"fix", FuzzHandler::Fix}};
+  f.handler_type = read_choice(section, "handler_type", label("handler_type"), kHandlers, FuzzHandler::Check);
+  static constexpr Choice<int> kLevels[] = {{"L1", 1}};
+  read_choice(section, "fuzz_level", label("fuzz_level"), kLevels, 1);
+  static constexpr Choice<FuzzStage> kStages[] = {{"forward", FuzzStage::Forward}, {"backward", FuzzStage::Backward}};
+  f.fuzz_stage = read_choice(section, "fuzz_stage", label("fuzz_stage"), kStages, FuzzStage::Forward);
+  if (const json* v = find(section, "if_preheat"); v && !v->is_boolean())
+    reject(label("if_preheat"), *v, "it should be a boolean", "true or false");
+  f.if_preheat = read_bool(section, "if_preheat", false);
+  if (f.if_preheat) {  // msprobe reads the counts only when preheating
+    f.preheat_step = read_positive_count(section, "preheat_step", label("preheat_step"), f.preheat_step);
+    f.max_sample = read_positive_count(section, "max_sample", label("max_sample"), f.max_sample);
+  }
+
+  // msprobe's rules between the keys.
+  const std::string mode = quote(pert_mode_name(f.pert_mode));
+  if (f.fuzz_device == "cpu" && f.pert_mode != PertMode::ToCpu)
+    reject(label("fuzz_device"), "cpu",
+           "fuzz_device \"cpu\" goes with pert_mode \"to_cpu\" only, and pert_mode is " + mode,
+           "\"npu\" (the device the tensors are on) unless pert_mode is \"to_cpu\"");
+  if (f.pert_mode == PertMode::ToCpu && f.fuzz_device != "cpu")
+    reject(label("pert_mode"), "to_cpu",
+           "pert_mode \"to_cpu\" needs fuzz_device \"cpu\", and fuzz_device is " + quote(f.fuzz_device),
+           "\"to_cpu\" with fuzz_device \"cpu\", or another mode");
+  if (f.handler_type == FuzzHandler::Fix) {
+    if (f.pert_mode != PertMode::ImprovePrecision && f.pert_mode != PertMode::ToCpu)
+      reject(label("handler_type"), "fix",
+             "handler_type \"fix\" needs a pert_mode that computes better values, and pert_mode is " + mode,
+             "\"fix\" with pert_mode \"improve_precision\" or \"to_cpu\", or \"check\"");
+    if (f.fuzz_stage != FuzzStage::Forward)
+      reject(label("handler_type"), "fix",
+             "handler_type \"fix\" works in the forward stage only, and fuzz_stage is \"backward\"",
+             "\"fix\" with fuzz_stage \"forward\", or \"check\"");
+    if (f.if_preheat)
+      reject(label("handler_type"), "fix", "handler_type \"fix\" cannot be combined with if_preheat true",
+             "\"fix\" with if_preheat false, or \"check\"");
+  }
+  if (f.fuzz_stage == FuzzStage::Backward && list.empty())
+    reject(label("list"), list, "fuzz_stage \"backward\" checks the APIs named in list, and list is empty",
+           "a non-empty list of API names with fuzz_stage \"backward\"");
+
+  // What TorchProbe does not do yet.
+  if (f.fuzz_stage == FuzzStage::Backward)
+    reject(label("fuzz_stage"), "backward", "fuzz_stage \"backward\" is not supported by TorchProbe yet",
+           "\"forward\"");
+  if (f.if_preheat) reject(label("if_preheat"), true, "preheating is not supported by TorchProbe yet", "false");
+  return f;
+}
+
+}  // namespace detail
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/free_benchmark.hpp ----
+// ---- begin torchprobe/config/keys.hpp ----
+// Which config.json keys exist, in one table: parse_config warns and reads with it, Options
+// files its overrides with it. And what a task implementation declares about the keys of its
+// section and the levels it supports (TaskCatalog; task/task_list.hpp makes it from the tasks).
+
+
+namespace torchprobe {
+
+enum class KeyPlace { Top, Section };  // top level, or inside the task's section
+enum class KeySupport {
+  Read,           // TorchProbe reads it
+  NotYet,         // msprobe has it, TorchProbe does not implement it yet: warned about when it asks for something
+  MindSporeOnly,  // msprobe reads it only for MindSpore: warned about as ignored
+};
+
+struct ConfigKey {
+  std::string_view name;
+  KeyPlace place;
+  KeySupport support;
+};
+
+inline constexpr ConfigKey kConfigKeys[] = {
+    {"task", KeyPlace::Top, KeySupport::Read},
+    {"level", KeyPlace::Top, KeySupport::Read},
+    {"dump_path", KeyPlace::Top, KeySupport::Read},
+    {"rank", KeyPlace::Top, KeySupport::Read},
+    {"step", KeyPlace::Top, KeySupport::Read},
+    {"async_dump", KeyPlace::Top, KeySupport::Read},
+    {"extra_info", KeyPlace::Top, KeySupport::Read},
+    {"precision", KeyPlace::Top, KeySupport::Read},
+    {"risk_level", KeyPlace::Top, KeySupport::Read},
+    {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
+    {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
+    {"dump_enable", KeyPlace::Top, KeySupport::NotYet},
+    {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
+    // Every task reads scope, list and data_mode; the others only the tasks that declare them.
+    {"scope", KeyPlace::Section, KeySupport::Read},
+    {"list", KeyPlace::Section, KeySupport::Read},
+    {"data_mode", KeyPlace::Section, KeySupport::Read},
+    {"summary_mode", KeyPlace::Section, KeySupport::Read},
+    {"tensor_list", KeyPlace::Section, KeySupport::Read},
+    {"overflow_nums", KeyPlace::Section, KeySupport::Read},
+    {"check_mode", KeyPlace::Section, KeySupport::MindSporeOnly},
+    {"slice", KeyPlace::Section, KeySupport::NotYet},
+    {"request_id", KeyPlace::Section, KeySupport::NotYet},
+    {"bench_path", KeyPlace::Section, KeySupport::NotYet},
+    {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
+    {"file_format", KeyPlace::Section, KeySupport::NotYet},
+    {"fuzz_device", KeyPlace::Section, KeySupport::Read},
+    {"pert_mode", KeyPlace::Section, KeySupport::Read},
+    {"handler_type", KeyPlace::Section, KeySupport::Read},
+    {"fuzz_level", KeyPlace::Section, KeySupport::Read},
+    {"fuzz_stage", KeyPlace::Section, KeySupport::Read},
+    {"if_preheat", KeyPlace::Section, KeySupport::Read},
+    {"preheat_step", KeyPlace::Section, KeySupport::Read},
+    {"max_sample", KeyPlace::Section, KeySupport::Read},
+};
+
+inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
+
+// msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
+// is an error.
+inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
+                                                     "diff_check", "nan_check", "exception_dump"};
+
+inline const ConfigKey* find_config_key(std::string_view name) {
+  for (const ConfigKey& k : kConfigKeys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// The key belongs in the task's section (Options files its overrides there).
+inline bool is_section_key(std::string_view name) {
+  const ConfigKey* k = find_config_key(name);
+  return k && k->place == KeyPlace::Section;
+}
+
+inline bool is_task_section_name(std::string_view name) {
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+    if (task_name(t) == name) return true;
+  return false;
+}
+
+inline bool is_foreign_task(std::string_view name) {
+  return std::find(std::begin(kForeignTasks), std::end(kForeignTasks), name) != std::end(kForeignTasks);
+}
+
+// What a task implementation declares (task/task_list.hpp makes these from the task classes): the
+// levels it supports and the keys of its section it reads besides kCommonSectionKeys.
+struct TaskDeclaration {
+  Task kind;
+  LevelSet levels;
+  std::vector<std::string_view> keys;
+
+  bool reads(std::string_view key) const {
+    return std::find(std::begin(kCommonSectionKeys), std::end(kCommonSectionKeys), key) !=
+               std::end(kCommonSectionKeys) ||
+           std::find(keys.begin(), keys.end(), key) != keys.end();
+  }
+};
+using TaskCatalog = std::vector<TaskDeclaration>;
+
+inline const TaskDeclaration* find_task(const TaskCatalog& catalog, Task kind) {
+  for (const TaskDeclaration& d : catalog)
+    if (d.kind == kind) return &d;
+  return nullptr;
+}
+
+// What a catalog offers, for error messages: levels "L0", "L1", "mix", "debug" with tasks
+// "statistics" and "tensor"; levels "L0", "L1", "mix" with task "overflow_check"
+inline std::string describe_available(const TaskCatalog& catalog) {
+  auto quoted = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      out += (i == 0 ? "" : (i + 1 == items.size() ? " and " : ", ")) + items[i];
+    return out;
+  };
+  std::vector<const TaskDeclaration*> done;
+  std::string text;
+  for (const TaskDeclaration& d : catalog) {
+    if (std::any_of(done.begin(), done.end(), [&](const TaskDeclaration* e) { return e->levels == d.levels; }))
+      continue;
+    done.push_back(&d);
+    std::vector<std::string> levels, tasks;
+    for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+      if (d.levels.contains(l)) levels.push_back(quoted(level_name(l)));
+    for (const TaskDeclaration& e : catalog)
+      if (e.levels == d.levels) tasks.push_back(quoted(task_name(e.kind)));
+    std::string levels_text;
+    for (const std::string& l : levels) levels_text += (levels_text.empty() ? "" : ", ") + l;
+    text += (text.empty() ? "" : "; ") + std::string(levels.size() == 1 ? "level " : "levels ") + levels_text +
+            (tasks.size() == 1 ? " with task " : " with tasks ") + join(tasks);
+  }
+  return text;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/keys.hpp ----
+
+namespace torchprobe {
+
+namespace detail {
+
 // A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
 inline bool asks_for_something(const json& v) {
   return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
@@ -887,6 +1006,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
     c.summary_mode = read_choice(*section, "summary_mode", label("summary_mode"), kModes, SummaryMode::Statistics);
   }
   if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
+  if (c.task == Task::FreeBenchmark && reads("pert_mode"))
+    c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
@@ -2372,6 +2493,8 @@ struct StepDump {
   std::shared_ptr<const void> owner;
   // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
   std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
+  // Text files the task adds, {file name, content} (free_benchmark.csv).
+  std::vector<std::pair<std::string, std::string>> task_text_files;
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -2800,6 +2923,7 @@ class DirectorySink {
     const bool sync = !d.records.empty();
     step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
     for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
+    for (const auto& f : d.task_text_files) io::write_file_atomic(d.directory + "/" + f.first, f.second);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });
@@ -2827,6 +2951,7 @@ class MemorySink {
     nlohmann::ordered_json dump, stack, construct;
     nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
     std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
+    std::map<std::string, std::string> task_text_files;        // free_benchmark.csv
   };
 
   void open(const std::string& directory, bool tensor_files) {
@@ -2841,6 +2966,8 @@ class MemorySink {
     f.construct = d.construct_json();
     f.task_files.clear();
     for (const auto& tf : d.task_files) f.task_files[tf.first] = tf.second;
+    f.task_text_files.clear();
+    for (const auto& tf : d.task_text_files) f.task_text_files[tf.first] = tf.second;
   }
 
   void write_debug(const StepDump& d) {
@@ -2877,28 +3004,36 @@ class NullSink {
 // ---- end torchprobe/sink/memory_sink.hpp ----
 // ---- begin torchprobe/task/registry.hpp ----
 // The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
-// ---- begin torchprobe/task/overflow_check.hpp ----
-// Task::OverflowCheck (classic msprobe's overflow_check; docs/overflow.md): an entry overflows when one
-// of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
-// are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
-// Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
+// ---- begin torchprobe/task/free_benchmark.hpp ----
+// Task::FreeBenchmark (classic msprobe's free_benchmark; docs/free_benchmark.md): which API of a run
+// is numerically fragile, without a reference run. Each outermost ATen call (level L1) whose first
+// valid argument is a floating tensor or a list is run a second time, through the dispatcher (the
+// same operator handle, boxed, under ProbeGuard so it is never recorded), with perturbed inputs
+// (task/free_benchmark/perturbation.hpp); the outputs are compared (comparison.hpp) and the
+// inconsistent ones listed in free_benchmark.csv, with a per-API summary (report.hpp).
 //
-// What keeps it cheap when nothing overflows:
-//  - Statistics are the fused one-pass CPU kernels; the decision is a look at the entry's Max/Min.
-//  - Tensors are not copied while an entry is undecided: the entry holds references, and only a
-//    kept entry's tensors are snapshotted and handed to the writer (io/tensor_writer.hpp). The one
-//    exception is the tensor an in-place op is about to overwrite (see describe()).
-//  - Tensors on a device are reduced there, as for statistics; their entries are held back until
-//    the reductions are read, all at once, at flush (or once many are waiting): no host
-//    synchronisation per op. overflow_nums is then applied at that point.
+// - The re-run happens when the call starts, on the probe's own values: arguments the op writes
+//   (in-place self, out=) are copies, so in check mode nothing the user holds changes.
+// - Calls that draw random numbers are not re-run: a second draw would move the generator.
+// - handler_type fix: the outputs are overwritten in place with the re-run's values cast back
+//   (forward only), so training continues with them.
+// - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
+#include <ATen/core/LegacyTypeDispatch.h>
 
+#include <array>
+#include <unordered_set>
 
-// ---- begin torchprobe/capture/value_encoder.hpp ----
-// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
-// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
-// Tensors are handed to the task's describer; everything else is encoded here.
-#include <c10/core/Layout.h>
-#include <c10/core/MemoryFormat.h>
+// ---- begin torchprobe/capture/call_check.hpp ----
+// A task that checks calls instead of recording them (free_benchmark re-runs each one) sees every
+// admitted outermost call whole: its operator, its inputs at the start, its outputs at the end.
+// Such a task makes no entries of calls (dump.json's "data" stays {}): no statistics, no stacks,
+// no backward hooks are built for them.
+//
+// Optional part of a task policy, found by detection:
+//   template <class Values>
+//   std::unique_ptr<CallCheck> check_call(const OpInfo&, const Values& inputs, const std::string& name);
+//       at the start of the call named `name` (inputs are valid only now); null: not checked
+//   template <class Values> void check_call_end(CallCheck&, const Values& outputs);
 
 
 // ---- begin torchprobe/capture/op_registry.hpp ----
@@ -2910,7 +3045,6 @@ class NullSink {
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 
-#include <unordered_set>
 
 namespace torchprobe::capture {
 
@@ -2922,6 +3056,7 @@ struct ArgInfo {
   std::string name;
   bool kwarg_only = false;
   ArgKind kind = ArgKind::Generic;
+  bool written = false;  // the op writes into it (in-place self, out=)
 };
 
 struct OpInfo {
@@ -2932,7 +3067,8 @@ struct OpInfo {
   bool user_api = false;   // an aten:: op that is not on the infrastructure list
   bool schema_known = false;
   std::vector<ArgInfo> args;
-  std::size_t returns = 0;  // how many values the schema returns
+  std::size_t returns = 0;                    // how many values the schema returns
+  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
 };
 
 // Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
@@ -2998,8 +3134,10 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
     if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
       info->schema_known = true;
       for (const auto& a : handle->schema().arguments())
-        info->args.push_back({a.name(), a.kwarg_only(), kind_of(a.real_type())});
+        info->args.push_back(
+            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
       info->returns = handle->schema().returns().size();
+      info->handle = *handle;
     }
   }
   return info;
@@ -3051,6 +3189,31 @@ class OpRegistry {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/op_registry.hpp ----
+
+namespace torchprobe::capture {
+
+// What the task keeps of a call from its start to its end.
+struct CallCheck {
+  virtual ~CallCheck() = default;
+};
+
+template <class T, class = void>
+struct task_checks_calls : std::false_type {};
+template <class T>
+struct task_checks_calls<T, std::void_t<decltype(std::declval<T&>().check_call(
+                                std::declval<const OpInfo&>(), std::declval<const std::vector<c10::IValue>&>(),
+                                std::declval<const std::string&>()))>> : std::true_type {};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/call_check.hpp ----
+// ---- begin torchprobe/capture/value_encoder.hpp ----
+// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
+// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
+// Tensors are handed to the task's describer; everything else is encoded here.
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+
+
 
 namespace torchprobe::capture {
 
@@ -4518,6 +4681,702 @@ inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stat
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
+// ---- begin torchprobe/task/free_benchmark/comparison.hpp ----
+// free_benchmark's comparison of an original output with the perturbed re-run's (msprobe-reference.md
+// §7.3). The numbers are computed where the tensors are, as small tensors that are read back in one
+// batch when the step is flushed (resolve()): no host synchronisation per call.
+//  - ratio modes: the original converted to the perturbed dtype and device; abs_tol = sqrt(eps) of
+//    the perturbed dtype; per chunk (clamp(2^(int(log2 MB) - 4), 1, 128) of them) symbol flipping
+//    (min(a*b) < -abs_tol^2) and r = nan_to_num(clamp(|a|, abs_tol) / clamp(|b|, abs_tol), nan=1);
+//    ratio = max(max r, 1/min r); consistent iff thd >= ratio >= 1/thd, thd by the original dtype;
+//  - to_cpu: msprobe's single-benchmark standard in float64 against the CPU result;
+//  - integer and boolean tensors: exactly equal.
+
+
+// ---- begin torchprobe/task/free_benchmark/perturbation.hpp ----
+// free_benchmark's six perturbations of a call's inputs (msprobe-reference.md §7.2), on boxed values.
+// Everything here runs under the caller's ProbeGuard and makes new tensors: nothing the user holds
+// is changed.
+//  - add_noise, bit_noise, change_value perturb one tensor: the first eligible floating tensor of the
+//    call's first valid argument (the first positional one that is a floating tensor or a list);
+//  - improve_precision turns every fp16/bf16 tensor into fp32, to_cpu moves every tensor to the CPU
+//    (fp16/bf16 into fp32 as well); no_change re-runs the call as it is.
+
+
+
+namespace torchprobe::free_benchmark {
+
+// msprobe's FuzzThreshold by dtype: the noise add_noise adds, the smallest max|x| the noises act on,
+// and (square-rooted) the comparison's abs_tol.
+inline std::optional<double> epsilon(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return 1e-4;
+    case at::kHalf: return 1e-6;
+    case at::kFloat: return 1e-8;
+    case at::kDouble: return 1e-16;
+    default: return std::nullopt;
+  }
+}
+
+// finfo(dtype).smallest_normal: bit_noise flips the last mantissa bit of values above it.
+inline double smallest_normal(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return 6.103515625e-05;  // 2^-14
+    case at::kBFloat16:
+    case at::kFloat: return static_cast<double>(std::numeric_limits<float>::min());
+    default: return std::numeric_limits<double>::min();
+  }
+}
+
+inline bool is_floating(const at::Tensor& t) {
+  return t.defined() && !t.is_meta() && t.layout() == c10::kStrided && at::isFloatingType(t.scalar_type());
+}
+
+// add_noise's and bit_noise's pre-check: a known dtype, elements, and max|x| >= eps. On a device the
+// maximum is not read back (no host synchronisation per call): the perturbation carries the test.
+inline bool noise_may_apply(const at::Tensor& t) {
+  const auto eps = epsilon(t.scalar_type());
+  if (!eps || t.numel() == 0) return false;
+  if (!t.device().is_cpu()) return true;
+  return t.abs().max().item<double>() >= *eps;
+}
+
+// On a device, the perturbed tensor when max|x| >= eps, else the tensor itself.
+inline at::Tensor unless_below_eps(const at::Tensor& t, const at::Tensor& perturbed) {
+  if (t.device().is_cpu()) return perturbed;
+  return at::where(t.abs().max() >= *epsilon(t.scalar_type()), perturbed, t);
+}
+
+// x' = where(|x| > sqrt(eps), x + eps, x), in x's dtype.
+inline at::Tensor add_noise(const at::Tensor& t) {
+  const double eps = *epsilon(t.scalar_type());
+  const at::Tensor noise = at::full_like(t, eps);
+  return unless_below_eps(t, at::where(at::gt(at::abs(t), std::sqrt(eps)), at::add(noise, t), t).to(t.scalar_type()));
+}
+
+// The last mantissa bit flipped (XOR 1 on the same-width integer view) where |x| > smallest normal.
+inline at::Tensor bit_noise(const at::Tensor& t) {
+  const at::ScalarType bits = t.element_size() == 2 ? at::kShort : (t.element_size() == 4 ? at::kInt : at::kLong);
+  const at::Tensor as_int = t.contiguous().view(bits);
+  const at::Tensor flipped = at::bitwise_xor(as_int, at::ones_like(as_int));
+  const at::Tensor out = at::where(at::gt(at::abs(t), smallest_normal(t.scalar_type())), flipped, as_int);
+  return unless_below_eps(t, out.view(t.scalar_type()));
+}
+
+// change_value's condition: 1-D with >= 2 elements, or >= 2-D where t[0][0] and t[-1][-1] exist and
+// are not both the same single element.
+inline bool can_swap_ends(const at::Tensor& t) {
+  if (t.dim() == 0) return false;
+  if (t.dim() == 1) return t.size(0) >= 2;
+  return t.size(0) > 0 && t.size(1) > 0 && !(t.size(0) < 2 && t.size(1) < 2);
+}
+
+// A copy with t[0] and t[-1] (1-D) or t[0][0] and t[-1][-1] (sub-tensors from 3-D on) swapped.
+inline at::Tensor change_value(const at::Tensor& t) {
+  at::Tensor out = t.clone();
+  at::Tensor first = t.dim() == 1 ? out.select(0, 0) : out.select(0, 0).select(0, 0);
+  at::Tensor last = t.dim() == 1 ? out.select(0, -1) : out.select(0, -1).select(0, -1);
+  const at::Tensor first_value = first.clone(), last_value = last.clone();
+  first.copy_(last_value);
+  last.copy_(first_value);
+  return out;
+}
+
+// Rebuilds a boxed value with each tensor replaced by `f(tensor)` (an undefined result keeps it).
+template <class F>
+c10::IValue map_tensors(const c10::IValue& v, F& f) {
+  if (v.isTensor()) {
+    at::Tensor r = f(v.toTensor());
+    return r.defined() ? c10::IValue(std::move(r)) : v;
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList().vec()) {
+      at::Tensor r = f(t);
+      out.push_back(r.defined() ? r : t);
+    }
+    return c10::IValue(std::move(out));
+  }
+  if (v.isList()) {
+    const c10::impl::GenericList in = v.toList();
+    c10::impl::GenericList out(in.elementType());
+    for (const c10::IValue& e : in) out.push_back(map_tensors(e, f));
+    return c10::IValue(std::move(out));
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& e : v.toTupleRef().elements()) items.push_back(map_tensors(e, f));
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(items)));
+  }
+  return v;
+}
+
+// The index of the first positional input that is a floating tensor or a list (msprobe's
+// check_args_type), or -1: the call is not checked.
+template <class IsPositional>
+std::ptrdiff_t first_valid_input(const std::vector<c10::IValue>& inputs, IsPositional&& positional) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!positional(i)) continue;
+    const c10::IValue& v = inputs[i];
+    if ((v.isTensor() && is_floating(v.toTensor())) || v.isList() || v.isTuple()) return static_cast<std::ptrdiff_t>(i);
+  }
+  return -1;
+}
+
+// Perturbs `inputs` in place (they are the probe's own copies of the boxed values) as `mode` says.
+// Returns false when nothing was perturbed: the call is then not re-run.
+inline bool perturb(PertMode mode, std::vector<c10::IValue>& inputs, std::ptrdiff_t valid) {
+  bool done = false;
+  switch (mode) {
+    case PertMode::NoChange: return true;
+    case PertMode::ImprovePrecision:
+    case PertMode::ToCpu: {
+      const bool to_cpu = mode == PertMode::ToCpu;
+      auto raise = [&](const at::Tensor& t) -> at::Tensor {
+        if (!t.defined() || t.is_meta()) return at::Tensor();
+        const bool low = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+        if (!low && !(to_cpu && !t.device().is_cpu())) return at::Tensor();
+        done = true;
+        at::Tensor r = to_cpu ? t.detach().to(at::kCPU) : t;
+        return low ? r.to(at::kFloat) : r;
+      };
+      for (c10::IValue& v : inputs) v = map_tensors(v, raise);
+      return done || mode == PertMode::ToCpu;  // to_cpu re-runs on the CPU even with nothing to convert
+    }
+    case PertMode::AddNoise:
+    case PertMode::BitNoise:
+    case PertMode::ChangeValue: {
+      auto once = [&](const at::Tensor& t) -> at::Tensor {
+        if (done || !is_floating(t)) return at::Tensor();
+        if (mode == PertMode::ChangeValue) {
+          if (!can_swap_ends(t)) return at::Tensor();
+          done = true;
+          return change_value(t);
+        }
+        if (!noise_may_apply(t)) return at::Tensor();
+        done = true;
+        return mode == PertMode::AddNoise ? add_noise(t) : bit_noise(t);
+      };
+      if (valid >= 0)
+        inputs[static_cast<std::size_t>(valid)] = map_tensors(inputs[static_cast<std::size_t>(valid)], once);
+      return done;
+    }
+  }
+  return false;
+}
+
+}  // namespace torchprobe::free_benchmark
+// ---- end torchprobe/task/free_benchmark/perturbation.hpp ----
+
+namespace torchprobe::free_benchmark {
+
+// One compared output (or output element) of a call.
+struct Comparison {
+  enum class Kind { Ratio, Benchmark, Exact, Scalar };
+  Kind kind = Kind::Ratio;
+  std::optional<int64_t> index;  // which output, for tuple/list outputs
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> shape;
+  double threshold = 1.0;  // ratio modes
+  at::Tensor values;       // on the device until resolved: [chunks, 3] / [4] / [1] doubles
+  // Resolved:
+  bool consistent = true;
+  bool flipped = false;
+  std::optional<double> ratio;  // ratio modes (and float scalars); empty for to_cpu and integers
+  double score = 1.0;           // for the summary's ordering: the ratio, or to_cpu's worst error / its bound
+};
+
+// The consistency threshold for an original output of this dtype.
+inline double ratio_threshold(at::ScalarType original, PertMode mode) {
+  if (mode == PertMode::NoChange) return 1.0;
+  switch (original) {
+    case at::kHalf: return 1.002;
+    case at::kBFloat16: return 1.004;
+    default: return 1.0002;
+  }
+}
+
+// msprobe's tensor_split_for_error_calculate: chunks by the size of the compared tensor.
+inline int64_t chunk_count(const at::Tensor& t) {
+  const double mb = static_cast<double>(t.element_size()) * static_cast<double>(t.numel()) / (1024.0 * 1024.0);
+  if (mb == 0 || t.dim() == 0) return 1;
+  const auto exp = static_cast<int64_t>(std::log2(mb));  // int() truncates towards zero
+  const double chunks = std::pow(2.0, static_cast<double>(exp - 4));
+  return static_cast<int64_t>(std::clamp(chunks, 1.0, 128.0));
+}
+
+// clamp(x, min=bound), NaN kept; written with where(): the CPU has no fp16 clamp in libtorch 1.13.
+inline at::Tensor at_least(const at::Tensor& x, double bound) {
+  return at::where(at::lt(x, bound), at::full({}, bound, x.options()), x);
+}
+
+inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode) {
+  Comparison c;
+  c.dtype = original.scalar_type();
+  c.shape = original.sizes().vec();
+  if (original.sizes() != perturbed.sizes() || !at::isFloatingType(original.scalar_type()) ||
+      !at::isFloatingType(perturbed.scalar_type())) {
+    c.kind = Comparison::Kind::Exact;  // integers, booleans (and a re-run of another shape): equal or not
+    c.values = original.sizes() != perturbed.sizes()
+                   ? at::zeros({1}, at::kDouble)
+                   : at::eq(original, perturbed.to(original.device(), original.scalar_type()))
+                         .all()
+                         .to(at::kDouble)
+                         .reshape({1});
+    return c;
+  }
+  c.threshold = ratio_threshold(original.scalar_type(), mode);
+  const double abs_tol = std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8));
+  const at::Tensor a = original.to(perturbed.device(), perturbed.scalar_type()).reshape({-1});
+  const at::Tensor b = perturbed.reshape({-1});
+  if (a.numel() == 0) {
+    c.values = at::tensor({0.0, 1.0, 1.0}, at::kDouble).reshape({1, 3});
+    return c;
+  }
+  std::vector<at::Tensor> rows;
+  const auto chunks_a = at::tensor_split(a, chunk_count(a)), chunks_b = at::tensor_split(b, chunk_count(a));
+  for (std::size_t i = 0; i < chunks_a.size(); ++i) {
+    if (chunks_a[i].numel() == 0) break;
+    const at::Tensor flip = at::lt(at::mul(chunks_a[i], chunks_b[i]).min(), -(abs_tol * abs_tol));
+    const at::Tensor r =
+        at::nan_to_num(at::div(at_least(at::abs(chunks_a[i]), abs_tol), at_least(at::abs(chunks_b[i]), abs_tol)), 1.0);
+    rows.push_back(at::stack({flip.to(at::kDouble), r.min().to(at::kDouble), r.max().to(at::kDouble)}));
+  }
+  c.values = at::stack(rows);
+  return c;
+}
+
+// to_cpu: the original (actual) against the CPU result (golden), in float64 on the original's device.
+inline Comparison compare_benchmark(const at::Tensor& original, const at::Tensor& golden) {
+  Comparison c;
+  c.kind = Comparison::Kind::Benchmark;
+  c.dtype = original.scalar_type();
+  c.shape = original.sizes().vec();
+  if (!at::isFloatingType(original.scalar_type()) || original.sizes() != golden.sizes()) {
+    Comparison exact = compare_ratio(original, golden, PertMode::ToCpu);
+    exact.kind = Comparison::Kind::Exact;
+    return exact;
+  }
+  at::Tensor a = original.to(at::kDouble);
+  a = at::where(at::isfinite(a), a, at::ones_like(a));  // inf/nan in the actual count as 1
+  const at::Tensor g = golden.to(original.device(), at::kDouble);
+  const at::Tensor diff = a - g, diff_abs = diff.abs(), g_abs = g.abs();
+  const at::Tensor zero = at::zeros({}, a.options());
+  const at::Tensor abs_err = a.numel() ? at::where(a.abs() < 1.0, diff_abs, zero).max() : zero;
+  const at::Tensor rel_err = a.numel() ? at::where(a.abs() >= 1.0, diff_abs / g_abs, zero).max() : zero;
+  const at::Tensor eb = a.numel() ? (diff / at::where(g_abs >= 1.0, g_abs, at::ones_like(g_abs))).mean() : zero;
+  const at::Tensor golden_bad = (~at::isfinite(g)).any().to(at::kDouble);
+  c.values = at::stack({golden_bad, abs_err, rel_err, eb});
+  return c;
+}
+
+// {rtol (= small-value atol), err_balance} of the single-benchmark standard, by the original dtype.
+struct BenchmarkBounds {
+  double rtol, small_value_atol, err_balance;
+};
+inline BenchmarkBounds benchmark_bounds(at::ScalarType original) {
+  switch (original) {
+    case at::kHalf: return {std::ldexp(1.0, -11), std::ldexp(1.0, -11), 1e-4};
+    case at::kBFloat16: return {std::ldexp(1.0, -8), std::ldexp(1.0, -8), 1e-4};
+    default: return {std::ldexp(1.0, -14), std::ldexp(1.0, -14), 1e-4};
+  }
+}
+
+// The decision from values read back to the CPU (doubles).
+inline void decide(Comparison& c, const double* v, int64_t n) {
+  switch (c.kind) {
+    case Comparison::Kind::Scalar: return;  // decided when compared
+    case Comparison::Kind::Exact:
+      c.consistent = n > 0 && v[0] == 1.0;
+      c.score = c.consistent ? 1.0 : std::numeric_limits<double>::infinity();
+      return;
+    case Comparison::Kind::Benchmark: {
+      const BenchmarkBounds b = benchmark_bounds(c.dtype);
+      if (v[0] != 0.0) {  // a golden with inf/nan is not judged (msprobe)
+        c.consistent = true;
+        c.score = 0.0;
+        return;
+      }
+      c.score = std::max({v[1] / b.small_value_atol, v[2] / b.rtol, v[3] / b.err_balance});
+      c.consistent = !(v[1] > b.small_value_atol) && !(v[2] > b.rtol) && !(v[3] > b.err_balance);
+      return;
+    }
+    case Comparison::Kind::Ratio: {
+      double ratio = 1.0;
+      for (int64_t row = 0; row < n / 3; ++row) {
+        const double* r = v + 3 * row;
+        if (r[0] != 0.0) {
+          c.flipped = true;
+          c.consistent = false;
+          c.score = std::numeric_limits<double>::infinity();
+          return;
+        }
+        const double reciprocal = r[1] == 0.0 ? std::numeric_limits<double>::infinity() : 1.0 / r[1];
+        ratio = row == 0 ? std::max(r[2], reciprocal) : std::max({ratio, r[2], reciprocal});
+      }
+      c.ratio = ratio;
+      c.score = ratio;
+      c.consistent = c.threshold >= ratio && ratio >= 1.0 / c.threshold;
+      return;
+    }
+  }
+}
+
+// Reads every pending comparison back, one copy per device, and decides them.
+inline void resolve(std::vector<Comparison*>& pending) {
+  std::map<std::string, std::vector<Comparison*>> by_device;
+  for (Comparison* c : pending)
+    if (c->values.defined()) by_device[c->values.device().str()].push_back(c);
+  for (auto& [device, group] : by_device) {
+    std::vector<at::Tensor> flat;
+    for (Comparison* c : group) flat.push_back(c->values.reshape({-1}).to(at::kDouble));
+    const at::Tensor host = at::cat(flat).to(at::kCPU).contiguous();
+    const double* p = host.data_ptr<double>();
+    for (Comparison* c : group) {
+      const int64_t n = c->values.numel();
+      decide(*c, p, n);
+      p += n;
+      c->values = at::Tensor();
+    }
+  }
+  pending.clear();
+}
+
+}  // namespace torchprobe::free_benchmark
+// ---- end torchprobe/task/free_benchmark/comparison.hpp ----
+// ---- begin torchprobe/task/free_benchmark/report.hpp ----
+// What free_benchmark writes per step (msprobe-reference.md §7.4):
+//  - free_benchmark.csv, one row per inconsistent output, byte-compatible with msprobe's
+//    (`rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index`, Python's csv module
+//    with its \r\n line ends); only written when a row exists;
+//  - free_benchmark_summary.json (TorchProbe's own): per API, how many calls were checked and
+//    flagged, the worst ratio and the call it came from, worst first.
+
+
+
+namespace torchprobe::free_benchmark {
+
+// One checked call: its entry name ("Aten.mul.0.forward") and its compared outputs.
+struct CheckedCall {
+  std::string name;
+  std::vector<Comparison> outputs;
+
+  bool flagged() const {
+    return std::any_of(outputs.begin(), outputs.end(), [](const Comparison& c) { return !c.consistent; });
+  }
+  double score() const {
+    double s = 0;
+    for (const Comparison& c : outputs) s = std::max(s, c.score);
+    return s;
+  }
+};
+
+// str(torch.Size(shape)): "torch.Size([])", "torch.Size([4])", "torch.Size([64, 64])".
+inline std::string torch_size_text(const std::vector<int64_t>& shape) {
+  std::string s = "torch.Size([";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "])";
+}
+
+// A field as Python's csv writer (QUOTE_MINIMAL) writes it.
+inline std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+// "Aten.mul.0.forward" -> "Aten.mul".
+inline std::string api_of(const std::string& name) {
+  std::string s = name;
+  for (int k = 0; k < 2; ++k) {
+    const auto dot = s.rfind('.');
+    if (dot == std::string::npos) break;
+    s.resize(dot);
+  }
+  return s;
+}
+
+// The CSV text, or empty when no call was flagged.
+inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBenchmarkConfig& cfg, int64_t step,
+                            int64_t rank) {
+  std::string rows;
+  for (const CheckedCall& call : calls)
+    for (const Comparison& c : call.outputs) {
+      if (c.consistent) continue;
+      std::string max_rel;
+      if (c.flipped)
+        max_rel = "symbol_flipping";
+      else if (c.ratio && cfg.pert_mode != PertMode::ToCpu)
+        max_rel = io::python_float_repr(*c.ratio - 1.0);
+      const std::vector<std::string> fields = {std::to_string(rank),
+                                               std::string(pert_mode_name(cfg.pert_mode)),
+                                               "forward",
+                                               std::to_string(step),
+                                               call.name,
+                                               max_rel,
+                                               dtype_name(c.dtype),
+                                               torch_size_text(c.shape),
+                                               c.index ? std::to_string(*c.index) : std::string()};
+      for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
+      rows += "\r\n";
+    }
+  if (rows.empty()) return rows;
+  return "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n" + rows;
+}
+
+// free_benchmark_summary.json: per API, worst first (symbol flipping before any ratio).
+inline nlohmann::ordered_json summary_json(const std::vector<CheckedCall>& calls, const FreeBenchmarkConfig& cfg,
+                                           int64_t step) {
+  struct Api {
+    int64_t checked = 0, flagged = 0;
+    double worst = -1;
+    bool flipped = false;
+    std::string worst_call;
+  };
+  std::map<std::string, Api> apis;
+  int64_t flagged_calls = 0;
+  for (const CheckedCall& call : calls) {
+    Api& a = apis[api_of(call.name)];
+    ++a.checked;
+    const bool flagged = call.flagged();
+    if (flagged) {
+      ++a.flagged;
+      ++flagged_calls;
+    }
+    const double s = call.score();
+    if (s > a.worst) {
+      a.worst = s;
+      a.worst_call = call.name;
+      a.flipped = std::any_of(call.outputs.begin(), call.outputs.end(), [](const Comparison& c) { return c.flipped; });
+    }
+  }
+  std::vector<std::pair<std::string, Api>> sorted(apis.begin(), apis.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& x, const auto& y) { return x.second.worst > y.second.worst; });
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["step"] = step;
+  j["pert_mode"] = std::string(pert_mode_name(cfg.pert_mode));
+  j["handler_type"] = cfg.handler_type == FuzzHandler::Fix ? "fix" : "check";
+  // For to_cpu the measure is the worst error over its bound (> 1 is flagged), else max(a/b, b/a).
+  j["measure"] = cfg.pert_mode == PertMode::ToCpu ? "error_over_bound" : "ratio";
+  j["checked_calls"] = static_cast<int64_t>(calls.size());
+  j["flagged_calls"] = flagged_calls;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [name, a] : sorted) {
+    nlohmann::ordered_json e = nlohmann::ordered_json::object();
+    e["api"] = name;
+    e["checked"] = a.checked;
+    e["flagged"] = a.flagged;
+    if (a.flipped)
+      e["worst"] = "symbol_flipping";
+    else if (std::isfinite(a.worst))
+      e["worst"] = a.worst;
+    else
+      e["worst"] = "inf";
+    e["worst_call"] = a.worst_call;
+    list.push_back(std::move(e));
+  }
+  j["apis"] = std::move(list);
+  return j;
+}
+
+}  // namespace torchprobe::free_benchmark
+// ---- end torchprobe/task/free_benchmark/report.hpp ----
+
+namespace torchprobe {
+
+class FreeBenchmarkTask {
+ public:
+  static constexpr Task kind = Task::FreeBenchmark;
+  static constexpr LevelSet levels{Level::L1};
+  static constexpr std::array<std::string_view, 8> config_keys{"fuzz_device",  "pert_mode",  "handler_type",
+                                                               "fuzz_level",   "fuzz_stage", "if_preheat",
+                                                               "preheat_step", "max_sample"};
+  static bool saves_tensors(const Config&) { return false; }
+
+  explicit FreeBenchmarkTask(const Config& config) : cfg_(config.free_benchmark) {}
+
+  // Only save()'s values are described (debug.json): with statistics, as task statistics does.
+  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site&, Record&, bool gradient = false) const {
+    nlohmann::ordered_json j = tensor_header(t);
+    const bool empty = t.numel() == 0 || !t.has_storage();
+    put_stats(j, !empty && t.device().is_cpu() && stats::has_cpu_kernel(t.scalar_type()) ? stats::cpu_stats(t)
+                                                                                         : TensorStats{});
+    j["requires_grad"] = gradient ? false : t.requires_grad();
+    return j;
+  }
+  // Calls make no entries; save()'s entries ("{name}.{n}.debug") are written as asked.
+  bool keep(Record& r) const { return r.name.size() > 6 && r.name.compare(r.name.size() - 6, 6, ".debug") == 0; }
+
+  // The call starts: perturb its inputs and re-run it now, while they are as the user gave them.
+  template <class Values>
+  std::unique_ptr<capture::CallCheck> check_call(const capture::OpInfo& op, const Values& inputs,
+                                                 const std::string& name) {
+    if (!op.handle || !op.schema_known || draws_random_numbers(op)) return nullptr;
+    std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
+    const std::ptrdiff_t valid = free_benchmark::first_valid_input(
+        stack, [&](std::size_t i) { return i >= op.args.size() || !op.args[i].kwarg_only; });
+    if (valid < 0) return nullptr;
+    ProbeGuard guard;
+    if (!free_benchmark::perturb(cfg_.pert_mode, stack, valid)) return nullptr;
+    auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : at::Tensor(); };
+    for (std::size_t i = 0; i < stack.size() && i < op.args.size(); ++i)
+      if (op.args[i].written) stack[i] = free_benchmark::map_tensors(stack[i], copy);
+    op.handle->callBoxed(&stack);
+    auto check = std::make_unique<Rerun>();
+    check->name = name;
+    check->outputs = std::move(stack);
+    return check;
+  }
+
+  // The call ended: compare its outputs with the re-run's (and, with fix, take the re-run's).
+  template <class Values>
+  void check_call_end(capture::CallCheck& check, const Values& outputs) {
+    Rerun& rerun = static_cast<Rerun&>(check);
+    ProbeGuard guard;
+    free_benchmark::CheckedCall call{std::move(rerun.name), {}};
+    const std::size_t n = std::min<std::size_t>(outputs.size(), rerun.outputs.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      const c10::IValue& o = outputs[k];
+      const c10::IValue& p = rerun.outputs[k];
+      const std::optional<int64_t> index = n > 1 ? std::optional<int64_t>(static_cast<int64_t>(k)) : std::nullopt;
+      if (o.isTensor() && p.isTensor()) {
+        compare_tensors(o.toTensor(), p.toTensor(), index, call);
+      } else if (o.isTensorList() && p.isTensorList() && n == 1) {
+        const std::vector<at::Tensor> os = o.toTensorList().vec(), ps = p.toTensorList().vec();
+        for (std::size_t i = 0; i < os.size() && i < ps.size(); ++i)
+          compare_tensors(os[i], ps[i], static_cast<int64_t>(i), call);
+      } else if ((o.isInt() && p.isInt()) || (o.isDouble() && p.isDouble())) {
+        call.outputs.push_back(compare_scalars(o, p, index));
+      }
+    }
+    if (call.outputs.empty()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    fresh_.push_back(std::move(call));
+  }
+
+  // free_benchmark_summary.json, for every dumped step.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<const Record*>&,
+                                                                         std::int64_t step) const {
+    return {{"free_benchmark_summary.json", free_benchmark::summary_json(collect(step), cfg_, step)}};
+  }
+  // free_benchmark.csv, for a step with an inconsistent call.
+  std::vector<std::pair<std::string, std::string>> step_text_files(std::int64_t step, std::int64_t rank) const {
+    std::string csv = free_benchmark::csv_text(collect(step), cfg_, step, rank);
+    if (csv.empty()) return {};
+    return {{"free_benchmark.csv", std::move(csv)}};
+  }
+
+  const FreeBenchmarkConfig& settings() const { return cfg_; }
+
+ private:
+  struct Rerun : capture::CallCheck {
+    std::string name;
+    std::vector<c10::IValue> outputs;  // the perturbed re-run's
+  };
+
+  void compare_tensors(const at::Tensor& o, const at::Tensor& p, std::optional<int64_t> index,
+                       free_benchmark::CheckedCall& call) const {
+    if (!o.defined() || !p.defined() || o.is_meta() || o.layout() != c10::kStrided) return;
+    free_benchmark::Comparison c = cfg_.pert_mode == PertMode::ToCpu
+                                       ? free_benchmark::compare_benchmark(o, p)
+                                       : free_benchmark::compare_ratio(o, p, cfg_.pert_mode);
+    c.index = index;
+    call.outputs.push_back(std::move(c));
+    if (cfg_.handler_type == FuzzHandler::Fix && at::isFloatingType(o.scalar_type()) && o.sizes() == p.sizes()) {
+      // In place, below autograd: the caller's tensor (and what autograd saved of it) takes the values.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      const_cast<at::Tensor&>(o).copy_(p);
+    }
+  }
+
+  // Python int outputs are compared with ==, floats with math.isclose (ratio a/b, +1e-8 when b is 0).
+  static free_benchmark::Comparison compare_scalars(const c10::IValue& o, const c10::IValue& p,
+                                                    std::optional<int64_t> index) {
+    free_benchmark::Comparison c;
+    c.kind = free_benchmark::Comparison::Kind::Scalar;
+    c.index = index;
+    c.dtype = o.isInt() ? at::kLong : at::kDouble;
+    if (o.isInt()) {
+      c.consistent = o.toInt() == p.toInt();
+      c.score = c.consistent ? 1.0 : std::numeric_limits<double>::infinity();
+    } else {
+      double a = o.toDouble(), b = p.toDouble();
+      if (b == 0) {
+        a += 1e-8;
+        b += 1e-8;
+      }
+      c.consistent = std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
+      c.ratio = a / b;
+      c.score = std::max(a / b, b / a);
+    }
+    return c;
+  }
+
+  static bool draws_random_numbers(const capture::OpInfo& op) {
+    static const std::unordered_set<std::string_view> random_ops = {
+        "dropout",        "dropout_",       "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+        "native_dropout", "_fused_dropout", "bernoulli",       "bernoulli_",    "rand_like",
+        "randn_like",     "randint_like",   "normal",          "normal_",       "uniform_",
+        "exponential_",   "geometric_",     "cauchy_",         "log_normal_",   "random_",
+        "multinomial",    "poisson",        "rrelu",           "rrelu_",        "rrelu_with_noise",
+        "randperm",       "rand",           "randn",           "randint"};
+    if (random_ops.count(op.api)) return true;
+    for (const auto& a : op.handle->schema().arguments()) {
+      c10::TypePtr t = a.type();
+      if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+      if (t->kind() == c10::TypeKind::GeneratorType) return true;
+    }
+    return false;
+  }
+
+  // The calls of `step` so far, decided: the comparisons still on a device are read back in one
+  // batch here. Flushing a step again (stop() and start() within it) gives its earlier calls too.
+  std::vector<free_benchmark::CheckedCall> collect(std::int64_t step) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<free_benchmark::Comparison*> pending;
+    for (auto& call : fresh_)
+      for (auto& c : call.outputs) pending.push_back(&c);
+    {
+      ProbeGuard guard;
+      free_benchmark::resolve(pending);
+    }
+    if (step != step_) {
+      step_ = step;
+      decided_.clear();
+    }
+    for (auto& call : fresh_) decided_.push_back(std::move(call));
+    fresh_.clear();
+    return decided_;
+  }
+
+  const FreeBenchmarkConfig cfg_;
+  // What the step's files are made of: collect() decides and moves them on, from const file hooks.
+  mutable std::mutex mutex_;
+  mutable std::vector<free_benchmark::CheckedCall> fresh_;    // checked since the last flush, maybe undecided
+  mutable std::vector<free_benchmark::CheckedCall> decided_;  // of step_, decided
+  mutable std::int64_t step_ = -1;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/free_benchmark.hpp ----
+// ---- begin torchprobe/task/overflow_check.hpp ----
+// Task::OverflowCheck (classic msprobe's overflow_check; docs/overflow.md): an entry overflows when one
+// of its tensors has a non-finite Max or Min (Mean/Norm alone never count). Only overflowing entries
+// are written, each with all its tensors saved as .pt; after overflow_nums of them the dump ends.
+// Each step with an overflow also gets overflow_summary.json (task/overflow_summary.hpp).
+//
+// What keeps it cheap when nothing overflows:
+//  - Statistics are the fused one-pass CPU kernels; the decision is a look at the entry's Max/Min.
+//  - Tensors are not copied while an entry is undecided: the entry holds references, and only a
+//    kept entry's tensors are snapshotted and handed to the writer (io/tensor_writer.hpp). The one
+//    exception is the tensor an in-place op is about to overwrite (see describe()).
+//  - Tensors on a device are reduced there, as for statistics; their entries are held back until
+//    the reductions are read, all at once, at flush (or once many are waiting): no host
+//    synchronisation per op. overflow_nums is then applied at that point.
+
+
 // ---- begin torchprobe/stats/device_stats.hpp ----
 // Statistics of a tensor on an accelerator, reduced where the tensor lives.
 //
@@ -5924,7 +6783,6 @@ class OverflowCheckTask {
 // With a tensor_list, the tensors of entries whose name contains one of its items are also saved
 // to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor.
 
-#include <array>
 
 // ---- begin torchprobe/stats/checksum.hpp ----
 // summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
@@ -6412,7 +7270,7 @@ class TensorTask : public StatisticsTask {
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask>;
+using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask>;
 
 // Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
 template <Task T>
@@ -7822,6 +8680,7 @@ namespace torchprobe::details {
 //    still on a device are read, and decides them in one batch (overflow_check on a device);
 //  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
 //    (overflow_check's overflow_summary.json).
+//  - step_text_files(step, rank): {file name, text} pairs likewise (free_benchmark's CSV).
 template <class T, class = void>
 struct task_can_end : std::false_type {};
 template <class T>
@@ -7835,6 +8694,13 @@ struct task_adds_files : std::false_type {};
 template <class T>
 struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
                               std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
+
+template <class T, class = void>
+struct task_adds_text_files : std::false_type {};
+template <class T>
+struct task_adds_text_files<T,
+                            std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
+    : std::true_type {};
 
 template <class TaskT>
 class Recorder {
@@ -8325,6 +9191,7 @@ struct ApiCall {
   std::string backward_name;
   std::string api_name;
   std::optional<std::string> backward_parent;
+  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
 };
 
 template <class TaskT>
@@ -8339,6 +9206,12 @@ class ApiEntries {
   template <class Inputs, class Parents>
   void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
+      if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
+      call.forward = call.check != nullptr;
+      if (call.forward) call.record.name = std::move(a.name);  // errors name the call
+      return;
+    }
     const DataMode& mode = core_->config().data_mode;
     if (a.admitted) {
       call.forward = true;
@@ -8366,6 +9239,10 @@ class ApiEntries {
   // The call ended: its forward entry is complete.
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
+    if constexpr (task_checks_calls<TaskT>::value) {
+      if (call.check) core_->task().check_call_end(*call.check, outputs);
+      return;
+    }
     if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
@@ -10288,6 +11165,8 @@ class StepLifecycle {
     d.owner = std::move(sealed.owner);
     if constexpr (task_adds_files<TaskT>::value)
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
+    if constexpr (task_adds_text_files<TaskT>::value)
+      if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
     job.bytes += sealed.bytes;
     return d;
   }
