@@ -4798,9 +4798,9 @@ c10::IValue map_tensors(const c10::IValue& v, F& f) {
     return c10::IValue(std::move(out));
   }
   if (v.isList()) {
-    const c10::impl::GenericList in = v.toList();
-    c10::impl::GenericList out(in.elementType());
-    for (const c10::IValue& e : in) out.push_back(map_tensors(e, f));
+    c10::impl::GenericList out(v.toList().elementType());
+    // Through toListRef(): a List's iterator yields proxies, and a reference to one would dangle.
+    for (const c10::IValue& e : v.toListRef()) out.push_back(map_tensors(e, f));
     return c10::IValue(std::move(out));
   }
   if (v.isTuple()) {
