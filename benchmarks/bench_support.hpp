@@ -1,10 +1,13 @@
 #pragma once
-// What several benchmarks share: the two models they time, and the median of repeated figures.
+// What several benchmarks share: the two models they time, a timed block of steps, and the median
+// of repeated figures.
 #include <torch/torch.h>
 
 #include "quick_mode.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,13 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::LayerNorm norm{nullptr};
 };
 TORCH_MODULE(Mlp);
+
+// Microseconds per step of `steps` runs of one_step.
+inline double block_us(const std::function<void()>& one_step, int steps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) one_step();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

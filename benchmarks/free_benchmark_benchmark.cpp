@@ -19,15 +19,10 @@
 #include <vector>
 
 namespace tp = torchprobe;
-using Clock = std::chrono::steady_clock;
+
+using tpbench::block_us;
 
 namespace {
-
-double block_us(const std::function<void()>& one_step, int steps) {
-  const auto t0 = Clock::now();
-  for (int s = 0; s < steps; ++s) one_step();
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps;
-}
 
 void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, const std::string& dir, int steps,
              int rounds) {

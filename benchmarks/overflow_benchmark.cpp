@@ -27,15 +27,10 @@
 namespace tp = torchprobe;
 using tpbench::Mlp;
 using tpbench::QuickStart;
-using Clock = std::chrono::steady_clock;
+
+using tpbench::block_us;
 
 namespace {
-
-double block_us(const std::function<void()>& one_step, int steps) {
-  const auto t0 = Clock::now();
-  for (int s = 0; s < steps; ++s) one_step();
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps;
-}
 
 struct Result {
   double plain_us, probed_us, ratio;

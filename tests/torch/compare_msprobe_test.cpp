@@ -12,27 +12,13 @@
 #include <string>
 
 #include "torchprobe/compare/cli.hpp"
+#include "reference_program.hpp"
 #include "test_support.hpp"
 
 namespace tp = torchprobe;
 namespace fs = std::filesystem;
 
 namespace {
-// msprobe's program under TorchProbe at level mix; the dump root is `dir`.
-void run_net(const std::string& dir, const char* summary_mode) {
-  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dir).summary_mode(summary_mode));
-  torch::manual_seed(1234);
-  tptest::Net net;
-  for (int s = 0; s < 2; ++s) {
-    const auto x = torch::randn({2, 8}, torch::requires_grad());
-    {
-      tp::ScopedDump scope(dbg, net);
-      net->forward(x).sum().backward();
-    }
-    dbg.step();
-  }
-}
-
 nlohmann::ordered_json compare_step(const std::string& ours, const fs::path& theirs, int step,
                                     tp::compare::JudgeMode mode, int& status) {
   tp::compare::CompareOptions o;
@@ -57,7 +43,7 @@ TEST_CASE("a C++ mix dump pairs entry for entry with msprobe's Python dump of th
   for (const char* summary_mode : {"statistics", "md5"}) {
     CAPTURE(summary_mode);
     tptest::TempDir tmp;
-    run_net(tmp.path(), summary_mode);
+    tptest::run_reference_program<tp::Level::Mix>(tmp.path(), summary_mode);
     const fs::path theirs = ref / (std::string(summary_mode) == "md5" ? "md5_mix" : "stat_mix");
     for (int step = 0; step < 2; ++step) {
       CAPTURE(step);

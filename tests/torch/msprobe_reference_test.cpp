@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "reference_program.hpp"
 #include "test_support.hpp"
 
 namespace tp = torchprobe;
@@ -106,19 +107,7 @@ std::pair<std::string, Ptr> ours_of(const std::string& entry, const Ptr& ptr) {
 template <tp::Level L>
 std::vector<Json> run_quick_start(const char* summary_mode) {
   tptest::TempDir tmp;
-  {
-    tp::Debugger<L, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp.path()).summary_mode(summary_mode));
-    torch::manual_seed(1234);
-    tptest::Net net;
-    for (int s = 0; s < 2; ++s) {
-      const auto x = torch::randn({2, 8}, torch::requires_grad());
-      {
-        tp::ScopedDump scope(dbg, net);
-        net->forward(x).sum().backward();
-      }
-      dbg.step();
-    }
-  }
+  tptest::run_reference_program<L>(tmp.path(), summary_mode);
   return {ours_step(tmp, 0), ours_step(tmp, 1)};
 }
 
