@@ -151,6 +151,25 @@ TEST_CASE("TorchProbe's C++ mix dump pairs with its Python-named twin through th
     CHECK(r.report["summary"]["paired_exact"] == 3);     // the module's forward, backward, parameters_grad
     CHECK(r.report["summary"]["paired_template"] == 6);  // linear, relu, sum; forward and backward
   }
+  // An extra Python-only sum (over dim 1: output [2]) before the real one does not shift the pairs:
+  // the real sum (0-d output) is found among the next ones by its output's shape.
+  Json extra = Json::object();
+  for (auto it = py.begin(); it != py.end(); ++it) {
+    if (it.key() == "Tensor.sum.0.forward") {
+      Json e = it.value();
+      e["output"][0]["shape"] = Json::array({2});
+      extra["Tensor.sum.0.forward"] = e;
+      extra["Tensor.sum.1.forward"] = it.value();
+    } else {
+      extra[it.key()] = it.value();
+    }
+  }
+  dump["data"] = extra;
+  std::ofstream(dir / "py" / "dump.json") << dump.dump(1);
+  const Run shifted = compare_dirs(golden, dir / "py", dir / "out4");
+  CHECK(shifted.status == 0);
+  CHECK(shifted.report["summary"]["paired_template"] == 6);
+  CHECK(shifted.report["unmatched"]["bench_only"] == Json::array({"Tensor.sum.0.forward"}));
   // A value changed in the twin's linear input x is found, through the template's argument map.
   py["Functional.linear.0.forward"]["input_args"][0]["Max"] = 100.0;
   dump["data"] = py;
