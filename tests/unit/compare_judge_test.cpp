@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include "../skip.hpp"
 
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -112,6 +114,30 @@ TEST_CASE("two ulps of kernel-order noise pass the tol mode and fail the exact m
   CHECK(exact.status == 1);
   CHECK(exact.report["first_divergence"]["entry"] == "Aten.addmm.2.forward");
   CHECK(exact.report["threshold"] == 0.0);
+}
+
+TEST_CASE("md5 dumps: exact mode judges the CRC-32, tol mode the statistics beside it") {
+  const fs::path dir = temp_dir("md5");
+  for (const auto& [name, v] : {std::pair<const char*, Variant>{"a", Variant::same}, {"b", Variant::ulp_fc3}}) {
+    Dir d = three_linear(v);
+    // a checksum of each item's statistics: it differs exactly where a statistic does
+    std::function<void(Json&)> add_md5 = [&](Json& j) {
+      if (j.is_object() && j.contains("type")) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%08zx", std::hash<std::string>{}(j.dump()) & 0xffffffffu);
+        j["md5"] = buf;
+      } else if (j.is_structured()) {
+        for (auto& x : j) add_md5(x);
+      }
+    };
+    add_md5(d.data);
+    d.write(dir / name);
+  }
+  CHECK(compare_dirs(dir / "a", dir / "b", dir / "o1").status == 0);
+  const Run exact = compare_dirs(dir / "a", dir / "b", dir / "o2", JudgeMode::exact);
+  CHECK(exact.status == 1);
+  CHECK(exact.report["first_divergence"]["entry"] == "Aten.addmm.2.forward");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("TorchProbe's C++ mix dump pairs with its Python-named twin through the templates, no divergence") {
