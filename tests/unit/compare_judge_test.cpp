@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include "../skip.hpp"
 
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -114,6 +116,30 @@ TEST_CASE("two ulps of kernel-order noise pass the tol mode and fail the exact m
   CHECK(exact.report["threshold"] == 0.0);
 }
 
+TEST_CASE("md5 dumps: exact mode judges the CRC-32, tol mode the statistics beside it") {
+  const fs::path dir = temp_dir("md5");
+  for (const auto& [name, v] : {std::pair<const char*, Variant>{"a", Variant::same}, {"b", Variant::ulp_fc3}}) {
+    Dir d = three_linear(v);
+    // a checksum of each item's statistics: it differs exactly where a statistic does
+    std::function<void(Json&)> add_md5 = [&](Json& j) {
+      if (j.is_object() && j.contains("type")) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%08zx", std::hash<std::string>{}(j.dump()) & 0xffffffffu);
+        j["md5"] = buf;
+      } else if (j.is_structured()) {
+        for (auto& x : j) add_md5(x);
+      }
+    };
+    add_md5(d.data);
+    d.write(dir / name);
+  }
+  CHECK(compare_dirs(dir / "a", dir / "b", dir / "o1").status == 0);
+  const Run exact = compare_dirs(dir / "a", dir / "b", dir / "o2", JudgeMode::exact);
+  CHECK(exact.status == 1);
+  CHECK(exact.report["first_divergence"]["entry"] == "Aten.addmm.2.forward");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("TorchProbe's C++ mix dump pairs with its Python-named twin through the templates, no divergence") {
   const fs::path golden = fs::path(TORCHPROBE_TESTS_DIR) / "data/golden/torch-1.13/quick_start_mix/step0/rank0";
   if (!fs::exists(golden / "dump.json")) TP_SKIP("no golden dump at " << golden);
@@ -151,6 +177,25 @@ TEST_CASE("TorchProbe's C++ mix dump pairs with its Python-named twin through th
     CHECK(r.report["summary"]["paired_exact"] == 3);     // the module's forward, backward, parameters_grad
     CHECK(r.report["summary"]["paired_template"] == 6);  // linear, relu, sum; forward and backward
   }
+  // An extra Python-only sum (over dim 1: output [2]) before the real one does not shift the pairs:
+  // the real sum (0-d output) is found among the next ones by its output's shape.
+  Json extra = Json::object();
+  for (auto it = py.begin(); it != py.end(); ++it) {
+    if (it.key() == "Tensor.sum.0.forward") {
+      Json e = it.value();
+      e["output"][0]["shape"] = Json::array({2});
+      extra["Tensor.sum.0.forward"] = e;
+      extra["Tensor.sum.1.forward"] = it.value();
+    } else {
+      extra[it.key()] = it.value();
+    }
+  }
+  dump["data"] = extra;
+  std::ofstream(dir / "py" / "dump.json") << dump.dump(1);
+  const Run shifted = compare_dirs(golden, dir / "py", dir / "out4");
+  CHECK(shifted.status == 0);
+  CHECK(shifted.report["summary"]["paired_template"] == 6);
+  CHECK(shifted.report["unmatched"]["bench_only"] == Json::array({"Tensor.sum.0.forward"}));
   // A value changed in the twin's linear input x is found, through the template's argument map.
   py["Functional.linear.0.forward"]["input_args"][0]["Max"] = 100.0;
   dump["data"] = py;

@@ -6,7 +6,8 @@
 //             t + matmul + add_, or Aten.linear), conv2d <-> convolution, layer_norm <->
 //             native_layer_norm, softmax <-> _softmax, dropout <-> native_dropout, and
 //             Tensor.x / Torch.x / Functional.x (dunders too: __mul__ -> mul) <-> Aten.x; the k-th
-//             unpaired occurrence on one side pairs with the k-th on the other;
+//             unpaired occurrence on one side pairs with the k-th on the other, unless one of the
+//             next 8 has the same first-output shape and dtype class where the k-th has not;
 //   value     what is left, by a unique (direction, dtype, shape, statistics) key of the first
 //             output, kept only while both sides' order is preserved.
 // Inside a pair, rows link by their suffix (".input.0") or by the template's argument map.
@@ -160,6 +161,18 @@ inline std::vector<Item> canonical_items(const std::vector<const Entry*>& entrie
   return items;
 }
 
+// What an item's first output looks like: shape and dtype class (bf16 and fp16 count as float).
+constexpr std::size_t kLookahead = 8;
+inline std::string signature(const Item& it) {
+  const Entry* e = it.direction == "forward" ? it.members.back() : it.members.front();
+  for (const Row* r : e->rows) {
+    if (!r->is_output()) continue;
+    const bool fl = r->dtype == "torch.float32" || r->dtype == "torch.float16" || r->dtype == "torch.bfloat16";
+    return (fl ? std::string("float") : r->dtype) + r->shape;
+  }
+  return "";
+}
+
 // Row links between a Python item and an ATen item of the same canonical name.
 inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool py_is_target) {
   std::vector<RowLink> links;
@@ -257,7 +270,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
     }
     return out;
   };
-  {  // pass 2: templates, k-th occurrence of (canonical name, direction) on each side
+  {  // pass 3: templates, in order of (canonical name, direction) on each side
     const auto ti = detail::canonical_items(left(target, true));
     const auto bi = detail::canonical_items(left(bench, false));
     std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> bench_items;
@@ -267,9 +280,20 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       auto& queue = bench_items[{t.canon, t.direction}];
       std::size_t& k = taken[{t.canon, t.direction}];
       if (k >= queue.size()) continue;
-      const detail::Item& b = *queue[k];
+      // The next one, unless one of the next few has t's output shape and the next has not (an
+      // extra call on one side must not shift every later pair).
+      std::size_t pick = k;
+      const std::string sig = detail::signature(t);
+      for (std::size_t j = k; j < queue.size() && j < k + detail::kLookahead && detail::signature(*queue[k]) != sig;
+           ++j) {
+        if (detail::signature(*queue[j]) == sig) {
+          pick = j;
+          break;
+        }
+      }
+      const detail::Item& b = *queue[pick];
       if (t.aten == b.aten) continue;  // same naming on both sides: exact matching's business
-      ++k;
+      k = pick + 1;
       EntryPair p{t.members[0], b.members, {}, "template", {}};
       p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
       if (t.members.size() > 1) p.target_group = t.members;
@@ -279,7 +303,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
         by_target[t.members[i]] = EntryPair{t.members[i], {}, {}, "template", {}};
     }
   }
-  {  // pass 3: unique value keys, order preserved
+  {  // pass 4: unique value keys, order preserved
     std::map<std::string, std::vector<const Entry*>> tk, bk;
     for (const Entry* e : left(target, true)) tk[detail::value_key(*e)].push_back(e);
     for (const Entry* e : left(bench, false)) bk[detail::value_key(*e)].push_back(e);
