@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "test_support.hpp"
 
@@ -31,6 +32,15 @@ Json csv_rows(const std::string& path) {
       "import csv, json\nprint(json.dumps(list(csv.reader(open('" + path + "', newline='')))))\n", &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   return Json::parse(out);
+}
+
+// The rows of one of msprobe's CSVs under reference-dumps/ (`relative`); none, with a SKIPPED line,
+// where the reference dumps are not there (the Debian 13 chroot has the repository only).
+std::optional<Json> reference_rows(const std::string& relative) {
+  const std::string path = std::string(TORCHPROBE_REFERENCE_DUMPS) + "/" + relative;
+  if (std::filesystem::exists(path)) return csv_rows(path);
+  MESSAGE("SKIPPED: no msprobe reference dump " << path << ": its rows are not compared");
+  return std::nullopt;
 }
 
 // One perturbation of one tensor, through the task's own entry point: {perturbed?, result}.
@@ -205,16 +215,14 @@ TEST_CASE("improve_precision lists the planted fp16 sum and mul, byte-compatible
   CHECK(rows[0] == header);
   CHECK(rows[1] == sum_row);
   // msprobe's row for the same mul (reference-dumps/classic/free_benchmark), but for the API's name.
-  const Json theirs =
-      csv_rows(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/classic/free_benchmark/step0/rank/free_benchmark.csv");
-  REQUIRE(theirs.size() == 2);
-  CHECK(theirs[0] == rows[0]);
-  for (std::size_t f = 0; f < 9; ++f) {
-    CAPTURE(f);
-    if (f == 4)
-      CHECK(rows[2][f] == "Aten.mul.0.forward");  // msprobe: Torch.mul.0.forward
-    else
-      CHECK(rows[2][f] == theirs[1][f]);
+  CHECK(rows[2][4] == "Aten.mul.0.forward");  // msprobe: Torch.mul.0.forward
+  if (const std::optional<Json> theirs = reference_rows("classic/free_benchmark/step0/rank/free_benchmark.csv")) {
+    REQUIRE(theirs->size() == 2);
+    CHECK((*theirs)[0] == rows[0]);
+    for (std::size_t f = 0; f < 9; ++f) {
+      CAPTURE(f);
+      if (f != 4) CHECK(rows[2][f] == (*theirs)[1][f]);
+    }
   }
   // The bytes as well: \r\n line ends, nothing quoted that Python's csv would not quote.
   CHECK(tptest::read_text(dir + "/free_benchmark.csv").find("torch.Size([4]),\r\n") != std::string::npos);
@@ -252,14 +260,17 @@ TEST_CASE("add_noise on msprobe's bf16 matmul program writes a row of the same f
     dbg.step();
   }
   const Json rows = csv_rows(rank_dir(tmp.path()) + "/free_benchmark.csv");
-  const Json theirs = csv_rows(std::string(TORCHPROBE_REFERENCE_DUMPS) +
-                               "/classic/free_benchmark_add_noise/step0/rank/free_benchmark.csv");
   Json mm;
   for (const Json& r : rows)
     if (r[4] == "Aten.mm.0.forward" || r[4] == "Aten.matmul.0.forward") mm = r;
   REQUIRE_MESSAGE(mm.is_array(), rows.dump());
   MESSAGE("add_noise bf16 matmul row: " << mm.dump());
-  for (std::size_t f : {0, 1, 2, 3, 6, 7, 8}) CHECK(mm[f] == theirs[1][f]);
+  if (const std::optional<Json> theirs =
+          reference_rows("classic/free_benchmark_add_noise/step0/rank/free_benchmark.csv"))
+    for (std::size_t f : {0, 1, 2, 3, 6, 7, 8}) CHECK(mm[f] == (*theirs)[1][f]);
+  CHECK(mm[1] == "add_noise");
+  CHECK(mm[6] == "torch.bfloat16");
+  CHECK(mm[7] == "torch.Size([64, 64])");
   // The data differ (msprobe's seed is not known): a bf16 rounding step, as msprobe's 1/63.
   const double max_rel = std::stod(mm[5].get<std::string>());
   CHECK(max_rel > 0.004);
@@ -309,11 +320,12 @@ TEST_CASE("check mode leaves every output and gradient bit-identical, for each p
   }
 }
 
-TEST_CASE("fix replaces an overflowing fp16 mean by the fp32 result cast back: the loss becomes finite") {
-  auto loss_of = [] {
-    const at::Tensor x = torch::full({1000}, 100.0, torch::kHalf);
-    return x.mean().to(torch::kFloat) * 2;  // fp16 mean accumulates in fp16 on the CPU: inf
-  };
+TEST_CASE("fix replaces an overflowing fp16 mse_loss by the fp32 result cast back: the loss becomes finite") {
+  // Half the squared errors (300^2 = 90000) overflow fp16 before the mean, which (45000) would not:
+  // inf in fp16 with libtorch 1.13 and 2.6 alike (a plain fp16 mean accumulates in fp32 in 2.x).
+  const at::Tensor x = at::cat({torch::full({50}, 300.0, torch::kHalf), torch::zeros({50}, torch::kHalf)});
+  const at::Tensor y = torch::zeros({100}, torch::kHalf);
+  auto loss_of = [&] { return at::mse_loss(x, y).to(torch::kFloat) * 2; };
   CHECK(std::isinf(loss_of().item<float>()));
   tptest::TempDir tmp;
   FreeBenchmark dbg(tp::Options().dump_path(tmp.path()).set("handler_type", "fix"));
@@ -321,9 +333,9 @@ TEST_CASE("fix replaces an overflowing fp16 mean by the fp32 result cast back: t
   const float fixed = loss_of().item<float>();
   dbg.stop();
   dbg.step();
-  CHECK(fixed == 200.0f);
+  CHECK(fixed == 2 * at::scalar_tensor(45000.0).to(torch::kHalf).item<float>());
   // The comparison is still reported.
   const Json rows = csv_rows(rank_dir(tmp.path()) + "/free_benchmark.csv");
   REQUIRE(rows.size() == 2);
-  CHECK(rows[1][4] == "Aten.mean.0.forward");
+  CHECK(rows[1][4] == "Aten.mse_loss.0.forward");
 }
