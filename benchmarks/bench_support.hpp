@@ -49,4 +49,25 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct Alternated {
+  double plain_us, probed_us, ratio;  // medians over the rounds; ratio = probed / plain of each round
+};
+
+// `warmups` steps of each, then `rounds` rounds of (plain block, probed block) of `steps` steps: the
+// two are timed alternately in the same run, so that a change of machine load touches both.
+inline Alternated alternate(const std::function<void()>& plain, const std::function<void()>& probed, int steps,
+                            int rounds, int warmups = 1) {
+  for (int i = 0; i < warmups; ++i) {
+    plain();
+    probed();
+  }
+  std::vector<double> p, q, r;
+  for (int k = 0; k < rounds; ++k) {
+    p.push_back(block_us(plain, steps));
+    q.push_back(block_us(probed, steps));
+    r.push_back(q.back() / p.back());
+  }
+  return {median(p), median(q), median(r)};
+}
+
 }  // namespace tpbench

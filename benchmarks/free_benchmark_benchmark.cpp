@@ -20,8 +20,6 @@
 
 namespace tp = torchprobe;
 
-using tpbench::block_us;
-
 namespace {
 
 void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, const std::string& dir, int steps,
@@ -37,16 +35,8 @@ void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, cons
     probe.stop();
     probe.step();
   };
-  plain();
-  probed();
-  std::vector<double> p, q, r;
-  for (int k = 0; k < rounds; ++k) {
-    p.push_back(block_us(plain, steps));
-    q.push_back(block_us(probed, steps));
-    r.push_back(q.back() / p.back());
-  }
-  std::printf("  %-20s %10.1f us  %10.1f us  %6.2fx\n", mode, tpbench::median(p), tpbench::median(q),
-              tpbench::median(r));
+  const tpbench::Alternated t = tpbench::alternate(plain, probed, steps, rounds);
+  std::printf("  %-20s %10.1f us  %10.1f us  %6.2fx\n", mode, t.plain_us, t.probed_us, t.ratio);
 }
 
 }  // namespace

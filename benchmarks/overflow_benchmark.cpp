@@ -28,27 +28,13 @@ namespace tp = torchprobe;
 using tpbench::Mlp;
 using tpbench::QuickStart;
 
-using tpbench::block_us;
-
 namespace {
 
-struct Result {
-  double plain_us, probed_us, ratio;
-};
+using Result = tpbench::Alternated;
 
-// `rounds` rounds of (plain block, probed block), `steps` steps per block.
+// Warm-up first: allocator, kernels, first files.
 Result compare(const std::function<void()>& plain, const std::function<void()>& probed, int steps, int rounds) {
-  for (int i = 0; i < (tpbench::quick_mode() ? 1 : 3); ++i) {  // warm-up: allocator, kernels, first files
-    plain();
-    probed();
-  }
-  std::vector<double> p, q, r;
-  for (int k = 0; k < rounds; ++k) {
-    p.push_back(block_us(plain, steps));
-    q.push_back(block_us(probed, steps));
-    r.push_back(q.back() / p.back());
-  }
-  return {tpbench::median(p), tpbench::median(q), tpbench::median(r)};
+  return tpbench::alternate(plain, probed, steps, rounds, tpbench::quick_mode() ? 1 : 3);
 }
 
 template <tp::Level L, tp::Task T, class Sink = tp::DirectorySink, class Model>
