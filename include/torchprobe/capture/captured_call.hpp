@@ -106,15 +106,17 @@ class CapturedCall final : public DeferredBody {
     const CapturedValue& v = item.value;
     if (v.form() == CapturedValue::Form::Summary && v.tensor().shape.size() < 256)
       return add_summary(item.section, item.name, v.kind, v.tensor());
-    if (v.form() == CapturedValue::Form::Plain && scalar_code(v.value()) != kNotScalar) {
+    if (v.form() == CapturedValue::Form::Plain) {
       const c10::IValue& x = v.value();
-      put_header(item.section, Form::Scalar, item.name, v.kind);
       const std::uint8_t code = scalar_code(x);
-      put(code);
-      if (x.isBool()) put(static_cast<std::uint8_t>(x.toBool()));
-      if (x.isInt()) put(x.toInt());
-      if (x.isDouble()) put(x.toDouble());
-      return;
+      if (code != kNotScalar) {
+        put_header(item.section, Form::Scalar, item.name, v.kind);
+        put(code);
+        if (code == kBool) put(static_cast<std::uint8_t>(x.toBool()));
+        if (code == kInt) put(x.toInt());
+        if (code == kDouble) put(x.toDouble());
+        return;
+      }
     }
     put_header(item.section, Form::Boxed, item.name, v.kind);
     put(static_cast<std::uint32_t>(boxed_.size()));
@@ -134,14 +136,14 @@ class CapturedCall final : public DeferredBody {
   // The bytes add() or add_summary() will take for `v` (a tensor as a summary): reserved for a
   // call's inputs and its likely output, the bytes are allocated once, at about their size.
   static std::size_t encoded_size(const c10::IValue& v, bool named) {
-    std::size_t n = 2 + (named ? sizeof(const std::string*) : 0);
+    const std::size_t header = 2 + (named ? sizeof(const std::string*) : 0);
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      return n + 3 + sizeof(std::int64_t) * (t.defined() ? t.dim() : 0) + 4 * (1 + sizeof(std::int64_t));
+      return header + summary_bytes(t.defined() ? static_cast<std::size_t>(t.dim()) : 0);
     }
     const std::uint8_t code = scalar_code(v);
-    if (code == kNotScalar) return n + sizeof(std::uint32_t);
-    return n + 1 + (code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t));
+    if (code == kNotScalar) return header + sizeof(std::uint32_t);
+    return header + 1 + scalar_payload(code);
   }
   void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
   // The step keeps this body until it is written: give back room that growing it left spare.
@@ -169,13 +171,10 @@ class CapturedCall final : public DeferredBody {
         continue;
       }
       if (!wanted) {  // skipped without decoding
-        if (form == Form::Summary) {
-          at += 2;
-          at += get<std::uint8_t>(at) * sizeof(std::int64_t) + 4 * (1 + sizeof(std::int64_t));
-        } else {
-          const auto code = get<std::uint8_t>(at);
-          at += code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t);
-        }
+        if (form == Form::Summary)
+          at += summary_bytes(static_cast<std::uint8_t>(bytes_[at + 2]));  // dims after dtype, requires_grad
+        else
+          at += scalar_payload(get<std::uint8_t>(at));
         continue;
       }
       decoded.kind = kind;
@@ -242,6 +241,15 @@ class CapturedCall final : public DeferredBody {
   enum class Form : std::uint8_t { Summary, Scalar, Boxed };
   static constexpr std::uint8_t kNamed = 16;
   enum : std::uint8_t { kNone, kBool, kInt, kDouble, kNotScalar };
+
+  // The bytes after an item's header: a summary of `dims` dimensions (dtype, requires_grad, dims,
+  // shape, four statistics each with its kind); a scalar's value after its code.
+  static std::size_t summary_bytes(std::size_t dims) {
+    return 3 + sizeof(std::int64_t) * dims + 4 * (1 + sizeof(std::int64_t));
+  }
+  static std::size_t scalar_payload(std::uint8_t code) {
+    return code == kBool ? 1 : code == kNone ? 0 : sizeof(std::int64_t);
+  }
 
   static std::uint8_t scalar_code(const c10::IValue& v) {
     if (v.isNone()) return kNone;

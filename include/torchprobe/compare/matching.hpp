@@ -167,8 +167,7 @@ inline std::string signature(const Item& it) {
   const Entry* e = it.direction == "forward" ? it.members.back() : it.members.front();
   for (const Row* r : e->rows) {
     if (!r->is_output()) continue;
-    const bool fl = r->dtype == "torch.float32" || r->dtype == "torch.float16" || r->dtype == "torch.bfloat16";
-    return (fl ? std::string("float") : r->dtype) + r->shape;
+    return (float_dtype(r->dtype) ? std::string("float") : r->dtype) + r->shape;
   }
   return "";
 }

@@ -30,10 +30,6 @@ struct Table {
 
 namespace detail {
 
-inline bool float_dtype(const std::string& d) {
-  return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
-}
-
 // CalcStatsDiff.classify
 enum class ValType { num, nan, inf, neg_inf, device, na, other };
 inline std::string lower(std::string s) {
@@ -215,7 +211,7 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
       continue;
     }
     for (const Row* b : it->second) {
-      const bool comparable = n.dtype == b->dtype || (detail::float_dtype(n.dtype) && detail::float_dtype(b->dtype));
+      const bool comparable = n.dtype == b->dtype || (float_dtype(n.dtype) && float_dtype(b->dtype));
       TableRow row;
       row.npu = &n;
       row.bench = comparable ? b : nullptr;

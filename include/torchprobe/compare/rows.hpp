@@ -36,6 +36,11 @@ struct Row {
   bool is_output() const { return name.find(".output.") != std::string::npos; }
 };
 
+// msprobe's float class of dtypes: fp16, bf16 and fp32 compare with each other.
+inline bool float_dtype(const std::string& d) {
+  return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
+}
+
 namespace detail {
 
 inline std::vector<std::string> split_dots(const std::string& s) {
