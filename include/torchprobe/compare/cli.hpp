@@ -11,6 +11,7 @@
 
 #include "torchprobe/compare/dump_reader.hpp"
 #include "torchprobe/compare/first_divergence.hpp"
+#include "torchprobe/compare/html_report.hpp"
 #include "torchprobe/compare/msprobe_table.hpp"
 #include "torchprobe/compare/user_map.hpp"
 
@@ -32,7 +33,8 @@ inline const char* compare_usage() {
   return "usage: torchprobe compare TARGET BENCH -o OUT [--mode exact|tol|msprobe] [--threshold X]\n"
          "                          [--map FILE.yaml] [--step N] [--rank R]\n"
          "  TARGET, BENCH  a dump.json, a rank directory, a step directory (ranks paired) or a dump root\n"
-         "  -o OUT         output directory (created): compare_result_{timestamp}.csv, first_divergence.json\n"
+         "  -o OUT         output directory (created): compare_result_{timestamp}.csv, first_divergence.json,\n"
+         "                 report.html (open it in a browser)\n"
          "  --mode         exact: bit-equal statistics/checksums; tol (default): error within X times the\n"
          "                 dtype's epsilon (X = --threshold, default 64); msprobe: msprobe's own error rules\n"
          "  --map          'TARGET_NAME: BENCH_NAME' lines (entries or rows) pairing what names cannot\n"
@@ -163,9 +165,11 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       const auto report = first_divergence_json(t, b, j);
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
       write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+      const fs::path page = o.out / ("report" + p.suffix + ".html");
+      write_file(page, html_report(t, b, j, report));
       diverged = diverged || j.diverged();
       log << p.target.string() << " vs " << p.bench.string() << ": " << j.summary_line() << "\n"
-          << "  wrote " << csv.string() << " and " << fd.string() << "\n";
+          << "  wrote " << csv.string() << ", " << fd.string() << " and " << page.string() << "\n";
     }
     return diverged ? 1 : 0;
   } catch (const InputError& e) {

@@ -1,0 +1,281 @@
+#pragma once
+// report.html of `torchprobe compare`: one self-contained page (inline SVG, CSS and a little script,
+// nothing fetched) for a person looking for the divergence:
+//   - the answer first: the source entry (or the first diverging one), the first overflows;
+//   - each paired entry's output error against its execution index, log scale, with the threshold
+//     line and the source marked;
+//   - the module tree of the target (construct.json) coloured pass / warning / error;
+//   - a table of every paired entry (sortable by any column) with how it was matched;
+//   - the source's stack (stack.json).
+// Everything is drawn here, in C++; the script only sorts the table and folds the tree, so the page
+// reads the same with scripts off.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/first_divergence.hpp"
+
+namespace torchprobe::compare {
+
+namespace html {
+
+inline std::string escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+inline std::string number(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+// A sort key the table script can compare as a number: inf sorts last, nan below everything.
+inline std::string sort_key(double x) {
+  if (std::isnan(x)) return "-1";
+  if (std::isinf(x)) return "1e308";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+// pass: within the threshold; warning: outputs diverge, carried in by diverging inputs; error:
+// outputs diverge here (the entry is a source).
+inline const char* verdict_class(const EntryVerdict& v) {
+  if (v.source) return "error";
+  if (v.outputs_diverge || v.inputs_diverge) return "warning";
+  return "pass";
+}
+
+inline const char* kStyle = R"(
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.15em;margin:1.4em 0 .4em}
+.answer{border-left:6px solid #c62828;background:#fdecea;padding:.6em 1em}
+.answer.clean{border-color:#2e7d32;background:#e8f5e9}
+code{background:#f2f2f2;padding:0 .25em}
+.pass{color:#2e7d32}.warning{color:#ef6c00}.error{color:#c62828;font-weight:600}.unpaired{color:#888}
+table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #ddd;padding:2px 6px;text-align:left}
+th{background:#f5f5f5;cursor:pointer;user-select:none}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.source td{background:#fdecea}ul.tree{list-style:none;padding-left:1.2em}ul.tree li::before{content:"\25aa  "}
+details summary{cursor:pointer}.meta{color:#555}
+)";
+
+// Sorts the table by the clicked column (numbers by data-key) and reports that it ran.
+inline const char* kScript = R"(
+(function(){
+  var table=document.getElementById('entries');
+  var heads=table.tHead.rows[0].cells;
+  for(var c=0;c<heads.length;c++){(function(col){heads[col].addEventListener('click',function(){
+    var body=table.tBodies[0];var rows=Array.prototype.slice.call(body.rows);
+    var up=heads[col].getAttribute('data-up')!=='1';heads[col].setAttribute('data-up',up?'1':'0');
+    rows.sort(function(a,b){var x=a.cells[col],y=b.cells[col];
+      var kx=x.getAttribute('data-key'),ky=y.getAttribute('data-key');
+      var r=(kx!==null&&ky!==null)?(parseFloat(kx)-parseFloat(ky)):x.textContent.localeCompare(y.textContent);
+      return up?r:-r;});
+    rows.forEach(function(r){body.appendChild(r);});});})(c);}
+  document.body.setAttribute('data-ready','1');
+})();
+)";
+
+// Error (log scale) against the execution index; zero errors on the bottom line (0), infinite ones
+// on the top line; the threshold as a dashed line; the source circled and named.
+inline std::string error_chart(const Judgement& j) {
+  const double W = 900, H = 260, L = 60, R = 20, T = 20, B = 40;
+  double lo = 1e-3, hi = std::max(10.0, j.threshold * 10);
+  for (const EntryVerdict& v : j.verdicts) {
+    const double e = v.output_error;
+    if (std::isfinite(e) && e > 0) {
+      lo = std::min(lo, e);
+      hi = std::max(hi, e);
+    }
+  }
+  lo = std::pow(10, std::floor(std::log10(lo)));
+  hi = std::pow(10, std::ceil(std::log10(hi)));
+  const std::size_t n = std::max<std::size_t>(j.verdicts.size(), 1);
+  const auto x_of = [&](std::size_t i) { return L + (W - L - R) * (n == 1 ? 0.5 : double(i) / double(n - 1)); };
+  const double Z = 16;  // a band under the lowest decade for errors of exactly zero
+  const auto y_of = [&](double e) {
+    if (!(e > 0)) return H - B;  // zero (and nan) on the floor
+    if (std::isinf(e)) return T;
+    return (H - B - Z) - (H - B - Z - T) * (std::log10(e) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
+  };
+  std::string s = "<svg id=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(W) + "\" height=\"" +
+                  number(H) + "\" role=\"img\" aria-label=\"output error per paired entry\">";
+  s += "<rect x=\"" + number(L) + "\" y=\"" + number(T) + "\" width=\"" + number(W - L - R) + "\" height=\"" +
+       number(H - B - T) + "\" fill=\"#fafafa\" stroke=\"#ccc\"/>";
+  for (double d = lo; d <= hi * 1.0001; d *= 10) {  // decade gridlines
+    const std::string y = number(y_of(d));
+    s += "<line x1=\"" + number(L) + "\" x2=\"" + number(W - R) + "\" y1=\"" + y + "\" y2=\"" + y +
+         "\" stroke=\"#eee\"/><text x=\"" + number(L - 6) + "\" y=\"" + y +
+         "\" font-size=\"10\" text-anchor=\"end\" dominant-baseline=\"middle\">" + number(d) + "</text>";
+  }
+  s += "<text x=\"" + number(L - 6) + "\" y=\"" + number(H - B) +
+       "\" font-size=\"10\" text-anchor=\"end\" dominant-baseline=\"middle\">0</text>";
+  if (j.threshold > 0) {
+    const std::string y = number(y_of(j.threshold));
+    s += "<line x1=\"" + number(L) + "\" x2=\"" + number(W - R) + "\" y1=\"" + y + "\" y2=\"" + y +
+         "\" stroke=\"#c62828\" stroke-dasharray=\"6 4\"/><text x=\"" + number(W - R - 4) + "\" y=\"" + y +
+         "\" dy=\"-4\" font-size=\"10\" text-anchor=\"end\" fill=\"#c62828\">threshold " + number(j.threshold) +
+         "</text>";
+  }
+  std::string path;
+  for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
+    const EntryVerdict& v = j.verdicts[i];
+    path += (i ? " L" : "M") + number(x_of(i)) + " " + number(y_of(v.output_error));
+  }
+  if (!path.empty()) s += "<path d=\"" + path + "\" fill=\"none\" stroke=\"#90a4ae\"/>";
+  for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
+    const EntryVerdict& v = j.verdicts[i];
+    const char* fill = v.source ? "#c62828" : v.outputs_diverge ? "#ef6c00" : "#2e7d32";
+    s += "<circle cx=\"" + number(x_of(i)) + "\" cy=\"" + number(y_of(v.output_error)) + "\" r=\"2.5\" fill=\"" + fill +
+         "\"><title>" + escape(v.pair->target->name) + ": " + number(v.output_error) + "</title></circle>";
+    if (&v == j.source) {
+      s += "<circle cx=\"" + number(x_of(i)) + "\" cy=\"" + number(y_of(v.output_error)) +
+           "\" r=\"7\" fill=\"none\" stroke=\"#c62828\" stroke-width=\"2\"/><text x=\"" + number(x_of(i)) + "\" y=\"" +
+           number(std::max(T + 12, y_of(v.output_error) - 12)) +
+           "\" font-size=\"11\" fill=\"#c62828\" text-anchor=\"middle\">" + escape(v.pair->target->name) + "</text>";
+    }
+  }
+  s += "<text x=\"" + number((L + W - R) / 2) + "\" y=\"" + number(H - 8) +
+       "\" font-size=\"11\" text-anchor=\"middle\">paired entries in execution order (forward, then backward)</text>";
+  return s + "</svg>";
+}
+
+// The target's module tree from construct.json, each module coloured by its verdict.
+inline std::string module_tree(const Dump& t, const Judgement& j) {
+  std::map<std::string, const EntryVerdict*> verdict_of;
+  for (const EntryVerdict& v : j.verdicts) verdict_of[v.pair->target->name] = &v;
+  std::map<std::string, std::vector<std::string>> children;
+  std::vector<std::string> roots;
+  for (const Entry& e : j.target_entries) {
+    if (!e.is_module()) continue;
+    const auto p = t.parents.find(e.name);
+    if (p == t.parents.end())
+      roots.push_back(e.name);
+    else
+      children[p->second].push_back(e.name);
+  }
+  for (const auto& [parent, kids] : children) {  // parents with no entry of their own are roots too
+    const bool known =
+        std::any_of(j.target_entries.begin(), j.target_entries.end(), [&](const Entry& e) { return e.name == parent; });
+    if (!known && t.parents.find(parent) == t.parents.end()) roots.push_back(parent);
+  }
+  std::string s;
+  const auto node = [&](const auto& self, const std::string& name, int depth) -> void {
+    const auto v = verdict_of.find(name);
+    const char* cls = v == verdict_of.end() ? "unpaired" : verdict_class(*v->second);
+    s += "<li><span class=\"" + std::string(cls) + "\">" + escape(name) + "</span>";
+    if (v != verdict_of.end())
+      s +=
+          " <span class=\"meta\">" + std::string(cls) + ", output error " + number(v->second->output_error) + "</span>";
+    const auto k = children.find(name);
+    if (k != children.end() && depth < 64) {
+      s += "<ul class=\"tree\">";
+      for (const std::string& c : k->second) self(self, c, depth + 1);
+      s += "</ul>";
+    }
+    s += "</li>";
+  };
+  for (const std::string& r : roots) node(node, r, 0);
+  return s.empty() ? "<p class=\"meta\">No module entries.</p>" : "<ul class=\"tree\">" + s + "</ul>";
+}
+
+inline std::string entry_table(const Judgement& j) {
+  std::string s =
+      "<table id=\"entries\"><thead><tr><th>#</th><th>target entry</th><th>bench entries</th><th>match</th>"
+      "<th>input error</th><th>output error</th><th>verdict</th></tr></thead><tbody>";
+  for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
+    const EntryVerdict& v = j.verdicts[i];
+    std::string bench;
+    for (const Entry* e : v.pair->bench) bench += (bench.empty() ? "" : " + ") + e->name;
+    const char* cls = verdict_class(v);
+    s += std::string("<tr") + (&v == j.source ? " class=\"source\"" : "") + "><td class=\"num\" data-key=\"" +
+         std::to_string(i) + "\">" + std::to_string(i) + "</td><td>" + escape(v.pair->target->name) + "</td><td>" +
+         escape(bench) + "</td><td>" + escape(v.pair->method) + "</td><td class=\"num\" data-key=\"" +
+         sort_key(v.input_error) + "\">" + number(v.input_error) + "</td><td class=\"num\" data-key=\"" +
+         sort_key(v.output_error) + "\">" + number(v.output_error) + "</td><td class=\"" + cls + "\">" + cls +
+         "</td></tr>";
+  }
+  return s + "</tbody></table>";
+}
+
+inline std::string frames(const nlohmann::ordered_json& stack) {
+  if (!stack.is_array() || stack.empty()) return "<p class=\"meta\">No stack recorded (stack.json).</p>";
+  std::string s = "<ol>";
+  for (const auto& f : stack)
+    s += "<li><code>" + escape(f.is_string() ? f.get<std::string>() : f.dump()) + "</code></li>";
+  return s + "</ol>";
+}
+
+}  // namespace html
+
+// The whole page. `report` is first_divergence_json(t, b, j), so the page and the JSON agree.
+inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j, const nlohmann::ordered_json& report) {
+  using html::escape;
+  std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>torchprobe compare: " +
+                  escape(t.file.string()) + " vs " + escape(b.file.string()) + "</title><style>" + html::kStyle +
+                  "</style></head><body>\n";
+  s += "<h1>torchprobe compare</h1><p class=\"meta\">target <code>" + escape(t.file.string()) +
+       "</code><br>bench <code>" + escape(b.file.string()) + "</code><br>mode <b>" + judge_mode_name(j.mode) +
+       "</b>, threshold " + html::number(j.threshold) + " (" + escape(report.value("unit", "")) + ")</p>\n";
+  const EntryVerdict* answer = j.source ? j.source : j.first_diverging;
+  s += std::string("<div id=\"answer\" class=\"answer") + (j.diverged() ? "" : " clean") + "\">";
+  if (answer) {
+    s += std::string("<p><b>") + (j.source ? "First divergence (source)" : "First diverging entry (no clean source)") +
+         ": <span id=\"source-name\">" + escape(answer->pair->target->name) + "</span></b></p><p>matched by " +
+         escape(answer->pair->method) + ", input error " + html::number(answer->input_error) + ", output error " +
+         html::number(answer->output_error) + " (worst output row <code>" + escape(answer->worst_output) + "</code>)";
+    const auto& fd = report[j.source ? "first_divergence" : "first_diverging_entry"];
+    if (fd.is_object() && fd.value("innermost_op", "") != answer->pair->target->name)
+      s += "; innermost diverging op <code>" + escape(fd.value("innermost_op", "")) + "</code>";
+    if (fd.is_object() && fd.contains("module_chain") && !fd["module_chain"].empty()) {
+      std::string chain;
+      for (const auto& m : fd["module_chain"])
+        chain += (chain.empty() ? "" : " &larr; ") + escape(m.get<std::string>());
+      s += "; inside " + chain;
+    }
+    s += "</p>";
+  } else {
+    s += std::string("<p><b>") + (j.diverged() ? "Only one side overflows" : "No divergence") +
+         "</b>: " + escape(j.summary_line()) + "</p>";
+  }
+  for (const char* side : {"target", "bench"}) {
+    const auto& o = report["first_overflow"][side];
+    if (o.is_object())
+      s += std::string("<p>First overflow (") + side + "): <code>" + escape(o.value("entry", "")) +
+           "</code>, paired with <code>" + escape(o.value("paired_with", "")) + "</code> (" +
+           escape(o.value("match", "")) + ")</p>";
+  }
+  s += "<p class=\"meta\">" + escape(j.summary_line()) + "</p></div>\n";
+  s += "<h2>Output error per entry</h2>" + html::error_chart(j) + "\n";
+  s += "<h2>Module tree (target)</h2>" + html::module_tree(t, j) + "\n";
+  s += "<h2>Stack of the " + std::string(j.source ? "source" : "first diverging entry") + "</h2>" +
+       html::frames(answer ? detail::stack_of(t, answer->pair->target->name) : nlohmann::ordered_json()) + "\n";
+  s += "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>" + html::entry_table(j) + "\n";
+  const auto& un = report["unmatched"];
+  s += "<h2>Unmatched</h2><details><summary>" + std::to_string(un["target_only"].size()) + " target-only, " +
+       std::to_string(un["bench_only"].size()) + " bench-only</summary><ul>";
+  for (const char* side : {"target_only", "bench_only"}) {
+    for (const auto& e : un[side]) s += std::string("<li>") + side + ": " + escape(e.get<std::string>()) + "</li>";
+  }
+  s += "</ul></details>\n<script>" + std::string(html::kScript) + "</script>\n</body></html>\n";
+  return s;
+}
+
+}  // namespace torchprobe::compare
