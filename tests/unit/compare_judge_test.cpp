@@ -314,7 +314,7 @@ TEST_CASE("--map pairs what names cannot: entry items, row items, and a bad line
   CHECK(report["summary"].value("paired_value", 0) == 0);
   CHECK(report["summary"]["target_only"] == 0);
   std::ofstream(dir / "bad.yaml")
-      << "Aten.relu.1.forward: Aten.my_relu.0.forward\nFunctional.linear: [Aten.t, Aten.addmm]\n";
+      << "Aten.relu.1.forward: Aten.my_relu.0.forward\nFunctional.linear: [Aten.t, Aten.addmm\n";
   o.map = dir / "bad.yaml";
   std::ostringstream bad_log;
   CHECK(run_compare(o, bad_log) == 2);

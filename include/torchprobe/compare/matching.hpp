@@ -1,7 +1,8 @@
 #pragma once
 // Pairing the entries of two dumps, pass by pass, each pass taking what the previous ones left:
 //   exact     the same name, backward call numbers recounted (msprobe's exact match);
-//   map       the user's --map file: entry to entry, or row to row (user_map.hpp);
+//   map       the user's --map file: entry to entry, row to row (user_map.hpp), or API calls to
+//             sequences of calls (group_map.hpp);
 //   template  Python API <-> ATen sequences: Functional.linear <-> Aten.t + Aten.addmm (or
 //             t + matmul + add_, or Aten.linear), conv2d <-> convolution, layer_norm <->
 //             native_layer_norm, softmax <-> _softmax, dropout <-> native_dropout, and
@@ -18,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "torchprobe/compare/group_map.hpp"
 #include "torchprobe/compare/rows.hpp"
 #include "torchprobe/compare/user_map.hpp"
 
@@ -262,6 +264,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       }
     }
   }
+  if (user_map) match_groups(target, bench, *user_map, by_target, used);  // pass 2, the group form
   const auto left = [&](const std::vector<Entry>& side, bool is_target) {
     std::vector<const Entry*> out;
     for (const Entry& e : side) {

@@ -1,0 +1,151 @@
+#pragma once
+// The group form of the user's mapping file: API names without call numbers, one side a list of
+// the calls that stand for one call on the other side, with an optional argument map:
+//
+//   Functional.linear: [Aten.t, Aten.addmm] {input.0: 1.input.1, input.1: 0.input.0, input.2: 1.input.0,
+//   output.0: 1.output.0} Aten.gelu: Aten.my_gelu
+//
+// Each side's unpaired forward entries are scanned in execution order for runs of consecutive
+// calls of the listed APIs; the k-th run of the target pairs with the k-th run of the bench. An
+// argument is `[k.]input.N` / `[k.]output.N`, k the position in the list (0 when omitted). Without
+// an argument map, a single call's inputs link to the first listed call's inputs of the same
+// position, and its outputs to the last listed call's outputs.
+//
+// Backward: the backward entries that share a run member's call (`Aten.addmm.0.backward` for
+// `Aten.addmm.0.forward`) pair with the other side's in the same way, the map turned around (a
+// backward entry's inputs are the gradients of the forward outputs, its outputs those of the
+// forward inputs: `input.N` <-> `output.N`).
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "torchprobe/compare/rows.hpp"
+#include "torchprobe/compare/user_map.hpp"
+
+namespace torchprobe::compare {
+
+namespace detail {
+
+struct GroupArg {
+  std::size_t member = 0;
+  std::string suffix;  // ".input.1"
+};
+
+// "1.input.0" -> {1, ".input.0"}; the direction word is swapped for backward entries.
+inline GroupArg group_arg(const std::string& text, bool backward) {
+  GroupArg a;
+  std::string rest = text;
+  const auto dot = rest.find('.');
+  if (dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot) {
+    a.member = std::stoul(rest.substr(0, dot));
+    rest = rest.substr(dot + 1);
+  }
+  if (backward) {
+    if (rest.rfind("input.", 0) == 0)
+      rest = "output." + rest.substr(6);
+    else if (rest.rfind("output.", 0) == 0)
+      rest = "input." + rest.substr(7);
+  }
+  a.suffix = "." + rest;
+  return a;
+}
+
+// "Aten.addmm.0.forward" -> "Aten.addmm"; "Aten.addmm.0.forward" -> call "Aten.addmm.0".
+inline std::string api_of(const std::string& name) {
+  const auto p = split_dots(name);
+  return p.size() >= 2 ? p[0] + "." + p[1] : name;
+}
+inline std::string call_of(const std::string& name) {
+  const auto p = split_dots(name);
+  return p.size() >= 3 ? p[0] + "." + p[1] + "." + p[2] : name;
+}
+
+// The runs of `apis` among `entries` (unpaired, one direction, execution order).
+template <class EntryT>
+std::vector<std::vector<const EntryT*>> group_runs(const std::vector<const EntryT*>& entries,
+                                                   const std::vector<std::string>& apis) {
+  std::vector<std::vector<const EntryT*>> runs;
+  for (std::size_t i = 0; i + apis.size() <= entries.size(); ++i) {
+    bool all = true;
+    for (std::size_t k = 0; k < apis.size() && all; ++k) all = api_of(entries[i + k]->name) == apis[k];
+    if (!all) continue;
+    runs.emplace_back(entries.begin() + static_cast<std::ptrdiff_t>(i),
+                      entries.begin() + static_cast<std::ptrdiff_t>(i + apis.size()));
+    i += apis.size() - 1;
+  }
+  return runs;
+}
+
+}  // namespace detail
+
+// Pairs what the group items of `map` describe, among the entries not yet in `by_target`/`used`.
+template <class EntryT, class PairT>
+void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& bench, const UserMap& map,
+                  std::map<const EntryT*, PairT>& by_target, std::set<const EntryT*>& used) {
+  const auto unpaired = [&](const std::vector<EntryT>& side, bool is_target, bool forward) {
+    std::vector<const EntryT*> out;
+    for (const EntryT& e : side) {
+      const bool free_ = is_target ? !by_target.count(&e) : !used.count(&e);
+      if (free_ && (e.direction == "forward") == forward && !e.is_module()) out.push_back(&e);
+    }
+    return out;
+  };
+  for (const UserMap::Group& g : map.groups) {
+    const auto truns = detail::group_runs(unpaired(target, true, true), g.target);
+    const auto bruns = detail::group_runs(unpaired(bench, false, true), g.bench);
+    const auto backward_t = unpaired(target, true, false), backward_b = unpaired(bench, false, false);
+    for (std::size_t k = 0; k < truns.size() && k < bruns.size(); ++k) {
+      // The backward entries of each run's calls, in the run's order.
+      const auto backward_of = [](const std::vector<const EntryT*>& run, const std::vector<const EntryT*>& pool) {
+        std::vector<const EntryT*> out(run.size(), nullptr);
+        for (std::size_t m = 0; m < run.size(); ++m) {
+          for (const EntryT* e : pool) {
+            if (detail::call_of(e->name) == detail::call_of(run[m]->name)) out[m] = e;
+          }
+        }
+        return out;
+      };
+      const auto make = [&](const std::vector<const EntryT*>& t, const std::vector<const EntryT*>& b, bool backward) {
+        std::vector<const EntryT*> tm, bm;  // the members present (backward: some calls have none)
+        for (const EntryT* e : t)
+          if (e) tm.push_back(e);
+        for (const EntryT* e : b)
+          if (e) bm.push_back(e);
+        if (tm.empty() || bm.empty()) return;
+        PairT p{tm.front(), bm, tm.size() > 1 ? tm : std::vector<const EntryT*>{}, "map", {}};
+        const auto add = [&](const detail::GroupArg& ta, const detail::GroupArg& ba) {
+          const EntryT* te = ta.member < t.size() ? t[ta.member] : nullptr;
+          const EntryT* be = ba.member < b.size() ? b[ba.member] : nullptr;
+          const Row* tr = te ? te->row(ta.suffix) : nullptr;
+          const Row* br = be ? be->row(ba.suffix) : nullptr;
+          if (tr && br) p.links.push_back({tr, br, false});
+        };
+        if (!g.args.empty()) {
+          for (const auto& [ta, ba] : g.args) add(detail::group_arg(ta, backward), detail::group_arg(ba, backward));
+        } else {  // inputs to the first call, outputs to the last
+          const bool t_single = t.size() == 1;
+          const EntryT* single = t_single ? t[0] : b[0];
+          if (single) {
+            for (const Row* r : single->rows) {
+              const std::string suffix = single->suffix(*r);
+              // forward outputs (backward inputs) belong to the last call, the rest to the first
+              const bool to_last = r->is_output() != backward;
+              const std::size_t other = to_last ? (t_single ? b.size() : t.size()) - 1 : 0;
+              const detail::GroupArg mine{0, suffix}, theirs{other, suffix};
+              t_single ? add(mine, theirs) : add(theirs, mine);
+            }
+          }
+        }
+        for (const EntryT* e : bm) used.insert(e);
+        for (std::size_t i = 1; i < tm.size(); ++i) by_target[tm[i]] = PairT{tm[i], {}, {}, "map", {}};
+        by_target[tm.front()] = std::move(p);
+      };
+      make(truns[k], bruns[k], false);
+      make(backward_of(truns[k], backward_t), backward_of(bruns[k], backward_b), true);
+    }
+  }
+}
+
+}  // namespace torchprobe::compare
