@@ -101,7 +101,7 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   if (mode == JudgeMode::exact) j.threshold = 0;
   j.target_entries = dump_entries(trows);
   j.bench_entries = dump_entries(brows);
-  j.matching = match_entries(j.target_entries, j.bench_entries, user_map);
+  j.matching = match_entries(j.target_entries, j.bench_entries, user_map, &t.parents, &b.parents);
   std::vector<Row> st, sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
@@ -119,8 +119,6 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   }
   j.target_overflow = detail::first_overflow(j.target_entries);
   j.bench_overflow = detail::first_overflow(j.bench_entries);
-  (void)t;
-  (void)b;
   return j;
 }
 

@@ -3,6 +3,8 @@
 //   exact     the same name, backward call numbers recounted (msprobe's exact match);
 //   map       the user's --map file: entry to entry, row to row (user_map.hpp), or API calls to
 //             sequences of calls (group_map.hpp);
+//   align     forward calls inside module calls paired by name, aligned as two sequences of
+//             canonical items (module_alignment.hpp);
 //   template  Python API <-> ATen sequences: Functional.linear <-> Aten.t + Aten.addmm (or
 //             t + matmul + add_, or Aten.linear), conv2d <-> convolution, layer_norm <->
 //             native_layer_norm, softmax <-> _softmax, dropout <-> native_dropout, and
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "torchprobe/compare/group_map.hpp"
+#include "torchprobe/compare/module_alignment.hpp"
 #include "torchprobe/compare/rows.hpp"
 #include "torchprobe/compare/user_map.hpp"
 
@@ -217,8 +220,11 @@ inline std::string value_key(const Entry& e) {
 
 }  // namespace detail
 
+// `*_parents`: construct.json of each side (entry -> its module), for the alignment inside modules.
 inline Matching match_entries(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                              const UserMap* user_map = nullptr) {
+                              const UserMap* user_map = nullptr,
+                              const std::map<std::string, std::string>* target_parents = nullptr,
+                              const std::map<std::string, std::string>* bench_parents = nullptr) {
   Matching m;
   std::map<std::string, const Entry*> bench_by_key;
   for (const Entry& e : bench) bench_by_key.emplace(e.key, &e);
@@ -272,7 +278,49 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
     }
     return out;
   };
-  {  // pass 3: templates, in order of (canonical name, direction) on each side
+  if (target_parents && bench_parents) {  // pass 3: forward calls aligned inside modules paired by name
+    for (const Entry& tm : target) {
+      const auto pm = by_target.find(&tm);
+      if (!tm.is_module() || tm.direction != "forward" || pm == by_target.end() || pm->second.method != "exact")
+        continue;
+      const auto inside = [&](const std::vector<Entry>& side, bool is_target, const std::string& module) {
+        const auto& parents = is_target ? *target_parents : *bench_parents;
+        std::vector<const Entry*> out;
+        for (const Entry& e : side) {
+          if (e.direction != "forward" || e.is_module() || (is_target ? by_target.count(&e) : used.count(&e))) continue;
+          const auto p = parents.find(e.name);
+          if (p != parents.end() && p->second == module) out.push_back(&e);
+        }
+        return out;
+      };
+      const auto ti = detail::canonical_items(inside(target, true, tm.name));
+      const auto bi = detail::canonical_items(inside(bench, false, pm->second.bench.front()->name));
+      const auto score = [](const detail::Item& x, const detail::Item& y) {
+        if (x.canon != y.canon || x.direction != y.direction) return 0;
+        if (x.aten == y.aten && x.members.size() != y.members.size()) return 0;
+        return 1 + (detail::signature(x) == detail::signature(y) ? 2 : 0) +
+               (detail::value_key(*x.members.back()) == detail::value_key(*y.members.back()) ? 4 : 0);
+      };
+      for (const auto& [i, j] : detail::align_items(ti, bi, score)) {
+        const detail::Item& t = ti[i];
+        const detail::Item& b = bi[j];
+        for (const Entry* e : b.members) used.insert(e);
+        if (t.aten == b.aten) {  // same naming, other call numbers: member with member
+          for (std::size_t k = 0; k < t.members.size(); ++k)
+            by_target[t.members[k]] = EntryPair{
+                t.members[k], {b.members[k]}, {}, "align", detail::same_suffix_links(*t.members[k], *b.members[k])};
+          continue;
+        }
+        EntryPair p{t.members[0], b.members, {}, "align", {}};
+        p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
+        if (t.members.size() > 1) p.target_group = t.members;
+        by_target[t.members[0]] = std::move(p);
+        for (std::size_t k = 1; k < t.members.size(); ++k)
+          by_target[t.members[k]] = EntryPair{t.members[k], {}, {}, "align", {}};
+      }
+    }
+  }
+  {  // pass 4: templates, in order of (canonical name, direction) on each side
     const auto ti = detail::canonical_items(left(target, true));
     const auto bi = detail::canonical_items(left(bench, false));
     std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> bench_items;
@@ -305,7 +353,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
         by_target[t.members[i]] = EntryPair{t.members[i], {}, {}, "template", {}};
     }
   }
-  {  // pass 4: unique value keys, order preserved
+  {  // pass 5: unique value keys, order preserved
     std::map<std::string, std::vector<const Entry*>> tk, bk;
     for (const Entry* e : left(target, true)) tk[detail::value_key(*e)].push_back(e);
     for (const Entry* e : left(bench, false)) bk[detail::value_key(*e)].push_back(e);
