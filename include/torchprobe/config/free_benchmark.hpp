@@ -87,7 +87,6 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
   if (f.fuzz_stage == FuzzStage::Backward)
     reject(label("fuzz_stage"), "backward", "fuzz_stage \"backward\" is not supported by TorchProbe yet",
            "\"forward\"");
-  if (f.if_preheat) reject(label("if_preheat"), true, "preheating is not supported by TorchProbe yet", "false");
   return f;
 }
 

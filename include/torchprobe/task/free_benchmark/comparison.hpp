@@ -29,6 +29,9 @@ struct Comparison {
   enum class Kind { Ratio, Benchmark, Exact, Scalar };
   Kind kind = Kind::Ratio;
   std::optional<int64_t> index;  // which output, for tuple/list outputs
+  // to_cpu: part of a tuple/list output, which msprobe's compare_seq judges as a whole: one row for
+  // the call, without output_index, dtype or shape.
+  bool in_sequence = false;
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;
   double threshold = 1.0;  // ratio modes
