@@ -62,7 +62,7 @@ int main() {
                 dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "every call", "ratio",
                 "preheated", "ratio");
     for (const char* mode : {"improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"}) {
-      const int steps = quick ? 1 : 5, rounds = quick ? 1 : 9;
+      const int steps = quick ? 1 : 3, rounds = quick ? 1 : 5;
       const tpbench::Alternated all = measure(mode, false, mlp, x, dir, steps, rounds);
       const tpbench::Alternated pre = measure(mode, true, mlp, x, dir, steps, rounds);
       std::printf("  %-18s %8.1f us  %8.1f us %6.2fx  %8.1f us %6.2fx\n", mode, pre.plain_us, all.probed_us,

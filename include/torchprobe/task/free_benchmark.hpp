@@ -13,6 +13,8 @@
 // - Calls that draw random numbers are not re-run: a second draw would move the generator.
 // - handler_type fix: the outputs are overwritten in place with the re-run's values cast back
 //   (forward only), so training continues with them.
+// - fuzz_stage backward: the call's inputs are kept, and its backward is recomputed and compared
+//   when its gradient arrives (task/free_benchmark/backward.hpp).
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -40,6 +42,7 @@
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/stats/cpu_stats.hpp"
+#include "torchprobe/task/free_benchmark/backward.hpp"
 #include "torchprobe/task/free_benchmark/comparison.hpp"
 #include "torchprobe/task/free_benchmark/perturbation.hpp"
 #include "torchprobe/task/free_benchmark/preheat.hpp"
@@ -86,6 +89,7 @@ class FreeBenchmarkTask {
     const std::ptrdiff_t valid = free_benchmark::first_valid_input(
         stack, [&](std::size_t i) { return i >= op.args.size() || !op.args[i].kwarg_only; });
     if (valid < 0) return nullptr;
+    if (cfg_.fuzz_stage == FuzzStage::Backward) return check_backward(op, stack, valid, name);
     std::optional<free_benchmark::Sample> sample;
     if (cfg_.if_preheat) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -110,6 +114,10 @@ class FreeBenchmarkTask {
   template <class Values>
   void check_call_end(capture::CallCheck& check, const Values& outputs) {
     Rerun& rerun = static_cast<Rerun&>(check);
+    if (rerun.backward) {
+      hook_backward(std::move(rerun.backward), outputs);
+      return;
+    }
     ProbeGuard guard;
     free_benchmark::CheckedCall call{std::move(rerun.name), {}, rerun.sample, {}};
     // With preheat every mode is judged by the ratio (msprobe's PreheatHandler), to_cpu's standard
@@ -149,7 +157,45 @@ class FreeBenchmarkTask {
     std::vector<c10::IValue> outputs;      // the perturbed re-run's
     std::optional<free_benchmark::Sample> sample;
     std::vector<c10::IValue> cpu_outputs;  // preheat steps: the CPU re-run's
+    std::shared_ptr<free_benchmark::BackwardCall> backward;  // fuzz_stage backward
   };
+
+  // fuzz_stage backward: a snapshot of the inputs, for the backward recomputed when the gradient
+  // comes. In-place and out= ops are left out (the op wrote the inputs the snapshot is of).
+  std::unique_ptr<capture::CallCheck> check_backward(const capture::OpInfo& op, const std::vector<c10::IValue>& stack,
+                                                     std::ptrdiff_t valid, const std::string& name) {
+    if (!c10::GradMode::is_enabled()) return nullptr;
+    for (const auto& a : op.args)
+      if (a.written) return nullptr;
+    ProbeGuard guard;
+    auto call = std::make_shared<free_benchmark::BackwardCall>(*op.handle);
+    if (!call->take(stack)) return nullptr;
+    call->name = name;
+    call->valid = valid;
+    call->mode = cfg_.pert_mode;
+    call->into = backward_;
+    auto check = std::make_unique<Rerun>();
+    check->backward = std::move(call);
+    return check;
+  }
+
+  // The hook on the call's first floating output that requires grad.
+  template <class Values>
+  static void hook_backward(std::shared_ptr<free_benchmark::BackwardCall> call, const Values& outputs) {
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      if (!outputs[k].isTensor()) continue;
+      const at::Tensor& out = outputs[k].toTensor();
+      if (!free_benchmark::is_floating(out) || !out.requires_grad()) continue;
+      call->output = k;
+      out.register_hook([call](const at::Tensor& grad) {
+        try {
+          call->check(grad);
+        } catch (const std::exception&) {  // the probe never breaks the backward pass
+        }
+      });
+      return;
+    }
+  }
 
   // Perturbs `stack` (the probe's copy of the inputs) as `mode` says and runs the op on it; the
   // outputs replace the inputs. False when nothing was perturbed (no re-run).
@@ -316,6 +362,11 @@ class FreeBenchmarkTask {
   // batch here. Flushing a step again (stop() and start() within it) gives its earlier calls too.
   std::vector<free_benchmark::CheckedCall> collect(std::int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    {
+      std::lock_guard<std::mutex> hooks(backward_->mutex);
+      for (auto& call : backward_->calls) fresh_.push_back(std::move(call));
+      backward_->calls.clear();
+    }
     std::vector<free_benchmark::Comparison*> pending;
     for (auto& call : fresh_) {
       for (auto& c : call.outputs) pending.push_back(&c);
@@ -338,6 +389,8 @@ class FreeBenchmarkTask {
 
   const FreeBenchmarkConfig cfg_;
   mutable free_benchmark::Preheat preheat_;  // with if_preheat; under mutex_
+  // fuzz_stage backward: what the gradient hooks decided (shared: a hook may outlive the task).
+  std::shared_ptr<free_benchmark::BackwardCalls> backward_ = std::make_shared<free_benchmark::BackwardCalls>();
   // What the step's files are made of: collect() decides and moves them on, from const file hooks.
   mutable std::mutex mutex_;
   mutable std::vector<free_benchmark::CheckedCall> fresh_;    // checked since the last flush, maybe undecided

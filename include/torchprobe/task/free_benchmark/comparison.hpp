@@ -67,7 +67,9 @@ inline at::Tensor at_least(const at::Tensor& x, double bound) {
   return at::where(at::lt(x, bound), at::full({}, bound, x.options()), x);
 }
 
-inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode) {
+// abs_tol: sqrt(eps) of the perturbed dtype in the forward stage, 1e-3 in the backward stage.
+inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode,
+                                std::optional<double> tolerance = std::nullopt) {
   Comparison c;
   c.dtype = original.scalar_type();
   c.shape = original.sizes().vec();
@@ -83,7 +85,7 @@ inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& pe
     return c;
   }
   c.threshold = ratio_threshold(original.scalar_type(), mode);
-  const double abs_tol = std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8));
+  const double abs_tol = tolerance.value_or(std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8)));
   const at::Tensor a = original.to(perturbed.device(), perturbed.scalar_type()).reshape({-1});
   const at::Tensor b = perturbed.reshape({-1});
   if (a.numel() == 0) {

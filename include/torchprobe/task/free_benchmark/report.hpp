@@ -78,7 +78,7 @@ inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBen
       max_rel = io::python_float_repr(*c->ratio - 1.0);
     const std::vector<std::string> fields = {std::to_string(rank),
                                              std::string(pert_mode_name(cfg.pert_mode)),
-                                             "forward",
+                                             cfg.fuzz_stage == FuzzStage::Backward ? "backward" : "forward",
                                              std::to_string(step),
                                              call.name,
                                              max_rel,
