@@ -59,14 +59,14 @@ int main() {
     mlp->to(dtype);
     const torch::Tensor x = torch::randn({64, 512}).to(dtype).requires_grad_();
     std::printf("\nMLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64, %s\n  %-18s %11s  %11s %7s  %11s %7s\n",
-                dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "every call", "ratio",
-                "preheated", "ratio");
+                dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "every call", "ratio", "preheated",
+                "ratio");
     for (const char* mode : {"improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"}) {
       const int steps = quick ? 1 : 3, rounds = quick ? 1 : 5;
       const tpbench::Alternated all = measure(mode, false, mlp, x, dir, steps, rounds);
       const tpbench::Alternated pre = measure(mode, true, mlp, x, dir, steps, rounds);
-      std::printf("  %-18s %8.1f us  %8.1f us %6.2fx  %8.1f us %6.2fx\n", mode, pre.plain_us, all.probed_us,
-                  all.ratio, pre.probed_us, pre.ratio);
+      std::printf("  %-18s %8.1f us  %8.1f us %6.2fx  %8.1f us %6.2fx\n", mode, pre.plain_us, all.probed_us, all.ratio,
+                  pre.probed_us, pre.ratio);
       std::fflush(stdout);
     }
   }

@@ -46,7 +46,8 @@ TEST_CASE("to_cpu: a tensor output off the CPU's by more than the fp16 bounds gi
   const at::Tensor x = torch::tensor({1.0, 2.0, 2.0}).to(torch::kHalf);
   const Json rows = to_cpu_rows([&] { static_cast<void>(x.mean()); });
   REQUIRE(rows.size() == 1);
-  CHECK(rows[0] == Json{"0", "to_cpu", "forward", "0", "Aten.mean.0.forward", "", "torch.float16", "torch.Size([])", ""});
+  CHECK(rows[0] ==
+        Json{"0", "to_cpu", "forward", "0", "Aten.mean.0.forward", "", "torch.float16", "torch.Size([])", ""});
 }
 
 TEST_CASE("to_cpu: a tuple output is one row without output_index, dtype or shape") {
@@ -68,5 +69,6 @@ TEST_CASE("to_cpu: an inf in a tuple output's original is msprobe's golden, so t
     static_cast<void>(torch::full({1000}, 100.0, torch::kHalf).sum());
   });
   REQUIRE(rows.size() == 1);
-  CHECK(rows[0] == Json{"0", "to_cpu", "forward", "0", "Aten.sum.0.forward", "", "torch.float16", "torch.Size([])", ""});
+  CHECK(rows[0] ==
+        Json{"0", "to_cpu", "forward", "0", "Aten.sum.0.forward", "", "torch.float16", "torch.Size([])", ""});
 }

@@ -37,7 +37,7 @@ TEST_CASE("preheat step 0 only counts; later steps sample (preheat_step*(i-1)+st
   CHECK(p.per_step("Aten.mul") == 2);  // min(ceil(40 / 3) = 14, 2)
   CHECK(sampled_in(p, 1, "Aten.mul", 40) == std::set<std::int64_t>{1, 4});
   CHECK(sampled_in(p, 2, "Aten.mul", 40) == std::set<std::int64_t>{2, 5});
-  CHECK(sampled_in(p, 3, "Aten.mul", 40) == std::set<std::int64_t>{3, 6});  // past the preheat: still sampled
+  CHECK(sampled_in(p, 3, "Aten.mul", 40) == std::set<std::int64_t>{3, 6});   // past the preheat: still sampled
   CHECK(sampled_in(p, 41, "Aten.mul", 40) == std::set<std::int64_t>{1, 4});  // 41 % 40, 44 % 40
   // An API not called in step 0 is never sampled.
   CHECK(sampled_in(p, 4, "Aten.add", 10).empty());
@@ -77,8 +77,8 @@ TEST_CASE("a preheat sample is compared with the CPU in steps 1 to preheat_step 
 TEST_CASE("CPU-consistent samples halve thd - 1 from 2.05 each step, down to the dtype's default") {
   Preheat p(15, 20);
   // thd after each step: 1 + 1.05 / 2^n, until fp16's 1.002 (n = 10 would give 1.0010...).
-  const double expected[] = {1.525,     1.2625,      1.13125,      1.065625,      1.0328125, 1.01640625,
-                             1.008203125, 1.0041015625, 1.00205078125, 1.002, 1.002};
+  const double expected[] = {1.525,       1.2625,       1.13125,       1.065625, 1.0328125, 1.01640625,
+                             1.008203125, 1.0041015625, 1.00205078125, 1.002,    1.002};
   CHECK(p.threshold("Aten.mul", "torch.float16") == 2.05);
   std::int64_t step = 1;
   for (double thd : expected) {
@@ -86,8 +86,7 @@ TEST_CASE("CPU-consistent samples halve thd - 1 from 2.05 each step, down to the
     CHECK(p.threshold("Aten.mul", "torch.float16") == doctest::Approx(thd).epsilon(1e-12));
   }
   // Each API and dtype has its own: fp32's default is 1.0002, reached after 13 halvings (1.000128...).
-  for (std::int64_t s = 1; s <= 12; ++s)
-    p.learn("Aten.add", cpu_sample(s), "torch.float32", 1.0002, 1.0, true);
+  for (std::int64_t s = 1; s <= 12; ++s) p.learn("Aten.add", cpu_sample(s), "torch.float32", 1.0002, 1.0, true);
   CHECK(p.threshold("Aten.add", "torch.float32") == doctest::Approx(1.0 + 1.05 / 4096).epsilon(1e-12));
   p.learn("Aten.add", cpu_sample(13), "torch.float32", 1.0002, 1.0, true);
   CHECK(p.threshold("Aten.add", "torch.float32") == 1.0002);

@@ -13,8 +13,7 @@
 // - Calls that draw random numbers are not re-run: a second draw would move the generator.
 // - handler_type fix: the outputs are overwritten in place with the re-run's values cast back
 //   (forward only), so training continues with them.
-// - fuzz_stage backward: the call's inputs are kept, and its backward is recomputed and compared
-//   when its gradient arrives (task/free_benchmark/backward.hpp).
+// - fuzz_stage backward: the backward is recomputed when the gradient comes (free_benchmark/backward.hpp).
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -154,9 +153,9 @@ class FreeBenchmarkTask {
  private:
   struct Rerun : capture::CallCheck {
     std::string name;
-    std::vector<c10::IValue> outputs;      // the perturbed re-run's
+    std::vector<c10::IValue> outputs;  // the perturbed re-run's
     std::optional<free_benchmark::Sample> sample;
-    std::vector<c10::IValue> cpu_outputs;  // preheat steps: the CPU re-run's
+    std::vector<c10::IValue> cpu_outputs;                    // preheat steps: the CPU re-run's
     std::shared_ptr<free_benchmark::BackwardCall> backward;  // fuzz_stage backward
   };
 
@@ -312,8 +311,8 @@ class FreeBenchmarkTask {
       max_ratio = std::max(max_ratio, *c.ratio);
     }
     if (!first || call.cpu.empty()) return;
-    const bool cpu_consistent = std::all_of(call.cpu.begin(), call.cpu.end(),
-                                            [](const free_benchmark::Comparison& c) { return c.consistent; });
+    const bool cpu_consistent =
+        std::all_of(call.cpu.begin(), call.cpu.end(), [](const free_benchmark::Comparison& c) { return c.consistent; });
     preheat_.learn(api, *call.sample, dtype_name(*first), free_benchmark::ratio_threshold(*first, cfg_.pert_mode),
                    max_ratio, cpu_consistent);
   }

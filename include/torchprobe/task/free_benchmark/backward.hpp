@@ -35,7 +35,7 @@ struct BackwardCalls {
 struct BackwardCall {
   c10::OperatorHandle op;
   std::string name;
-  std::vector<c10::IValue> inputs;  // snapshot: detached copies
+  std::vector<c10::IValue> inputs;   // snapshot: detached copies
   std::vector<bool> differentiated;  // per tensor met in map_tensors order: it required grad
   std::ptrdiff_t valid = -1;
   std::size_t output = 0;  // the output whose gradient is hooked

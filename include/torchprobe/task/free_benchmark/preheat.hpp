@@ -26,9 +26,9 @@ namespace torchprobe::free_benchmark {
 // A call chosen for checking: what the preheat needs to know of it when it is decided.
 struct Sample {
   std::int64_t step = 0;
-  bool with_cpu = false;        // a preheat step: compared with the CPU as well
-  std::int64_t sampled = 0;     // how many of its API's calls were sampled in the step, this one included
-  std::int64_t per_step = 0;    // k of its API
+  bool with_cpu = false;      // a preheat step: compared with the CPU as well
+  std::int64_t sampled = 0;   // how many of its API's calls were sampled in the step, this one included
+  std::int64_t per_step = 0;  // k of its API
 };
 
 class Preheat {
