@@ -1,7 +1,10 @@
 // Cost of Task::FreeBenchmark per training step, as a ratio to the same step without TorchProbe,
 // measured in the same run (alternating blocks, median of the per-round ratios), for each pert_mode,
 // on the benchmark MLP in fp32 and in bf16 (improve_precision re-runs only calls with fp16/bf16
-// inputs: on the fp32 model it costs the capture alone).
+// inputs: on the fp32 model it costs the capture alone). Two columns per mode: every call re-run
+// (if_preheat false), and the steady state with preheat (if_preheat true, msprobe's default
+// preheat_step 15 and max_sample 20: the preheat steps run first, untimed; then at most
+// ceil(calls / 15) re-runs per API per step). The default sink writes every step's files.
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build-bench --target torchprobe_free_benchmark_benchmark &&
@@ -22,11 +25,14 @@ namespace tp = torchprobe;
 
 namespace {
 
-void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, const std::string& dir, int steps,
-             int rounds) {
+// The probed step's cost over the plain step's, with or without preheat.
+tpbench::Alternated measure(const char* mode, bool preheat, tpbench::Mlp& model, const torch::Tensor& x,
+                            const std::string& dir, int steps, int rounds) {
   tp::Options options;
   options.dump_path(dir).set("pert_mode", mode);
   if (std::string(mode) == "to_cpu") options.set("fuzz_device", "cpu");
+  const int preheat_step = 15;
+  if (preheat) options.set("if_preheat", true).set("preheat_step", preheat_step).set("max_sample", 20);
   tp::Debugger<tp::Level::L1, tp::Task::FreeBenchmark> probe(options);
   auto plain = [&] { model->forward(x).sum().backward(); };
   auto probed = [&] {
@@ -35,8 +41,8 @@ void measure(const char* mode, tpbench::Mlp& model, const torch::Tensor& x, cons
     probe.stop();
     probe.step();
   };
-  const tpbench::Alternated t = tpbench::alternate(plain, probed, steps, rounds);
-  std::printf("  %-20s %10.1f us  %10.1f us  %6.2fx\n", mode, t.plain_us, t.probed_us, t.ratio);
+  // With preheat, step 0 (counting) and the preheat steps (CPU comparisons) go before the timing.
+  return tpbench::alternate(plain, probed, steps, rounds, preheat ? preheat_step : 1);
 }
 
 }  // namespace
@@ -52,10 +58,17 @@ int main() {
     tpbench::Mlp mlp;
     mlp->to(dtype);
     const torch::Tensor x = torch::randn({64, 512}).to(dtype).requires_grad_();
-    std::printf("\nMLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64, %s\n  %-20s %13s  %13s  %7s\n",
-                dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "probed", "ratio");
-    for (const char* mode : {"improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"})
-      measure(mode, mlp, x, dir, quick ? 1 : 5, quick ? 1 : 9);
+    std::printf("\nMLP 4 x Linear(512,512)+gelu, LayerNorm, batch 64, %s\n  %-18s %11s  %11s %7s  %11s %7s\n",
+                dtype == torch::kFloat ? "fp32" : "bf16", "pert_mode", "un-probed", "every call", "ratio", "preheated",
+                "ratio");
+    for (const char* mode : {"improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu"}) {
+      const int steps = quick ? 1 : 3, rounds = quick ? 1 : 5;
+      const tpbench::Alternated all = measure(mode, false, mlp, x, dir, steps, rounds);
+      const tpbench::Alternated pre = measure(mode, true, mlp, x, dir, steps, rounds);
+      std::printf("  %-18s %8.1f us  %8.1f us %6.2fx  %8.1f us %6.2fx\n", mode, pre.plain_us, all.probed_us, all.ratio,
+                  pre.probed_us, pre.ratio);
+      std::fflush(stdout);
+    }
   }
   std::filesystem::remove_all(dir);
   return 0;

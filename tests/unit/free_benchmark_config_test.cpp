@@ -121,11 +121,16 @@ TEST_CASE("preheat counts must be positive integers when preheating, as msprobe 
   CHECK(parse_config(fb({{"preheat_step", 0}, {"max_sample", "x"}})).free_benchmark.preheat_step == 15);
 }
 
-TEST_CASE("what TorchProbe does not implement yet is refused, not ignored") {
-  check_rejected(fb({{"fuzz_stage", "backward"}, {"list", {"matmul"}}}),
-                 {"\"free_benchmark.fuzz_stage\"", "\"backward\"", "not supported by TorchProbe yet", "\"forward\""});
-  check_rejected(fb({{"if_preheat", true}}),
-                 {"\"free_benchmark.if_preheat\"", "true", "not supported by TorchProbe yet", "allowed: false"});
+TEST_CASE("fuzz_stage backward is accepted with a list") {
+  const Config c = parse_config(fb({{"fuzz_stage", "backward"}, {"list", {"matmul"}}}));
+  CHECK(c.free_benchmark.fuzz_stage == FuzzStage::Backward);
+}
+
+TEST_CASE("if_preheat true is accepted with its counts") {
+  const Config c = parse_config(fb({{"if_preheat", true}, {"preheat_step", 4}, {"max_sample", 2}}));
+  CHECK(c.free_benchmark.if_preheat);
+  CHECK(c.free_benchmark.preheat_step == 4);
+  CHECK(c.free_benchmark.max_sample == 2);
 }
 
 TEST_CASE("free_benchmark keys in another task's section are reported as ignored") {

@@ -1,7 +1,7 @@
 #pragma once
 // The "free_benchmark" section: classic msprobe's FreeBenchmarkCheckConfig, its values and the rules
 // that tie them together (msprobe-reference.md §7.1), each violation named by key, value and what is
-// allowed. What TorchProbe does not implement yet is refused here, never silently ignored.
+// allowed.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -83,11 +83,6 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
     reject(label("list"), list, "fuzz_stage \"backward\" checks the APIs named in list, and list is empty",
            "a non-empty list of API names with fuzz_stage \"backward\"");
 
-  // What TorchProbe does not do yet.
-  if (f.fuzz_stage == FuzzStage::Backward)
-    reject(label("fuzz_stage"), "backward", "fuzz_stage \"backward\" is not supported by TorchProbe yet",
-           "\"forward\"");
-  if (f.if_preheat) reject(label("if_preheat"), true, "preheating is not supported by TorchProbe yet", "false");
   return f;
 }
 

@@ -52,6 +52,13 @@ struct task_adds_text_files<T,
                             std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
     : std::true_type {};
 
+// - set_step(step): the number of the step whose calls come next, when a dumped step opens
+//   (free_benchmark's preheat counts calls per step).
+template <class T, class = void>
+struct task_follows_steps : std::false_type {};
+template <class T>
+struct task_follows_steps<T, std::void_t<decltype(std::declval<T&>().set_step(std::int64_t()))>> : std::true_type {};
+
 template <class TaskT>
 class Recorder {
  public:

@@ -80,6 +80,7 @@ class StepLifecycle {
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
     const std::string directory = session_.step_directory();
+    if constexpr (task_follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
     // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
     // go first.

@@ -29,6 +29,9 @@ struct Comparison {
   enum class Kind { Ratio, Benchmark, Exact, Scalar };
   Kind kind = Kind::Ratio;
   std::optional<int64_t> index;  // which output, for tuple/list outputs
+  // to_cpu: part of a tuple/list output, which msprobe's compare_seq judges as a whole: one row for
+  // the call, without output_index, dtype or shape.
+  bool in_sequence = false;
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;
   double threshold = 1.0;  // ratio modes
@@ -64,7 +67,9 @@ inline at::Tensor at_least(const at::Tensor& x, double bound) {
   return at::where(at::lt(x, bound), at::full({}, bound, x.options()), x);
 }
 
-inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode) {
+// abs_tol: sqrt(eps) of the perturbed dtype in the forward stage, 1e-3 in the backward stage.
+inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode,
+                                std::optional<double> tolerance = std::nullopt) {
   Comparison c;
   c.dtype = original.scalar_type();
   c.shape = original.sizes().vec();
@@ -80,7 +85,7 @@ inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& pe
     return c;
   }
   c.threshold = ratio_threshold(original.scalar_type(), mode);
-  const double abs_tol = std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8));
+  const double abs_tol = tolerance.value_or(std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8)));
   const at::Tensor a = original.to(perturbed.device(), perturbed.scalar_type()).reshape({-1});
   const at::Tensor b = perturbed.reshape({-1});
   if (a.numel() == 0) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/io/json_text.hpp"
 #include "torchprobe/task/free_benchmark/comparison.hpp"
+#include "torchprobe/task/free_benchmark/preheat.hpp"
 
 namespace torchprobe::free_benchmark {
 
@@ -25,6 +27,8 @@ namespace torchprobe::free_benchmark {
 struct CheckedCall {
   std::string name;
   std::vector<Comparison> outputs;
+  std::optional<Sample> sample;  // preheat: the call was sampled
+  std::vector<Comparison> cpu;   // preheat steps: its outputs against the CPU's
 
   bool flagged() const {
     return std::any_of(outputs.begin(), outputs.end(), [](const Comparison& c) { return !c.consistent; });
@@ -66,26 +70,35 @@ inline std::string api_of(const std::string& name) {
 inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBenchmarkConfig& cfg, int64_t step,
                             int64_t rank) {
   std::string rows;
-  for (const CheckedCall& call : calls)
+  auto row = [&](const CheckedCall& call, const Comparison* c) {
+    std::string max_rel;
+    if (c && c->flipped)
+      max_rel = "symbol_flipping";
+    else if (c && c->ratio && cfg.pert_mode != PertMode::ToCpu)
+      max_rel = io::python_float_repr(*c->ratio - 1.0);
+    const std::vector<std::string> fields = {std::to_string(rank),
+                                             std::string(pert_mode_name(cfg.pert_mode)),
+                                             cfg.fuzz_stage == FuzzStage::Backward ? "backward" : "forward",
+                                             std::to_string(step),
+                                             call.name,
+                                             max_rel,
+                                             c ? dtype_name(c->dtype) : std::string(),
+                                             c ? torch_size_text(c->shape) : std::string(),
+                                             c && c->index ? std::to_string(*c->index) : std::string()};
+    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
+    rows += "\r\n";
+  };
+  for (const CheckedCall& call : calls) {
+    bool sequence_flagged = false;
     for (const Comparison& c : call.outputs) {
       if (c.consistent) continue;
-      std::string max_rel;
-      if (c.flipped)
-        max_rel = "symbol_flipping";
-      else if (c.ratio && cfg.pert_mode != PertMode::ToCpu)
-        max_rel = io::python_float_repr(*c.ratio - 1.0);
-      const std::vector<std::string> fields = {std::to_string(rank),
-                                               std::string(pert_mode_name(cfg.pert_mode)),
-                                               "forward",
-                                               std::to_string(step),
-                                               call.name,
-                                               max_rel,
-                                               dtype_name(c.dtype),
-                                               torch_size_text(c.shape),
-                                               c.index ? std::to_string(*c.index) : std::string()};
-      for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
-      rows += "\r\n";
+      if (c.in_sequence)
+        sequence_flagged = true;
+      else
+        row(call, &c);
     }
+    if (sequence_flagged) row(call, nullptr);  // msprobe: the output is not a tensor, so no dtype/shape
+  }
   if (rows.empty()) return rows;
   return "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n" + rows;
 }
