@@ -33,7 +33,8 @@ mode_t current_umask() {
 }
 
 // run_grad_probe.py in C++: seed 1234, Net, SGD lr 0.1, [data seed], two steps of randn(2, 8).
-void run_reference_script(tp::GradMonitor& mon, std::optional<int> data_seed = std::nullopt) {
+template <class Monitor>  // GradMonitor, or PrecisionDebugger with task grad_probe
+void run_reference_script(Monitor& mon, std::optional<int> data_seed = std::nullopt) {
   torch::manual_seed(1234);
   tptest::Net model;
   mon.monitor(model);
@@ -68,7 +69,7 @@ std::vector<std::vector<std::string>> read_csv(const std::string& path) {
     } else if (c == ',') {
       rows.back().emplace_back();
     } else if (c == '\r') {
-      REQUIRE_MESSAGE(i + 1 < text.size() && text[i + 1] == '\n', path << ": a row does not end with CRLF");
+      REQUIRE_MESSAGE((i + 1 < text.size() && text[i + 1] == '\n'), path << ": a row does not end with CRLF");
       if (++i + 1 < text.size()) rows.emplace_back(1);
     } else {
       REQUIRE_MESSAGE(c != '\n', path << ": a bare LF");
@@ -152,6 +153,19 @@ TEST_CASE("run B of the comparison (other inputs after the same seed) is reprodu
   check_same_dump(dir.path(), kRef + "/L1_runB");
 }
 
+TEST_CASE(
+    "PrecisionDebugger with task grad_probe is a GradMonitor: monitor(model), then step() before optimizer.step()") {
+  if (!have_reference()) TP_SKIP("no msprobe reference dumps at " << kRef);
+  tptest::TempDir dir;
+  tp::PrecisionDebugger dbg(kRef + "/configs/cfg_L2.json", tp::Options().dump_path(dir.path()));
+  CHECK(dbg.config().task == tp::Task::GradProbe);
+  dbg.start();  // no-ops for this task, as in msprobe
+  run_reference_script(dbg);
+  dbg.stop();
+  CHECK_FALSE(dbg.running());
+  check_same_dump(dir.path(), kRef + "/L2");
+}
+
 TEST_CASE("values on a bound fall in the interval they close; zeros count twice, NaN in the last interval") {
   tptest::TempDir dir;
   torch::nn::Module m;
@@ -209,7 +223,8 @@ TEST_CASE("empty bounds: one interval, named (-inf, inf) so that the header has 
   const auto rows = read_csv(dir.path() + "/rank0/grad_summary_0.csv");
   // msprobe writes the header without the interval column (one column short of the rows).
   CHECK(rows[0] == std::vector<std::string>{"param_name", "(-inf, inf)", "=0", "max", "min", "norm", "shape"});
-  CHECK(rows[1] == std::vector<std::string>{"w", "1.0", "0.25", "3.0", "-2.0", "3.7416573867739413", "[4]"});
+  // norm: sqrt(14) rounded to float32, the precision msprobe reports every statistic in.
+  CHECK(rows[1] == std::vector<std::string>{"w", "1.0", "0.25", "3.0", "-2.0", "3.7416574954986572", "[4]"});
 }
 
 TEST_CASE("an fp16 gradient's norm is exact (msprobe's fp16 norm overflows to inf)") {
@@ -276,4 +291,26 @@ TEST_CASE("a failure while recording goes to dump_error_info.log and training go
   const std::string log = tptest::read_text(dir.path() + "/rank0/dump_error_info.log");
   CHECK(log.find("grad_probe_step failed: name=step0") != std::string::npos);
   CHECK(log.find("step0") != std::string::npos);
+}
+
+TEST_CASE("interval counts by comparison (the device way, no synchronisation) equal bucketize's on the CPU") {
+  torch::manual_seed(7);
+  at::Tensor g = torch::randn({1000}).mul(2).round().div(4);  // many values exactly on bounds
+  g.index_put_({torch::arange(0, 1000, 97)}, NAN);
+  const std::vector<tp::GradBound> bounds{{-1.0, "-1"}, {-0.25, "-0.25"}, {0.0, "0"}, {0.5, "0.5"}, {1.0, "1"}};
+  tp::grad_probe::GradStatsComputer by_bucketize(tp::GradLevel::L2, bounds, false);
+  tp::grad_probe::GradStatsComputer by_comparison(tp::GradLevel::L2, bounds, false);
+  by_comparison.count_by_comparison(true);
+  const auto a = by_bucketize.compute({{"g", g}}), b = by_comparison.compute({{"g", g}});
+  CHECK(a[0].buckets == b[0].buckets);
+  // Independent count: interval i holds b[i-1] < x <= b[i]; NaN in the last.
+  std::vector<std::int64_t> expected(bounds.size() + 1, 0);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const float v = g[i].item<float>();
+    std::size_t k = 0;
+    while (k < bounds.size() && !(v <= static_cast<float>(bounds[k].value))) ++k;
+    ++expected[k];
+  }
+  CHECK(a[0].buckets == expected);
+  CHECK(a[0].zeros == (g == 0).sum().item<int64_t>());
 }

@@ -59,6 +59,9 @@ class GradStatsComputer {
   GradStatsComputer(GradLevel level, std::vector<GradBound> bounds, bool with_sign)
       : level_(level), bounds_(std::move(bounds)), with_sign_(with_sign) {}
 
+  // Counts intervals on the CPU as on a device (tests check that both ways agree).
+  void count_by_comparison(bool on) { count_by_comparison_ = on; }
+
   std::vector<GradSummary> compute(const std::vector<NamedGrad>& grads) {
     std::vector<GradSummary> out(grads.size());
     std::vector<at::Tensor> parts;  // byte tensors on the grads' devices
@@ -82,7 +85,9 @@ class GradStatsComputer {
  private:
   // Appends this gradient's byte tensors: stats (float64), [float32 bytes], [direction], [sign].
   void queue(const at::Tensor& g, std::vector<at::Tensor>& parts) {
-    std::vector<at::Tensor> stats = {g.max().to(at::kDouble).reshape({1}), g.min().to(at::kDouble).reshape({1}),
+    const auto extrema = at::aminmax(g);
+    std::vector<at::Tensor> stats = {std::get<1>(extrema).to(at::kDouble).reshape({1}),
+                                     std::get<0>(extrema).to(at::kDouble).reshape({1}),
                                      at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).reshape({1})};
     if (level_ == GradLevel::L2) {
       // msprobe: bucketize(grad, float32 bounds), bf16 as float32; zeros also counted in their interval.
@@ -90,9 +95,18 @@ class GradStatsComputer {
       const int64_t n = static_cast<int64_t>(bounds_.size()) + 1;
       if (bounds_.empty()) {
         stats.push_back(at::full({1}, static_cast<double>(g.numel()), g.options().dtype(at::kDouble)));
-      } else {
+      } else if (x.is_cpu() && !count_by_comparison_) {
         const at::Tensor idx = at::bucketize(x, bounds_on(x), false, false).reshape({-1});
         stats.push_back(at::bincount(idx, {}, n).to(at::kDouble));
+      } else {
+        // bincount sizes its output from the data (a synchronisation); counts of x <= b_i do not:
+        // interval i holds those <= b_i and not <= b_(i-1); NaN is <= nothing, so it lands in the last.
+        const at::Tensor b = bounds_on(x);
+        std::vector<at::Tensor> le;
+        for (int64_t i = 0; i + 1 < n; ++i) le.push_back((x <= b[i]).sum().to(at::kDouble).reshape({1}));
+        le.push_back(at::full({1}, static_cast<double>(x.numel()), x.options().dtype(at::kDouble)));
+        const at::Tensor cum = at::cat(le);
+        stats.push_back(at::cat({cum.slice(0, 0, 1), cum.slice(0, 1) - cum.slice(0, 0, n - 1)}));
       }
       stats.push_back((g == 0).sum().to(at::kDouble).reshape({1}));
     }
@@ -178,6 +192,7 @@ class GradStatsComputer {
   GradLevel level_;
   std::vector<GradBound> bounds_;
   bool with_sign_;
+  bool count_by_comparison_ = false;
   std::map<std::string, at::Tensor> bounds_cache_;
 };
 
