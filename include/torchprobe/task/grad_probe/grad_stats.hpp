@@ -85,7 +85,9 @@ class GradStatsComputer {
  private:
   // Appends this gradient's byte tensors: stats (float64), [float32 bytes], [direction], [sign].
   void queue(const at::Tensor& g, std::vector<at::Tensor>& parts) {
-    const auto extrema = at::aminmax(g);
+    // aminmax (one pass) lacks fp16 on libtorch 1.13's CPU; widening to float32 is exact.
+    const bool narrow = g.scalar_type() == at::kHalf || g.scalar_type() == at::kBFloat16;
+    const auto extrema = at::aminmax(narrow && g.is_cpu() ? g.to(at::kFloat) : g);
     std::vector<at::Tensor> stats = {std::get<1>(extrema).to(at::kDouble).reshape({1}),
                                      std::get<0>(extrema).to(at::kDouble).reshape({1}),
                                      at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).reshape({1})};
