@@ -293,24 +293,41 @@ TEST_CASE("a failure while recording goes to dump_error_info.log and training go
   CHECK(log.find("step0") != std::string::npos);
 }
 
-TEST_CASE("interval counts by comparison (the device way, no synchronisation) equal bucketize's on the CPU") {
+TEST_CASE("the CPU scan, ATen with bucketize and the device way (counts of x <= b) give the same summary") {
+  using Mode = tp::grad_probe::GradStatsComputer::CpuMode;
   torch::manual_seed(7);
   at::Tensor g = torch::randn({1000}).mul(2).round().div(4);  // many values exactly on bounds
-  g.index_put_({torch::arange(0, 1000, 97)}, NAN);
   const std::vector<tp::GradBound> bounds{{-1.0, "-1"}, {-0.25, "-0.25"}, {0.0, "0"}, {0.5, "0.5"}, {1.0, "1"}};
-  tp::grad_probe::GradStatsComputer by_bucketize(tp::GradLevel::L2, bounds, false);
-  tp::grad_probe::GradStatsComputer by_comparison(tp::GradLevel::L2, bounds, false);
-  by_comparison.count_by_comparison(true);
-  const auto a = by_bucketize.compute({{"g", g}}), b = by_comparison.compute({{"g", g}});
-  CHECK(a[0].buckets == b[0].buckets);
-  // Independent count: interval i holds b[i-1] < x <= b[i]; NaN in the last.
-  std::vector<std::int64_t> expected(bounds.size() + 1, 0);
-  for (int64_t i = 0; i < g.numel(); ++i) {
-    const float v = g[i].item<float>();
-    std::size_t k = 0;
-    while (k < bounds.size() && !(v <= static_cast<float>(bounds[k].value))) ++k;
-    ++expected[k];
+  for (const bool with_nan : {false, true}) {
+    CAPTURE(with_nan);
+    if (with_nan) g.index_put_({torch::arange(0, 1000, 97)}, NAN);
+    std::vector<tp::grad_probe::GradSummary> got;
+    for (const Mode mode : {Mode::Scan, Mode::Torch, Mode::TorchByComparison}) {
+      tp::grad_probe::GradStatsComputer c(tp::GradLevel::L2, bounds, true);
+      c.cpu_mode(mode);
+      got.push_back(c.compute({{"g", g}})[0]);
+    }
+    // Independent count: interval i holds b[i-1] < x <= b[i]; NaN in the last.
+    std::vector<std::int64_t> expected(bounds.size() + 1, 0);
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      const float v = g[i].item<float>();
+      std::size_t k = 0;
+      while (k < bounds.size() && !(v <= static_cast<float>(bounds[k].value))) ++k;
+      ++expected[k];
+    }
+    const double norm = static_cast<float>(g.to(torch::kDouble).norm().item<double>());
+    for (const auto& s : got) {
+      CHECK(s.buckets == expected);
+      CHECK(s.zeros == (g == 0).sum().item<int64_t>());
+      CHECK(s.direction == got[0].direction);
+      CHECK(s.sign == got[0].sign);
+      if (with_nan) {
+        CHECK((std::isnan(s.max) && std::isnan(s.min) && std::isnan(s.norm)));
+      } else {
+        CHECK(s.max == g.max().item<double>());
+        CHECK(s.min == g.min().item<double>());
+        CHECK(s.norm == doctest::Approx(norm).epsilon(1e-7));
+      }
+    }
   }
-  CHECK(a[0].buckets == expected);
-  CHECK(a[0].zeros == (g == 0).sum().item<int64_t>());
 }

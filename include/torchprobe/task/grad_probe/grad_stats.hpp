@@ -59,13 +59,17 @@ class GradStatsComputer {
   GradStatsComputer(GradLevel level, std::vector<GradBound> bounds, bool with_sign)
       : level_(level), bounds_(std::move(bounds)), with_sign_(with_sign) {}
 
-  // Counts intervals on the CPU as on a device (tests check that both ways agree).
-  void count_by_comparison(bool on) { count_by_comparison_ = on; }
+  // How CPU gradients are read: Scan (float32/float64: one C++ pass over the values), or as device
+  // gradients are: ATen reductions with bucketize (Torch) or with counts of x <= b (TorchByComparison,
+  // the device way). Tests check that all three agree.
+  enum class CpuMode { Scan, Torch, TorchByComparison };
+  void cpu_mode(CpuMode mode) { cpu_mode_ = mode; }
 
   std::vector<GradSummary> compute(const std::vector<NamedGrad>& grads) {
     std::vector<GradSummary> out(grads.size());
     std::vector<at::Tensor> parts;  // byte tensors on the grads' devices
     std::vector<std::size_t> first(grads.size(), 0), count(grads.size(), 0);
+    std::vector<bool> scanned(grads.size(), false);
     for (std::size_t i = 0; i < grads.size(); ++i) {
       const at::Tensor& g = grads[i].grad;
       GradSummary& s = out[i];
@@ -74,11 +78,22 @@ class GradStatsComputer {
       s.numel = g.numel();
       first[i] = parts.size();
       if (s.numel == 0) continue;
+      if (g.is_cpu() && cpu_mode_ == CpuMode::Scan && g.scalar_type() == at::kFloat) {
+        scan_cpu<float>(g, s);
+        scanned[i] = true;
+        continue;
+      }
+      if (g.is_cpu() && cpu_mode_ == CpuMode::Scan && g.scalar_type() == at::kDouble) {
+        scan_cpu<double>(g, s);
+        scanned[i] = true;
+        continue;
+      }
       queue(g, parts);
       count[i] = parts.size() - first[i];
     }
     const std::vector<std::pair<const std::uint8_t*, std::size_t>> host = to_host(parts);
-    for (std::size_t i = 0; i < grads.size(); ++i) fill(out[i], host, first[i], count[i]);
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (!scanned[i]) fill(out[i], host, first[i], count[i]);
     return out;
   }
 
@@ -97,7 +112,7 @@ class GradStatsComputer {
       const int64_t n = static_cast<int64_t>(bounds_.size()) + 1;
       if (bounds_.empty()) {
         stats.push_back(at::full({1}, static_cast<double>(g.numel()), g.options().dtype(at::kDouble)));
-      } else if (x.is_cpu() && !count_by_comparison_) {
+      } else if (x.is_cpu() && cpu_mode_ != CpuMode::TorchByComparison) {
         const at::Tensor idx = at::bucketize(x, bounds_on(x), false, false).reshape({-1});
         stats.push_back(at::bincount(idx, {}, n).to(at::kDouble));
       } else {
@@ -118,6 +133,64 @@ class GradStatsComputer {
       parts.push_back(detail::as_bytes(g > 0));
       if (with_sign_) parts.push_back(detail::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
     }
+  }
+
+  // Every statistic of a CPU float32/float64 gradient in one pass, with ATen's semantics: NaN makes
+  // max, min and norm NaN and falls in the last interval (b[i-1] < x <= b[i], float32 bounds).
+  template <class T>
+  void scan_cpu(const at::Tensor& g, GradSummary& s) const {
+    const at::Tensor c = g.contiguous();
+    const T* p = c.data_ptr<T>();
+    const auto n = static_cast<std::size_t>(c.numel());
+    std::vector<T> b;
+    for (const GradBound& x : bounds_) b.push_back(static_cast<T>(static_cast<float>(x.value)));
+    const bool l2 = level_ == GradLevel::L2, dir = level_ != GradLevel::L0;
+    if (l2) s.buckets.assign(b.size() + 1, 0);
+    if (dir) s.direction.resize(n);
+    if (dir && with_sign_) s.sign.resize(n);
+    T mx = p[0], mn = p[0];
+    double sq = 0;
+    bool nan = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      const T v = p[i];
+      if (dir) {
+        s.direction[i] = static_cast<char>(v > 0);
+        if (with_sign_) s.sign[i] = static_cast<char>((v > 0) - (v < 0));
+      }
+      if (v != v) {
+        nan = true;
+        if (l2) ++s.buckets.back();
+        continue;
+      }
+      mx = v > mx ? v : mx;
+      mn = v < mn ? v : mn;
+      sq += static_cast<double>(v) * static_cast<double>(v);
+      if (l2) {
+        std::size_t k = 0;
+        while (k < b.size() && b[k] < v) ++k;
+        ++s.buckets[k];
+        s.zeros += v == 0;
+      }
+    }
+    const double qnan = std::numeric_limits<double>::quiet_NaN();
+    s.max = nan ? qnan : static_cast<double>(static_cast<float>(mx));
+    s.min = nan ? qnan : static_cast<double>(static_cast<float>(mn));
+    s.norm = nan ? qnan : static_cast<double>(static_cast<float>(std::sqrt(sq)));
+    if (level_ == GradLevel::L0) {
+      const at::Tensor f = c.to(at::kFloat);  // the same tensor when it is float32 already
+      s.crc = crc32_bytes(reinterpret_cast<const std::uint8_t*>(f.data_ptr<float>()), n * sizeof(float));
+    }
+  }
+
+  static std::uint32_t crc32_bytes(const std::uint8_t* p, std::size_t left) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (left > 0) {  // zlib takes uInt lengths
+      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      left -= chunk;
+    }
+    return static_cast<std::uint32_t>(crc);
   }
 
   // CPU parts are read in place; the parts of each other device are concatenated and copied once.
@@ -166,15 +239,7 @@ class GradStatsComputer {
       s.zeros = static_cast<std::int64_t>(stats[3 + bounds_.size() + 1]);
     }
     if (level_ == GradLevel::L0) {
-      uLong crc = crc32(0L, Z_NULL, 0);
-      const std::uint8_t* p = host[k].first;
-      for (std::size_t left = host[k].second; left > 0;) {
-        const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
-        crc = crc32(crc, p, chunk);
-        p += chunk;
-        left -= chunk;
-      }
-      s.crc = static_cast<std::uint32_t>(crc);
+      s.crc = crc32_bytes(host[k].first, host[k].second);
       ++k;
     } else {
       s.direction.assign(reinterpret_cast<const char*>(host[k].first), host[k].second);
@@ -194,7 +259,7 @@ class GradStatsComputer {
   GradLevel level_;
   std::vector<GradBound> bounds_;
   bool with_sign_;
-  bool count_by_comparison_ = false;
+  CpuMode cpu_mode_ = CpuMode::Scan;
   std::map<std::string, at::Tensor> bounds_cache_;
 };
 
