@@ -150,7 +150,7 @@ class GradStatsComputer {
     if (dir && with_sign_) s.sign.resize(n);
     T mx = p[0], mn = p[0];
     double sq = 0;
-    bool nan = false;
+    std::int64_t nans = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const T v = p[i];
       if (dir) {
@@ -158,20 +158,29 @@ class GradStatsComputer {
         if (with_sign_) s.sign[i] = static_cast<char>((v > 0) - (v < 0));
       }
       if (v != v) {
-        nan = true;
-        if (l2) ++s.buckets.back();
+        ++nans;
         continue;
       }
       mx = v > mx ? v : mx;
       mn = v < mn ? v : mn;
       sq += static_cast<double>(v) * static_cast<double>(v);
-      if (l2) {
-        std::size_t k = 0;
-        while (k < b.size() && b[k] < v) ++k;
-        ++s.buckets[k];
-        s.zeros += v == 0;
-      }
     }
+    if (l2) {  // one tight pass per bound: above[j] = #(v > b[j]); interval k = above[k-1] - above[k]
+      std::vector<std::int64_t> above(b.size(), 0);
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        const T bj = b[j];
+        std::int64_t c = 0;
+        for (std::size_t i = 0; i < n; ++i) c += p[i] > bj;
+        above[j] = c;
+      }
+      std::int64_t zeros = 0;
+      for (std::size_t i = 0; i < n; ++i) zeros += p[i] == 0;
+      s.zeros = zeros;
+      const auto valid = static_cast<std::int64_t>(n) - nans;
+      for (std::size_t k = 0; k <= b.size(); ++k)
+        s.buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == b.size() ? -nans : above[k]);
+    }
+    const bool nan = nans > 0;
     const double qnan = std::numeric_limits<double>::quiet_NaN();
     s.max = nan ? qnan : static_cast<double>(static_cast<float>(mx));
     s.min = nan ? qnan : static_cast<double>(static_cast<float>(mn));
