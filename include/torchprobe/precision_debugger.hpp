@@ -1,6 +1,9 @@
 #pragma once
 // PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
 // the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
+// With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
+// before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +12,7 @@
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/debugger_interface.hpp"
+#include "torchprobe/task/grad_probe/monitor.hpp"
 #include "torchprobe/task/registry.hpp"
 #include "torchprobe/task/task_list.hpp"
 
@@ -19,25 +23,49 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
  public:
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
-  explicit BasicPrecisionDebugger(const Options& options) : impl_(make(options)) {}
+  explicit BasicPrecisionDebugger(const Options& options)
+      : grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {}
 
-  void start() { impl_->start_with(ModelRef{}, std::nullopt); }
+  void start() {
+    if (impl_) impl_->start_with(ModelRef{}, std::nullopt);
+  }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    impl_->start_with(to_model_ref(model), rank_id);
+    if (impl_) impl_->start_with(to_model_ref(model), rank_id);
   }
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    impl_->start_with(model, rank_id);
+    if (impl_) impl_->start_with(model, rank_id);
   }
-  void stop() noexcept override { impl_->stop(); }
-  void step() override { impl_->step(); }
-  void wait_written() override { impl_->wait_written(); }
-  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  void stop() noexcept override {
+    if (impl_) impl_->stop();
+  }
+  // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
+  void step() override {
+    if (grad_)
+      grad_->step();
+    else
+      impl_->step();
+  }
+  // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
+  template <class Model>
+  void monitor(const Model& model) {
+    if (grad_)
+      grad_->monitor(model);
+    else
+      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << task_name(impl_->config().task)
+                << "\" ignores it\n";
+  }
+  void wait_written() override {
+    if (impl_) impl_->wait_written();
+  }
+  void set_init_step(std::int64_t step) override {
+    if (impl_) impl_->set_init_step(step);
+  }
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    impl_->save(value, name, save_backward);
+    if (impl_) impl_->save(value, name, save_backward);
   }
-  bool running() const override { return impl_->running(); }
-  const Config& config() const override { return impl_->config(); }
+  bool running() const override { return impl_ && impl_->running(); }
+  const Config& config() const override { return grad_ ? grad_->config() : impl_->config(); }
 
  private:
   // The configuration is checked against the list first: a (task, level) pair it lacks is a
@@ -64,6 +92,13 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
+  static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
+    Config c = options.resolve();
+    if (c.task != Task::GradProbe) return nullptr;
+    return std::make_unique<GradMonitor>(std::move(c));
+  }
+
+  std::unique_ptr<GradMonitor> grad_;
   std::unique_ptr<DebuggerInterface> impl_;
 };
 

@@ -35,3 +35,4 @@
 #include "torchprobe/scoped_dump.hpp"
 #include "torchprobe/module_guard.hpp"
 #include "torchprobe/precision_debugger.hpp"
+#include "torchprobe/task/grad_probe/monitor.hpp"

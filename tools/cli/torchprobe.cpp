@@ -1,11 +1,13 @@
 // The `torchprobe` command-line tool. Subcommands:
 //   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
+//   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
 // Everything it does lives in headers (include/torchprobe/compare/), which the unit tests use too.
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "torchprobe/compare/cli.hpp"
+#include "torchprobe/compare/grad_compare.hpp"
 #include "torchprobe/version.hpp"
 
 namespace {
@@ -13,6 +15,7 @@ const char* kUsage =
     "usage: torchprobe <command> [args]\n"
     "commands:\n"
     "  compare   compare two dumps (run 'torchprobe compare --help')\n"
+    "  grad-compare  compare two grad_probe runs (run 'torchprobe grad-compare --help')\n"
     "  --version print the version\n";
 }  // namespace
 
@@ -43,6 +46,8 @@ int main(int argc, char** argv) {
     }
     return torchprobe::compare::run_compare(options, std::cerr);
   }
+  if (args[0] == "grad-compare")
+    return torchprobe::compare::grad::run_grad_compare({args.begin() + 1, args.end()}, std::cout, std::cerr);
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;
 }

@@ -60,14 +60,17 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"if_preheat", KeyPlace::Section, KeySupport::Read},
     {"preheat_step", KeyPlace::Section, KeySupport::Read},
     {"max_sample", KeyPlace::Section, KeySupport::Read},
+    {"grad_level", KeyPlace::Section, KeySupport::Read},
+    {"param_list", KeyPlace::Section, KeySupport::Read},
+    {"bounds", KeyPlace::Section, KeySupport::Read},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
 
 // msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
 // is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
-                                                     "diff_check", "nan_check", "exception_dump"};
+inline constexpr std::string_view kForeignTasks[] = {"acc_check", "run_ut", "diff_check", "nan_check",
+                                                     "exception_dump"};
 
 inline const ConfigKey* find_config_key(std::string_view name) {
   for (const ConfigKey& k : kConfigKeys)
@@ -82,7 +85,8 @@ inline bool is_section_key(std::string_view name) {
 }
 
 inline bool is_task_section_name(std::string_view name) {
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+  for (Task t :
+       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
     if (task_name(t) == name) return true;
   return false;
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "torchprobe/config/free_benchmark.hpp"
+#include "torchprobe/config/grad_probe.hpp"
 #include "torchprobe/config/keys.hpp"
 #include "torchprobe/config/readers.hpp"
 #include "torchprobe/config/types.hpp"
@@ -30,10 +31,12 @@ inline bool asks_for_something(const json& v) {
 }
 
 inline Task parse_task(const json& v) {
-  const std::string allowed = "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\"";
+  const std::string allowed =
+      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\"";
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+  for (Task t :
+       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
     if (task_name(t) == name) return t;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
@@ -225,6 +228,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
   if (c.task == Task::FreeBenchmark && reads("pert_mode"))
     c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
+  if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))

@@ -107,6 +107,19 @@ struct FreeBenchmarkConfig {
   int64_t max_sample = 20;  // msprobe's documented default (its code falls back to preheat_step's 15)
 };
 
+// The "grad_probe" section (config/grad_probe.hpp checks it; docs/grad_probe.md). A bound keeps the
+// text Python's str() gives its JSON number ("-1", "0.1", "1e-05"): it names the CSV's interval columns.
+enum class GradLevel { L0, L1, L2 };
+struct GradBound {
+  double value;
+  std::string text;
+};
+struct GradProbeConfig {
+  GradLevel grad_level = GradLevel::L1;
+  std::vector<std::string> param_list;  // exact named_parameters() names; empty = every parameter
+  std::vector<GradBound> bounds{{-1.0, "-1"}, {0.0, "0"}, {1.0, "1"}};
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
@@ -127,6 +140,7 @@ struct Config {
   SummaryMode summary_mode = SummaryMode::Statistics;
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
   FreeBenchmarkConfig free_benchmark;
+  GradProbeConfig grad_probe;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;

@@ -11,7 +11,8 @@ namespace torchprobe {
 enum class Level { L0, L1, Mix, L2, Debug };
 
 // What is written for each captured tensor.
-enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+// GradProbe is no Debugger task: GradMonitor (task/grad_probe/monitor.hpp) runs it.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe };
 
 // A set of levels: those a task supports.
 class LevelSet {
@@ -45,6 +46,7 @@ constexpr std::string_view task_name(Task t) {
     case Task::OverflowCheck: return "overflow_check";
     case Task::FreeBenchmark: return "free_benchmark";
     case Task::Structure: return "structure";
+    case Task::GradProbe: return "grad_probe";
   }
   return "?";
 }
