@@ -54,12 +54,14 @@ TEST_CASE("a C++ mix dump pairs entry for entry with msprobe's Python dump of th
         CHECK(status == 0);
         CHECK(r["diverged"] == false);
         // 11 C++ entries (t and addmm forward and backward, relu, sum, the module's three) against
-        // msprobe's 9: the module's forward, backward and parameters_grad by name, linear, relu
-        // and sum by template, forward and backward; Aten.t's backward is part of linear's.
+        // msprobe's 9: the module's forward, backward and parameters_grad by name; linear, inside
+        // the paired fc module, by alignment; relu and sum by template; forward and backward each.
+        // Aten.t's backward is part of linear's.
         CHECK(r["summary"]["target_entries"] == 11);
         CHECK(r["summary"]["bench_entries"] == 9);
         CHECK(r["summary"]["paired_exact"] == 3);
-        CHECK(r["summary"]["paired_template"] == 6);
+        CHECK(r["summary"]["paired_align"] == 2);
+        CHECK(r["summary"]["paired_template"] == 4);
         CHECK(r["summary"]["target_only"] == 0);
         CHECK(r["summary"]["bench_only"] == 0);
       }

@@ -1,14 +1,20 @@
 #pragma once
 // Pairing inside paired modules (matching.hpp's pass 3): for each module call paired by name (mix dumps on both sides),
 // the API calls each side made directly inside it (construct.json) that are still unpaired are aligned as two sequences
-// (a weighted longest common subsequence over the canonical items of matching.hpp: Functional.linear and Aten.t +
+// (a weighted longest common subsequence over the canonical items of templates.hpp: Functional.linear and Aten.t +
 // Aten.addmm are both "linear"). Two items can pair only under the same canonical name; a pair scores more when their
 // first outputs have the same shape and dtype class, and more again when their statistics are equal. An extra call on
 // one side then stays inside its module: it cannot shift every later call of the same API onto the wrong partner, as
 // the global k-th-occurrence rule of the template pass can.
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "torchprobe/compare/group_map.hpp"
+#include "torchprobe/compare/templates.hpp"
 
 namespace torchprobe::compare::detail {
 
@@ -43,3 +49,78 @@ std::vector<std::pair<std::size_t, std::size_t>> align_items(const std::vector<I
 }
 
 }  // namespace torchprobe::compare::detail
+
+namespace torchprobe::compare {
+
+// The pass: pairs what it aligns in `by_target` / `used` (method "align"). `*_parents`: each side's
+// construct.json, entry -> its module.
+inline void align_inside_modules(const std::vector<Entry>& target, const std::vector<Entry>& bench,
+                                 const std::map<std::string, std::string>* target_parents,
+                                 const std::map<std::string, std::string>* bench_parents,
+                                 std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+  // A call's backward entries ("Aten.addmm.0" -> Aten.addmm.0.backward), to pair with its forward.
+  std::map<std::string, std::vector<const Entry*>> t_backward, b_backward;
+  for (const Entry& e : target)
+    if (e.direction == "backward") t_backward[detail::call_of(e.name)].push_back(&e);
+  for (const Entry& e : bench)
+    if (e.direction == "backward") b_backward[detail::call_of(e.name)].push_back(&e);
+  // An item's backward entries, the one of its last call (addmm: the linear's lead) first.
+  const auto backward_of = [&](const detail::Item& it, bool is_target) {
+    std::vector<const Entry*> out;
+    for (std::size_t k = it.members.size(); k-- > 0;) {
+      const auto& pool = is_target ? t_backward : b_backward;
+      const auto found = pool.find(detail::call_of(it.members[k]->name));
+      if (found == pool.end()) continue;
+      for (const Entry* e : found->second)
+        if (is_target ? !by_target.count(e) : !used.count(e)) out.push_back(e);
+    }
+    return out;
+  };
+  for (const Entry& tm : target) {
+    const auto pm = by_target.find(&tm);
+    if (!tm.is_module() || tm.direction != "forward" || pm == by_target.end() || pm->second.method != "exact") continue;
+    const auto inside = [&](const std::vector<Entry>& side, bool is_target, const std::string& module) {
+      const auto& parents = is_target ? *target_parents : *bench_parents;
+      std::vector<const Entry*> out;
+      for (const Entry& e : side) {
+        if (e.direction != "forward" || e.is_module() || (is_target ? by_target.count(&e) : used.count(&e))) continue;
+        const auto p = parents.find(e.name);
+        if (p != parents.end() && p->second == module) out.push_back(&e);
+      }
+      return out;
+    };
+    const auto ti = detail::canonical_items(inside(target, true, tm.name));
+    const auto bi = detail::canonical_items(inside(bench, false, pm->second.bench.front()->name));
+    const auto score = [](const detail::Item& x, const detail::Item& y) {
+      if (x.canon != y.canon || x.direction != y.direction) return 0;
+      if (x.aten == y.aten && x.members.size() != y.members.size()) return 0;
+      return 1 + (detail::signature(x) == detail::signature(y) ? 2 : 0) +
+             (detail::value_key(*x.members.back()) == detail::value_key(*y.members.back()) ? 4 : 0);
+    };
+    for (const auto& [i, j] : detail::align_items(ti, bi, score)) {
+      const detail::Item& t = ti[i];
+      const detail::Item& b = bi[j];
+      for (const Entry* e : b.members) used.insert(e);
+      if (t.aten == b.aten) {  // same naming, other call numbers: member with member
+        for (std::size_t k = 0; k < t.members.size(); ++k)
+          by_target[t.members[k]] = EntryPair{
+              t.members[k], {b.members[k]}, {}, "align", detail::same_suffix_links(*t.members[k], *b.members[k])};
+        continue;
+      }
+      EntryPair p{t.members[0], b.members, {}, "align", {}};
+      p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
+      if (t.members.size() > 1) p.target_group = t.members;
+      by_target[t.members[0]] = std::move(p);
+      for (std::size_t k = 1; k < t.members.size(); ++k)
+        by_target[t.members[k]] = EntryPair{t.members[k], {}, {}, "align", {}};
+      const auto tb = backward_of(t, true), bb = backward_of(b, false);
+      if (tb.empty() || bb.empty()) continue;  // linked by argument position, as the templates do
+      by_target[tb[0]] = EntryPair{tb[0], bb, tb.size() > 1 ? tb : std::vector<const Entry*>{}, "align",
+                                   detail::same_suffix_links(*tb[0], *bb[0])};
+      for (const Entry* e : bb) used.insert(e);
+      for (std::size_t k = 1; k < tb.size(); ++k) by_target[tb[k]] = EntryPair{tb[k], {}, {}, "align", {}};
+    }
+  }
+}
+
+}  // namespace torchprobe::compare

@@ -1,0 +1,63 @@
+#pragma once
+// A dump's entries as compare pairs them: each entry with its rows (rows.hpp), a pair of entries
+// with its row links, and the result of the matching passes (matching.hpp).
+#include <string>
+#include <vector>
+
+#include "torchprobe/compare/rows.hpp"
+
+namespace torchprobe::compare {
+
+struct Entry {
+  std::string name, key, direction;  // direction: forward | backward | parameters_grad
+  std::size_t index = 0;             // position in dump order
+  std::vector<const Row*> rows;
+  bool is_module() const { return name.rfind("Module.", 0) == 0 || name.rfind("Cell.", 0) == 0; }
+  std::string suffix(const Row& r) const { return r.name.rfind(name, 0) == 0 ? r.name.substr(name.size()) : r.name; }
+  const Row* row(const std::string& suffix_) const {
+    for (const Row* r : rows) {
+      if (suffix(*r) == suffix_) return r;
+    }
+    return nullptr;
+  }
+};
+
+inline std::vector<Entry> dump_entries(const std::vector<Row>& rows) {
+  std::vector<Entry> out;
+  for (const Row& r : rows) {
+    if (out.empty() || out.back().name != r.entry) {
+      Entry e;
+      e.name = r.entry;
+      e.key = r.entry_key;
+      e.index = r.entry_index;
+      const auto parts = detail::split_dots(r.entry);
+      for (const auto& p : parts) {
+        if (p == "forward" || p == "backward" || p == "parameters_grad") e.direction = p;
+      }
+      out.push_back(std::move(e));
+    }
+    out.back().rows.push_back(&r);
+  }
+  return out;
+}
+
+struct RowLink {
+  const Row* target;
+  const Row* bench;
+  bool transposed = false;  // W against W^T: equal statistics, reversed shape
+};
+
+struct EntryPair {
+  const Entry* target = nullptr;           // the target's entry (the first of a template's sequence)
+  std::vector<const Entry*> bench;         // one entry, or a template's sequence
+  std::vector<const Entry*> target_group;  // a template's sequence on the target side, else empty
+  std::string method;                      // exact | template | value
+  std::vector<RowLink> links;
+};
+
+struct Matching {
+  std::vector<EntryPair> pairs;  // in target order
+  std::vector<const Entry*> target_only, bench_only;
+};
+
+}  // namespace torchprobe::compare
