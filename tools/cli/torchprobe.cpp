@@ -1,5 +1,6 @@
 // The `torchprobe` command-line tool. Subcommands:
 //   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
+//   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark (run_ut.cpp)
 // Everything it does lives in headers (include/torchprobe/compare/), which the unit tests use too.
 #include <iostream>
 #include <string>
@@ -8,11 +9,14 @@
 #include "torchprobe/compare/cli.hpp"
 #include "torchprobe/version.hpp"
 
+int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
+
 namespace {
 const char* kUsage =
     "usage: torchprobe <command> [args]\n"
     "commands:\n"
     "  compare   compare two dumps (run 'torchprobe compare --help')\n"
+    "  run_ut    API accuracy pre-check of a dump (run 'torchprobe run_ut --help')\n"
     "  --version print the version\n";
 }  // namespace
 
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
     }
     return torchprobe::compare::run_compare(options, std::cerr);
   }
+  if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;
 }
