@@ -5,11 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "torchprobe/compare/dump_reader.hpp"
 
 namespace torchprobe::run_ut {
 
@@ -87,15 +90,18 @@ inline Dump parse_dump(const Json& root, const std::string& path) {
   return dump;
 }
 
+// msprobe's dump.json comes from Python's json: NaN and Infinity are bare tokens there.
 inline Dump read_dump(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw RunUtError(path + ": cannot open the dump.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Json root;
   try {
-    root = Json::parse(in);
+    root = Json::parse(compare::detail::mark_python_floats(text));
   } catch (const nlohmann::json::exception& e) {
     throw RunUtError(path + ": malformed JSON (" + std::string(e.what()) + ")");
   }
+  compare::detail::unmark_python_floats(root);
   return parse_dump(root, path);
 }
 
