@@ -21,9 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // 2x, exactly for float64; for float32 with a relative error of 1e-3 ("noisy") or none ("exact").
-at::Tensor twice_noisy(const at::Tensor& x) {
-  return x.scalar_type() == at::kFloat ? x * 2 * (1 + 1e-3) : x * 2;
-}
+at::Tensor twice_noisy(const at::Tensor& x) { return x.scalar_type() == at::kFloat ? x * 2 * (1 + 1e-3) : x * 2; }
 at::Tensor twice_exact(const at::Tensor& x) { return x * 2; }
 
 TORCH_LIBRARY(tprunut, m) {
@@ -85,19 +83,22 @@ nlohmann::ordered_json tensor_arg(const std::string& data_name, const at::Tensor
 
 }  // namespace
 
-TEST_CASE("run_ut replays msprobe's quick-start tensor dump: same verdicts and byte-identical result and details CSVs") {
+TEST_CASE(
+    "run_ut replays msprobe's quick-start tensor dump: same verdicts and byte-identical result and details CSVs") {
   const std::string ref = ref_dir() + "/out_tensor_step0";
   if (!fs::exists(ref)) TP_SKIP("no msprobe run_ut reference under " << ref_dir());
   tptest::TempDir tmp;
   const auto out = run_dump(ref_dir() + "/dump_tensor/step0/rank/dump.json", tmp.path());
-  const std::string ours = tptest::read_text(out.result_csv), theirs = tptest::read_text(file_with_prefix(ref, "accuracy_checking_result_"));
+  const std::string ours = tptest::read_text(out.result_csv),
+                    theirs = tptest::read_text(file_with_prefix(ref, "accuracy_checking_result_"));
   const auto our_rows = lines_of(ours), their_rows = lines_of(theirs);
   REQUIRE(their_rows.size() == 5);  // header + linear, relu, sum, ones_like
   REQUIRE(our_rows.size() == their_rows.size());
   for (std::size_t i = 0; i < their_rows.size(); ++i) CHECK(our_rows[i] == their_rows[i]);
   CHECK(ours == theirs);  // BOM, CRLF, 3-field rows
   CHECK(tptest::read_text(out.details_csv) == tptest::read_text(file_with_prefix(ref, "accuracy_checking_details_")));
-  CHECK(fs::path(out.result_csv).filename().string().size() == std::string("accuracy_checking_result_20260101000000.csv").size());
+  CHECK(fs::path(out.result_csv).filename().string().size() ==
+        std::string("accuracy_checking_result_20260101000000.csv").size());
 }
 
 TEST_CASE("run_ut on msprobe's bf16 dump: the Warning and error rows and the saved error data match msprobe's") {
@@ -199,7 +200,8 @@ TEST_CASE("run_ut flags a custom op whose float32 kernel is 1e-3 off as error, a
   const auto* exact = find(out, "Tprunut.exact.0");
   REQUIRE((noisy && exact));
   CHECK(noisy->forward == ru::Status::error);
-  CHECK(noisy->forward_rows.at(0).message.find("Relative error is greater than 0.001, consider as error") != std::string::npos);
+  CHECK(noisy->forward_rows.at(0).message.find("Relative error is greater than 0.001, consider as error") !=
+        std::string::npos);
   CHECK(exact->forward == ru::Status::pass);
   // The benchmark ran the float64 kernel: its output is exactly 2x.
   CHECK(noisy->bench_out.at(0).toTensor().equal(x.to(at::kDouble) * 2));
@@ -208,7 +210,8 @@ TEST_CASE("run_ut flags a custom op whose float32 kernel is 1e-3 off as error, a
   CHECK(std::find(rows.begin(), rows.end(), "Tprunut.exact.0,pass, ") != rows.end());
 }
 
-TEST_CASE("run_ut: bad APIs are SKIP with a named reason while the others are still checked; bad files are named errors") {
+TEST_CASE(
+    "run_ut: bad APIs are SKIP with a named reason while the others are still checked; bad files are named errors") {
   tptest::TempDir tmp;
   fs::create_directories(tmp / "dump_tensor_data");
   const at::Tensor x = torch::linspace(-1, 1, 16);
@@ -217,16 +220,21 @@ TEST_CASE("run_ut: bad APIs are SKIP with a named reason while the others are st
   root["task"] = "tensor";
   root["dump_data_dir"] = tmp / "dump_tensor_data";
   auto& data = root["data"];
-  data["Aten.no_such_op_in_aten.0.forward"] = {{"input_args", {tensor_arg("x.pt", x)}}, {"input_kwargs", nlohmann::ordered_json::object()}};
-  data["Aten.relu.0.forward"] = {{"input_args", {tensor_arg("missing.pt", x)}}, {"input_kwargs", nlohmann::ordered_json::object()}};
+  data["Aten.no_such_op_in_aten.0.forward"] = {{"input_args", {tensor_arg("x.pt", x)}},
+                                               {"input_kwargs", nlohmann::ordered_json::object()}};
+  data["Aten.relu.0.forward"] = {{"input_args", {tensor_arg("missing.pt", x)}},
+                                 {"input_kwargs", nlohmann::ordered_json::object()}};
   data["Aten.neg.0.forward"] = {{"input_args", "not a list"}};
-  data["Aten.add.0.forward"] = {{"input_args", {tensor_arg("x.pt", x), tensor_arg("x.pt", x)}}, {"input_kwargs", {{"alpha", {{"type", "int"}, {"value", 2}}}}}};
+  data["Aten.add.0.forward"] = {{"input_args", {tensor_arg("x.pt", x), tensor_arg("x.pt", x)}},
+                                {"input_kwargs", {{"alpha", {{"type", "int"}, {"value", 2}}}}}};
   data["VF.lstm"] = {{"input_args", nlohmann::ordered_json::array()}};  // not a forward/backward entry: not an API
-  data["Distributed.all_reduce.0.forward"] = {{"input_args", {tensor_arg("x.pt", x)}}, {"input_kwargs", nlohmann::ordered_json::object()}};
+  data["Distributed.all_reduce.0.forward"] = {{"input_args", {tensor_arg("x.pt", x)}},
+                                              {"input_kwargs", nlohmann::ordered_json::object()}};
   std::ofstream(tmp / "dump.json") << root.dump();
   const auto out = run_dump(tmp / "dump.json", tmp / "out");
   REQUIRE(out.results.size() == 5);
-  CHECK(find(out, "Aten.no_such_op_in_aten.0")->skip_message == "operator aten::no_such_op_in_aten is unknown to this libtorch");
+  CHECK(find(out, "Aten.no_such_op_in_aten.0")->skip_message ==
+        "operator aten::no_such_op_in_aten is unknown to this libtorch");
   CHECK(find(out, "Aten.relu.0")->skip_message.find("tensor file missing") != std::string::npos);
   CHECK(find(out, "Aten.neg.0")->skip_message.find("input_args must be a list") != std::string::npos);
   CHECK(find(out, "Distributed.all_reduce.0")->skip_message == "API all_reduce not support for run ut. SKIP.");
@@ -236,12 +244,16 @@ TEST_CASE("run_ut: bad APIs are SKIP with a named reason while the others are st
   CHECK(add->forward == ru::Status::pass);  // add.Tensor with alpha=2, resolved from the arguments
   CHECK(add->device_out.at(0).toTensor().equal(x * 3));
   const auto rows = lines_of(tptest::read_text(out.result_csv));
-  CHECK(std::find(rows.begin(), rows.end(),
-                  "Aten.no_such_op_in_aten.0,SKIP,SKIP,operator aten::no_such_op_in_aten is unknown to this libtorch") != rows.end());
+  CHECK(
+      std::find(rows.begin(), rows.end(),
+                "Aten.no_such_op_in_aten.0,SKIP,SKIP,operator aten::no_such_op_in_aten is unknown to this libtorch") !=
+      rows.end());
 
   std::ofstream(tmp / "broken.json") << R"({"task": "tensor", "data": {"Aten.relu.0.forward": {)";
-  CHECK_THROWS_WITH_AS(run_dump(tmp / "broken.json", tmp / "out2"), doctest::Contains("broken.json: malformed JSON"), ru::RunUtError);
-  CHECK_THROWS_WITH_AS(run_dump(tmp / "absent.json", tmp / "out2"), doctest::Contains("cannot open the dump.json"), ru::RunUtError);
+  CHECK_THROWS_WITH_AS(run_dump(tmp / "broken.json", tmp / "out2"), doctest::Contains("broken.json: malformed JSON"),
+                       ru::RunUtError);
+  CHECK_THROWS_WITH_AS(run_dump(tmp / "absent.json", tmp / "out2"), doctest::Contains("cannot open the dump.json"),
+                       ru::RunUtError);
   root.erase("dump_data_dir");
   std::ofstream(tmp / "stats.json") << root.dump();
   ru::RunOptions o;
@@ -268,4 +280,35 @@ TEST_CASE("run_ut -csv_path resumes a run: APIs already in the result CSV are no
   REQUIRE(rows.size() == 5);
   CHECK(rows[1] == "Aten.t.0,pass,pass");
   CHECK(rows[2] == "Aten.addmm.0,pass,pass");
+}
+
+TEST_CASE(
+    "run_ut gathers Python varargs into the schema's list: x.permute(1, 0), torch.einsum(eq, a), and aten overloads by "
+    "name") {
+  tptest::TempDir tmp;
+  fs::create_directories(tmp / "dump_tensor_data");
+  const at::Tensor x = torch::linspace(-2, 2, 12).reshape({3, 4});
+  save_pt(tmp / "dump_tensor_data/x.pt", x);
+  const auto integer = [](int64_t v) { return nlohmann::ordered_json{{"type", "int"}, {"value", v}}; };
+  const auto none = nlohmann::ordered_json::object();
+  nlohmann::ordered_json root;
+  root["task"] = "tensor";
+  root["dump_data_dir"] = tmp / "dump_tensor_data";
+  root["data"]["Tensor.permute.0.forward"] = {{"input_args", {tensor_arg("x.pt", x), integer(1), integer(0)}},
+                                              {"input_kwargs", none}};
+  root["data"]["Torch.einsum.0.forward"] = {
+      {"input_args", {{{"type", "str"}, {"value", "ij->ji"}}, tensor_arg("x.pt", x)}}, {"input_kwargs", none}};
+  root["data"]["Aten.sum.dim_IntList.0.forward"] = {{"input_args", {tensor_arg("x.pt", x), {integer(1)}}},
+                                                    {"input_kwargs", none}};
+  std::ofstream(tmp / "dump.json") << root.dump();
+  const auto out = run_dump(tmp / "dump.json", tmp / "out");
+  REQUIRE(out.results.size() == 3);
+  for (const auto& r : out.results) {
+    CAPTURE(r.name);
+    CAPTURE(r.skip_message);
+    REQUIRE(r.forward == ru::Status::pass);
+  }
+  CHECK(out.results[0].device_out.at(0).toTensor().equal(x.t()));
+  CHECK(out.results[1].device_out.at(0).toTensor().equal(x.t()));
+  CHECK(out.results[2].device_out.at(0).toTensor().allclose(x.sum(1)));
 }

@@ -39,9 +39,9 @@ std::string config_rejection(const json& doc) {
 }  // namespace
 
 TEST_CASE("run_ut arguments: msprobe's spellings reach the options") {
-  const auto o = ru::parse_run_ut_args(
-      {"-api_info", "d/dump.json", "-o", "out", "-save_error_data", "-f", "-j", "4", "--float64-bench",
-       "-csv_path", "r/accuracy_checking_result_20261201111907.csv"});
+  const auto o =
+      ru::parse_run_ut_args({"-api_info", "d/dump.json", "-o", "out", "-save_error_data", "-f", "-j", "4",
+                             "--float64-bench", "-csv_path", "r/accuracy_checking_result_20261201111907.csv"});
   CHECK(o.api_info == "d/dump.json");
   CHECK(o.out_dir == "out");
   CHECK(o.save_error_data);
@@ -58,20 +58,24 @@ TEST_CASE("run_ut arguments: each mistake is named") {
   CHECK(rejection({"-api_info", "x.json", "-j", "zero"}) == "-j needs a count from 1 to 1024, not 'zero'");
   CHECK(rejection({"-api_info", "x.json", "-j", "0"}) == "-j needs a count from 1 to 1024, not '0'");
   CHECK(rejection({"-api_info", "x.json", "--bogus"}) == "unknown argument '--bogus'");
-  CHECK(rejection({"-api_info", "x.json", "-csv_path", "old.csv"}).find("accuracy_checking_result_{YYYYmmddHHMMSS}.csv") !=
-        std::string::npos);
-  CHECK(rejection({"-api_info", "x.json", "-config", "/nonexistent/cfg.json"}) == "cannot open the config /nonexistent/cfg.json");
+  CHECK(rejection({"-api_info", "x.json", "-csv_path", "old.csv"})
+            .find("accuracy_checking_result_{YYYYmmddHHMMSS}.csv") != std::string::npos);
+  CHECK(rejection({"-api_info", "x.json", "-config", "/nonexistent/cfg.json"}) ==
+        "cannot open the config /nonexistent/cfg.json");
 }
 
 TEST_CASE("run_ut config: white_list, black_list and error_data_path, checked with named errors") {
   ru::CliOptions o;
-  ru::apply_run_ut_config({{"run_ut", {{"white_list", {"linear", "linalg.inv"}}, {"black_list", {"__add__"}}, {"error_data_path", "/tmp"}}}},
-                          o, "cfg.json");
+  ru::apply_run_ut_config(
+      {{"run_ut",
+        {{"white_list", {"linear", "linalg.inv"}}, {"black_list", {"__add__"}}, {"error_data_path", "/tmp"}}}},
+      o, "cfg.json");
   CHECK(o.white_list == std::vector<std::string>{"linear", "linalg.inv"});
   CHECK(o.black_list == std::vector<std::string>{"__add__"});
   CHECK(o.error_data_path == "/tmp");
   CHECK(o.notes.empty());
-  CHECK(config_rejection({{"run_ut", {{"white_list", "linear"}}}}) == "cfg.json: run_ut.white_list must be a list of API names");
+  CHECK(config_rejection({{"run_ut", {{"white_list", "linear"}}}}) ==
+        "cfg.json: run_ut.white_list must be a list of API names");
   CHECK(config_rejection({{"run_ut", {{"black_list", {"Functional.linear.0"}}}}}) ==
         "cfg.json: invalid api in run_ut.black_list: \"Functional.linear.0\"");
   CHECK(config_rejection({{"run_ut", {{"white_list", {3}}}}}) == "cfg.json: invalid api in run_ut.white_list: 3");
@@ -82,9 +86,11 @@ TEST_CASE("run_ut config: white_list, black_list and error_data_path, checked wi
 
 TEST_CASE("run_ut config: the online mode's keys are accepted and reported as not supported") {
   ru::CliOptions o;
-  ru::apply_run_ut_config({{"run_ut", {{"is_online", true}, {"nfs_path", "/nfs"}, {"host", "1.2.3.4"}, {"port", 8080}}}}, o, "c");
+  ru::apply_run_ut_config(
+      {{"run_ut", {{"is_online", true}, {"nfs_path", "/nfs"}, {"host", "1.2.3.4"}, {"port", 8080}}}}, o, "c");
   REQUIRE(o.notes.size() == 4);
-  CHECK(o.notes[0] == "run_ut.is_online is for msprobe's online run_ut between devices, which TorchProbe does not support: ignored");
+  CHECK(o.notes[0] ==
+        "run_ut.is_online is for msprobe's online run_ut between devices, which TorchProbe does not support: ignored");
   CHECK(o.notes[3].rfind("run_ut.port ", 0) == 0);
   ru::CliOptions off;
   ru::apply_run_ut_config({{"run_ut", {{"is_online", false}}}}, off, "c");
@@ -94,7 +100,8 @@ TEST_CASE("run_ut config: the online mode's keys are accepted and reported as no
 TEST_CASE("run_ut -config: a file of another task is refused, a run_ut file applied") {
   const std::string path = "/tmp/tp_run_ut_cfg_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << R"({"task": "statistics", "run_ut": {}})";
-  CHECK(rejection({"-api_info", "x.json", "-config", path}) == path + ": \"task\" is \"statistics\", run_ut needs \"run_ut\"");
+  CHECK(rejection({"-api_info", "x.json", "-config", path}) ==
+        path + ": \"task\" is \"statistics\", run_ut needs \"run_ut\"");
   std::ofstream(path) << R"({"task": "run_ut", "run_ut": {"white_list": ["relu"]}})";
   CHECK(ru::parse_run_ut_args({"-api_info", "x.json", "-config", path}).white_list == std::vector<std::string>{"relu"});
   std::ofstream(path) << R"({"task": "run_ut", )";

@@ -162,9 +162,9 @@ inline std::optional<c10::IValue> convert(const Arg& a, c10::TypePtr type, c10::
 
 // The stack of `schema` for these arguments, or nullopt when they do not fit it. `defaults`
 // counts the defaulted arguments and Scalar conversions (fewer is a closer fit).
-inline std::optional<std::vector<c10::IValue>> bind_schema(const c10::FunctionSchema& schema,
-                                                           const std::vector<Arg>& args, const Kwargs& kwargs,
-                                                           int& defaults) {
+inline std::optional<std::vector<c10::IValue>> bind_exact(const c10::FunctionSchema& schema,
+                                                          const std::vector<Arg>& args, const Kwargs& kwargs,
+                                                          int& defaults) {
   defaults = 0;
   const auto& params = schema.arguments();
   std::vector<c10::IValue> stack;
@@ -192,6 +192,36 @@ inline std::optional<std::vector<c10::IValue>> bind_schema(const c10::FunctionSc
   }
   if (args.size() > params.size() || used_kwargs != kwargs.size()) return std::nullopt;
   return stack;
+}
+
+// Python varargs: x.view(2, 4), x.permute(1, 0), torch.einsum("ij->ji", a) pass as separate
+// arguments what the schema takes as one list; when the arguments do not fit as they are, the
+// trailing ones are gathered into the first list parameter they reach.
+inline std::optional<std::vector<c10::IValue>> bind_schema(const c10::FunctionSchema& schema,
+                                                           const std::vector<Arg>& args, const Kwargs& kwargs,
+                                                           int& defaults) {
+  if (auto stack = bind_exact(schema, args, kwargs, defaults)) return stack;
+  const auto& params = schema.arguments();
+  for (std::size_t i = 0; i < params.size() && i < args.size(); ++i) {
+    if (params[i].kwarg_only()) break;
+    if (params[i].type()->kind() != c10::TypeKind::ListType) continue;
+    const ArgKind k = args[i].kind;
+    if (k != ArgKind::integer && k != ArgKind::tensor) return std::nullopt;
+    std::vector<Arg> packed(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(i));
+    Arg list = make_arg(k == ArgKind::integer ? ArgKind::int_list : ArgKind::tensor_list, c10::IValue());
+    c10::List<int64_t> ints;
+    for (std::size_t j = i; j < args.size(); ++j) {
+      if (args[j].kind != k) return std::nullopt;
+      if (k == ArgKind::integer)
+        ints.push_back(args[j].value.toInt());
+      else
+        list.items.push_back(args[j]);
+    }
+    if (k == ArgKind::integer) list.value = ints;
+    packed.push_back(std::move(list));
+    return bind_exact(schema, packed, kwargs, defaults);
+  }
+  return std::nullopt;
 }
 
 struct ResolvedOp {
