@@ -312,3 +312,19 @@ TEST_CASE(
   CHECK(out.results[1].device_out.at(0).toTensor().equal(x.t()));
   CHECK(out.results[2].device_out.at(0).toTensor().allclose(x.sum(1)));
 }
+
+TEST_CASE("run_ut -j 3 writes the same rows, in dump order, as one job") {
+  const std::string dump = ref_dir() + "/dump_bf16/step0/rank/dump.json";
+  if (!fs::exists(dump)) TP_SKIP("no msprobe run_ut reference under " << ref_dir());
+  tptest::TempDir tmp;
+  ru::RunOptions o;
+  o.api_info = dump;
+  o.out_dir = tmp / "one";
+  const auto one = ru::run(o);
+  o.out_dir = tmp / "three";
+  o.jobs = 3;
+  const auto three = ru::run(o);
+  CHECK(tptest::read_text(three.result_csv) == tptest::read_text(one.result_csv));
+  CHECK(tptest::read_text(three.details_csv) == tptest::read_text(one.details_csv));
+  CHECK(lines_of(tptest::read_text(three.result_csv)).at(3) == "Torch.matmul.0,Warning,pass");
+}
