@@ -327,4 +327,11 @@ TEST_CASE("run_ut -j 3 writes the same rows, in dump order, as one job") {
   CHECK(tptest::read_text(three.result_csv) == tptest::read_text(one.result_csv));
   CHECK(tptest::read_text(three.details_csv) == tptest::read_text(one.details_csv));
   CHECK(lines_of(tptest::read_text(three.result_csv)).at(3) == "Torch.matmul.0,Warning,pass");
+  CHECK(find(one, "Torch.matmul.0")->forward_rows.at(0).bench_dtype == "torch.float32");  // msprobe: bf16 -> fp32
+
+  o.out_dir = tmp / "f64";
+  o.replay.float64_bench = true;  // --float64-bench
+  const auto f64 = ru::run(o);
+  CHECK(find(f64, "Torch.matmul.0")->forward_rows.at(0).bench_dtype == "torch.float64");
+  CHECK(ru::torch_dtype_str(find(f64, "Torch.matmul.0")->bench_out.at(0).toTensor().scalar_type()) == "torch.float64");
 }
