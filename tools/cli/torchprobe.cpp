@@ -1,7 +1,8 @@
 // The `torchprobe` command-line tool. Subcommands:
 //   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
 //   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
-// Everything it does lives in headers (include/torchprobe/compare/), which the unit tests use too.
+//   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark (run_ut.cpp)
+// Everything it does lives in headers (include/torchprobe/compare/, run_ut/), which the tests use too.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,13 +11,16 @@
 #include "torchprobe/compare/grad_compare.hpp"
 #include "torchprobe/version.hpp"
 
+int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
+
 namespace {
 const char* kUsage =
     "usage: torchprobe <command> [args]\n"
     "commands:\n"
-    "  compare   compare two dumps (run 'torchprobe compare --help')\n"
+    "  compare       compare two dumps (run 'torchprobe compare --help')\n"
     "  grad-compare  compare two grad_probe runs (run 'torchprobe grad-compare --help')\n"
-    "  --version print the version\n";
+    "  run_ut        API accuracy pre-check of a dump (run 'torchprobe run_ut --help')\n"
+    "  --version     print the version\n";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "grad-compare")
     return torchprobe::compare::grad::run_grad_compare({args.begin() + 1, args.end()}, std::cout, std::cerr);
+  if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;
 }

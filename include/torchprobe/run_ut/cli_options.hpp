@@ -1,0 +1,136 @@
+#pragma once
+// The command line of `torchprobe run_ut` and the "run_ut" section of a config file (-config),
+// checked with named errors. Free of libtorch, so the unit tests check it quickly.
+//   torchprobe run_ut -api_info DUMP.json [-o OUT] [-save_error_data] [-csv_path RESULT.csv] [-f]
+//                     [-j N] [-config CFG.json] [--float64-bench]
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+
+namespace torchprobe::run_ut {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CliOptions {
+  std::string api_info, out_dir = ".", csv_path, config;
+  bool save_error_data = false, filter_duplicates = false, float64_bench = false;
+  int jobs = 1;
+  std::vector<std::string> white_list, black_list;
+  std::string error_data_path = ".";
+  std::vector<std::string> notes;  // accepted keys that do nothing here (the online mode)
+};
+
+inline const char* run_ut_usage() {
+  return "usage: torchprobe run_ut -api_info DUMP.json [-o OUT] [-save_error_data] [-csv_path RESULT.csv]\n"
+         "                         [-f] [-j N] [-config CFG.json] [--float64-bench]\n"
+         "  replays every API of a dump (L1, task tensor or statistics) on the CPU in its own dtypes and\n"
+         "  as an up-cast benchmark, and writes msprobe's accuracy_checking_{result,details}_{ts}.csv\n"
+         "  -f               skip a call whose arguments repeat an earlier call's\n"
+         "  -j N             replay N APIs at once\n"
+         "  --float64-bench  every float benchmark in float64 (msprobe: fp16/bf16 -> fp32)\n";
+}
+
+inline bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The "run_ut" section (or the whole object, when it is the section itself).
+inline void apply_run_ut_config(const nlohmann::json& root, CliOptions& o, const std::string& where) {
+  const nlohmann::json& s = root.contains("run_ut") ? root["run_ut"] : root;
+  if (!s.is_object()) throw UsageError(where + ": \"run_ut\" must be an object");
+  const auto names = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!s.contains(key)) return out;
+    if (!s[key].is_array()) throw UsageError(where + ": run_ut." + key + " must be a list of API names");
+    static const std::regex api(R"(^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$)");
+    for (const auto& e : s[key]) {
+      if (!e.is_string() || !std::regex_match(e.get<std::string>(), api))
+        throw UsageError(where + ": invalid api in run_ut." + key + ": " + e.dump());
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  };
+  o.white_list = names("white_list");
+  o.black_list = names("black_list");
+  if (s.contains("error_data_path")) {
+    if (!s["error_data_path"].is_string()) throw UsageError(where + ": run_ut.error_data_path must be a string");
+    o.error_data_path = s["error_data_path"].get<std::string>();
+    if (!is_dir(o.error_data_path))
+      throw UsageError(where + ": run_ut.error_data_path '" + o.error_data_path + "' is not a directory");
+  }
+  for (const char* k : {"is_online", "nfs_path", "host", "port", "rank_list", "tls_path"}) {
+    if (!s.contains(k)) continue;
+    const bool on = k == std::string("is_online") ? s[k].is_boolean() && s[k].get<bool>() : !s[k].is_null();
+    if (on)
+      o.notes.push_back(std::string("run_ut.") + k +
+                        " is for msprobe's online run_ut between devices, which TorchProbe does not support: ignored");
+  }
+}
+
+inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
+  CliOptions o;
+  const auto value = [&](std::size_t& i) -> const std::string& {
+    if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
+    return args[++i];
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-api_info" || a == "--api_info")
+      o.api_info = value(i);
+    else if (a == "-o" || a == "--out_path")
+      o.out_dir = value(i);
+    else if (a == "-csv_path" || a == "--result_csv_path")
+      o.csv_path = value(i);
+    else if (a == "-config" || a == "--config_path")
+      o.config = value(i);
+    else if (a == "-save_error_data")
+      o.save_error_data = true;
+    else if (a == "-f" || a == "--filter_api")
+      o.filter_duplicates = true;
+    else if (a == "--float64-bench")
+      o.float64_bench = true;
+    else if (a == "-j" || a == "--jobs") {
+      const std::string& v = value(i);
+      try {
+        o.jobs = std::stoi(v);
+      } catch (const std::exception&) {
+        o.jobs = 0;
+      }
+      if (o.jobs < 1 || o.jobs > 1024) throw UsageError("-j needs a count from 1 to 1024, not '" + v + "'");
+    } else {
+      throw UsageError("unknown argument '" + a + "'");
+    }
+  }
+  if (o.api_info.empty()) throw UsageError("-api_info DUMP.json is required");
+  if (!o.csv_path.empty()) {
+    static const std::regex name(R"((^|.*/)accuracy_checking_result_\d{14}\.csv$)");
+    if (!std::regex_match(o.csv_path, name))
+      throw UsageError("-csv_path must name an accuracy_checking_result_{YYYYmmddHHMMSS}.csv, not '" + o.csv_path +
+                       "'");
+  }
+  if (!o.config.empty()) {
+    std::ifstream in(o.config);
+    if (!in) throw UsageError("cannot open the config " + o.config);
+    nlohmann::json root;
+    try {
+      root = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(o.config + ": malformed JSON (" + e.what() + ")");
+    }
+    if (root.contains("task") && root["task"] != "run_ut")
+      throw UsageError(o.config + ": \"task\" is " + root["task"].dump() + ", run_ut needs \"run_ut\"");
+    apply_run_ut_config(root, o, o.config);
+  }
+  return o;
+}
+
+}  // namespace torchprobe::run_ut

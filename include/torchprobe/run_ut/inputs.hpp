@@ -1,0 +1,208 @@
+#pragma once
+// The arguments of one recorded call, rebuilt from its dump.json description (spec B.3): tensors
+// from their .pt file (torch.save zip, msprobe's or TorchProbe's), or, in a statistics dump,
+// generated within [Min, Max]; scalars, lists, dtypes and memory formats from their typed values.
+// Random inputs use a seed made from the API's name, so filters never change other APIs' inputs
+// (msprobe seeds once and draws in API order: spec C9).
+#include <torch/serialize.h>
+
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "torchprobe/run_ut/api_case.hpp"
+
+namespace torchprobe::run_ut {
+
+// What an argument is, beyond its IValue: an int may stand for a dtype or a memory format.
+enum class ArgKind {
+  none,
+  tensor,
+  integer,
+  real,
+  boolean,
+  text,
+  dtype,
+  memory_format,
+  layout,
+  device,
+  int_list,
+  real_list,
+  bool_list,
+  tensor_list
+};
+
+struct Arg {
+  ArgKind kind = ArgKind::none;
+  c10::IValue value;
+  bool requires_grad = false;  // a tensor the dump marked requires_grad
+  std::vector<Arg> items;      // the elements of a tensor list
+};
+
+inline Arg make_arg(ArgKind kind, c10::IValue value) {
+  Arg a;
+  a.kind = kind;
+  a.value = std::move(value);
+  return a;
+}
+
+inline c10::ScalarType dtype_from_name(const std::string& name) {
+  static const std::pair<const char*, c10::ScalarType> table[] = {{"torch.float32", at::kFloat},
+                                                                  {"torch.float", at::kFloat},
+                                                                  {"torch.float64", at::kDouble},
+                                                                  {"torch.double", at::kDouble},
+                                                                  {"torch.float16", at::kHalf},
+                                                                  {"torch.half", at::kHalf},
+                                                                  {"torch.bfloat16", at::kBFloat16},
+                                                                  {"torch.int64", at::kLong},
+                                                                  {"torch.long", at::kLong},
+                                                                  {"torch.int32", at::kInt},
+                                                                  {"torch.int", at::kInt},
+                                                                  {"torch.int16", at::kShort},
+                                                                  {"torch.int8", at::kChar},
+                                                                  {"torch.uint8", at::kByte},
+                                                                  {"torch.bool", at::kBool},
+                                                                  {"torch.complex64", at::kComplexFloat},
+                                                                  {"torch.complex128", at::kComplexDouble}};
+  for (const auto& [n, t] : table)
+    if (name == n) return t;
+  throw RunUtError("unsupported dtype '" + name + "'");
+}
+
+inline at::Tensor load_pt(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw RunUtError("tensor file missing: " + file);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw RunUtError("cannot read " + file + ": " + e.what());
+  }
+  if (!v.isTensor()) throw RunUtError(file + " does not hold a tensor");
+  return v.toTensor();
+}
+
+inline std::uint64_t name_seed(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// A tensor of the recorded shape and dtype within [Min, Max], first element Min and last Max.
+inline at::Tensor random_tensor(const Json& spec, at::Generator& gen) {
+  std::vector<int64_t> shape = spec.at("shape").get<std::vector<int64_t>>();
+  const c10::ScalarType dtype = dtype_from_name(spec.at("dtype").get<std::string>());
+  const auto num = [&](const char* k, double dflt) {
+    const auto& v = spec.contains(k) ? spec[k] : Json();
+    return v.is_number() ? v.get<double>() : dflt;
+  };
+  const double lo = num("Min", 0), hi = num("Max", 1);
+  at::Tensor t;
+  if (dtype == at::kBool) {
+    t = at::randint(0, 2, shape, gen, at::TensorOptions().dtype(at::kLong)).gt(0);
+  } else if (!c10::isFloatingType(dtype)) {
+    t = at::randint(static_cast<int64_t>(lo), static_cast<int64_t>(hi) + 1, shape, gen,
+                    at::TensorOptions().dtype(at::kLong))
+            .to(dtype);
+  } else {
+    t = (at::rand(shape, gen, at::TensorOptions().dtype(at::kDouble)) * (hi - lo) + lo).to(dtype);
+  }
+  if (t.numel() > 0 && dtype != at::kBool) {
+    at::Tensor flat = t.view(-1);
+    flat[0] = lo;
+    flat[-1] = hi;
+  }
+  return t;
+}
+
+class InputBuilder {
+ public:
+  InputBuilder(std::string data_dir, const std::string& api_name) : dir_(std::move(data_dir)) {
+    gen_ = at::detail::createCPUGenerator(name_seed(api_name));
+  }
+
+  Arg build(const Json& j) {
+    Arg a;
+    if (j.is_null()) return a;
+    if (j.is_array()) return list(j);
+    if (!j.is_object() || !j.contains("type")) throw RunUtError("argument without a \"type\": " + j.dump());
+    const std::string type = j["type"].get<std::string>();
+    if (type == "torch.Tensor" || type == "torch.nn.parameter.Parameter") {
+      a.kind = ArgKind::tensor;
+      a.requires_grad = j.value("requires_grad", false);
+      if (j.contains("data_name") && j["data_name"].is_string() && !dir_.empty()) {
+        a.value = load_pt(dir_ + "/" + j["data_name"].get<std::string>());
+      } else {
+        a.value = random_tensor(j, gen_);
+      }
+      return a;
+    }
+    const Json& v = j.contains("value") ? j["value"] : Json();
+    if (type == "int") return make_arg(ArgKind::integer, v.get<int64_t>());
+    if (type == "float")
+      return make_arg(ArgKind::real, v.is_number() ? v.get<double>() : std::stod(v.get<std::string>()));
+    if (type == "bool") return make_arg(ArgKind::boolean, v.get<bool>());
+    if (type == "str") return make_arg(ArgKind::text, v.get<std::string>());
+    if (type == "torch.dtype")
+      return make_arg(ArgKind::dtype, static_cast<int64_t>(dtype_from_name(v.get<std::string>())));
+    if (type == "torch.device") return make_arg(ArgKind::device, c10::Device(v.get<std::string>()));
+    if (type == "torch.Size") return make_arg(ArgKind::int_list, c10::List<int64_t>(v.get<std::vector<int64_t>>()));
+    if (type == "torch.memory_format") {
+      const std::string f = j.value("format", "preserve_format");
+      c10::MemoryFormat m = c10::MemoryFormat::Preserve;
+      if (f == "contiguous_format")
+        m = c10::MemoryFormat::Contiguous;
+      else if (f == "channels_last")
+        m = c10::MemoryFormat::ChannelsLast;
+      else if (f == "channels_last_3d")
+        m = c10::MemoryFormat::ChannelsLast3d;
+      return make_arg(ArgKind::memory_format, static_cast<int64_t>(m));
+    }
+    throw RunUtError("argument type '" + type + "' cannot be rebuilt");
+  }
+
+ private:
+  Arg list(const Json& j) {
+    std::vector<Arg> items;
+    for (const auto& e : j) items.push_back(build(e));
+    bool ints = true, reals = true, bools = true, tensors = true;
+    for (const auto& e : items) {
+      ints = ints && e.kind == ArgKind::integer;
+      reals = reals && (e.kind == ArgKind::real || e.kind == ArgKind::integer);
+      bools = bools && e.kind == ArgKind::boolean;
+      tensors = tensors && (e.kind == ArgKind::tensor || e.kind == ArgKind::none);
+    }
+    Arg a;
+    if (ints) {  // an empty list too: most empty lists are dims
+      c10::List<int64_t> l;
+      for (const auto& e : items) l.push_back(e.value.toInt());
+      return make_arg(ArgKind::int_list, l);
+    }
+    if (reals) {
+      c10::List<double> l;
+      for (const auto& e : items)
+        l.push_back(e.value.isInt() ? static_cast<double>(e.value.toInt()) : e.value.toDouble());
+      return make_arg(ArgKind::real_list, l);
+    }
+    if (bools) {
+      c10::List<bool> l;
+      for (const auto& e : items) l.push_back(e.value.toBool());
+      return make_arg(ArgKind::bool_list, l);
+    }
+    if (tensors) {
+      a.kind = ArgKind::tensor_list;
+      for (const auto& e : items) a.requires_grad = a.requires_grad || e.requires_grad;
+      a.items = std::move(items);  // the IValue is made when bound: Tensor[] or Tensor?[]
+      return a;
+    }
+    throw RunUtError("a list mixing argument kinds cannot be rebuilt");
+  }
+
+  std::string dir_;
+  at::Generator gen_;
+};
+
+}  // namespace torchprobe::run_ut

@@ -1,0 +1,110 @@
+// `torchprobe run_ut`'s command line and the "run_ut" section of its -config file
+// (run_ut/cli_options.hpp): values reach the options, every mistake is a named error, and the
+// online mode's keys are accepted and reported as not supported.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "torchprobe/run_ut/cli_options.hpp"
+
+namespace ru = torchprobe::run_ut;
+using json = nlohmann::json;
+
+namespace {
+
+std::string rejection(const std::vector<std::string>& args) {
+  try {
+    ru::parse_run_ut_args(args);
+  } catch (const ru::UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+std::string config_rejection(const json& doc) {
+  ru::CliOptions o;
+  try {
+    ru::apply_run_ut_config(doc, o, "cfg.json");
+  } catch (const ru::UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("run_ut arguments: msprobe's spellings reach the options") {
+  const auto o =
+      ru::parse_run_ut_args({"-api_info", "d/dump.json", "-o", "out", "-save_error_data", "-f", "-j", "4",
+                             "--float64-bench", "-csv_path", "r/accuracy_checking_result_20261201111907.csv"});
+  CHECK(o.api_info == "d/dump.json");
+  CHECK(o.out_dir == "out");
+  CHECK(o.save_error_data);
+  CHECK(o.filter_duplicates);
+  CHECK(o.jobs == 4);
+  CHECK(o.float64_bench);
+  CHECK(o.csv_path == "r/accuracy_checking_result_20261201111907.csv");
+  CHECK(ru::parse_run_ut_args({"-api_info", "x.json"}).out_dir == ".");
+}
+
+TEST_CASE("run_ut arguments: each mistake is named") {
+  CHECK(rejection({"-o", "out"}) == "-api_info DUMP.json is required");
+  CHECK(rejection({"-api_info"}) == "-api_info needs a value");
+  CHECK(rejection({"-api_info", "x.json", "-j", "zero"}) == "-j needs a count from 1 to 1024, not 'zero'");
+  CHECK(rejection({"-api_info", "x.json", "-j", "0"}) == "-j needs a count from 1 to 1024, not '0'");
+  CHECK(rejection({"-api_info", "x.json", "--bogus"}) == "unknown argument '--bogus'");
+  CHECK(rejection({"-api_info", "x.json", "-csv_path", "old.csv"})
+            .find("accuracy_checking_result_{YYYYmmddHHMMSS}.csv") != std::string::npos);
+  CHECK(rejection({"-api_info", "x.json", "-config", "/nonexistent/cfg.json"}) ==
+        "cannot open the config /nonexistent/cfg.json");
+}
+
+TEST_CASE("run_ut config: white_list, black_list and error_data_path, checked with named errors") {
+  ru::CliOptions o;
+  ru::apply_run_ut_config(
+      {{"run_ut",
+        {{"white_list", {"linear", "linalg.inv"}}, {"black_list", {"__add__"}}, {"error_data_path", "/tmp"}}}},
+      o, "cfg.json");
+  CHECK(o.white_list == std::vector<std::string>{"linear", "linalg.inv"});
+  CHECK(o.black_list == std::vector<std::string>{"__add__"});
+  CHECK(o.error_data_path == "/tmp");
+  CHECK(o.notes.empty());
+  CHECK(config_rejection({{"run_ut", {{"white_list", "linear"}}}}) ==
+        "cfg.json: run_ut.white_list must be a list of API names");
+  CHECK(config_rejection({{"run_ut", {{"black_list", {"Functional.linear.0"}}}}}) ==
+        "cfg.json: invalid api in run_ut.black_list: \"Functional.linear.0\"");
+  CHECK(config_rejection({{"run_ut", {{"white_list", {3}}}}}) == "cfg.json: invalid api in run_ut.white_list: 3");
+  CHECK(config_rejection({{"run_ut", {{"error_data_path", "/nonexistent/dir"}}}}) ==
+        "cfg.json: run_ut.error_data_path '/nonexistent/dir' is not a directory");
+  CHECK(config_rejection({{"run_ut", 5}}) == "cfg.json: \"run_ut\" must be an object");
+}
+
+TEST_CASE("run_ut config: the online mode's keys are accepted and reported as not supported") {
+  ru::CliOptions o;
+  ru::apply_run_ut_config(
+      {{"run_ut", {{"is_online", true}, {"nfs_path", "/nfs"}, {"host", "1.2.3.4"}, {"port", 8080}}}}, o, "c");
+  REQUIRE(o.notes.size() == 4);
+  CHECK(o.notes[0] ==
+        "run_ut.is_online is for msprobe's online run_ut between devices, which TorchProbe does not support: ignored");
+  CHECK(o.notes[3].rfind("run_ut.port ", 0) == 0);
+  ru::CliOptions off;
+  ru::apply_run_ut_config({{"run_ut", {{"is_online", false}}}}, off, "c");
+  CHECK(off.notes.empty());
+}
+
+TEST_CASE("run_ut -config: a file of another task is refused, a run_ut file applied") {
+  const std::string path = "/tmp/tp_run_ut_cfg_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << R"({"task": "statistics", "run_ut": {}})";
+  CHECK(rejection({"-api_info", "x.json", "-config", path}) ==
+        path + ": \"task\" is \"statistics\", run_ut needs \"run_ut\"");
+  std::ofstream(path) << R"({"task": "run_ut", "run_ut": {"white_list": ["relu"]}})";
+  CHECK(ru::parse_run_ut_args({"-api_info", "x.json", "-config", path}).white_list == std::vector<std::string>{"relu"});
+  std::ofstream(path) << R"({"task": "run_ut", )";
+  CHECK(rejection({"-api_info", "x.json", "-config", path}).find(path + ": malformed JSON") == 0);
+  std::remove(path.c_str());
+}
