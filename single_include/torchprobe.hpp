@@ -50,7 +50,8 @@ namespace torchprobe {
 enum class Level { L0, L1, Mix, L2, Debug };
 
 // What is written for each captured tensor.
-enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure };
+// GradProbe is no Debugger task: GradMonitor (task/grad_probe/monitor.hpp) runs it.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe };
 
 // A set of levels: those a task supports.
 class LevelSet {
@@ -84,6 +85,7 @@ constexpr std::string_view task_name(Task t) {
     case Task::OverflowCheck: return "overflow_check";
     case Task::FreeBenchmark: return "free_benchmark";
     case Task::Structure: return "structure";
+    case Task::GradProbe: return "grad_probe";
   }
   return "?";
 }
@@ -230,7 +232,7 @@ class SaveValue {
 // ---- begin torchprobe/config/free_benchmark.hpp ----
 // The "free_benchmark" section: classic msprobe's FreeBenchmarkCheckConfig, its values and the rules
 // that tie them together (msprobe-reference.md §7.1), each violation named by key, value and what is
-// allowed. What TorchProbe does not implement yet is refused here, never silently ignored.
+// allowed.
 
 
 // ---- begin torchprobe/config/readers.hpp ----
@@ -342,6 +344,19 @@ struct FreeBenchmarkConfig {
   int64_t max_sample = 20;  // msprobe's documented default (its code falls back to preheat_step's 15)
 };
 
+// The "grad_probe" section (config/grad_probe.hpp checks it; docs/grad_probe.md). A bound keeps the
+// text Python's str() gives its JSON number ("-1", "0.1", "1e-05"): it names the CSV's interval columns.
+enum class GradLevel { L0, L1, L2 };
+struct GradBound {
+  double value;
+  std::string text;
+};
+struct GradProbeConfig {
+  GradLevel grad_level = GradLevel::L1;
+  std::vector<std::string> param_list;  // exact named_parameters() names; empty = every parameter
+  std::vector<GradBound> bounds{{-1.0, "-1"}, {0.0, "0"}, {1.0, "1"}};
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
@@ -362,6 +377,7 @@ struct Config {
   SummaryMode summary_mode = SummaryMode::Statistics;
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
   FreeBenchmarkConfig free_benchmark;
+  GradProbeConfig grad_probe;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;
@@ -651,11 +667,6 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
     reject(label("list"), list, "fuzz_stage \"backward\" checks the APIs named in list, and list is empty",
            "a non-empty list of API names with fuzz_stage \"backward\"");
 
-  // What TorchProbe does not do yet.
-  if (f.fuzz_stage == FuzzStage::Backward)
-    reject(label("fuzz_stage"), "backward", "fuzz_stage \"backward\" is not supported by TorchProbe yet",
-           "\"forward\"");
-  if (f.if_preheat) reject(label("if_preheat"), true, "preheating is not supported by TorchProbe yet", "false");
   return f;
 }
 
@@ -663,6 +674,353 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/free_benchmark.hpp ----
+// ---- begin torchprobe/config/grad_probe.hpp ----
+// The "grad_probe" section: msprobe's GradToolConfig (msprobe-grad-probe-run-ut.md §A.1), each
+// violation named by key, value and what is allowed. rank, step and dump_path are the common keys.
+
+
+// ---- begin torchprobe/io/json_text.hpp ----
+// JSON text exactly as Python's json module writes it, appended piece by piece to one buffer.
+//
+// msprobe writes its files with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
+// compare, diff scripts, people running `diff` on two dump.json files) see the same bytes only if we
+// reproduce that writer: float repr (shortest round trip, Python's fixed/scientific switch), bare
+// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators.
+//
+// JsonText is the one place that knows those rules. The step files are written with it straight
+// from the records (sink/step_text.hpp), with no JSON tree in between; io/python_json.hpp walks a
+// nlohmann tree with it for everything else. When the buffer passes a threshold its owner's
+// TextDrain takes it (to a file, a stream), so writing a file of any size holds one chunk at a time.
+#include <charconv>
+#include <cmath>
+
+namespace torchprobe::io {
+
+// Python's float.__repr__ as json.dumps uses it, written at `out` (at least 32 chars); returns the
+// end. NaN and the infinities are spelled the way json writes them.
+inline char* write_python_float(char* out, double v) {
+  if (std::isnan(v)) {  // json checks `o != o`, so a negative NaN is "NaN" as well
+    static constexpr std::string_view kNaN = "NaN";
+    return std::copy(kNaN.begin(), kNaN.end(), out);
+  }
+  if (std::isinf(v)) {
+    const std::string_view s = v > 0 ? "Infinity" : "-Infinity";
+    return std::copy(s.begin(), s.end(), out);
+  }
+  // to_chars without a precision gives the shortest digit string that round-trips, which is what
+  // Python's repr uses (David Gay's mode 0). Scientific form makes digits and exponent easy to split.
+  char sci[40];
+  const char* end = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific).ptr;
+  const char* p = sci;
+  if (*p == '-') {  // keeps the sign of -0.0, as Python does
+    *out++ = '-';
+    ++p;
+  }
+  char digits[24];
+  int n = 0;
+  for (; p != end && *p != 'e'; ++p)
+    if (*p != '.') digits[n++] = *p;
+  int exp10 = 0;
+  if (p != end) std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), end, exp10);
+
+  // Python (float_repr_style 'short'): scientific when the decimal exponent is < -4 or >= 16.
+  if (exp10 < -4 || exp10 >= 16) {
+    *out++ = digits[0];
+    if (n > 1) {
+      *out++ = '.';
+      out = std::copy(digits + 1, digits + n, out);
+    }
+    *out++ = 'e';
+    *out++ = exp10 < 0 ? '-' : '+';
+    const int mag = exp10 < 0 ? -exp10 : exp10;
+    if (mag < 10) *out++ = '0';  // at least two exponent digits: 1e-05, 1e+16
+    return std::to_chars(out, out + 4, mag).ptr;
+  }
+  if (exp10 >= 0) {
+    const int int_len = exp10 + 1;
+    if (n <= int_len) {
+      out = std::copy(digits, digits + n, out);
+      for (int k = n; k < int_len; ++k) *out++ = '0';
+      *out++ = '.';  // Python always marks an integral float
+      *out++ = '0';
+    } else {
+      out = std::copy(digits, digits + int_len, out);
+      *out++ = '.';
+      out = std::copy(digits + int_len, digits + n, out);
+    }
+    return out;
+  }
+  *out++ = '0';
+  *out++ = '.';
+  for (int k = 0; k < -exp10 - 1; ++k) *out++ = '0';
+  return std::copy(digits, digits + n, out);
+}
+
+inline std::string python_float_repr(double v) {
+  char buf[40];
+  return std::string(buf, write_python_float(buf, v));
+}
+
+// Takes each chunk of the text written so far: a file, a stream.
+class TextDrain {
+ public:
+  virtual ~TextDrain() = default;
+  virtual void take(std::string_view text) = 0;
+};
+
+class JsonText {
+ public:
+  // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
+  // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+  // Text is appended to `buf`; it holds exactly the text once finish() is called (or this object
+  // is gone): in between it has room to spare, so that each piece is a copy, not a string append.
+  explicit JsonText(std::string& buf, int indent = 1, TextDrain* drain = nullptr)
+      : buf_(buf), len_(buf.size()), indent_(indent), drain_(drain) {}
+  JsonText(const JsonText&) = delete;
+  JsonText& operator=(const JsonText&) = delete;
+  ~JsonText() { finish(); }
+
+  void finish() { buf_.resize(len_); }
+  int indent() const { return indent_; }
+
+  void null() { put("null", 4); }
+  void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
+  template <class Int>
+  void integer(Int v) {
+    char* p = room(24);
+    len_ = static_cast<std::size_t>(std::to_chars(p, p + 24, v).ptr - buf_.data());
+  }
+  void real(double v) {
+    char* p = room(40);
+    len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
+  }
+  void raw(std::string_view s) { put(s.data(), s.size()); }
+
+  // A container is written as open(), then item() or key() before each element, then close().
+  // `depth` is the container's own depth; `count` how many elements it got.
+  void open_object() { put('{'); }
+  void open_array() { put('['); }
+  void item(std::size_t index, int depth) {
+    if (indent_ >= 0) {
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1);
+      char* p = room(spaces + 2);
+      if (index != 0) *p++ = ',';
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ = static_cast<std::size_t>(p + spaces - buf_.data());
+    } else if (index != 0) {
+      put(", ", 2);
+    }
+  }
+  void key(std::size_t index, int depth, std::string_view name) {
+    item(index, depth);
+    string(name);
+    put(": ", 2);
+  }
+  // key() for a name that needs no escaping, given with its quotes and separator: "\"type\": ".
+  void plain_key(std::size_t index, int depth, std::string_view quoted) {
+    item(index, depth);
+    put(quoted.data(), quoted.size());
+  }
+  // string() for text that needs no escaping (printable ASCII without '"' or '\\').
+  void plain_string(std::string_view s) {
+    char* p = room(s.size() + 2);
+    *p = '"';
+    std::memcpy(p + 1, s.data(), s.size());
+    p[s.size() + 1] = '"';
+    len_ += s.size() + 2;
+  }
+  void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
+  void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
+
+  // Hands the text to the drain once it holds a chunk's worth: call between elements.
+  void maybe_drain() {
+    if (drain_ != nullptr && len_ >= kChunk) drain();
+  }
+  // The buffer keeps its size: the next chunk reuses its room, which is not filled with zeros again.
+  void drain() {
+    if (drain_ == nullptr || len_ == 0) return;
+    drain_->take(std::string_view(buf_.data(), len_));
+    len_ = 0;
+  }
+
+  // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
+  // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
+  // become U+FFFD rather than aborting a dump.
+  void string(std::string_view s) {
+    put('"');
+    const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    std::size_t i = 0;
+    while (i < n) {
+      std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
+      while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
+      if (run != i) {
+        put(s.data() + i, run - i);
+        i = run;
+        if (i == n) break;
+      }
+      const unsigned c = b[i];
+      if (c < 0x80) {
+        escape_ascii(c);
+        ++i;
+        continue;
+      }
+      unsigned cp = 0;
+      const std::size_t len = utf8_decode(b + i, n - i, cp);
+      if (len == 0) {
+        hex4(0xFFFD);
+        ++i;
+        continue;
+      }
+      i += len;
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        hex4(0xD800 + (cp >> 10));
+        hex4(0xDC00 + (cp & 0x3FF));
+      } else {
+        hex4(cp);
+      }
+    }
+    put('"');
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+  // Room for n more bytes at the end of the text; the buffer grows geometrically.
+  char* room(std::size_t n) {
+    if (buf_.size() - len_ < n) buf_.resize(std::max(len_ + n, 2 * buf_.size() + 4096));
+    return buf_.data() + len_;
+  }
+  void put(const char* s, std::size_t n) {
+    std::memcpy(room(n), s, n);
+    len_ += n;
+  }
+  void put(char c) {
+    *room(1) = c;
+    ++len_;
+  }
+
+  void close(std::size_t count, int depth, char closer) {
+    if (count != 0 && indent_ >= 0) {  // Python writes empty containers as [] and {} whatever the indent
+      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth);
+      char* p = room(spaces + 1);
+      *p++ = '\n';
+      std::memset(p, ' ', spaces);
+      len_ += spaces + 1;
+    }
+    put(closer);
+  }
+
+  void escape_ascii(unsigned c) {
+    switch (c) {
+      case '"': put("\\\"", 2); break;
+      case '\\': put("\\\\", 2); break;
+      case '\n': put("\\n", 2); break;
+      case '\r': put("\\r", 2); break;
+      case '\t': put("\\t", 2); break;
+      case '\b': put("\\b", 2); break;
+      case '\f': put("\\f", 2); break;
+      default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
+    }
+  }
+
+  void hex4(unsigned cp) {
+    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
+    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
+                         kHex[cp & 0xF]};
+    put(esc, 6);
+  }
+
+  // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
+  // surrogates are accepted: Python would print a lone surrogate as \udXXX too.
+  static std::size_t utf8_decode(const unsigned char* p, std::size_t avail, unsigned& cp) {
+    std::size_t len;
+    unsigned min;
+    if ((p[0] & 0xE0) == 0xC0) {
+      len = 2, cp = p[0] & 0x1F, min = 0x80;
+    } else if ((p[0] & 0xF0) == 0xE0) {
+      len = 3, cp = p[0] & 0x0F, min = 0x800;
+    } else if ((p[0] & 0xF8) == 0xF0) {
+      len = 4, cp = p[0] & 0x07, min = 0x10000;
+    } else {
+      return 0;
+    }
+    if (avail < len) return 0;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[k] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF) return 0;
+    return len;
+  }
+
+  std::string& buf_;
+  std::size_t len_;  // the text's length; buf_ may be longer (room to spare)
+  int indent_;
+  TextDrain* drain_;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/json_text.hpp ----
+
+namespace torchprobe {
+
+namespace detail {
+
+// Python's str() of the number json.load makes of `v`: "-1" for an int, "0.5", "1.0", "1e-05" for a float.
+inline std::string python_number_text(const json& v) {
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  return io::python_float_repr(v.get<double>());
+}
+
+// bounds: a list of int (not bool) or float numbers in int64 range, strictly ascending.
+inline std::vector<GradBound> parse_grad_bounds(const json& value, const std::string& label) {
+  const std::string allowed = "a list of strictly ascending numbers within the int64 range, such as [-1, 0, 1]";
+  if (!value.is_array()) reject(label, value, "it should be a list", allowed);
+  std::vector<GradBound> bounds;
+  for (const json& item : value) {
+    if (item.is_boolean() || !item.is_number())
+      reject(label, value, "the element " + show(item) + " is not an int or a float", allowed);
+    const bool too_large_int = item.is_number_unsigned() && item.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+    const double d = item.get<double>();
+    // 2^63 is the first double above INT64_MAX; -2^63 is INT64_MIN itself.
+    if (too_large_int || (item.is_number_float() && !(d >= -9223372036854775808.0 && d < 9223372036854775808.0)))
+      reject(label, value, "the element " + show(item) + " is outside the int64 range", allowed);
+    if (!bounds.empty() && !(bounds.back().value < d))
+      reject(label, value, "it is not strictly ascending at " + show(item), allowed);
+    bounds.push_back({d, python_number_text(item)});
+  }
+  return bounds;
+}
+
+// `label(key)` spells a key as the messages show it: "grad_probe.bounds".
+template <class Label>
+GradProbeConfig parse_grad_probe(const json& section, Label&& label) {
+  GradProbeConfig g;
+  static constexpr Choice<GradLevel> kLevels[] = {{"L0", GradLevel::L0}, {"L1", GradLevel::L1}, {"L2", GradLevel::L2}};
+  g.grad_level = read_choice(section, "grad_level", label("grad_level"), kLevels, GradLevel::L1);
+  g.param_list = read_string_list(section, "param_list", label("param_list"),
+                                  "a list of parameter names as named_parameters() gives them ([] = every parameter)");
+  if (const json* v = find(section, "bounds")) g.bounds = parse_grad_bounds(*v, label("bounds"));
+  return g;
+}
+
+}  // namespace detail
+
+constexpr const char* grad_level_name(GradLevel l) {
+  switch (l) {
+    case GradLevel::L0: return "L0";
+    case GradLevel::L1: return "L1";
+    case GradLevel::L2: return "L2";
+  }
+  return "?";
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/grad_probe.hpp ----
 // ---- begin torchprobe/config/keys.hpp ----
 // Which config.json keys exist, in one table: parse_config warns and reads with it, Options
 // files its overrides with it. And what a task implementation declares about the keys of its
@@ -719,14 +1077,17 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"if_preheat", KeyPlace::Section, KeySupport::Read},
     {"preheat_step", KeyPlace::Section, KeySupport::Read},
     {"max_sample", KeyPlace::Section, KeySupport::Read},
+    {"grad_level", KeyPlace::Section, KeySupport::Read},
+    {"param_list", KeyPlace::Section, KeySupport::Read},
+    {"bounds", KeyPlace::Section, KeySupport::Read},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
 
 // msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
 // is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check",  "run_ut",    "grad_probe",
-                                                     "diff_check", "nan_check", "exception_dump"};
+inline constexpr std::string_view kForeignTasks[] = {"acc_check", "run_ut", "diff_check", "nan_check",
+                                                     "exception_dump"};
 
 inline const ConfigKey* find_config_key(std::string_view name) {
   for (const ConfigKey& k : kConfigKeys)
@@ -741,7 +1102,8 @@ inline bool is_section_key(std::string_view name) {
 }
 
 inline bool is_task_section_name(std::string_view name) {
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+  for (Task t :
+       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
     if (task_name(t) == name) return true;
   return false;
 }
@@ -813,10 +1175,12 @@ inline bool asks_for_something(const json& v) {
 }
 
 inline Task parse_task(const json& v) {
-  const std::string allowed = "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\"";
+  const std::string allowed =
+      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\"";
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure})
+  for (Task t :
+       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
     if (task_name(t) == name) return t;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
@@ -1008,6 +1372,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
   if (c.task == Task::FreeBenchmark && reads("pert_mode"))
     c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
+  if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
@@ -1412,291 +1777,6 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 
 #include <ostream>
 
-// ---- begin torchprobe/io/json_text.hpp ----
-// JSON text exactly as Python's json module writes it, appended piece by piece to one buffer.
-//
-// msprobe writes its files with `json.dump(obj, f, indent=1)`; tools that read our dumps (msprobe's
-// compare, diff scripts, people running `diff` on two dump.json files) see the same bytes only if we
-// reproduce that writer: float repr (shortest round trip, Python's fixed/scientific switch), bare
-// NaN/Infinity tokens (allow_nan=True), ensure_ascii escaping and Python's separators.
-//
-// JsonText is the one place that knows those rules. The step files are written with it straight
-// from the records (sink/step_text.hpp), with no JSON tree in between; io/python_json.hpp walks a
-// nlohmann tree with it for everything else. When the buffer passes a threshold its owner's
-// TextDrain takes it (to a file, a stream), so writing a file of any size holds one chunk at a time.
-#include <charconv>
-#include <cmath>
-
-namespace torchprobe::io {
-
-// Python's float.__repr__ as json.dumps uses it, written at `out` (at least 32 chars); returns the
-// end. NaN and the infinities are spelled the way json writes them.
-inline char* write_python_float(char* out, double v) {
-  if (std::isnan(v)) {  // json checks `o != o`, so a negative NaN is "NaN" as well
-    static constexpr std::string_view kNaN = "NaN";
-    return std::copy(kNaN.begin(), kNaN.end(), out);
-  }
-  if (std::isinf(v)) {
-    const std::string_view s = v > 0 ? "Infinity" : "-Infinity";
-    return std::copy(s.begin(), s.end(), out);
-  }
-  // to_chars without a precision gives the shortest digit string that round-trips, which is what
-  // Python's repr uses (David Gay's mode 0). Scientific form makes digits and exponent easy to split.
-  char sci[40];
-  const char* end = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific).ptr;
-  const char* p = sci;
-  if (*p == '-') {  // keeps the sign of -0.0, as Python does
-    *out++ = '-';
-    ++p;
-  }
-  char digits[24];
-  int n = 0;
-  for (; p != end && *p != 'e'; ++p)
-    if (*p != '.') digits[n++] = *p;
-  int exp10 = 0;
-  if (p != end) std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), end, exp10);
-
-  // Python (float_repr_style 'short'): scientific when the decimal exponent is < -4 or >= 16.
-  if (exp10 < -4 || exp10 >= 16) {
-    *out++ = digits[0];
-    if (n > 1) {
-      *out++ = '.';
-      out = std::copy(digits + 1, digits + n, out);
-    }
-    *out++ = 'e';
-    *out++ = exp10 < 0 ? '-' : '+';
-    const int mag = exp10 < 0 ? -exp10 : exp10;
-    if (mag < 10) *out++ = '0';  // at least two exponent digits: 1e-05, 1e+16
-    return std::to_chars(out, out + 4, mag).ptr;
-  }
-  if (exp10 >= 0) {
-    const int int_len = exp10 + 1;
-    if (n <= int_len) {
-      out = std::copy(digits, digits + n, out);
-      for (int k = n; k < int_len; ++k) *out++ = '0';
-      *out++ = '.';  // Python always marks an integral float
-      *out++ = '0';
-    } else {
-      out = std::copy(digits, digits + int_len, out);
-      *out++ = '.';
-      out = std::copy(digits + int_len, digits + n, out);
-    }
-    return out;
-  }
-  *out++ = '0';
-  *out++ = '.';
-  for (int k = 0; k < -exp10 - 1; ++k) *out++ = '0';
-  return std::copy(digits, digits + n, out);
-}
-
-inline std::string python_float_repr(double v) {
-  char buf[40];
-  return std::string(buf, write_python_float(buf, v));
-}
-
-// Takes each chunk of the text written so far: a file, a stream.
-class TextDrain {
- public:
-  virtual ~TextDrain() = default;
-  virtual void take(std::string_view text) = 0;
-};
-
-class JsonText {
- public:
-  // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
-  // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
-  // Text is appended to `buf`; it holds exactly the text once finish() is called (or this object
-  // is gone): in between it has room to spare, so that each piece is a copy, not a string append.
-  explicit JsonText(std::string& buf, int indent = 1, TextDrain* drain = nullptr)
-      : buf_(buf), len_(buf.size()), indent_(indent), drain_(drain) {}
-  JsonText(const JsonText&) = delete;
-  JsonText& operator=(const JsonText&) = delete;
-  ~JsonText() { finish(); }
-
-  void finish() { buf_.resize(len_); }
-  int indent() const { return indent_; }
-
-  void null() { put("null", 4); }
-  void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
-  template <class Int>
-  void integer(Int v) {
-    char* p = room(24);
-    len_ = static_cast<std::size_t>(std::to_chars(p, p + 24, v).ptr - buf_.data());
-  }
-  void real(double v) {
-    char* p = room(40);
-    len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
-  }
-  void raw(std::string_view s) { put(s.data(), s.size()); }
-
-  // A container is written as open(), then item() or key() before each element, then close().
-  // `depth` is the container's own depth; `count` how many elements it got.
-  void open_object() { put('{'); }
-  void open_array() { put('['); }
-  void item(std::size_t index, int depth) {
-    if (indent_ >= 0) {
-      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth + 1);
-      char* p = room(spaces + 2);
-      if (index != 0) *p++ = ',';
-      *p++ = '\n';
-      std::memset(p, ' ', spaces);
-      len_ = static_cast<std::size_t>(p + spaces - buf_.data());
-    } else if (index != 0) {
-      put(", ", 2);
-    }
-  }
-  void key(std::size_t index, int depth, std::string_view name) {
-    item(index, depth);
-    string(name);
-    put(": ", 2);
-  }
-  // key() for a name that needs no escaping, given with its quotes and separator: "\"type\": ".
-  void plain_key(std::size_t index, int depth, std::string_view quoted) {
-    item(index, depth);
-    put(quoted.data(), quoted.size());
-  }
-  // string() for text that needs no escaping (printable ASCII without '"' or '\\').
-  void plain_string(std::string_view s) {
-    char* p = room(s.size() + 2);
-    *p = '"';
-    std::memcpy(p + 1, s.data(), s.size());
-    p[s.size() + 1] = '"';
-    len_ += s.size() + 2;
-  }
-  void close_object(std::size_t count, int depth) { close(count, depth, '}'); }
-  void close_array(std::size_t count, int depth) { close(count, depth, ']'); }
-
-  // Hands the text to the drain once it holds a chunk's worth: call between elements.
-  void maybe_drain() {
-    if (drain_ != nullptr && len_ >= kChunk) drain();
-  }
-  // The buffer keeps its size: the next chunk reuses its room, which is not filled with zeros again.
-  void drain() {
-    if (drain_ == nullptr || len_ == 0) return;
-    drain_->take(std::string_view(buf_.data(), len_));
-    len_ = 0;
-  }
-
-  // ensure_ascii=True: printable ASCII stays, everything else is escaped; code points above the BMP
-  // become surrogate pairs. Bytes that are not valid UTF-8 (Python strings never contain them)
-  // become U+FFFD rather than aborting a dump.
-  void string(std::string_view s) {
-    put('"');
-    const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-    const std::size_t n = s.size();
-    std::size_t i = 0;
-    while (i < n) {
-      std::size_t run = i;  // fast path: copy runs of characters that need no escape in one go
-      while (run < n && b[run] >= 0x20 && b[run] < 0x7F && b[run] != '"' && b[run] != '\\') ++run;
-      if (run != i) {
-        put(s.data() + i, run - i);
-        i = run;
-        if (i == n) break;
-      }
-      const unsigned c = b[i];
-      if (c < 0x80) {
-        escape_ascii(c);
-        ++i;
-        continue;
-      }
-      unsigned cp = 0;
-      const std::size_t len = utf8_decode(b + i, n - i, cp);
-      if (len == 0) {
-        hex4(0xFFFD);
-        ++i;
-        continue;
-      }
-      i += len;
-      if (cp >= 0x10000) {
-        cp -= 0x10000;
-        hex4(0xD800 + (cp >> 10));
-        hex4(0xDC00 + (cp & 0x3FF));
-      } else {
-        hex4(cp);
-      }
-    }
-    put('"');
-  }
-
- private:
-  static constexpr std::size_t kChunk = std::size_t{1} << 20;
-
-  // Room for n more bytes at the end of the text; the buffer grows geometrically.
-  char* room(std::size_t n) {
-    if (buf_.size() - len_ < n) buf_.resize(std::max(len_ + n, 2 * buf_.size() + 4096));
-    return buf_.data() + len_;
-  }
-  void put(const char* s, std::size_t n) {
-    std::memcpy(room(n), s, n);
-    len_ += n;
-  }
-  void put(char c) {
-    *room(1) = c;
-    ++len_;
-  }
-
-  void close(std::size_t count, int depth, char closer) {
-    if (count != 0 && indent_ >= 0) {  // Python writes empty containers as [] and {} whatever the indent
-      const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth);
-      char* p = room(spaces + 1);
-      *p++ = '\n';
-      std::memset(p, ' ', spaces);
-      len_ += spaces + 1;
-    }
-    put(closer);
-  }
-
-  void escape_ascii(unsigned c) {
-    switch (c) {
-      case '"': put("\\\"", 2); break;
-      case '\\': put("\\\\", 2); break;
-      case '\n': put("\\n", 2); break;
-      case '\r': put("\\r", 2); break;
-      case '\t': put("\\t", 2); break;
-      case '\b': put("\\b", 2); break;
-      case '\f': put("\\f", 2); break;
-      default: hex4(c);  // other controls and DEL (0x7F is outside Python's ' '..'~' range)
-    }
-  }
-
-  void hex4(unsigned cp) {
-    static constexpr char kHex[] = "0123456789abcdef";  // Python writes lowercase \uXXXX
-    const char esc[6] = {'\\',          'u', kHex[(cp >> 12) & 0xF], kHex[(cp >> 8) & 0xF], kHex[(cp >> 4) & 0xF],
-                         kHex[cp & 0xF]};
-    put(esc, 6);
-  }
-
-  // Returns the sequence length, 0 when malformed (overlong, truncated, > U+10FFFF). Encoded
-  // surrogates are accepted: Python would print a lone surrogate as \udXXX too.
-  static std::size_t utf8_decode(const unsigned char* p, std::size_t avail, unsigned& cp) {
-    std::size_t len;
-    unsigned min;
-    if ((p[0] & 0xE0) == 0xC0) {
-      len = 2, cp = p[0] & 0x1F, min = 0x80;
-    } else if ((p[0] & 0xF0) == 0xE0) {
-      len = 3, cp = p[0] & 0x0F, min = 0x800;
-    } else if ((p[0] & 0xF8) == 0xF0) {
-      len = 4, cp = p[0] & 0x07, min = 0x10000;
-    } else {
-      return 0;
-    }
-    if (avail < len) return 0;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((p[k] & 0xC0) != 0x80) return 0;
-      cp = (cp << 6) | (p[k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF) return 0;
-    return len;
-  }
-
-  std::string& buf_;
-  std::size_t len_;  // the text's length; buf_ may be longer (room to spare)
-  int indent_;
-  TextDrain* drain_;
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/json_text.hpp ----
 
 namespace torchprobe::io {
 
@@ -3014,9 +3094,12 @@ class NullSink {
 //
 // - The re-run happens when the call starts, on the probe's own values: arguments the op writes
 //   (in-place self, out=) are copies, so in check mode nothing the user holds changes.
+// - if_preheat: only the calls the preheat samples are re-run, judged by its adapted thresholds
+//   (task/free_benchmark/preheat.hpp); in its steps they are also re-run on the CPU.
 // - Calls that draw random numbers are not re-run: a second draw would move the generator.
 // - handler_type fix: the outputs are overwritten in place with the re-run's values cast back
 //   (forward only), so training continues with them.
+// - fuzz_stage backward: the backward is recomputed when the gradient comes (free_benchmark/backward.hpp).
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/core/LegacyTypeDispatch.h>
 
@@ -4681,6 +4764,17 @@ inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stat
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
+// ---- begin torchprobe/task/free_benchmark/backward.hpp ----
+// free_benchmark's backward stage (fuzz_stage backward, for the APIs in `list`; msprobe-reference.md
+// §7.3): when a checked call's gradient arrives, the op's backward is recomputed twice on the probe's
+// snapshot of the inputs, taken when the call started, with the original and with the perturbed
+// inputs (a re-run through the dispatcher with grad mode on, then torch::autograd::grad with the
+// gradient that arrived), and the input gradients are compared (abs_tol 1e-3).
+// The gradient is that of the call's first floating output that requires grad (the others count as
+// zero); the inputs differentiated are those that required grad.
+#include <torch/csrc/autograd/autograd.h>
+
+
 // ---- begin torchprobe/task/free_benchmark/comparison.hpp ----
 // free_benchmark's comparison of an original output with the perturbed re-run's (msprobe-reference.md
 // §7.3). The numbers are computed where the tensors are, as small tensors that are read back in one
@@ -4875,6 +4969,9 @@ struct Comparison {
   enum class Kind { Ratio, Benchmark, Exact, Scalar };
   Kind kind = Kind::Ratio;
   std::optional<int64_t> index;  // which output, for tuple/list outputs
+  // to_cpu: part of a tuple/list output, which msprobe's compare_seq judges as a whole: one row for
+  // the call, without output_index, dtype or shape.
+  bool in_sequence = false;
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;
   double threshold = 1.0;  // ratio modes
@@ -4910,7 +5007,9 @@ inline at::Tensor at_least(const at::Tensor& x, double bound) {
   return at::where(at::lt(x, bound), at::full({}, bound, x.options()), x);
 }
 
-inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode) {
+// abs_tol: sqrt(eps) of the perturbed dtype in the forward stage, 1e-3 in the backward stage.
+inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& perturbed, PertMode mode,
+                                std::optional<double> tolerance = std::nullopt) {
   Comparison c;
   c.dtype = original.scalar_type();
   c.shape = original.sizes().vec();
@@ -4926,7 +5025,7 @@ inline Comparison compare_ratio(const at::Tensor& original, const at::Tensor& pe
     return c;
   }
   c.threshold = ratio_threshold(original.scalar_type(), mode);
-  const double abs_tol = std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8));
+  const double abs_tol = tolerance.value_or(std::sqrt(epsilon(perturbed.scalar_type()).value_or(1e-8)));
   const at::Tensor a = original.to(perturbed.device(), perturbed.scalar_type()).reshape({-1});
   const at::Tensor b = perturbed.reshape({-1});
   if (a.numel() == 0) {
@@ -5053,6 +5152,141 @@ inline void resolve(std::vector<Comparison*>& pending) {
 //    flagged, the worst ratio and the call it came from, worst first.
 
 
+// ---- begin torchprobe/task/free_benchmark/preheat.hpp ----
+// free_benchmark's preheat (if_preheat true; msprobe-reference.md §7.3, msprobe's PreheatHandler and
+// PreheatCounter): which calls are checked, and the per-API, per-dtype threshold they are judged by.
+//  - step 0 only counts the calls of each API (`total`);
+//  - from step 1 on, of an API's calls in a step (numbered 1, 2, ... in call order) those numbered
+//    (preheat_step * (i - 1) + step) % total (0 read as total), i = 1..k, are sampled, with
+//    k = min(ceil(total / preheat_step), max_sample); over preheat_step steps every call number is seen;
+//  - in steps 1 .. preheat_step - 1 a sampled call is also compared with the CPU (to_cpu's standard),
+//    and the API's threshold for the dtype of its first output, which starts at 2.05, is adapted
+//    after the step's k-th sample: CPU-consistent ratios only -> thd - 1 halved (doubled when one of
+//    them is above thd); inconsistent ones above every consistent one -> the smallest inconsistent
+//    ratio, and that dtype is no longer preheated; never below the dtype's default threshold.
+// Difference from msprobe: msprobe re-runs and compares every call from step 1 on and samples only
+// its CPU comparisons; TorchProbe re-runs the sampled calls only, in every step (the cost: at most k
+// re-runs per API per step). Nothing here needs libtorch: dtypes are their names ("torch.float16").
+
+namespace torchprobe::free_benchmark {
+
+// A call chosen for checking: what the preheat needs to know of it when it is decided.
+struct Sample {
+  std::int64_t step = 0;
+  bool with_cpu = false;      // a preheat step: compared with the CPU as well
+  std::int64_t sampled = 0;   // how many of its API's calls were sampled in the step, this one included
+  std::int64_t per_step = 0;  // k of its API
+};
+
+class Preheat {
+ public:
+  static constexpr double kInitialThreshold = 2.05;
+  static constexpr double kThresholdStep = 2.0;
+
+  Preheat(std::int64_t preheat_step, std::int64_t max_sample) : preheat_step_(preheat_step), max_sample_(max_sample) {}
+
+  // The step the next calls belong to.
+  void set_step(std::int64_t step) {
+    if (step == step_) return;
+    step_ = step;
+    called_.clear();
+    sampled_.clear();
+  }
+  std::int64_t step() const { return step_; }
+
+  // At a call's start: the sample, or nothing when the call is not checked (step 0 counts it).
+  std::optional<Sample> sample(const std::string& api) {
+    if (step_ == 0) {
+      ++total_[api];
+      return std::nullopt;
+    }
+    const std::int64_t total = total_count(api);
+    const std::int64_t seq = ++called_[api];
+    if (total == 0) return std::nullopt;
+    const std::int64_t k = per_step(api);
+    bool chosen = false;
+    for (std::int64_t i = 1; i <= k && !chosen; ++i) {
+      std::int64_t n = (preheat_step_ * (i - 1) + step_) % total;
+      chosen = (n == 0 ? total : n) == seq;
+    }
+    if (!chosen) return std::nullopt;
+    return Sample{step_, step_ < preheat_step_, ++sampled_[api], k};
+  }
+
+  std::int64_t total_count(const std::string& api) const {
+    const auto it = total_.find(api);
+    return it == total_.end() ? 0 : it->second;
+  }
+  // k: how many of the API's calls are sampled per step.
+  std::int64_t per_step(const std::string& api) const {
+    const std::int64_t total = total_count(api);
+    return std::min((total + preheat_step_ - 1) / preheat_step_, max_sample_);
+  }
+
+  // The threshold an output of `dtype` of `api` is judged by now.
+  double threshold(const std::string& api, const std::string& dtype) {
+    return thresholds_[api].emplace(dtype, kInitialThreshold).first->second;
+  }
+  const std::map<std::string, std::map<std::string, double>>& thresholds() const { return thresholds_; }
+
+  // A sampled call compared with the CPU, decided (in call order): its largest ratio over its
+  // outputs, whether the CPU agreed with it, and its first output's dtype and default threshold.
+  void learn(const std::string& api, const Sample& s, const std::string& dtype, double default_threshold,
+             double max_ratio, bool cpu_consistent) {
+    if (!s.with_cpu) return;
+    if (s.step != record_step_) {
+      record_step_ = s.step;
+      record_.clear();
+    }
+    if (!preheating(api, dtype)) return;
+    defaults_[dtype] = default_threshold;
+    record_[api][dtype].emplace_back(max_ratio, cpu_consistent);
+    if (s.sampled < s.per_step) return;
+    for (const auto& [d, results] : record_[api]) {
+      const double adapted = adapt(api, d, results);
+      thresholds_[api][d] = std::max(adapted, defaults_[d]);
+    }
+  }
+
+  bool preheating(const std::string& api, const std::string& dtype) const {
+    const auto a = done_.find(api);
+    return a == done_.end() || !a->second.count(dtype);
+  }
+
+ private:
+  double adapt(const std::string& api, const std::string& dtype, const std::vector<std::pair<double, bool>>& results) {
+    std::vector<double> con, incon;
+    for (const auto& [ratio, ok] : results) (ok ? con : incon).push_back(ratio);
+    const double old = threshold(api, dtype);
+    if (!con.empty() && !incon.empty()) {
+      const double lowest_bad = *std::min_element(incon.begin(), incon.end());
+      if (lowest_bad <= *std::max_element(con.begin(), con.end())) return old;
+      done_[api][dtype] = true;
+      return std::min(lowest_bad, old);
+    }
+    if (!con.empty()) {
+      const bool missed = *std::max_element(con.begin(), con.end()) > old;
+      return missed ? 1 + (old - 1) * kThresholdStep : 1 + (old - 1) / kThresholdStep;
+    }
+    done_[api][dtype] = true;
+    return std::min(*std::min_element(incon.begin(), incon.end()), old);
+  }
+
+  const std::int64_t preheat_step_, max_sample_;
+  std::int64_t step_ = 0;
+  std::map<std::string, std::int64_t> total_;    // calls per API in step 0
+  std::map<std::string, std::int64_t> called_;   // calls per API in this step
+  std::map<std::string, std::int64_t> sampled_;  // sampled calls per API in this step
+  // Decided in call order, at flush:
+  std::map<std::string, std::map<std::string, double>> thresholds_;
+  std::map<std::string, std::map<std::string, bool>> done_;  // dtypes no longer preheated
+  std::map<std::string, double> defaults_;
+  std::int64_t record_step_ = -1;
+  std::map<std::string, std::map<std::string, std::vector<std::pair<double, bool>>>> record_;
+};
+
+}  // namespace torchprobe::free_benchmark
+// ---- end torchprobe/task/free_benchmark/preheat.hpp ----
 
 namespace torchprobe::free_benchmark {
 
@@ -5060,6 +5294,8 @@ namespace torchprobe::free_benchmark {
 struct CheckedCall {
   std::string name;
   std::vector<Comparison> outputs;
+  std::optional<Sample> sample;  // preheat: the call was sampled
+  std::vector<Comparison> cpu;   // preheat steps: its outputs against the CPU's
 
   bool flagged() const {
     return std::any_of(outputs.begin(), outputs.end(), [](const Comparison& c) { return !c.consistent; });
@@ -5101,26 +5337,35 @@ inline std::string api_of(const std::string& name) {
 inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBenchmarkConfig& cfg, int64_t step,
                             int64_t rank) {
   std::string rows;
-  for (const CheckedCall& call : calls)
+  auto row = [&](const CheckedCall& call, const Comparison* c) {
+    std::string max_rel;
+    if (c && c->flipped)
+      max_rel = "symbol_flipping";
+    else if (c && c->ratio && cfg.pert_mode != PertMode::ToCpu)
+      max_rel = io::python_float_repr(*c->ratio - 1.0);
+    const std::vector<std::string> fields = {std::to_string(rank),
+                                             std::string(pert_mode_name(cfg.pert_mode)),
+                                             cfg.fuzz_stage == FuzzStage::Backward ? "backward" : "forward",
+                                             std::to_string(step),
+                                             call.name,
+                                             max_rel,
+                                             c ? dtype_name(c->dtype) : std::string(),
+                                             c ? torch_size_text(c->shape) : std::string(),
+                                             c && c->index ? std::to_string(*c->index) : std::string()};
+    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
+    rows += "\r\n";
+  };
+  for (const CheckedCall& call : calls) {
+    bool sequence_flagged = false;
     for (const Comparison& c : call.outputs) {
       if (c.consistent) continue;
-      std::string max_rel;
-      if (c.flipped)
-        max_rel = "symbol_flipping";
-      else if (c.ratio && cfg.pert_mode != PertMode::ToCpu)
-        max_rel = io::python_float_repr(*c.ratio - 1.0);
-      const std::vector<std::string> fields = {std::to_string(rank),
-                                               std::string(pert_mode_name(cfg.pert_mode)),
-                                               "forward",
-                                               std::to_string(step),
-                                               call.name,
-                                               max_rel,
-                                               dtype_name(c.dtype),
-                                               torch_size_text(c.shape),
-                                               c.index ? std::to_string(*c.index) : std::string()};
-      for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
-      rows += "\r\n";
+      if (c.in_sequence)
+        sequence_flagged = true;
+      else
+        row(call, &c);
     }
+    if (sequence_flagged) row(call, nullptr);  // msprobe: the output is not a tensor, so no dtype/shape
+  }
   if (rows.empty()) return rows;
   return "rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n" + rows;
 }
@@ -5184,6 +5429,84 @@ inline nlohmann::ordered_json summary_json(const std::vector<CheckedCall>& calls
 }  // namespace torchprobe::free_benchmark
 // ---- end torchprobe/task/free_benchmark/report.hpp ----
 
+namespace torchprobe::free_benchmark {
+
+// The backward checks decided by hooks, until the task collects them (hooks may outlive the task).
+struct BackwardCalls {
+  std::mutex mutex;
+  std::vector<CheckedCall> calls;
+};
+
+// A call of the backward stage, from its start to its gradient.
+struct BackwardCall {
+  c10::OperatorHandle op;
+  std::string name;
+  std::vector<c10::IValue> inputs;   // snapshot: detached copies
+  std::vector<bool> differentiated;  // per tensor met in map_tensors order: it required grad
+  std::ptrdiff_t valid = -1;
+  std::size_t output = 0;  // the output whose gradient is hooked
+  PertMode mode = PertMode::ImprovePrecision;
+  std::shared_ptr<BackwardCalls> into;
+
+  BackwardCall(c10::OperatorHandle handle) : op(std::move(handle)) {}
+
+  // The snapshot of the call's inputs, or false when no floating input requires grad.
+  bool take(const std::vector<c10::IValue>& stack) {
+    bool any = false;
+    auto copy = [&](const at::Tensor& t) -> at::Tensor {
+      const bool d = t.defined() && is_floating(t) && t.requires_grad();
+      differentiated.push_back(d);
+      any = any || d;
+      return t.defined() ? t.detach().clone() : at::Tensor();
+    };
+    for (const c10::IValue& v : stack) inputs.push_back(map_tensors(v, copy));
+    return any;
+  }
+
+  // d(output)/d(inputs that required grad) . grad, on `stack` (the snapshot, perturbed or not).
+  std::vector<at::Tensor> gradients(std::vector<c10::IValue> stack, const at::Tensor& grad) const {
+    std::vector<at::Tensor> leaves;
+    std::size_t i = 0;
+    auto leaf = [&](const at::Tensor& t) -> at::Tensor {
+      const bool d = i < differentiated.size() && differentiated[i];
+      ++i;
+      if (!d || !t.defined()) return at::Tensor();
+      leaves.push_back(t.detach().requires_grad_(true));
+      return leaves.back();
+    };
+    for (c10::IValue& v : stack) v = map_tensors(v, leaf);
+    op.callBoxed(&stack);
+    if (output >= stack.size() || !stack[output].isTensor()) return {};
+    const at::Tensor out = stack[output].toTensor();
+    if (!out.requires_grad()) return {};
+    return torch::autograd::grad({out}, leaves, {grad.to(out.device(), out.scalar_type())},
+                                 /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+  }
+
+  // The hook's work: both backwards, compared; the result joins `into`.
+  void check(const at::Tensor& grad) const {
+    ProbeGuard guard;
+    at::AutoGradMode grad_mode(true);
+    std::vector<c10::IValue> perturbed = inputs;
+    if (!perturb(mode, perturbed, valid)) return;
+    const std::vector<at::Tensor> a = gradients(inputs, grad), b = gradients(std::move(perturbed), grad);
+    CheckedCall call{name, {}, std::nullopt, {}};
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!a[k].defined() || !b[k].defined()) continue;
+      Comparison c = mode == PertMode::ToCpu ? compare_benchmark(a[k], b[k]) : compare_ratio(a[k], b[k], mode, 1e-3);
+      if (n > 1) c.index = static_cast<int64_t>(k);
+      call.outputs.push_back(std::move(c));
+    }
+    if (call.outputs.empty()) return;
+    std::lock_guard<std::mutex> lock(into->mutex);
+    into->calls.push_back(std::move(call));
+  }
+};
+
+}  // namespace torchprobe::free_benchmark
+// ---- end torchprobe/task/free_benchmark/backward.hpp ----
+
 namespace torchprobe {
 
 class FreeBenchmarkTask {
@@ -5195,7 +5518,14 @@ class FreeBenchmarkTask {
                                                                "preheat_step", "max_sample"};
   static bool saves_tensors(const Config&) { return false; }
 
-  explicit FreeBenchmarkTask(const Config& config) : cfg_(config.free_benchmark) {}
+  explicit FreeBenchmarkTask(const Config& config)
+      : cfg_(config.free_benchmark), preheat_(cfg_.preheat_step, cfg_.max_sample) {}
+
+  // The step whose calls come next (the preheat counts and samples per step).
+  void set_step(std::int64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    preheat_.set_step(step);
+  }
 
   // Only save()'s values are described (debug.json): with statistics, as task statistics does.
   nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site&, Record&, bool gradient = false) const {
@@ -5218,15 +5548,24 @@ class FreeBenchmarkTask {
     const std::ptrdiff_t valid = free_benchmark::first_valid_input(
         stack, [&](std::size_t i) { return i >= op.args.size() || !op.args[i].kwarg_only; });
     if (valid < 0) return nullptr;
+    if (cfg_.fuzz_stage == FuzzStage::Backward) return check_backward(op, stack, valid, name);
+    std::optional<free_benchmark::Sample> sample;
+    if (cfg_.if_preheat) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sample = preheat_.sample(free_benchmark::api_of(name));
+      if (!sample) return nullptr;
+    }
     ProbeGuard guard;
-    if (!free_benchmark::perturb(cfg_.pert_mode, stack, valid)) return nullptr;
-    auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : at::Tensor(); };
-    for (std::size_t i = 0; i < stack.size() && i < op.args.size(); ++i)
-      if (op.args[i].written) stack[i] = free_benchmark::map_tensors(stack[i], copy);
-    op.handle->callBoxed(&stack);
+    std::vector<c10::IValue> cpu_stack;
+    const bool with_cpu = sample && sample->with_cpu && cfg_.pert_mode != PertMode::ToCpu;
+    if (with_cpu) cpu_stack = stack;
+    if (!rerun(op, cfg_.pert_mode, stack, valid)) return nullptr;
     auto check = std::make_unique<Rerun>();
     check->name = name;
     check->outputs = std::move(stack);
+    check->sample = sample;
+    if (with_cpu && rerun(op, PertMode::ToCpu, cpu_stack, valid)) check->cpu_outputs = std::move(cpu_stack);
+    if (sample && sample->with_cpu && cfg_.pert_mode == PertMode::ToCpu) check->cpu_outputs = check->outputs;
     return check;
   }
 
@@ -5234,24 +5573,20 @@ class FreeBenchmarkTask {
   template <class Values>
   void check_call_end(capture::CallCheck& check, const Values& outputs) {
     Rerun& rerun = static_cast<Rerun&>(check);
-    ProbeGuard guard;
-    free_benchmark::CheckedCall call{std::move(rerun.name), {}};
-    const std::size_t n = std::min<std::size_t>(outputs.size(), rerun.outputs.size());
-    for (std::size_t k = 0; k < n; ++k) {
-      const c10::IValue& o = outputs[k];
-      const c10::IValue& p = rerun.outputs[k];
-      const std::optional<int64_t> index = n > 1 ? std::optional<int64_t>(static_cast<int64_t>(k)) : std::nullopt;
-      if (o.isTensor() && p.isTensor()) {
-        compare_tensors(o.toTensor(), p.toTensor(), index, call);
-      } else if (o.isTensorList() && p.isTensorList() && n == 1) {
-        const std::vector<at::Tensor> os = o.toTensorList().vec(), ps = p.toTensorList().vec();
-        for (std::size_t i = 0; i < os.size() && i < ps.size(); ++i)
-          compare_tensors(os[i], ps[i], static_cast<int64_t>(i), call);
-      } else if ((o.isInt() && p.isInt()) || (o.isDouble() && p.isDouble())) {
-        call.outputs.push_back(compare_scalars(o, p, index));
-      }
+    if (rerun.backward) {
+      hook_backward(std::move(rerun.backward), outputs);
+      return;
     }
+    ProbeGuard guard;
+    free_benchmark::CheckedCall call{std::move(rerun.name), {}, rerun.sample, {}};
+    // With preheat every mode is judged by the ratio (msprobe's PreheatHandler), to_cpu's standard
+    // serving as the CPU benchmark.
+    const bool benchmark = cfg_.pert_mode == PertMode::ToCpu && !cfg_.if_preheat;
+    if (!has_floating_tensor(rerun.outputs)) return;  // msprobe's handlers: Tools.is_float_tensor
+    compare_outputs(outputs, rerun.outputs, benchmark, call.outputs);
+    if (!rerun.cpu_outputs.empty()) compare_outputs(outputs, rerun.cpu_outputs, true, call.cpu);
     if (call.outputs.empty()) return;
+    if (cfg_.handler_type == FuzzHandler::Fix) fix(outputs, rerun.outputs);
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_.push_back(std::move(call));
   }
@@ -5259,7 +5594,12 @@ class FreeBenchmarkTask {
   // free_benchmark_summary.json, for every dumped step.
   std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<const Record*>&,
                                                                          std::int64_t step) const {
-    return {{"free_benchmark_summary.json", free_benchmark::summary_json(collect(step), cfg_, step)}};
+    nlohmann::ordered_json summary = free_benchmark::summary_json(collect(step), cfg_, step);
+    if (cfg_.if_preheat) {  // the thresholds the preheat has reached, per API and dtype
+      std::lock_guard<std::mutex> lock(mutex_);
+      summary["thresholds"] = preheat_.thresholds();
+    }
+    return {{"free_benchmark_summary.json", std::move(summary)}};
   }
   // free_benchmark.csv, for a step with an inconsistent call.
   std::vector<std::pair<std::string, std::string>> step_text_files(std::int64_t step, std::int64_t rank) const {
@@ -5274,21 +5614,167 @@ class FreeBenchmarkTask {
   struct Rerun : capture::CallCheck {
     std::string name;
     std::vector<c10::IValue> outputs;  // the perturbed re-run's
+    std::optional<free_benchmark::Sample> sample;
+    std::vector<c10::IValue> cpu_outputs;                    // preheat steps: the CPU re-run's
+    std::shared_ptr<free_benchmark::BackwardCall> backward;  // fuzz_stage backward
   };
 
-  void compare_tensors(const at::Tensor& o, const at::Tensor& p, std::optional<int64_t> index,
-                       free_benchmark::CheckedCall& call) const {
+  // fuzz_stage backward: a snapshot of the inputs, for the backward recomputed when the gradient
+  // comes. In-place and out= ops are left out (the op wrote the inputs the snapshot is of).
+  std::unique_ptr<capture::CallCheck> check_backward(const capture::OpInfo& op, const std::vector<c10::IValue>& stack,
+                                                     std::ptrdiff_t valid, const std::string& name) {
+    if (!c10::GradMode::is_enabled()) return nullptr;
+    for (const auto& a : op.args)
+      if (a.written) return nullptr;
+    ProbeGuard guard;
+    auto call = std::make_shared<free_benchmark::BackwardCall>(*op.handle);
+    if (!call->take(stack)) return nullptr;
+    call->name = name;
+    call->valid = valid;
+    call->mode = cfg_.pert_mode;
+    call->into = backward_;
+    auto check = std::make_unique<Rerun>();
+    check->backward = std::move(call);
+    return check;
+  }
+
+  // The hook on the call's first floating output that requires grad.
+  template <class Values>
+  static void hook_backward(std::shared_ptr<free_benchmark::BackwardCall> call, const Values& outputs) {
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      if (!outputs[k].isTensor()) continue;
+      const at::Tensor& out = outputs[k].toTensor();
+      if (!free_benchmark::is_floating(out) || !out.requires_grad()) continue;
+      call->output = k;
+      out.register_hook([call](const at::Tensor& grad) {
+        try {
+          call->check(grad);
+        } catch (const std::exception&) {  // the probe never breaks the backward pass
+        }
+      });
+      return;
+    }
+  }
+
+  // Perturbs `stack` (the probe's copy of the inputs) as `mode` says and runs the op on it; the
+  // outputs replace the inputs. False when nothing was perturbed (no re-run).
+  static bool rerun(const capture::OpInfo& op, PertMode mode, std::vector<c10::IValue>& stack, std::ptrdiff_t valid) {
+    if (!free_benchmark::perturb(mode, stack, valid)) return false;
+    auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : at::Tensor(); };
+    for (std::size_t i = 0; i < stack.size() && i < op.args.size(); ++i)
+      if (op.args[i].written) stack[i] = free_benchmark::map_tensors(stack[i], copy);
+    op.handle->callBoxed(&stack);
+    return true;
+  }
+
+  // A floating tensor as the output, or among the outputs (tuple) or the output's list.
+  static bool has_floating_tensor(const std::vector<c10::IValue>& outputs) {
+    auto floating = [](const at::Tensor& t) { return t.defined() && at::isFloatingType(t.scalar_type()); };
+    for (const c10::IValue& v : outputs) {
+      if (v.isTensor() && floating(v.toTensor())) return true;
+      if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorList().vec())
+          if (floating(t)) return true;
+    }
+    return false;
+  }
+
+  // Per output, tuple and list outputs element by element. to_cpu's standard judges a tuple or list
+  // output as a whole, as msprobe's SingleCompare.compare_seq, whose compare_list_seq passes each
+  // element's roles swapped: the CPU's value is the actual one (its dtype picks the bounds, its
+  // inf/nan count as 1) and the original's is the golden (an inf/nan in it makes it consistent).
+  template <class Values>
+  void compare_outputs(const Values& outputs, const std::vector<c10::IValue>& rerun, bool benchmark,
+                       std::vector<free_benchmark::Comparison>& into) const {
+    const std::size_t n = std::min<std::size_t>(outputs.size(), rerun.size());
+    if (benchmark && (n > 1 || (n == 1 && outputs[0].isTensorList()))) {
+      auto swapped = [&](const at::Tensor& o, const at::Tensor& p) {
+        if (!o.defined() || !p.defined() || o.is_meta() || o.layout() != c10::kStrided) return;
+        free_benchmark::Comparison c = free_benchmark::compare_benchmark(p, o);
+        c.in_sequence = true;
+        into.push_back(std::move(c));
+      };
+      for (std::size_t k = 0; k < n; ++k) {
+        const c10::IValue &o = outputs[k], &p = rerun[k];
+        if (o.isTensor() && p.isTensor()) {
+          swapped(o.toTensor(), p.toTensor());
+        } else if (o.isTensorList() && p.isTensorList()) {
+          const std::vector<at::Tensor> os = o.toTensorList().vec(), ps = p.toTensorList().vec();
+          for (std::size_t i = 0; i < os.size() && i < ps.size(); ++i) swapped(os[i], ps[i]);
+        } else if ((o.isInt() && p.isInt()) || (o.isDouble() && p.isDouble())) {
+          into.push_back(compare_scalars(o, p, std::nullopt));
+          into.back().in_sequence = true;
+        }
+      }
+      return;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      const c10::IValue& o = outputs[k];
+      const c10::IValue& p = rerun[k];
+      const std::optional<int64_t> index = n > 1 ? std::optional<int64_t>(static_cast<int64_t>(k)) : std::nullopt;
+      if (o.isTensor() && p.isTensor()) {
+        compare_tensors(o.toTensor(), p.toTensor(), index, benchmark, into);
+      } else if (o.isTensorList() && p.isTensorList() && n == 1) {
+        const std::vector<at::Tensor> os = o.toTensorList().vec(), ps = p.toTensorList().vec();
+        for (std::size_t i = 0; i < os.size() && i < ps.size(); ++i)
+          compare_tensors(os[i], ps[i], static_cast<int64_t>(i), benchmark, into);
+      } else if ((o.isInt() && p.isInt()) || (o.isDouble() && p.isDouble())) {
+        into.push_back(compare_scalars(o, p, index));
+      }
+    }
+  }
+
+  void compare_tensors(const at::Tensor& o, const at::Tensor& p, std::optional<int64_t> index, bool benchmark,
+                       std::vector<free_benchmark::Comparison>& into) const {
     if (!o.defined() || !p.defined() || o.is_meta() || o.layout() != c10::kStrided) return;
-    free_benchmark::Comparison c = cfg_.pert_mode == PertMode::ToCpu
-                                       ? free_benchmark::compare_benchmark(o, p)
-                                       : free_benchmark::compare_ratio(o, p, cfg_.pert_mode);
+    free_benchmark::Comparison c =
+        benchmark ? free_benchmark::compare_benchmark(o, p) : free_benchmark::compare_ratio(o, p, cfg_.pert_mode);
     c.index = index;
-    call.outputs.push_back(std::move(c));
-    if (cfg_.handler_type == FuzzHandler::Fix && at::isFloatingType(o.scalar_type()) && o.sizes() == p.sizes()) {
+    into.push_back(std::move(c));
+  }
+
+  // handler_type fix: the caller's floating outputs take the re-run's values.
+  template <class Values>
+  static void fix(const Values& outputs, const std::vector<c10::IValue>& rerun) {
+    auto take = [](const at::Tensor& o, const at::Tensor& p) {
+      if (!o.defined() || !p.defined() || !at::isFloatingType(o.scalar_type()) || o.sizes() != p.sizes()) return;
       // In place, below autograd: the caller's tensor (and what autograd saved of it) takes the values.
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       const_cast<at::Tensor&>(o).copy_(p);
+    };
+    const std::size_t n = std::min<std::size_t>(outputs.size(), rerun.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      if (outputs[k].isTensor() && rerun[k].isTensor()) {
+        take(outputs[k].toTensor(), rerun[k].toTensor());
+      } else if (outputs[k].isTensorList() && rerun[k].isTensorList() && n == 1) {
+        const std::vector<at::Tensor> os = outputs[k].toTensorList().vec(), ps = rerun[k].toTensorList().vec();
+        for (std::size_t i = 0; i < os.size() && i < ps.size(); ++i) take(os[i], ps[i]);
+      }
     }
+  }
+
+  // Preheat, in call order once the call's numbers are read: the thresholds of the moment judge
+  // its outputs, then a CPU-compared sample teaches them.
+  void judge_sampled(free_benchmark::CheckedCall& call) const {
+    const std::string api = free_benchmark::api_of(call.name);
+    double max_ratio = 0;
+    std::optional<at::ScalarType> first;
+    for (free_benchmark::Comparison& c : call.outputs) {
+      if (c.kind == free_benchmark::Comparison::Kind::Scalar) {
+        if (c.ratio) max_ratio = std::max(max_ratio, *c.ratio);
+        continue;
+      }
+      if (!first) first = c.dtype;
+      if (c.kind != free_benchmark::Comparison::Kind::Ratio || !c.ratio) continue;
+      c.threshold = preheat_.threshold(api, dtype_name(c.dtype));
+      c.consistent = c.threshold >= *c.ratio && *c.ratio >= 1.0 / c.threshold;
+      max_ratio = std::max(max_ratio, *c.ratio);
+    }
+    if (!first || call.cpu.empty()) return;
+    const bool cpu_consistent =
+        std::all_of(call.cpu.begin(), call.cpu.end(), [](const free_benchmark::Comparison& c) { return c.consistent; });
+    preheat_.learn(api, *call.sample, dtype_name(*first), free_benchmark::ratio_threshold(*first, cfg_.pert_mode),
+                   max_ratio, cpu_consistent);
   }
 
   // Python int outputs are compared with ==, floats with math.isclose (ratio a/b, +1e-8 when b is 0).
@@ -5335,13 +5821,22 @@ class FreeBenchmarkTask {
   // batch here. Flushing a step again (stop() and start() within it) gives its earlier calls too.
   std::vector<free_benchmark::CheckedCall> collect(std::int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    {
+      std::lock_guard<std::mutex> hooks(backward_->mutex);
+      for (auto& call : backward_->calls) fresh_.push_back(std::move(call));
+      backward_->calls.clear();
+    }
     std::vector<free_benchmark::Comparison*> pending;
-    for (auto& call : fresh_)
+    for (auto& call : fresh_) {
       for (auto& c : call.outputs) pending.push_back(&c);
+      for (auto& c : call.cpu) pending.push_back(&c);
+    }
     {
       ProbeGuard guard;
       free_benchmark::resolve(pending);
     }
+    for (auto& call : fresh_)
+      if (call.sample) judge_sampled(call);
     if (step != step_) {
       step_ = step;
       decided_.clear();
@@ -5352,6 +5847,9 @@ class FreeBenchmarkTask {
   }
 
   const FreeBenchmarkConfig cfg_;
+  mutable free_benchmark::Preheat preheat_;  // with if_preheat; under mutex_
+  // fuzz_stage backward: what the gradient hooks decided (shared: a hook may outlive the task).
+  std::shared_ptr<free_benchmark::BackwardCalls> backward_ = std::make_shared<free_benchmark::BackwardCalls>();
   // What the step's files are made of: collect() decides and moves them on, from const file hooks.
   mutable std::mutex mutex_;
   mutable std::vector<free_benchmark::CheckedCall> fresh_;    // checked since the last flush, maybe undecided
@@ -8710,6 +9208,13 @@ struct task_adds_text_files<T,
                             std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
     : std::true_type {};
 
+// - set_step(step): the number of the step whose calls come next, when a dumped step opens
+//   (free_benchmark's preheat counts calls per step).
+template <class T, class = void>
+struct task_follows_steps : std::false_type {};
+template <class T>
+struct task_follows_steps<T, std::void_t<decltype(std::declval<T&>().set_step(std::int64_t()))>> : std::true_type {};
+
 template <class TaskT>
 class Recorder {
  public:
@@ -10961,6 +11466,7 @@ class StepLifecycle {
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
     const std::string directory = session_.step_directory();
+    if constexpr (task_follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
     // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
     // go first.
@@ -11518,7 +12024,607 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 // ---- begin torchprobe/precision_debugger.hpp ----
 // PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
 // the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
+// With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
+// before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
 
+// ---- begin torchprobe/task/grad_probe/monitor.hpp ----
+// GradMonitor: msprobe's grad_probe task (msprobe-grad-probe-run-ut.md part A; docs/grad_probe.md).
+//
+//   torchprobe::GradMonitor mon("config.json");   // "task": "grad_probe"
+//   mon.monitor(model);                            // once, before training
+//   ... loss.backward(); [clip / unscale]; mon.step(); optimizer.step();
+//
+// libtorch has no optimizer hooks, so step() is called where msprobe's optimizer step pre-hook runs:
+// it reads the gradients the optimizer is about to use and writes
+//   {dump_path}/rank{R}/grad_summary_{step}.csv          (all levels)
+//   {dump_path}/rank{R}/step{step}/{param_name}.npy      (L1, L2: grad > 0, NumPy bool)
+// Steps are this monitor's own step() calls, counted from 0 (msprobe counts every optimizer's steps).
+// The rank is read at every step ($RANK, else 0), not once. Failures never reach training: they go
+// to rank{R}/dump_error_info.log.
+
+
+// ---- begin torchprobe/io/npy.hpp ----
+// NumPy .npy files of 1-byte elements (bool '|b1', int8 '|i1'), written byte for byte as np.save
+// writes them (format 1.0, header padded to 64 bytes with numpy's room to grow the first axis), and
+// read back by the grad-compare tool.
+
+namespace torchprobe::io {
+
+// Python's repr() of a shape tuple: "(4, 8)", "(4,)", "()".
+inline std::string npy_shape_repr(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The header np.save writes for a C-order array of `descr` ("|b1") and `shape`.
+inline std::string npy_header(std::string_view descr, const std::vector<std::int64_t>& shape) {
+  std::string dict =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + npy_shape_repr(shape) + ", }";
+  // numpy >= 1.23 leaves room for the first axis to grow to 21 digits (GROWTH_AXIS_MAX_DIGITS).
+  if (!shape.empty()) dict.append(21 - std::to_string(shape[0]).size(), ' ');
+  const std::size_t hlen = dict.size() + 1;               // with the closing '\n'
+  const std::size_t version = hlen + 64 > 65535 ? 2 : 1;  // v2.0 (4-byte length) only for huge headers
+  const std::size_t prefix = version == 1 ? 10 : 12;
+  const std::size_t pad = 64 - (prefix + hlen) % 64;  // numpy pads a full 64 when already aligned
+  const std::size_t total = hlen + pad;
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(version);
+  out += '\0';
+  for (std::size_t i = 0; i < (version == 1 ? 2u : 4u); ++i) out += static_cast<char>((total >> (8 * i)) & 0xff);
+  out += dict;
+  out.append(pad, ' ');
+  out += '\n';
+  return out;
+}
+
+// A parsed .npy of 1-byte elements: its descr, shape and the raw bytes (C order).
+struct NpyBytes {
+  std::string descr;
+  std::vector<std::int64_t> shape;
+  std::string data;
+};
+
+// Reads what npy_header wrote (and what np.save writes for bool/int8 arrays); nullopt with *why set
+// for anything else (other dtypes, Fortran order, a truncated file).
+inline std::optional<NpyBytes> parse_npy(std::string_view file, std::string* why = nullptr) {
+  auto fail = [&](const char* reason) -> std::optional<NpyBytes> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (file.size() < 10 || file.substr(0, 6) != "\x93NUMPY") return fail("not a .npy file");
+  const unsigned major = static_cast<unsigned char>(file[6]);
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  if (major < 1 || major > 3 || file.size() < prefix) return fail("unknown .npy version");
+  std::size_t hlen = 0;
+  for (std::size_t i = 0; i + 8 < prefix; ++i) hlen |= std::size_t(static_cast<unsigned char>(file[8 + i])) << (8 * i);
+  if (file.size() < prefix + hlen) return fail("truncated .npy header");
+  const std::string_view header = file.substr(prefix, hlen);
+  NpyBytes out;
+  const auto d = header.find("'descr': '");
+  if (d == std::string_view::npos) return fail("no descr in the .npy header");
+  const auto d_end = header.find('\'', d + 10);
+  out.descr = std::string(header.substr(d + 10, d_end - d - 10));
+  if (out.descr != "|b1" && out.descr != "|i1" && out.descr != "|u1") return fail("not a 1-byte dtype");
+  if (header.find("'fortran_order': False") == std::string_view::npos) return fail("Fortran order");
+  const auto s = header.find("'shape': (");
+  if (s == std::string_view::npos) return fail("no shape in the .npy header");
+  std::int64_t count = 1;
+  for (std::size_t i = s + 10; i < header.size() && header[i] != ')'; ++i) {
+    if (header[i] < '0' || header[i] > '9') continue;
+    std::int64_t v = 0;
+    while (i < header.size() && header[i] >= '0' && header[i] <= '9') v = v * 10 + (header[i++] - '0');
+    out.shape.push_back(v);
+    count *= v;
+    --i;
+  }
+  if (file.size() - prefix - hlen < static_cast<std::size_t>(count)) return fail("truncated .npy data");
+  out.data = std::string(file.substr(prefix + hlen, static_cast<std::size_t>(count)));
+  return out;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/npy.hpp ----
+// ---- begin torchprobe/task/grad_probe/grad_stats.hpp ----
+// What grad_probe records of each gradient (msprobe-grad-probe-run-ut.md §A.4, §A.5), computed where
+// the gradient lives: every statistic, count and direction of one step is reduced on the device into
+// byte tensors that go to the host in one copy per device (no synchronisation per parameter).
+//
+// Exact where msprobe is not: max and min are exact in any dtype, the norm is accumulated in float64
+// (msprobe's fp16 norm overflows to inf) and reported rounded to float32 as msprobe reports it.
+
+
+
+
+namespace torchprobe::grad_probe {
+
+// One monitored parameter's gradient at this step.
+struct NamedGrad {
+  std::string name;
+  at::Tensor grad;
+};
+
+// What the CSV row and the direction files are made of.
+struct GradSummary {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t numel = 0;
+  double max = 0, min = 0, norm = 0;  // float32 values, as msprobe's .float()
+  std::vector<std::int64_t> buckets;  // L2: elements per interval (bounds.size() + 1)
+  std::int64_t zeros = 0;             // L2: elements == 0
+  std::uint32_t crc = 0;              // L0: CRC-32 of the float32-cast bytes (msprobe's "MD5")
+  std::string direction;              // L1/L2: grad > 0, one byte (0/1) per element
+  std::string sign;                   // L1/L2 with signs: -1, 0, +1 as int8 bytes (NaN is 0)
+};
+
+namespace detail {
+
+inline at::Tensor as_bytes(const at::Tensor& t) { return t.contiguous().reshape({-1}).view(at::kByte); }
+
+// The bounds as msprobe's bucketize sees them: float32 values, in the dtype the gradient is compared in.
+inline at::Tensor bounds_tensor(const std::vector<GradBound>& bounds, const at::Tensor& like) {
+  std::vector<float> v;
+  for (const GradBound& b : bounds) v.push_back(static_cast<float>(b.value));
+  at::Tensor t = at::tensor(v, at::TensorOptions().dtype(at::kFloat));
+  return t.to(like.options());
+}
+
+}  // namespace detail
+
+class GradStatsComputer {
+ public:
+  GradStatsComputer(GradLevel level, std::vector<GradBound> bounds, bool with_sign)
+      : level_(level), bounds_(std::move(bounds)), with_sign_(with_sign) {}
+
+  // How CPU gradients are read: Scan (float32/float64: one C++ pass over the values), or as device
+  // gradients are: ATen reductions with bucketize (Torch) or with counts of x <= b (TorchByComparison,
+  // the device way). Tests check that all three agree.
+  enum class CpuMode { Scan, Torch, TorchByComparison };
+  void cpu_mode(CpuMode mode) { cpu_mode_ = mode; }
+
+  std::vector<GradSummary> compute(const std::vector<NamedGrad>& grads) {
+    std::vector<GradSummary> out(grads.size());
+    std::vector<at::Tensor> parts;  // byte tensors on the grads' devices
+    std::vector<std::size_t> first(grads.size(), 0), count(grads.size(), 0);
+    std::vector<bool> scanned(grads.size(), false);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const at::Tensor& g = grads[i].grad;
+      GradSummary& s = out[i];
+      s.name = grads[i].name;
+      s.shape = g.sizes().vec();
+      s.numel = g.numel();
+      first[i] = parts.size();
+      if (s.numel == 0) continue;
+      if (g.is_cpu() && cpu_mode_ == CpuMode::Scan && g.scalar_type() == at::kFloat) {
+        scan_cpu<float>(g, s);
+        scanned[i] = true;
+        continue;
+      }
+      if (g.is_cpu() && cpu_mode_ == CpuMode::Scan && g.scalar_type() == at::kDouble) {
+        scan_cpu<double>(g, s);
+        scanned[i] = true;
+        continue;
+      }
+      queue(g, parts);
+      count[i] = parts.size() - first[i];
+    }
+    const std::vector<std::pair<const std::uint8_t*, std::size_t>> host = to_host(parts);
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (!scanned[i]) fill(out[i], host, first[i], count[i]);
+    return out;
+  }
+
+ private:
+  // Appends this gradient's byte tensors: stats (float64), [float32 bytes], [direction], [sign].
+  void queue(const at::Tensor& g, std::vector<at::Tensor>& parts) {
+    // aminmax (one pass) lacks fp16 on libtorch 1.13's CPU; widening to float32 is exact.
+    const bool narrow = g.scalar_type() == at::kHalf || g.scalar_type() == at::kBFloat16;
+    const auto extrema = at::aminmax(narrow && g.is_cpu() ? g.to(at::kFloat) : g);
+    std::vector<at::Tensor> stats = {std::get<1>(extrema).to(at::kDouble).reshape({1}),
+                                     std::get<0>(extrema).to(at::kDouble).reshape({1}),
+                                     at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).reshape({1})};
+    if (level_ == GradLevel::L2) {
+      // msprobe: bucketize(grad, float32 bounds), bf16 as float32; zeros also counted in their interval.
+      const at::Tensor x = g.scalar_type() == at::kDouble ? g : g.to(at::kFloat);
+      const int64_t n = static_cast<int64_t>(bounds_.size()) + 1;
+      if (bounds_.empty()) {
+        stats.push_back(at::full({1}, static_cast<double>(g.numel()), g.options().dtype(at::kDouble)));
+      } else if (x.is_cpu() && cpu_mode_ != CpuMode::TorchByComparison) {
+        const at::Tensor idx = at::bucketize(x, bounds_on(x), false, false).reshape({-1});
+        stats.push_back(at::bincount(idx, {}, n).to(at::kDouble));
+      } else {
+        // bincount sizes its output from the data (a synchronisation); counts of x <= b_i do not:
+        // interval i holds those <= b_i and not <= b_(i-1); NaN is <= nothing, so it lands in the last.
+        const at::Tensor b = bounds_on(x);
+        std::vector<at::Tensor> le;
+        for (int64_t i = 0; i + 1 < n; ++i) le.push_back((x <= b[i]).sum().to(at::kDouble).reshape({1}));
+        le.push_back(at::full({1}, static_cast<double>(x.numel()), x.options().dtype(at::kDouble)));
+        const at::Tensor cum = at::cat(le);
+        stats.push_back(at::cat({cum.slice(0, 0, 1), cum.slice(0, 1) - cum.slice(0, 0, n - 1)}));
+      }
+      stats.push_back((g == 0).sum().to(at::kDouble).reshape({1}));
+    }
+    parts.push_back(at::cat(stats).view(at::kByte));
+    if (level_ == GradLevel::L0) parts.push_back(detail::as_bytes(g.to(at::kFloat)));
+    if (level_ != GradLevel::L0) {
+      parts.push_back(detail::as_bytes(g > 0));
+      if (with_sign_) parts.push_back(detail::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
+    }
+  }
+
+  // Every statistic of a CPU float32/float64 gradient in one pass, with ATen's semantics: NaN makes
+  // max, min and norm NaN and falls in the last interval (b[i-1] < x <= b[i], float32 bounds).
+  template <class T>
+  void scan_cpu(const at::Tensor& g, GradSummary& s) const {
+    const at::Tensor c = g.contiguous();
+    const T* p = c.data_ptr<T>();
+    const auto n = static_cast<std::size_t>(c.numel());
+    std::vector<T> b;
+    for (const GradBound& x : bounds_) b.push_back(static_cast<T>(static_cast<float>(x.value)));
+    const bool l2 = level_ == GradLevel::L2, dir = level_ != GradLevel::L0;
+    if (l2) s.buckets.assign(b.size() + 1, 0);
+    if (dir) s.direction.resize(n);
+    if (dir && with_sign_) s.sign.resize(n);
+    T mx = p[0], mn = p[0];
+    double sq = 0;
+    std::int64_t nans = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const T v = p[i];
+      if (dir) {
+        s.direction[i] = static_cast<char>(v > 0);
+        if (with_sign_) s.sign[i] = static_cast<char>((v > 0) - (v < 0));
+      }
+      if (v != v) {
+        ++nans;
+        continue;
+      }
+      mx = v > mx ? v : mx;
+      mn = v < mn ? v : mn;
+      sq += static_cast<double>(v) * static_cast<double>(v);
+    }
+    if (l2) {  // one tight pass per bound: above[j] = #(v > b[j]); interval k = above[k-1] - above[k]
+      std::vector<std::int64_t> above(b.size(), 0);
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        const T bj = b[j];
+        std::int64_t c = 0;
+        for (std::size_t i = 0; i < n; ++i) c += p[i] > bj;
+        above[j] = c;
+      }
+      std::int64_t zeros = 0;
+      for (std::size_t i = 0; i < n; ++i) zeros += p[i] == 0;
+      s.zeros = zeros;
+      const auto valid = static_cast<std::int64_t>(n) - nans;
+      for (std::size_t k = 0; k <= b.size(); ++k)
+        s.buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == b.size() ? -nans : above[k]);
+    }
+    const bool nan = nans > 0;
+    const double qnan = std::numeric_limits<double>::quiet_NaN();
+    s.max = nan ? qnan : static_cast<double>(static_cast<float>(mx));
+    s.min = nan ? qnan : static_cast<double>(static_cast<float>(mn));
+    s.norm = nan ? qnan : static_cast<double>(static_cast<float>(std::sqrt(sq)));
+    if (level_ == GradLevel::L0) {
+      const at::Tensor f = c.to(at::kFloat);  // the same tensor when it is float32 already
+      s.crc = crc32_bytes(reinterpret_cast<const std::uint8_t*>(f.data_ptr<float>()), n * sizeof(float));
+    }
+  }
+
+  static std::uint32_t crc32_bytes(const std::uint8_t* p, std::size_t left) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (left > 0) {  // zlib takes uInt lengths
+      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      left -= chunk;
+    }
+    return static_cast<std::uint32_t>(crc);
+  }
+
+  // CPU parts are read in place; the parts of each other device are concatenated and copied once.
+  static std::vector<std::pair<const std::uint8_t*, std::size_t>> to_host(std::vector<at::Tensor>& parts) {
+    std::vector<std::pair<const std::uint8_t*, std::size_t>> host(parts.size());
+    std::map<std::string, std::vector<std::size_t>> by_device;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].device().is_cpu())
+        host[i] = {parts[i].data_ptr<std::uint8_t>(), static_cast<std::size_t>(parts[i].numel())};
+      else
+        by_device[parts[i].device().str()].push_back(i);
+    }
+    for (auto& [device, ids] : by_device) {
+      std::vector<at::Tensor> group;
+      for (std::size_t i : ids) group.push_back(parts[i]);
+      at::Tensor copied = at::cat(group).to(at::kCPU);  // the one device-to-host copy of this device
+      std::size_t offset = 0;
+      for (std::size_t i : ids) {
+        const auto n = static_cast<std::size_t>(parts[i].numel());
+        host[i] = {copied.data_ptr<std::uint8_t>() + offset, n};
+        offset += n;
+      }
+      parts.push_back(copied);  // keeps the host copy alive while `host` points into it
+    }
+    return host;
+  }
+
+  void fill(GradSummary& s, const std::vector<std::pair<const std::uint8_t*, std::size_t>>& host, std::size_t first,
+            std::size_t count) const {
+    if (count == 0) {  // an empty gradient: msprobe's torch.max would raise; no values, no counts
+      s.max = s.min = std::numeric_limits<double>::quiet_NaN();
+      s.norm = 0;
+      if (level_ == GradLevel::L2) s.buckets.assign(bounds_.size() + 1, 0);
+      return;
+    }
+    std::size_t k = first;
+    std::vector<double> stats(host[k].second / sizeof(double));
+    std::memcpy(stats.data(), host[k].first, host[k].second);
+    ++k;
+    auto as_float = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+    s.max = as_float(stats[0]);
+    s.min = as_float(stats[1]);
+    s.norm = as_float(stats[2]);
+    if (level_ == GradLevel::L2) {
+      for (std::size_t b = 0; b <= bounds_.size(); ++b) s.buckets.push_back(static_cast<std::int64_t>(stats[3 + b]));
+      s.zeros = static_cast<std::int64_t>(stats[3 + bounds_.size() + 1]);
+    }
+    if (level_ == GradLevel::L0) {
+      s.crc = crc32_bytes(host[k].first, host[k].second);
+      ++k;
+    } else {
+      s.direction.assign(reinterpret_cast<const char*>(host[k].first), host[k].second);
+      ++k;
+      if (with_sign_) s.sign.assign(reinterpret_cast<const char*>(host[k].first), host[k].second);
+    }
+    (void)count;
+  }
+
+  const at::Tensor& bounds_on(const at::Tensor& like) {
+    const std::string key = like.device().str() + "/" + std::string(c10::toString(like.scalar_type()));
+    auto it = bounds_cache_.find(key);
+    if (it == bounds_cache_.end()) it = bounds_cache_.emplace(key, detail::bounds_tensor(bounds_, like)).first;
+    return it->second;
+  }
+
+  GradLevel level_;
+  std::vector<GradBound> bounds_;
+  bool with_sign_;
+  CpuMode cpu_mode_ = CpuMode::Scan;
+  std::map<std::string, at::Tensor> bounds_cache_;
+};
+
+}  // namespace torchprobe::grad_probe
+// ---- end torchprobe/task/grad_probe/grad_stats.hpp ----
+// ---- begin torchprobe/task/grad_probe/summary_csv.hpp ----
+// grad_summary_{step}.csv as msprobe writes it (msprobe-grad-probe-run-ut.md §A.4): UTF-8 with BOM,
+// CRLF, Python csv quoting, one header per level, values as Python's str(float).
+
+// ---- begin torchprobe/io/python_csv.hpp ----
+// CSV text as Python's csv.writer writes it (',' between fields, "\r\n" after each row, a field
+// quoted only when it holds ',', '"', '\r' or '\n'), in a file opened with encoding "utf-8-sig"
+// (a byte order mark first): msprobe's grad_probe and GradComparator files.
+
+
+namespace torchprobe::io {
+
+inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+inline void append_csv_field(std::string& out, std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
+    out.append(s);
+    return;
+  }
+  out += '"';
+  for (const char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+inline void append_csv_row(std::string& out, const std::vector<std::string>& fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ',';
+    append_csv_field(out, fields[i]);
+  }
+  out += "\r\n";
+}
+
+// Python's str(float): the shortest repr, with "nan", "inf", "-inf".
+inline std::string python_float_str(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return python_float_repr(v);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/python_csv.hpp ----
+
+namespace torchprobe::grad_probe {
+
+// The interval columns: "(-inf, b0]", "(b0, b1]", ..., "(bn, inf)". With no bounds msprobe writes no
+// interval label but one interval value (its header is one column short); TorchProbe names that
+// single interval "(-inf, inf)" so that every row has a header.
+inline std::vector<std::string> interval_labels(const std::vector<GradBound>& bounds) {
+  if (bounds.empty()) return {"(-inf, inf)"};
+  std::vector<std::string> out{"(-inf, " + bounds.front().text + "]"};
+  for (std::size_t i = 1; i < bounds.size(); ++i) out.push_back("(" + bounds[i - 1].text + ", " + bounds[i].text + "]");
+  out.push_back("(" + bounds.back().text + ", inf)");
+  return out;
+}
+
+inline std::vector<std::string> summary_header(GradLevel level, const std::vector<GradBound>& bounds) {
+  std::vector<std::string> h{"param_name"};
+  if (level == GradLevel::L0) h.push_back("MD5");
+  if (level == GradLevel::L2) {
+    for (std::string& l : interval_labels(bounds)) h.push_back(std::move(l));
+    h.push_back("=0");
+  }
+  for (const char* c : {"max", "min", "norm", "shape"}) h.push_back(c);
+  return h;
+}
+
+// Python's str(list(grad.shape)): "[4, 8]", "[4]", "[]".
+inline std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// count / numel as Python's true division gives it (0 for an empty gradient).
+inline std::string fraction_text(std::int64_t count, std::int64_t numel) {
+  return io::python_float_str(numel == 0 ? 0.0 : static_cast<double>(count) / static_cast<double>(numel));
+}
+
+inline std::vector<std::string> summary_row(GradLevel level, const GradSummary& s) {
+  std::vector<std::string> r{s.name};
+  if (level == GradLevel::L0) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(s.crc));
+    r.push_back(hex);
+  }
+  if (level == GradLevel::L2) {
+    for (std::int64_t b : s.buckets) r.push_back(fraction_text(b, s.numel));
+    r.push_back(fraction_text(s.zeros, s.numel));
+  }
+  r.push_back(io::python_float_str(s.max));
+  r.push_back(io::python_float_str(s.min));
+  r.push_back(io::python_float_str(s.norm));
+  r.push_back(shape_text(s.shape));
+  return r;
+}
+
+inline std::string summary_csv(GradLevel level, const std::vector<GradBound>& bounds,
+                               const std::vector<GradSummary>& rows) {
+  std::string out(io::kUtf8Bom);
+  io::append_csv_row(out, summary_header(level, bounds));
+  for (const GradSummary& s : rows) io::append_csv_row(out, summary_row(level, s));
+  return out;
+}
+
+}  // namespace torchprobe::grad_probe
+// ---- end torchprobe/task/grad_probe/summary_csv.hpp ----
+
+namespace torchprobe {
+
+class GradMonitor {
+ public:
+  // The configuration file (task grad_probe); `overrides` win over it, as for a Debugger.
+  explicit GradMonitor(const std::string& config_path, Options overrides = Options())
+      : GradMonitor(overrides.config_file(config_path)) {}
+  explicit GradMonitor(const Options& options) : GradMonitor(options.resolve(std::nullopt, Task::GradProbe)) {}
+  explicit GradMonitor(Config config)
+      : config_(std::move(config)),
+        stats_(config_.grad_probe.grad_level, config_.grad_probe.bounds, /*with_sign=*/false) {}
+
+  // Also writes rank{R}/sign/step{step}/{param_name}.npy (int8 -1, 0, +1) beside msprobe's bool
+  // file, whose False mixes zeros and negatives; `torchprobe grad-compare` compares signs when present.
+  GradMonitor& write_signs(bool on = true) {
+    signs_ = on;
+    stats_ = grad_probe::GradStatsComputer(config_.grad_probe.grad_level, config_.grad_probe.bounds, on);
+    return *this;
+  }
+
+  // The parameters to watch, in named_parameters() order (param_list, when given, selects by exact name).
+  void monitor(const torch::nn::Module& model) {
+    params_.clear();
+    const auto& wanted = config_.grad_probe.param_list;
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), item.key()) == wanted.end()) continue;
+      params_.push_back({item.key(), item.value()});
+    }
+  }
+  template <class T>
+  void monitor(const std::shared_ptr<T>& model) {
+    monitor(static_cast<const torch::nn::Module&>(*model));
+  }
+  template <class T>
+  void monitor(const torch::nn::ModuleHolder<T>& model) {
+    monitor(static_cast<const torch::nn::Module&>(*model));
+  }
+
+  // Right before optimizer.step(): counts the step and records it when the step (and rank) is
+  // selected. `rank_id` overrides $RANK. Never throws.
+  void step(std::optional<std::int64_t> rank_id = std::nullopt) noexcept {
+    ++step_;
+    std::int64_t rank = 0;
+    try {
+      const std::optional<std::int64_t> known = rank_id ? rank_id : env_rank();
+      rank = known.value_or(0);
+      if (!config_.step.contains(step_)) return;
+      if (known && !config_.rank.contains(rank)) return;  // a process without a rank is not filtered, as msprobe
+      record(rank);
+    } catch (const std::exception& e) {
+      io::ErrorLog(rank_dir(rank)).log("grad_probe_step", "step" + std::to_string(step_), e);
+    } catch (...) {
+      io::ErrorLog(rank_dir(rank)).log("grad_probe_step", "step" + std::to_string(step_), "unknown", "unknown error");
+    }
+  }
+
+  const Config& config() const { return config_; }
+  std::int64_t current_step() const { return step_; }  // -1 before the first step()
+
+ private:
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+  };
+
+  static std::optional<std::int64_t> env_rank() {
+    const char* env = std::getenv("RANK");
+    if (!env || !*env) return std::nullopt;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end != '\0' || v < 0) return std::nullopt;
+    return v;
+  }
+
+  std::string rank_dir(std::int64_t rank) const { return config_.dump_path + "/rank" + std::to_string(rank); }
+
+  void record(std::int64_t rank) {
+    std::vector<grad_probe::NamedGrad> grads;
+    for (const Param& p : params_) {
+      const at::Tensor& g = p.tensor.grad();
+      if (!g.defined()) {  // msprobe: a warning, no row, no file
+        if (none_reported_.insert(p.name).second)
+          std::cerr << "[torchprobe] grad_probe: grad is None: " << p.name << "\n";
+        continue;
+      }
+      grads.push_back({p.name, g.detach()});
+    }
+    const std::vector<grad_probe::GradSummary> rows = stats_.compute(grads);
+
+    const GradLevel level = config_.grad_probe.grad_level;
+    const std::string dir = rank_dir(rank);
+    io::create_directories(dir, 0750);
+    io::write_file_atomic(dir + "/grad_summary_" + std::to_string(step_) + ".csv",
+                          grad_probe::summary_csv(level, config_.grad_probe.bounds, rows), 0640, false);
+    if (level == GradLevel::L0) return;
+    const std::string step_dir = dir + "/step" + std::to_string(step_);
+    io::create_directories(step_dir, 0750);
+    for (const grad_probe::GradSummary& s : rows)
+      write_npy(step_dir + "/" + io::safe_component(s.name) + ".npy", "|b1", s.shape, s.direction);
+    if (!signs_) return;
+    const std::string sign_dir = dir + "/sign/step" + std::to_string(step_);
+    io::create_directories(sign_dir, 0750);
+    for (const grad_probe::GradSummary& s : rows)
+      write_npy(sign_dir + "/" + io::safe_component(s.name) + ".npy", "|i1", s.shape, s.sign);
+  }
+
+  static void write_npy(const std::string& path, const char* descr, const std::vector<std::int64_t>& shape,
+                        const std::string& data) {
+    io::AtomicFile f(path, 0640);
+    f.write(io::npy_header(descr, shape));
+    f.write(data);
+    f.commit(false);
+  }
+
+  Config config_;
+  grad_probe::GradStatsComputer stats_;
+  bool signs_ = false;
+  std::vector<Param> params_;
+  std::set<std::string> none_reported_;
+  std::int64_t step_ = -1;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/grad_probe/monitor.hpp ----
 
 namespace torchprobe {
 
@@ -11527,25 +12633,49 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
  public:
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
-  explicit BasicPrecisionDebugger(const Options& options) : impl_(make(options)) {}
+  explicit BasicPrecisionDebugger(const Options& options)
+      : grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {}
 
-  void start() { impl_->start_with(ModelRef{}, std::nullopt); }
+  void start() {
+    if (impl_) impl_->start_with(ModelRef{}, std::nullopt);
+  }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    impl_->start_with(to_model_ref(model), rank_id);
+    if (impl_) impl_->start_with(to_model_ref(model), rank_id);
   }
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    impl_->start_with(model, rank_id);
+    if (impl_) impl_->start_with(model, rank_id);
   }
-  void stop() noexcept override { impl_->stop(); }
-  void step() override { impl_->step(); }
-  void wait_written() override { impl_->wait_written(); }
-  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  void stop() noexcept override {
+    if (impl_) impl_->stop();
+  }
+  // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
+  void step() override {
+    if (grad_)
+      grad_->step();
+    else
+      impl_->step();
+  }
+  // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
+  template <class Model>
+  void monitor(const Model& model) {
+    if (grad_)
+      grad_->monitor(model);
+    else
+      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << task_name(impl_->config().task)
+                << "\" ignores it\n";
+  }
+  void wait_written() override {
+    if (impl_) impl_->wait_written();
+  }
+  void set_init_step(std::int64_t step) override {
+    if (impl_) impl_->set_init_step(step);
+  }
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    impl_->save(value, name, save_backward);
+    if (impl_) impl_->save(value, name, save_backward);
   }
-  bool running() const override { return impl_->running(); }
-  const Config& config() const override { return impl_->config(); }
+  bool running() const override { return impl_ && impl_->running(); }
+  const Config& config() const override { return grad_ ? grad_->config() : impl_->config(); }
 
  private:
   // The configuration is checked against the list first: a (task, level) pair it lacks is a
@@ -11572,6 +12702,13 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
+  static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
+    Config c = options.resolve();
+    if (c.task != Task::GradProbe) return nullptr;
+    return std::make_unique<GradMonitor>(std::move(c));
+  }
+
+  std::unique_ptr<GradMonitor> grad_;
   std::unique_ptr<DebuggerInterface> impl_;
 };
 
