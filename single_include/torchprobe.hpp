@@ -5152,6 +5152,52 @@ inline void resolve(std::vector<Comparison*>& pending) {
 //    flagged, the worst ratio and the call it came from, worst first.
 
 
+// ---- begin torchprobe/io/python_csv.hpp ----
+// CSV text as Python's csv.writer (and pandas' to_csv) writes it (',' between fields, "\r\n" after each row, a field
+// quoted only when it holds ',', '"', '\r' or '\n'), in a file opened with encoding "utf-8-sig"
+// (a byte order mark first): msprobe's grad_probe and GradComparator files.
+
+
+namespace torchprobe::io {
+
+inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+inline void append_csv_field(std::string& out, std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
+    out.append(s);
+    return;
+  }
+  out += '"';
+  for (const char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+inline std::string csv_field(std::string_view s) {
+  std::string out;
+  append_csv_field(out, s);
+  return out;
+}
+
+inline void append_csv_row(std::string& out, const std::vector<std::string>& fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ',';
+    append_csv_field(out, fields[i]);
+  }
+  out += "\r\n";
+}
+
+// Python's str(float): the shortest repr, with "nan", "inf", "-inf".
+inline std::string python_float_str(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return python_float_repr(v);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/python_csv.hpp ----
 // ---- begin torchprobe/task/free_benchmark/preheat.hpp ----
 // free_benchmark's preheat (if_preheat true; msprobe-reference.md §7.3, msprobe's PreheatHandler and
 // PreheatCounter): which calls are checked, and the per-API, per-dtype threshold they are judged by.
@@ -5314,14 +5360,6 @@ inline std::string torch_size_text(const std::vector<int64_t>& shape) {
   return s + "])";
 }
 
-// A field as Python's csv writer (QUOTE_MINIMAL) writes it.
-inline std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + "\"";
-}
-
 // "Aten.mul.0.forward" -> "Aten.mul".
 inline std::string api_of(const std::string& name) {
   std::string s = name;
@@ -5352,7 +5390,7 @@ inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBen
                                              c ? dtype_name(c->dtype) : std::string(),
                                              c ? torch_size_text(c->shape) : std::string(),
                                              c && c->index ? std::to_string(*c->index) : std::string()};
-    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
+    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + io::csv_field(fields[i]);
     rows += "\r\n";
   };
   for (const CheckedCall& call : calls) {
@@ -12395,46 +12433,6 @@ class GradStatsComputer {
 // grad_summary_{step}.csv as msprobe writes it (msprobe-grad-probe-run-ut.md §A.4): UTF-8 with BOM,
 // CRLF, Python csv quoting, one header per level, values as Python's str(float).
 
-// ---- begin torchprobe/io/python_csv.hpp ----
-// CSV text as Python's csv.writer writes it (',' between fields, "\r\n" after each row, a field
-// quoted only when it holds ',', '"', '\r' or '\n'), in a file opened with encoding "utf-8-sig"
-// (a byte order mark first): msprobe's grad_probe and GradComparator files.
-
-
-namespace torchprobe::io {
-
-inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
-
-inline void append_csv_field(std::string& out, std::string_view s) {
-  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
-    out.append(s);
-    return;
-  }
-  out += '"';
-  for (const char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-}
-
-inline void append_csv_row(std::string& out, const std::vector<std::string>& fields) {
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    if (i) out += ',';
-    append_csv_field(out, fields[i]);
-  }
-  out += "\r\n";
-}
-
-// Python's str(float): the shortest repr, with "nan", "inf", "-inf".
-inline std::string python_float_str(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return python_float_repr(v);
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/python_csv.hpp ----
 
 namespace torchprobe::grad_probe {
 

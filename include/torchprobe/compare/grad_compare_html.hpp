@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "torchprobe/compare/html_text.hpp"
+
 namespace torchprobe::compare::grad {
 
 struct Curve {
@@ -22,22 +24,7 @@ inline constexpr double kMaxDrop = 0.03;
 
 namespace html {
 
-inline std::string escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
+using compare::html::escape;
 
 inline std::string num(double v, const char* fmt = "%.1f") {
   char buf[32];

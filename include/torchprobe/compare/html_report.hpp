@@ -17,26 +17,11 @@
 #include <vector>
 
 #include "torchprobe/compare/first_divergence.hpp"
+#include "torchprobe/compare/html_text.hpp"
 
 namespace torchprobe::compare {
 
 namespace html {
-
-inline std::string escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 inline std::string number(double x) {
   if (std::isnan(x)) return "nan";

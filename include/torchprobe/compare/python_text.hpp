@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/python_csv.hpp"
 
 namespace torchprobe::compare {
 
@@ -163,14 +164,6 @@ inline double py_percent_to_float(std::string_view s) {
 }
 
 // One CSV field as pandas' to_csv (csv.QUOTE_MINIMAL) writes it.
-inline std::string csv_field(std::string_view s) {
-  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(s);
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
+using io::csv_field;
 
 }  // namespace torchprobe::compare

@@ -1,5 +1,5 @@
 #pragma once
-// CSV text as Python's csv.writer writes it (',' between fields, "\r\n" after each row, a field
+// CSV text as Python's csv.writer (and pandas' to_csv) writes it (',' between fields, "\r\n" after each row, a field
 // quoted only when it holds ',', '"', '\r' or '\n'), in a file opened with encoding "utf-8-sig"
 // (a byte order mark first): msprobe's grad_probe and GradComparator files.
 #include <cmath>
@@ -24,6 +24,12 @@ inline void append_csv_field(std::string& out, std::string_view s) {
     out += c;
   }
   out += '"';
+}
+
+inline std::string csv_field(std::string_view s) {
+  std::string out;
+  append_csv_field(out, s);
+  return out;
 }
 
 inline void append_csv_row(std::string& out, const std::vector<std::string>& fields) {

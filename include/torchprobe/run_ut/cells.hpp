@@ -83,15 +83,4 @@ struct Cell {
   }
 };
 
-// One field as Python's csv writer (QUOTE_MINIMAL) writes it.
-inline std::string csv_quote(std::string_view s) {
-  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(s);
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace torchprobe::run_ut

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/run_ut/replay.hpp"
 
 namespace torchprobe::run_ut {
@@ -24,7 +25,7 @@ inline const char* kDetailsHeader =
 
 inline std::string csv_row(const std::vector<std::string>& fields) {
   std::string s;
-  for (std::size_t i = 0; i < fields.size(); ++i) s += (i ? "," : "") + csv_quote(fields[i]);
+  for (std::size_t i = 0; i < fields.size(); ++i) s += (i ? "," : "") + io::csv_field(fields[i]);
   return s + "\r\n";
 }
 

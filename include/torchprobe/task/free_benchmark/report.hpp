@@ -18,6 +18,7 @@
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/task/free_benchmark/comparison.hpp"
 #include "torchprobe/task/free_benchmark/preheat.hpp"
 
@@ -45,14 +46,6 @@ inline std::string torch_size_text(const std::vector<int64_t>& shape) {
   std::string s = "torch.Size([";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "])";
-}
-
-// A field as Python's csv writer (QUOTE_MINIMAL) writes it.
-inline std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + "\"";
 }
 
 // "Aten.mul.0.forward" -> "Aten.mul".
@@ -85,7 +78,7 @@ inline std::string csv_text(const std::vector<CheckedCall>& calls, const FreeBen
                                              c ? dtype_name(c->dtype) : std::string(),
                                              c ? torch_size_text(c->shape) : std::string(),
                                              c && c->index ? std::to_string(*c->index) : std::string()};
-    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + csv_field(fields[i]);
+    for (std::size_t i = 0; i < fields.size(); ++i) rows += (i ? "," : "") + io::csv_field(fields[i]);
     rows += "\r\n";
   };
   for (const CheckedCall& call : calls) {
