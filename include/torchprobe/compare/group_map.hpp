@@ -95,15 +95,21 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
   for (const UserMap::Group& g : map.groups) {
     const auto truns = detail::group_runs(unpaired(target, true, true), g.target);
     const auto bruns = detail::group_runs(unpaired(bench, false, true), g.bench);
-    const auto backward_t = unpaired(target, true, false), backward_b = unpaired(bench, false, false);
+    // Each side's unpaired backward entries by call ("Aten.addmm.0"), looked up once per run member.
+    const auto by_call = [&](const std::vector<const EntryT*>& entries) {
+      std::map<std::string, const EntryT*> out;
+      for (const EntryT* e : entries) out[detail::call_of(e->name)] = e;
+      return out;
+    };
+    const auto backward_t = by_call(unpaired(target, true, false)), backward_b = by_call(unpaired(bench, false, false));
     for (std::size_t k = 0; k < truns.size() && k < bruns.size(); ++k) {
       // The backward entries of each run's calls, in the run's order.
-      const auto backward_of = [](const std::vector<const EntryT*>& run, const std::vector<const EntryT*>& pool) {
+      const auto backward_of = [](const std::vector<const EntryT*>& run,
+                                  const std::map<std::string, const EntryT*>& pool) {
         std::vector<const EntryT*> out(run.size(), nullptr);
         for (std::size_t m = 0; m < run.size(); ++m) {
-          for (const EntryT* e : pool) {
-            if (detail::call_of(e->name) == detail::call_of(run[m]->name)) out[m] = e;
-          }
+          const auto found = pool.find(detail::call_of(run[m]->name));
+          if (found != pool.end()) out[m] = found->second;
         }
         return out;
       };
