@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <torchprobe/compare/grad_compare.hpp>
 #include <torchprobe/torchprobe.hpp>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -100,7 +102,7 @@ void check_same_csv(const std::string& ours, const std::string& theirs) {
 }
 
 // Every file msprobe wrote under `ref` exists in `ours` and matches (CSV by cell, .npy by byte);
-// and ours has no file msprobe lacks.
+// and ours has no file msprobe lacks but TorchProbe's run manifest (one per rank directory).
 void check_same_dump(const std::string& ours, const std::string& ref) {
   std::size_t files = 0;
   for (const auto& e : fs::recursive_directory_iterator(ref)) {
@@ -117,9 +119,9 @@ void check_same_dump(const std::string& ours, const std::string& ref) {
     REQUIRE(::stat(mine.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == (0640 & ~current_umask()));
   }
-  std::size_t mine = 0;
+  std::size_t mine = 0, manifests = 0;
   for (const auto& e : fs::recursive_directory_iterator(ours)) {
-    if (e.is_regular_file()) ++mine;
+    if (e.is_regular_file()) ++(e.path().filename() == tp::grad_probe::kRunManifestName ? manifests : mine);
     if (e.is_directory()) {
       struct stat st {};
       REQUIRE(::stat(e.path().c_str(), &st) == 0);
@@ -128,6 +130,7 @@ void check_same_dump(const std::string& ours, const std::string& ref) {
   }
   CHECK(files > 0);
   CHECK(mine == files);
+  CHECK(manifests == 1);
 }
 
 bool have_reference() { return fs::exists(kRef + "/configs/cfg_L1.json"); }
@@ -332,4 +335,44 @@ TEST_CASE("the CPU scan, ATen with bucketize and the device way (counts of x <= 
       }
     }
   }
+}
+
+TEST_CASE("a second run into the same dump_path: grad-compare reads only its steps and parameters, not the stale ones") {
+  tptest::TempDir dir;
+  const std::string x = dir.path() + "/x", y = dir.path() + "/y";
+  torch::nn::Module m;
+  m.register_parameter("w", torch::zeros({4})).mutable_grad() = torch::tensor({1.0f, -1.0f, 1.0f, -1.0f});
+  m.register_parameter("v", torch::zeros({2})).mutable_grad() = torch::ones({2});
+  auto run = [&](const std::string& path, int steps, std::vector<std::string> params = {}) {
+    tp::Options o = tp::Options().set("task", "grad_probe").dump_path(path);
+    if (!params.empty()) o.set("param_list", params);
+    tp::GradMonitor mon(o);
+    mon.monitor(m);
+    for (int s = 0; s < steps; ++s) mon.step();
+    return mon.run_id();
+  };
+  const std::string first = run(x, 3);  // x: steps 0-2 of w and v ...
+  run(y, 3);
+  m.named_parameters()["w"].mutable_grad() = torch::ones({4});
+  const std::string second = run(x, 1, {"w"});  // ... then one step of w only, into the same place
+  CHECK(first != second);
+  std::vector<std::string> lines;
+  std::istringstream manifest(tptest::read_text(x + "/rank0/grad_probe_run.jsonl"));
+  for (std::string l; std::getline(manifest, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 2);
+  CHECK(json::parse(lines[0])["run_id"] == second);
+  CHECK(json::parse(lines[1]) == json{{"step", 0}, {"params", {"w"}}});
+
+  // Only step 0's w of x is this run's: 2 of 4 directions agree with y; v was not written (reported).
+  std::ostringstream out, err;
+  CHECK(tp::compare::grad::run_grad_compare({x, y, "-o", dir.path() + "/o"}, out, err) == 1);
+  CHECK(tptest::read_text(dir.path() + "/o/rank0/similarities.csv") ==
+        "\xEF\xBB\xBFstep,0\r\nw,0.5\r\nv,\r\nsummary,0.5\r\n");
+  CHECK(out.str().find("ignored: rank0: run A: 5 file(s) of an earlier run") != std::string::npos);
+  CHECK(err.str().find("missing: rank0: v: no file in step0 of run A") != std::string::npos);
+  // Without the manifest it is msprobe's comparison: the stale steps and v's stale file count as data.
+  fs::remove(x + "/rank0/grad_probe_run.jsonl");
+  CHECK(tp::compare::grad::run_grad_compare({x, y, "-o", dir.path() + "/p"}, out, err) == 0);
+  CHECK(tptest::read_text(dir.path() + "/p/rank0/similarities.csv") ==
+        "\xEF\xBB\xBFstep,0,1,2\r\nw,0.5,1.0,1.0\r\nv,1.0,1.0,1.0\r\nsummary,0.6666666666666666,1.0,1.0\r\n");
 }

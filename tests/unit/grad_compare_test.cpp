@@ -151,3 +151,23 @@ TEST_CASE("npy headers are numpy's: 64-byte aligned, room for the first axis to 
   CHECK(parsed->shape == std::vector<std::int64_t>{4, 8});
   CHECK(parsed->data.size() == 32);
 }
+
+TEST_CASE("a run manifest's torn last line (a crash mid-append) is left out; a file that is not one reads as none") {
+  namespace gp = torchprobe::grad_probe;
+  Scratch work;
+  const std::string dir = work.path.string();
+  CHECK_FALSE(gp::read_run_manifest(dir).has_value());
+  gp::start_run_manifest(dir, "run-1", "L1");
+  gp::append_run_step(dir, 0, {"w", "b"});
+  std::ofstream(work.path / gp::kRunManifestName, std::ios::app) << "{\"step\":1,\"params\":[\"w\"";
+  const auto m = gp::read_run_manifest(dir);
+  REQUIRE(m.has_value());
+  CHECK(m->run_id == "run-1");
+  CHECK(m->steps.size() == 1);
+  CHECK(m->wrote(0, "b"));
+  CHECK_FALSE(m->wrote(1, "w"));
+  gp::start_run_manifest(dir, "run-2", "L1");  // a new run replaces the old list
+  CHECK(gp::read_run_manifest(dir)->steps.empty());
+  std::ofstream(work.path / gp::kRunManifestName) << "step,0\n";
+  CHECK_FALSE(gp::read_run_manifest(dir).has_value());
+}

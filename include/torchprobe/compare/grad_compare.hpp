@@ -5,7 +5,9 @@
 // all elements of the step; written to OUT/rank{N}/similarities.csv exactly as msprobe writes it.
 // Unlike msprobe, a parameter missing in one step is reported (an empty cell) instead of aborting, the
 // parameter order does not depend on directory listing order, and when both runs hold three-state
-// sign files (GradMonitor::write_signs) their agreement goes to similarities_sign.csv.
+// sign files (GradMonitor::write_signs) their agreement goes to similarities_sign.csv, and a rank
+// directory written by TorchProbe is read through its run manifest, so an earlier run's files left in
+// the same dump_path are not compared (task/grad_probe/run_manifest.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -22,6 +24,7 @@
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/npy.hpp"
 #include "torchprobe/io/python_csv.hpp"
+#include "torchprobe/task/grad_probe/run_manifest.hpp"
 
 namespace torchprobe::compare::grad {
 
@@ -97,37 +100,77 @@ struct SimilarityTable {
   std::vector<std::string> rows;  // parameter names, "summary" last
   std::vector<std::vector<std::optional<double>>> values;
   std::vector<std::string> problems;  // missing or unreadable files
+  std::vector<std::string> ignored;   // earlier runs' files left out (from the run manifests)
 };
 
+// The step numbers of `dir` that the run named by `m` wrote (all of them without a manifest).
+inline std::vector<std::int64_t> run_steps(const fs::path& dir, const std::optional<grad_probe::RunManifest>& m) {
+  std::vector<std::int64_t> steps = numbered_dirs(dir, "step");
+  if (m) steps.erase(std::remove_if(steps.begin(), steps.end(), [&](std::int64_t s) { return !m->steps.count(s); }),
+                     steps.end());
+  return steps;
+}
+
+// .npy files under dir/step{N}/ that the manifest's run did not write: an earlier run's.
+inline std::int64_t stale_files(const fs::path& dir, const grad_probe::RunManifest& m) {
+  std::int64_t n = 0;
+  std::error_code ec;
+  for (std::int64_t s : numbered_dirs(dir, "step"))
+    for (const auto& e : fs::directory_iterator(dir / ("step" + std::to_string(s)), ec))
+      n += e.path().extension() == ".npy" && !m.wrote(s, e.path().stem().string());
+  return n;
+}
+
+// `a`, `b`: rank directories; `sub`: "" (direction files) or "sign". A rank directory with a run
+// manifest (grad_probe_run.jsonl) contributes only the steps and files its last run wrote.
 inline SimilarityTable compare_rank(const fs::path& a, const fs::path& b, const std::string& sub = "") {
   SimilarityTable t;
   const fs::path da = sub.empty() ? a : a / sub, db = sub.empty() ? b : b / sub;
-  t.steps = common(numbered_dirs(da, "step"), numbered_dirs(db, "step"));
-  // Parameter order: the first CSV (by step) of run A present in run B, then any other name seen.
+  const std::optional<grad_probe::RunManifest> ma = grad_probe::read_run_manifest(a.string()),
+                                               mb = grad_probe::read_run_manifest(b.string());
+  t.steps = common(run_steps(da, ma), run_steps(db, mb));
+  auto note_stale = [&](const char* run, const fs::path& dir, const std::optional<grad_probe::RunManifest>& m) {
+    if (!m) return;
+    if (const std::int64_t n = stale_files(dir, *m))
+      t.ignored.push_back("run " + std::string(run) + ": " + std::to_string(n) + " file(s) of an earlier run in " +
+                          dir.string() + " ignored (last run " + m->run_id + ")");
+  };
+  note_stale("A", da, ma);
+  note_stale("B", db, mb);
+  // Parameter order: run A's manifest, else the first CSV (by step) of run A present in run B, then any
+  // other name seen; then names only run B's manifest lists.
   std::vector<std::string> params;
   auto add = [&](const std::string& n) {
     if (std::find(params.begin(), params.end(), n) == params.end()) params.push_back(n);
   };
-  std::vector<fs::path> csvs;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(a, ec))
-    if (e.path().extension() == ".csv" && fs::exists(b / e.path().filename())) csvs.push_back(e.path());
-  auto step_of = [](const fs::path& p) {  // grad_summary_{step}.csv; other names last
-    const std::string stem = p.stem().string();
-    const std::string digits = stem.substr(stem.rfind('_') + 1);
-    const bool ok =
-        !digits.empty() && digits.size() < 12 && digits.find_first_not_of("0123456789") == std::string::npos;
-    return ok ? std::stoll(digits) : INT64_MAX;
-  };
-  std::sort(csvs.begin(), csvs.end(), [&](const fs::path& x, const fs::path& y) {
-    return std::make_pair(step_of(x), x.string()) < std::make_pair(step_of(y), y.string());
-  });
-  if (!csvs.empty())
-    if (auto text = read_file(csvs.front()))
-      for (const std::string& n : csv_param_names(*text)) add(n);
-  for (std::int64_t s : t.steps)
-    for (const auto& e : fs::directory_iterator(da / ("step" + std::to_string(s)), ec))
-      if (e.path().extension() == ".npy") add(e.path().stem().string());
+  if (ma) {
+    for (std::int64_t s : t.steps)
+      for (const std::string& n : ma->steps.at(s)) add(n);
+  } else {
+    std::vector<fs::path> csvs;
+    for (const auto& e : fs::directory_iterator(a, ec))
+      if (e.path().extension() == ".csv" && fs::exists(b / e.path().filename())) csvs.push_back(e.path());
+    auto step_of = [](const fs::path& p) {  // grad_summary_{step}.csv; other names last
+      const std::string stem = p.stem().string();
+      const std::string digits = stem.substr(stem.rfind('_') + 1);
+      const bool ok =
+          !digits.empty() && digits.size() < 12 && digits.find_first_not_of("0123456789") == std::string::npos;
+      return ok ? std::stoll(digits) : INT64_MAX;
+    };
+    std::sort(csvs.begin(), csvs.end(), [&](const fs::path& x, const fs::path& y) {
+      return std::make_pair(step_of(x), x.string()) < std::make_pair(step_of(y), y.string());
+    });
+    if (!csvs.empty())
+      if (auto text = read_file(csvs.front()))
+        for (const std::string& n : csv_param_names(*text)) add(n);
+    for (std::int64_t s : t.steps)
+      for (const auto& e : fs::directory_iterator(da / ("step" + std::to_string(s)), ec))
+        if (e.path().extension() == ".npy") add(e.path().stem().string());
+  }
+  if (mb)
+    for (std::int64_t s : t.steps)
+      for (const std::string& n : mb->steps.at(s)) add(n);
 
   std::vector<std::int64_t> same_total(t.steps.size(), 0), all_total(t.steps.size(), 0);
   for (const std::string& p : params) {
@@ -136,7 +179,9 @@ inline SimilarityTable compare_rank(const fs::path& a, const fs::path& b, const 
       const std::string step = "step" + std::to_string(t.steps[k]);
       const fs::path fa = da / step / (p + ".npy"), fb = db / step / (p + ".npy");
       std::string why;
-      const auto ra = read_file(fa), rb = read_file(fb);
+      // A file its run's manifest does not list is an earlier run's: as good as missing.
+      const auto ra = ma && !ma->wrote(t.steps[k], p) ? std::nullopt : read_file(fa);
+      const auto rb = mb && !mb->wrote(t.steps[k], p) ? std::nullopt : read_file(fb);
       std::optional<io::NpyBytes> na, nb;
       if (ra) na = io::parse_npy(*ra, &why);
       if (rb && na) nb = io::parse_npy(*rb, &why);
@@ -186,6 +231,7 @@ struct GradCompareReport {
   std::vector<std::int64_t> ranks;
   std::vector<std::string> problems;    // "rank0: fc.bias: no file in step1 of run B"
   std::vector<std::string> suspicious;  // "rank0: summary: step 0 similarity 0.58 < 0.97"
+  std::vector<std::string> ignored;     // "rank0: run A: 2 file(s) of an earlier run in ... ignored (...)"
 };
 
 // Compares two grad_probe dump paths into `out`; throws std::runtime_error when they share no rank.
@@ -214,6 +260,7 @@ inline GradCompareReport compare_grad_runs(const fs::path& a, const fs::path& b,
     const std::vector<std::string> flagged = html::suspicious_steps(curves, t.steps);
     for (const std::string& f : flagged) report.suspicious.push_back(rank + ": " + f);
     for (const std::string& p : t.problems) report.problems.push_back(rank + ": " + p);
+    for (const std::string& i : t.ignored) report.ignored.push_back(rank + ": " + i);
     io::write_file_atomic(
         (dir / "summary.html").string(),
         html::summary_page(rank, a.string(), b.string(), t.steps, curves, flagged, t.problems,
@@ -253,6 +300,7 @@ inline int run_grad_compare(const std::vector<std::string>& args, std::ostream& 
     const GradCompareReport r = compare_grad_runs(runs[0], runs[1], dest);
     for (const std::string& s : r.suspicious) out << "suspicious: " << s << "\n";
     for (const std::string& p : r.problems) err << "missing: " << p << "\n";
+    for (const std::string& i : r.ignored) out << "ignored: " << i << "\n";
     out << "wrote " << dest << " (" << r.ranks.size() << " rank(s))\n";
     return r.problems.empty() ? 0 : 1;
   } catch (const std::exception& e) {

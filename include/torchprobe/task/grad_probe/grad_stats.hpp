@@ -18,6 +18,8 @@
 #include <zlib.h>
 
 #include "torchprobe/config/types.hpp"
+#include "torchprobe/core/tensor_stats.hpp"
+#include "torchprobe/stats/cpu_stats.hpp"
 
 namespace torchprobe::grad_probe {
 
@@ -135,60 +137,56 @@ class GradStatsComputer {
     }
   }
 
-  // Every statistic of a CPU float32/float64 gradient in one pass, with ATen's semantics: NaN makes
-  // max, min and norm NaN and falls in the last interval (b[i-1] < x <= b[i], float32 bounds).
+  // A CPU float32/float64 gradient: max, min and norm from the statistics kernels (SIMD, double
+  // accumulation, ATen's NaN rules), then one branch-free pass per output (direction, sign, one per
+  // bound, zeros), which the compiler vectorises: a NaN is > nothing, so it falls in the last interval.
   template <class T>
   void scan_cpu(const at::Tensor& g, GradSummary& s) const {
     const at::Tensor c = g.contiguous();
     const T* p = c.data_ptr<T>();
     const auto n = static_cast<std::size_t>(c.numel());
-    std::vector<T> b;
-    for (const GradBound& x : bounds_) b.push_back(static_cast<T>(static_cast<float>(x.value)));
-    const bool l2 = level_ == GradLevel::L2, dir = level_ != GradLevel::L0;
-    if (l2) s.buckets.assign(b.size() + 1, 0);
-    if (dir) s.direction.resize(n);
-    if (dir && with_sign_) s.sign.resize(n);
-    T mx = p[0], mn = p[0];
-    double sq = 0;
-    std::int64_t nans = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const T v = p[i];
-      if (dir) {
-        s.direction[i] = static_cast<char>(v > 0);
-        if (with_sign_) s.sign[i] = static_cast<char>((v > 0) - (v < 0));
+    const TensorStats st = stats::cpu_stats(c.reshape({-1}));  // a 0-d norm is |v|, not msprobe's dump rule
+    auto as_float = [](const StatValue& v) { return static_cast<double>(static_cast<float>(v.d)); };
+    s.max = as_float(st.max);
+    s.min = as_float(st.min);
+    s.norm = as_float(st.norm);
+    if (level_ != GradLevel::L0) {
+      s.direction.resize(n);
+      char* d = s.direction.data();
+      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<char>(p[i] > T(0));
+      if (with_sign_) {
+        s.sign.resize(n);
+        char* q = s.sign.data();
+        for (std::size_t i = 0; i < n; ++i) q[i] = static_cast<char>((p[i] > T(0)) - (p[i] < T(0)));
       }
-      if (v != v) {
-        ++nans;
-        continue;
-      }
-      mx = v > mx ? v : mx;
-      mn = v < mn ? v : mn;
-      sq += static_cast<double>(v) * static_cast<double>(v);
     }
-    if (l2) {  // one tight pass per bound: above[j] = #(v > b[j]); interval k = above[k-1] - above[k]
-      std::vector<std::int64_t> above(b.size(), 0);
-      for (std::size_t j = 0; j < b.size(); ++j) {
-        const T bj = b[j];
-        std::int64_t c = 0;
-        for (std::size_t i = 0; i < n; ++i) c += p[i] > bj;
-        above[j] = c;
-      }
-      std::int64_t zeros = 0;
-      for (std::size_t i = 0; i < n; ++i) zeros += p[i] == 0;
-      s.zeros = zeros;
-      const auto valid = static_cast<std::int64_t>(n) - nans;
-      for (std::size_t k = 0; k <= b.size(); ++k)
-        s.buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == b.size() ? -nans : above[k]);
-    }
-    const bool nan = nans > 0;
-    const double qnan = std::numeric_limits<double>::quiet_NaN();
-    s.max = nan ? qnan : static_cast<double>(static_cast<float>(mx));
-    s.min = nan ? qnan : static_cast<double>(static_cast<float>(mn));
-    s.norm = nan ? qnan : static_cast<double>(static_cast<float>(std::sqrt(sq)));
+    if (level_ == GradLevel::L2) s.buckets = bucket_counts(p, n, std::isnan(s.max), s.zeros);
     if (level_ == GradLevel::L0) {
       const at::Tensor f = c.to(at::kFloat);  // the same tensor when it is float32 already
       s.crc = crc32_bytes(reinterpret_cast<const std::uint8_t*>(f.data_ptr<float>()), n * sizeof(float));
     }
+  }
+
+  // Elements per interval (b[k-1] < x <= b[k], float32 bounds) from counts above each bound.
+  template <class T>
+  std::vector<std::int64_t> bucket_counts(const T* p, std::size_t n, bool has_nan, std::int64_t& zeros) const {
+    auto count = [&](auto&& pred) {
+      std::int64_t c = 0;
+      for (std::size_t i = 0; i < n; ++i) c += pred(p[i]) ? 1 : 0;
+      return c;
+    };
+    const std::int64_t nans = has_nan ? count([](T v) { return v != v; }) : 0;
+    std::vector<std::int64_t> above;
+    for (const GradBound& x : bounds_) {
+      const T b = static_cast<T>(static_cast<float>(x.value));
+      above.push_back(count([b](T v) { return v > b; }));
+    }
+    zeros = count([](T v) { return v == T(0); });
+    std::vector<std::int64_t> buckets(above.size() + 1, 0);
+    const auto valid = static_cast<std::int64_t>(n) - nans;
+    for (std::size_t k = 0; k <= above.size(); ++k)
+      buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == above.size() ? -nans : above[k]);
+    return buckets;
   }
 
   static std::uint32_t crc32_bytes(const std::uint8_t* p, std::size_t left) {

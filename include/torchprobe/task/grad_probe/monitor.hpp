@@ -9,6 +9,7 @@
 // it reads the gradients the optimizer is about to use and writes
 //   {dump_path}/rank{R}/grad_summary_{step}.csv          (all levels)
 //   {dump_path}/rank{R}/step{step}/{param_name}.npy      (L1, L2: grad > 0, NumPy bool)
+//   {dump_path}/rank{R}/grad_probe_run.jsonl             (TorchProbe's: this run's id, steps, parameters)
 // Steps are this monitor's own step() calls, counted from 0 (msprobe counts every optimizer's steps).
 // The rank is read at every step ($RANK, else 0), not once. Failures never reach training: they go
 // to rank{R}/dump_error_info.log.
@@ -25,11 +26,13 @@
 #include <utility>
 #include <vector>
 
+#include "torchprobe/config/grad_probe.hpp"
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/npy.hpp"
 #include "torchprobe/task/grad_probe/grad_stats.hpp"
+#include "torchprobe/task/grad_probe/run_manifest.hpp"
 #include "torchprobe/task/grad_probe/summary_csv.hpp"
 
 namespace torchprobe {
@@ -89,6 +92,8 @@ class GradMonitor {
   }
 
   const Config& config() const { return config_; }
+  // This monitor's run id (grad_probe_run.jsonl); empty before its first recorded step.
+  const std::string& run_id() const { return run_id_; }
   std::int64_t current_step() const { return step_; }  // -1 before the first step()
 
  private:
@@ -124,6 +129,17 @@ class GradMonitor {
     const GradLevel level = config_.grad_probe.grad_level;
     const std::string dir = rank_dir(rank);
     io::create_directories(dir, 0750);
+    if (manifest_started_.insert(rank).second) {  // this run's first step in this rank directory
+      if (run_id_.empty()) run_id_ = grad_probe::new_run_id();
+      grad_probe::start_run_manifest(dir, run_id_, grad_level_name(level));
+    }
+    write_step_files(dir, level, rows);
+    std::vector<std::string> names;
+    for (const grad_probe::GradSummary& s : rows) names.push_back(io::safe_component(s.name));  // as files are named
+    grad_probe::append_run_step(dir, step_, names);  // last: a listed step is a complete one
+  }
+
+  void write_step_files(const std::string& dir, GradLevel level, const std::vector<grad_probe::GradSummary>& rows) {
     io::write_file_atomic(dir + "/grad_summary_" + std::to_string(step_) + ".csv",
                           grad_probe::summary_csv(level, config_.grad_probe.bounds, rows), 0640, false);
     if (level == GradLevel::L0) return;
@@ -151,6 +167,8 @@ class GradMonitor {
   bool signs_ = false;
   std::vector<Param> params_;
   std::set<std::string> none_reported_;
+  std::set<std::int64_t> manifest_started_;  // ranks whose directory holds this run's manifest
+  std::string run_id_;
   std::int64_t step_ = -1;
 };
 
