@@ -337,7 +337,8 @@ TEST_CASE("the CPU scan, ATen with bucketize and the device way (counts of x <= 
   }
 }
 
-TEST_CASE("a second run into the same dump_path: grad-compare reads only its steps and parameters, not the stale ones") {
+TEST_CASE(
+    "a second run into the same dump_path: grad-compare reads only its steps and parameters, not the stale ones") {
   tptest::TempDir dir;
   const std::string x = dir.path() + "/x", y = dir.path() + "/y";
   torch::nn::Module m;

@@ -7,7 +7,7 @@
 // parameter order does not depend on directory listing order, and when both runs hold three-state
 // sign files (GradMonitor::write_signs) their agreement goes to similarities_sign.csv, and a rank
 // directory written by TorchProbe is read through its run manifest, so an earlier run's files left in
-// the same dump_path are not compared (task/grad_probe/run_manifest.hpp).
+// the same dump_path are not compared (io/grad_run_manifest.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -24,7 +24,7 @@
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/npy.hpp"
 #include "torchprobe/io/python_csv.hpp"
-#include "torchprobe/task/grad_probe/run_manifest.hpp"
+#include "torchprobe/io/grad_run_manifest.hpp"
 
 namespace torchprobe::compare::grad {
 
@@ -106,8 +106,9 @@ struct SimilarityTable {
 // The step numbers of `dir` that the run named by `m` wrote (all of them without a manifest).
 inline std::vector<std::int64_t> run_steps(const fs::path& dir, const std::optional<grad_probe::RunManifest>& m) {
   std::vector<std::int64_t> steps = numbered_dirs(dir, "step");
-  if (m) steps.erase(std::remove_if(steps.begin(), steps.end(), [&](std::int64_t s) { return !m->steps.count(s); }),
-                     steps.end());
+  if (m)
+    steps.erase(std::remove_if(steps.begin(), steps.end(), [&](std::int64_t s) { return !m->steps.count(s); }),
+                steps.end());
   return steps;
 }
 

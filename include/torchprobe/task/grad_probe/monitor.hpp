@@ -32,7 +32,7 @@
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/npy.hpp"
 #include "torchprobe/task/grad_probe/grad_stats.hpp"
-#include "torchprobe/task/grad_probe/run_manifest.hpp"
+#include "torchprobe/io/grad_run_manifest.hpp"
 #include "torchprobe/task/grad_probe/summary_csv.hpp"
 
 namespace torchprobe {
