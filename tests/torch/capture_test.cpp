@@ -216,3 +216,34 @@ TEST_CASE("two debuggers cannot capture at the same time") {
   CHECK(b.running());
   b.stop();
 }
+
+// A custom operator (TORCH_LIBRARY), composite: its body runs ATen ops and autograd goes through them.
+TORCH_LIBRARY(tpcapture, m) { m.def("scale2(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(tpcapture, CompositeImplicitAutograd, m) {
+  m.impl("scale2", [](const at::Tensor& x) { return x * 2; });
+}
+
+TEST_CASE(
+    "a custom operator is an API of its namespace (tpcapture::scale2 -> Tpcapture.scale2.0) hiding its ATen ops") {
+  MemoryDebugger dbg(memory_options());
+  const auto scale2 =
+      c10::Dispatcher::singleton().findSchemaOrThrow("tpcapture::scale2", "").typed<at::Tensor(const at::Tensor&)>();
+  const auto x = torch::tensor({1.0f, 2.0f, 3.0f}, torch::requires_grad());
+  dbg.start();
+  scale2.call(x).sum().backward();
+  dbg.stop();
+  const Json& dump = dbg.sink().step(0).dump;
+  const std::vector<std::string> names = names_of(dump);
+  CHECK(std::find(names.begin(), names.end(), "Aten.mul.0.forward") == names.end());
+  REQUIRE(std::find(names.begin(), names.end(), "Tpcapture.scale2.0.forward") != names.end());
+  const Json& fwd = dump["data"]["Tpcapture.scale2.0.forward"];
+  CHECK(fwd["input_args"][0]["Max"] == 3.0);
+  CHECK(fwd["output"][0]["Max"] == 6.0);
+  CHECK(fwd["output"][0]["Min"] == 2.0);
+  // Its backward: the gradient that reaches x is 2 everywhere.
+  REQUIRE(std::find(names.begin(), names.end(), "Tpcapture.scale2.0.backward") != names.end());
+  const Json& bwd = dump["data"]["Tpcapture.scale2.0.backward"];
+  CHECK(bwd["input"][0]["Max"] == 1.0);
+  CHECK(bwd["output"][0]["Max"] == 2.0);
+  CHECK(bwd["output"][0]["Min"] == 2.0);
+}

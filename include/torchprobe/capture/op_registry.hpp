@@ -15,6 +15,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace torchprobe::capture {
@@ -33,9 +34,9 @@ struct ArgInfo {
 struct OpInfo {
   std::string qualified;   // "aten::add"
   std::string api;         // "add": the ATen name without namespace and overload
-  std::string key;         // "Aten.add.": the per-API counter key and name prefix
+  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
   std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
-  bool user_api = false;   // an aten:: op that is not on the infrastructure list
+  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
   bool schema_known = false;
   std::vector<ArgInfo> args;
   std::size_t returns = 0;                    // how many values the schema returns
@@ -78,6 +79,62 @@ inline const std::unordered_set<std::string_view>& infrastructure_ops() {
   return ops;
 }
 
+// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
+// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
+// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
+inline bool internal_namespace(std::string_view ns) {
+  static const std::unordered_set<std::string_view> names = {"prim",
+                                                             "autograd",
+                                                             "profiler",
+                                                             "_caffe2",
+                                                             "c10d",
+                                                             "c10d_functional",
+                                                             "_c10d_functional",
+                                                             "_c10d_functional_autograd",
+                                                             "cuda",
+                                                             "mkldnn",
+                                                             "mkl",
+                                                             "onednn",
+                                                             "xnnpack",
+                                                             "fbgemm",
+                                                             "quantized",
+                                                             "_quantized",
+                                                             "inductor",
+                                                             "_inductor",
+                                                             "prims",
+                                                             "_prims",
+                                                             "debugprims",
+                                                             "rngprims",
+                                                             "higher_order",
+                                                             "_test",
+                                                             "_nested",
+                                                             "static_runtime",
+                                                             "fuser",
+                                                             "tensorexpr",
+                                                             "vulkan",
+                                                             "metal",
+                                                             "_torchbind",
+                                                             "_dtensor",
+                                                             "sparse",
+                                                             "_export",
+                                                             "_quant"};
+  return names.count(ns) != 0;
+}
+
+// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
+inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
+  const auto sep = q.find("::");
+  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
+  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
+}
+
+// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
+inline std::string api_family(std::string_view ns) {
+  std::string family(ns);
+  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
+  return family;
+}
+
 namespace detail {
 
 inline ArgKind kind_of(const c10::TypePtr& declared) {
@@ -100,6 +157,10 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
     info->api = std::string(q.substr(ns.size()));
     info->key = "Aten." + info->api + ".";
     info->user_api = infrastructure_ops().count(info->api) == 0;
+  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
+    info->api = std::string(parts->second);
+    info->key = api_family(parts->first) + "." + info->api + ".";
+    info->user_api = true;
   }
   if (const auto opname = fn.operator_name()) {
     if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
@@ -122,9 +183,9 @@ class OpRegistry {
  public:
   static const OpInfo& lookup(const at::RecordFunction& fn) {
     const char* key = fn.name();
-    // Records that are not ATen operators (autograd's evaluate_function, user scopes) carry
-    // names in short-lived strings: never cache those pointers.
-    if (std::strncmp(key, "aten::", 6) != 0) return not_an_api();
+    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
+    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
+    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
     thread_local std::unordered_map<const char*, const OpInfo*> local;
     if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
     const OpInfo& info = instance().find_or_add(fn, key);
@@ -133,6 +194,13 @@ class OpRegistry {
   }
 
  private:
+  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
+  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
+    const auto parts = split_qualified(name);
+    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
+    return fn.operator_name().has_value();
+  }
+
   static OpRegistry& instance() {
     static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
     return *r;
