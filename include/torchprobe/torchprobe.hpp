@@ -34,5 +34,6 @@
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/scoped_dump.hpp"
 #include "torchprobe/module_guard.hpp"
+#include "torchprobe/custom_api.hpp"
 #include "torchprobe/precision_debugger.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"

@@ -247,3 +247,39 @@ TEST_CASE(
   CHECK(bwd["output"][0]["Max"] == 2.0);
   CHECK(bwd["output"][0]["Min"] == 2.0);
 }
+
+TEST_CASE("TORCHPROBE_API makes a function one entry with its ATen calls hidden; restore_custom_api undoes it") {
+  auto block =
+      TORCHPROBE_API("TpNet", block, [](const at::Tensor& x, const at::Tensor& w) { return at::relu(x.matmul(w)); });
+  torch::manual_seed(3);
+  const auto x = torch::randn({4, 3}, torch::requires_grad());
+  const auto w = torch::randn({3, 2});
+  MemoryDebugger dbg(memory_options());
+  dbg.start();
+  const at::Tensor y = block(x, w);
+  y.sum().backward();
+  CHECK(tp::restore_custom_api("TpNet", "block"));
+  block(x, w);  // a plain call now: matmul and relu are entries of their own
+  dbg.stop();
+  CHECK(y.equal(at::relu(x.matmul(w))));  // the same kernels: bit-identical
+  const Json& dump = dbg.sink().step(0).dump;
+  std::vector<std::string> forward;
+  for (const std::string& n : names_of(dump))
+    if (n.size() > 8 && n.compare(n.size() - 8, 8, ".forward") == 0) forward.push_back(n);
+  CHECK(forward == std::vector<std::string>{"TpNet.block.0.forward", "Aten.sum.0.forward", "Aten.matmul.0.forward",
+                                            "Aten.relu.0.forward"});
+  const Json& entry = dump["data"]["TpNet.block.0.forward"];
+  CHECK(entry["input_args"].size() == 2);
+  CHECK(entry["output"][0]["Max"] == y.to(at::kDouble).max().item<double>());
+  // Backward: the gradient that reaches x, as autograd computes it (relu' * ones @ w^T).
+  REQUIRE(dump["data"].contains("TpNet.block.0.backward"));
+  CHECK(dump["data"]["TpNet.block.0.backward"]["output"][0]["Max"] == x.grad().max().item<double>());
+  CHECK_FALSE(tp::restore_custom_api("TpNet", "never_registered"));
+
+  CHECK_THROWS_WITH_AS(tp::register_custom_api("aten", "mine", [](const at::Tensor& t) { return t; }),
+                       doctest::Contains("'aten' is a namespace of libtorch's own"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tp::register_custom_api("Tp Net", "x", [](const at::Tensor& t) { return t; }),
+                       doctest::Contains("must be identifiers"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tp::register_custom_api("TpNet", "block", [](const at::Tensor& t) { return t; }),
+                       doctest::Contains("registered before with another signature"), std::invalid_argument);
+}
