@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <ostream>
@@ -14,6 +13,7 @@
 
 #include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/run_ut/replay.hpp"
+#include "torchprobe/run_ut/timestamp.hpp"
 
 namespace torchprobe::run_ut {
 
@@ -64,16 +64,6 @@ inline ApiResult skipped(const std::string& name, const std::string& why) {
   r.skip_message = why;
   r.forward_rows = {skip_detail(why)};
   return r;
-}
-
-// time.strftime("%Y%m%d%H%M%S") in local time.
-inline std::string timestamp_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y%m%d%H%M%S", &tm);
-  return buf;
 }
 
 // Appends to a CSV, writing the BOM and header first when the file is new (mode 0640, as msprobe).
