@@ -14,8 +14,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "torchprobe"
 # Bottom first. The top-level headers (debugger.hpp, ...) are above everything. compare/ is the
 # `torchprobe compare` tool (no libtorch): it may use core/ and io/, and nothing includes it.
-# run_ut/ is `torchprobe run_ut` (replays ops with libtorch): it may use compare/ too; nothing includes it.
-LAYERS = ["core", "io", "compare", "run_ut", "stats", "config", "level", "sink", "details", "capture", "task", "."]
+# run_ut/ is `torchprobe run_ut` (replays ops with libtorch): it may use compare/ and config/ (its -config goes
+# through the config parser); nothing includes it.
+LAYERS = ["core", "io", "compare", "stats", "config", "run_ut", "level", "sink", "details", "capture", "task", "."]
 MAX_LINES = 400
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 

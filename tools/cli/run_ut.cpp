@@ -37,7 +37,8 @@ int torchprobe_run_ut_main(const std::vector<std::string>& args) {
   try {
     const ru::RunOutput out = ru::run(o);
     ru::print_summary(std::cout, out.summary);
-    std::cout << "result:  " << out.result_csv << "\ndetails: " << out.details_csv << "\n";
+    std::cout << "result:  " << out.result_csv << "\ndetails: " << out.details_csv << "\nverdicts: " << out.verdicts_csv
+              << "\n";
     if (!out.error_dir.empty()) std::cout << "error data: " << out.error_dir << "\n";
   } catch (const std::exception& e) {
     std::cerr << "torchprobe run_ut: " << e.what() << "\n";

@@ -2,6 +2,7 @@
 //   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
 //   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
 //   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark (run_ut.cpp)
+//   torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in, msprobe's verdicts out
 // Everything it does lives in headers (include/torchprobe/compare/, run_ut/), which the tests use too.
 #include <iostream>
 #include <string>
@@ -9,6 +10,9 @@
 
 #include "torchprobe/compare/cli.hpp"
 #include "torchprobe/compare/grad_compare.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/run_ut/precision_compare.hpp"
+#include "torchprobe/run_ut/timestamp.hpp"
 #include "torchprobe/version.hpp"
 
 int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
@@ -20,7 +24,56 @@ const char* kUsage =
     "  compare       compare two dumps (run 'torchprobe compare --help')\n"
     "  grad-compare  compare two grad_probe runs (run 'torchprobe grad-compare --help')\n"
     "  run_ut        API accuracy pre-check of a dump (run 'torchprobe run_ut --help')\n"
+    "  api_precision_compare  judge a target's run_ut details CSV against a bench device's\n"
     "  --version     print the version\n";
+const char* kPrecisionUsage =
+    "usage: torchprobe api_precision_compare -npu TARGET_DETAILS.csv -gpu BENCH_DETAILS.csv [-o OUT]\n"
+    "  judges each output of the target's run_ut details CSV against the bench device's (msprobe's\n"
+    "  api_precision_compare) and writes api_precision_compare_{result,details}_{ts}.csv under OUT\n";
+
+int api_precision_compare_main(const std::vector<std::string>& args) {
+  namespace pc = torchprobe::run_ut::precision;
+  std::string npu, gpu, out = ".";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kPrecisionUsage;
+      return 0;
+    }
+    std::string* target = a == "-npu" || a == "--npu_csv_path"   ? &npu
+                          : a == "-gpu" || a == "--gpu_csv_path" ? &gpu
+                          : a == "-o" || a == "--out_path"       ? &out
+                                                                 : nullptr;
+    if (!target || i + 1 >= args.size()) {
+      std::cerr << "torchprobe api_precision_compare: "
+                << (target ? a + " needs a value" : "unknown argument '" + a + "'") << "\n"
+                << kPrecisionUsage;
+      return 2;
+    }
+    *target = args[++i];
+  }
+  const auto is_csv = [](const std::string& p) { return p.size() > 4 && p.compare(p.size() - 4, 4, ".csv") == 0; };
+  if (!is_csv(npu) || !is_csv(gpu)) {
+    std::cerr << "torchprobe api_precision_compare: -npu and -gpu must name details CSVs (.csv)\n" << kPrecisionUsage;
+    return 2;
+  }
+  try {
+    torchprobe::io::create_directories(out);
+    const std::string ts = torchprobe::run_ut::timestamp_now();
+    const pc::Outcome o = pc::api_precision_compare(npu, gpu, out + "/api_precision_compare_result_" + ts + ".csv",
+                                                    out + "/api_precision_compare_details_" + ts + ".csv");
+    for (const auto& w : o.warnings) std::cerr << "torchprobe api_precision_compare: warning: " << w << "\n";
+    std::cout << "result:  " << o.result_csv << "\ndetails: " << o.details_csv << "\n";
+    if (!o.error.empty()) {
+      std::cerr << "torchprobe api_precision_compare: stopped: " << o.error << "\n";
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "torchprobe api_precision_compare: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +105,7 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "grad-compare")
     return torchprobe::compare::grad::run_grad_compare({args.begin() + 1, args.end()}, std::cout, std::cerr);
+  if (args[0] == "api_precision_compare") return api_precision_compare_main({args.begin() + 1, args.end()});
   if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;

@@ -63,14 +63,23 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"grad_level", KeyPlace::Section, KeySupport::Read},
     {"param_list", KeyPlace::Section, KeySupport::Read},
     {"bounds", KeyPlace::Section, KeySupport::Read},
+    {"white_list", KeyPlace::Section, KeySupport::Read},       // run_ut
+    {"black_list", KeyPlace::Section, KeySupport::Read},       // run_ut
+    {"error_data_path", KeyPlace::Section, KeySupport::Read},  // run_ut
+    // run_ut's online mode (NPU<->GPU over the network): read only to say it is not supported.
+    {"is_online", KeyPlace::Section, KeySupport::Read},
+    {"nfs_path", KeyPlace::Section, KeySupport::Read},
+    {"host", KeyPlace::Section, KeySupport::Read},
+    {"port", KeyPlace::Section, KeySupport::Read},
+    {"rank_list", KeyPlace::Section, KeySupport::Read},
+    {"tls_path", KeyPlace::Section, KeySupport::Read},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
 
 // msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
 // is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check", "run_ut", "diff_check", "nan_check",
-                                                     "exception_dump"};
+inline constexpr std::string_view kForeignTasks[] = {"acc_check", "diff_check", "nan_check", "exception_dump"};
 
 inline const ConfigKey* find_config_key(std::string_view name) {
   for (const ConfigKey& k : kConfigKeys)
@@ -85,8 +94,8 @@ inline bool is_section_key(std::string_view name) {
 }
 
 inline bool is_task_section_name(std::string_view name) {
-  for (Task t :
-       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
+                 Task::GradProbe, Task::RunUt})
     if (task_name(t) == name) return true;
   return false;
 }

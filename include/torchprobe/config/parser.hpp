@@ -19,6 +19,7 @@
 #include "torchprobe/config/grad_probe.hpp"
 #include "torchprobe/config/keys.hpp"
 #include "torchprobe/config/readers.hpp"
+#include "torchprobe/config/run_ut.hpp"
 #include "torchprobe/config/types.hpp"
 
 namespace torchprobe {
@@ -32,11 +33,11 @@ inline bool asks_for_something(const json& v) {
 
 inline Task parse_task(const json& v) {
   const std::string allowed =
-      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\"";
+      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\", \"run_ut\"";
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t :
-       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
+                 Task::GradProbe, Task::RunUt})
     if (task_name(t) == name) return t;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
@@ -169,7 +170,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
 
   if (const json* v = find(doc, "task")) c.task = parse_task(*v);
   if (const json* v = find(doc, "level")) c.level = parse_level(*v);
-  c.dump_path = parse_dump_path(doc);
+  // run_ut writes under -o, not dump_path: msprobe's run_ut configs carry one, but it is not needed.
+  if (c.task != Task::RunUt || find(doc, "dump_path")) c.dump_path = parse_dump_path(doc);
   if (const json* v = find(doc, "rank")) c.rank = IndexSet::parse(*v, "rank");
   if (const json* v = find(doc, "step")) c.step = IndexSet::parse(*v, "step");
   c.async_dump = read_bool(doc, "async_dump", false);
@@ -191,6 +193,9 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
     reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
            "\"tensor\" when level is \"L2\"");
 
+  if (implemented && c.task == Task::RunUt)
+    reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
+           describe_available(*implemented));
   const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task) : nullptr;
   if (implemented && (!declared || !declared->levels.contains(c.level)))
     throw ConfigError("config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " +
@@ -229,6 +234,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (c.task == Task::FreeBenchmark && reads("pert_mode"))
     c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
   if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
+  if (c.task == Task::RunUt) c.run_ut = parse_run_ut(*section, section_name, c.warnings);
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))

@@ -120,6 +120,13 @@ struct GradProbeConfig {
   std::vector<GradBound> bounds{{-1.0, "-1"}, {0.0, "0"}, {1.0, "1"}};
 };
 
+// The "run_ut" section (config/run_ut.hpp; docs/run_ut.md): bare API names ("linear", "__add__",
+// "linalg.inv") and the directory -save_error_data writes under.
+struct RunUtConfig {
+  std::vector<std::string> white_list, black_list;
+  std::string error_data_path = "./";
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
@@ -141,6 +148,7 @@ struct Config {
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
   FreeBenchmarkConfig free_benchmark;
   GradProbeConfig grad_probe;
+  RunUtConfig run_ut;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;

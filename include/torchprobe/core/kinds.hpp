@@ -12,7 +12,8 @@ enum class Level { L0, L1, Mix, L2, Debug };
 
 // What is written for each captured tensor.
 // GradProbe is no Debugger task: GradMonitor (task/grad_probe/monitor.hpp) runs it.
-enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe };
+// RunUt configures the `torchprobe run_ut` command (config/run_ut.hpp), not a dump.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe, RunUt };
 
 // A set of levels: those a task supports.
 class LevelSet {
@@ -47,6 +48,7 @@ constexpr std::string_view task_name(Task t) {
     case Task::FreeBenchmark: return "free_benchmark";
     case Task::Structure: return "structure";
     case Task::GradProbe: return "grad_probe";
+    case Task::RunUt: return "run_ut";
   }
   return "?";
 }

@@ -12,6 +12,7 @@
 
 #include "torchprobe/run_ut/cells.hpp"
 #include "torchprobe/run_ut/standards.hpp"
+#include "torchprobe/run_ut/verdict.hpp"
 
 namespace torchprobe::run_ut {
 
@@ -34,6 +35,7 @@ struct Detail {
       inf_nan, rel_ratio, abs_ratio, ulp_max, ulp_mean, ulp_prop;
   Status status = Status::pass;
   std::string message;
+  Verdict verdict;  // TorchProbe's own (verdict.hpp), written beside msprobe's files
 };
 
 // str(torch.dtype) and str(tuple(shape)).
@@ -173,7 +175,8 @@ inline void cosine(Detail& row, const at::Tensor& b, const at::Tensor& d, bool& 
 }  // namespace detail
 
 // Compares one output. `device` ran in the original dtype, `bench` up-cast.
-inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tensor device) {
+// `input_scale`: the largest |value| among the call's inputs, for TorchProbe's verdict (0: unknown).
+inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tensor device, double input_scale = 0) {
   Detail row;
   bench = bench.detach().cpu();
   device = device.detach().cpu();
@@ -189,6 +192,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
     row.status = Status::error;
     row.message =
         "The shape of bench" + python_shape(bench.sizes()) + " and npu" + python_shape(device.sizes()) + " not equal.";
+    row.verdict = {"error", row.message};
     return row;
   }
   const bool bf = bench.is_floating_point(), df = device.is_floating_point();
@@ -197,6 +201,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
     row.status = Status::error;
     row.message =
         "Bench out dtype is " + row.bench_dtype + " but npu output dtype is " + row.device_dtype + ", cannot compare.";
+    row.verdict = {"error", row.message};
     return row;
   }
   if (!bf) {
@@ -206,14 +211,17 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
       row.error_rate = Cell::str("nan");
       row.status = Status::error;
       row.message += "There is not bench calculation result.\n";
+      row.verdict.reason = "empty output: nothing to compare";
       return row;
     }
     const double rate = detail::fraction(bench.ne(device));
     row.error_rate = Cell::f64(rate);
     row.status = rate == 0 ? Status::pass : Status::error;
+    row.verdict = {status_text(row.status), "exact comparison: " + std::to_string(rate) + " of the values differ"};
     row.message += "\n";
     return row;
   }
+  row.verdict = scale_aware_verdict(bench, device, dtype, row.device_dtype, input_scale);
   if (device.numel() == 0) {  // numpy's max of an empty array raises in msprobe; an error here
     row.status = Status::error;
     row.message = "Relative error result list is empty.";
@@ -287,6 +295,7 @@ inline Detail skip_detail(std::string message) {
   Detail row;
   row.status = Status::skip;
   row.message = std::move(message);
+  row.verdict = {"SKIP", row.message};
   return row;
 }
 

@@ -5,6 +5,8 @@
 //                     [-j N] [-config CFG.json] [--float64-bench]
 #include <nlohmann/json.hpp>
 
+#include "torchprobe/config/parser.hpp"
+
 #include <fstream>
 #include <regex>
 #include <stdexcept>
@@ -43,36 +45,18 @@ inline bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The "run_ut" section (or the whole object, when it is the section itself).
+// The "run_ut" section (or the whole object, when it is the section itself), checked by the config
+// parser's own rules (config/run_ut.hpp); `where` (the file) prefixes its messages.
 inline void apply_run_ut_config(const nlohmann::json& root, CliOptions& o, const std::string& where) {
   const nlohmann::json& s = root.contains("run_ut") ? root["run_ut"] : root;
   if (!s.is_object()) throw UsageError(where + ": \"run_ut\" must be an object");
-  const auto names = [&](const char* key) {
-    std::vector<std::string> out;
-    if (!s.contains(key)) return out;
-    if (!s[key].is_array()) throw UsageError(where + ": run_ut." + key + " must be a list of API names");
-    static const std::regex api(R"(^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$)");
-    for (const auto& e : s[key]) {
-      if (!e.is_string() || !std::regex_match(e.get<std::string>(), api))
-        throw UsageError(where + ": invalid api in run_ut." + key + ": " + e.dump());
-      out.push_back(e.get<std::string>());
-    }
-    return out;
-  };
-  o.white_list = names("white_list");
-  o.black_list = names("black_list");
-  if (s.contains("error_data_path")) {
-    if (!s["error_data_path"].is_string()) throw UsageError(where + ": run_ut.error_data_path must be a string");
-    o.error_data_path = s["error_data_path"].get<std::string>();
-    if (!is_dir(o.error_data_path))
-      throw UsageError(where + ": run_ut.error_data_path '" + o.error_data_path + "' is not a directory");
-  }
-  for (const char* k : {"is_online", "nfs_path", "host", "port", "rank_list", "tls_path"}) {
-    if (!s.contains(k)) continue;
-    const bool on = k == std::string("is_online") ? s[k].is_boolean() && s[k].get<bool>() : !s[k].is_null();
-    if (on)
-      o.notes.push_back(std::string("run_ut.") + k +
-                        " is for msprobe's online run_ut between devices, which TorchProbe does not support: ignored");
+  try {
+    const RunUtConfig r = torchprobe::detail::parse_run_ut(s, "run_ut", o.notes);
+    o.white_list = r.white_list;
+    o.black_list = r.black_list;
+    o.error_data_path = r.error_data_path;
+  } catch (const ConfigError& e) {
+    throw UsageError(where + ": " + e.what());
   }
 }
 
@@ -126,9 +110,20 @@ inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
     } catch (const nlohmann::json::exception& e) {
       throw UsageError(o.config + ": malformed JSON (" + e.what() + ")");
     }
+    if (!root.is_object()) throw UsageError(o.config + ": a configuration must be a JSON object");
     if (root.contains("task") && root["task"] != "run_ut")
       throw UsageError(o.config + ": \"task\" is " + root["task"].dump() + ", run_ut needs \"run_ut\"");
-    apply_run_ut_config(root, o, o.config);
+    root["task"] = "run_ut";  // a file of only the run_ut section's keys is a run_ut config too
+    Config c;
+    try {
+      c = parse_config(root);  // the same checks as every TorchProbe config
+    } catch (const ConfigError& e) {
+      throw UsageError(o.config + ": " + e.what());
+    }
+    o.white_list = c.run_ut.white_list;
+    o.black_list = c.run_ut.black_list;
+    o.error_data_path = c.run_ut.error_data_path;
+    for (const auto& w : c.warnings) o.notes.push_back(o.config + ": " + w);
   }
   return o;
 }

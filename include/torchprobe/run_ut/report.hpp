@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <ostream>
@@ -14,6 +13,7 @@
 
 #include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/run_ut/replay.hpp"
+#include "torchprobe/run_ut/timestamp.hpp"
 
 namespace torchprobe::run_ut {
 
@@ -55,6 +55,36 @@ inline std::string detail_rows(const ApiResult& r) {
   return s;
 }
 
+// TorchProbe's verdict of one direction (verdict.hpp): the worst of its outputs' verdicts; SKIP with
+// the reason when none of its outputs was compared (an API that did not run never passes).
+inline Verdict direction_verdict(const std::vector<Detail>& rows, const std::string& why_none) {
+  const Detail* worst = nullptr;
+  const auto rank = [](const std::string& s) { return s == "error" ? 3 : s == "Warning" ? 2 : s == "pass" ? 1 : 0; };
+  for (const auto& r : rows)
+    if (r.verdict.status != "SKIP" && (!worst || rank(r.verdict.status) > rank(worst->verdict.status))) worst = &r;
+  if (worst) return worst->verdict;
+  if (!rows.empty()) return {"SKIP", rows.front().verdict.reason};
+  return {"SKIP", why_none.empty() ? "nothing was compared" : why_none};
+}
+
+inline Verdict forward_verdict(const ApiResult& r) { return direction_verdict(r.forward_rows, r.skip_message); }
+inline Verdict backward_verdict(const ApiResult& r) {
+  if (r.backward == " ") return {" ", ""};
+  return direction_verdict(r.backward_rows, r.skip_message);
+}
+
+inline const char* kVerdictsHeader =
+    "API name,Forward Test Success,Backward Test Success,TorchProbe Forward,TorchProbe Backward,TorchProbe Reason";
+
+// accuracy_checking_verdicts_{ts}.csv: msprobe's statuses next to TorchProbe's, with the reason of
+// the worse direction (forward when they tie).
+inline std::string verdict_row(const ApiResult& r) {
+  const Verdict f = forward_verdict(r), b = backward_verdict(r);
+  const auto rank = [](const std::string& s) { return s == "error" ? 3 : s == "Warning" ? 2 : s == "SKIP" ? 1 : 0; };
+  const std::string why = rank(b.status) > rank(f.status) ? "backward: " + b.reason : "forward: " + f.reason;
+  return csv_row({r.name, status_text(r.forward), r.backward, f.status, b.status, why});
+}
+
 // A result for an API that did not run: SKIP both ways, with the reason (never "pass").
 inline ApiResult skipped(const std::string& name, const std::string& why) {
   ApiResult r;
@@ -64,16 +94,6 @@ inline ApiResult skipped(const std::string& name, const std::string& why) {
   r.skip_message = why;
   r.forward_rows = {skip_detail(why)};
   return r;
-}
-
-// time.strftime("%Y%m%d%H%M%S") in local time.
-inline std::string timestamp_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y%m%d%H%M%S", &tm);
-  return buf;
 }
 
 // Appends to a CSV, writing the BOM and header first when the file is new (mode 0640, as msprobe).
@@ -102,6 +122,8 @@ class CsvFile {
 
 struct Summary {
   std::map<std::string, int> forward, backward;
+  std::map<std::string, int> tp_forward, tp_backward;  // TorchProbe's verdicts
+  std::vector<std::string> disagreements;              // APIs where TorchProbe and msprobe differ
   int apis = 0;
   double seconds = 0;
   std::vector<const ApiResult*> worst;  // error first, then Warning, then SKIP
@@ -114,6 +136,13 @@ inline Summary summarize(const std::vector<ApiResult>& results, double seconds) 
   for (const auto& r : results) {
     ++s.forward[status_text(r.forward)];
     ++s.backward[r.backward == " " ? "not run" : r.backward];
+    const Verdict f = forward_verdict(r), b = backward_verdict(r);
+    ++s.tp_forward[f.status];
+    ++s.tp_backward[b.status == " " ? "not run" : b.status];
+    if (f.status != status_text(r.forward) || b.status != r.backward)
+      s.disagreements.push_back(r.name + ": TorchProbe forward " + f.status + ", backward " +
+                                (b.status == " " ? "-" : b.status) + " (" +
+                                (f.status != status_text(r.forward) ? f.reason : b.reason) + ")");
     if (r.forward != Status::pass || (r.backward != "pass" && r.backward != " ")) s.worst.push_back(&r);
   }
   const auto rank = [](const ApiResult* r) {
@@ -132,6 +161,10 @@ inline void print_summary(std::ostream& os, const Summary& s) {
   for (const auto& [k, v] : s.forward) os << k << " " << v << "  ";
   os << "\n  backward: ";
   for (const auto& [k, v] : s.backward) os << k << " " << v << "  ";
+  os << "\n  TorchProbe's verdict, forward: ";
+  for (const auto& [k, v] : s.tp_forward) os << k << " " << v << "  ";
+  os << "\n  TorchProbe's verdict, backward: ";
+  for (const auto& [k, v] : s.tp_backward) os << k << " " << v << "  ";
   os << "\n";
   for (const ApiResult* r : s.worst) {
     os << "  " << r->name << ": forward " << status_text(r->forward) << ", backward "
@@ -139,6 +172,7 @@ inline void print_summary(std::ostream& os, const Summary& s) {
     if (!r->skip_message.empty()) os << " (" << r->skip_message << ")";
     os << "\n";
   }
+  for (const auto& d : s.disagreements) os << "  " << d << "\n";
 }
 
 }  // namespace torchprobe::run_ut

@@ -30,7 +30,7 @@ struct RunOptions {
 };
 
 struct RunOutput {
-  std::string result_csv, details_csv, error_dir;
+  std::string result_csv, details_csv, verdicts_csv, error_dir;
   std::vector<ApiResult> results;
   Summary summary;
 };
@@ -135,10 +135,15 @@ inline RunOutput run(const RunOptions& o) {
     out.details_csv = o.out_dir + "/accuracy_checking_details_" + ts + ".csv";
     if (o.save_error_data) out.error_dir = o.error_data_path + "/ut_error_data" + ts;
   }
+  {
+    const auto pos = out.result_csv.rfind("accuracy_checking_result_");
+    out.verdicts_csv = out.result_csv.substr(0, pos) + "accuracy_checking_verdicts_" + out.result_csv.substr(pos + 25);
+  }
   if (o.save_error_data && out.error_dir.empty())
     out.error_dir = o.error_data_path + "/ut_error_data" + timestamp_now();
   if (o.save_error_data) io::create_directories(out.error_dir);
-  CsvFile result(out.result_csv, kResultHeader), details(out.details_csv, kDetailsHeader);
+  CsvFile result(out.result_csv, kResultHeader), details(out.details_csv, kDetailsHeader),
+      verdicts(out.verdicts_csv, kVerdictsHeader);
 
   std::vector<const ApiCase*> todo;
   std::set<std::string> seen;
@@ -162,6 +167,7 @@ inline RunOutput run(const RunOptions& o) {
   for (const auto& r : out.results) {
     result.append(result_row(r));
     details.append(detail_rows(r));
+    verdicts.append(verdict_row(r));
     if (o.save_error_data) detail::save_error_data(out.error_dir, r);
   }
   out.summary = summarize(out.results, secs);
