@@ -140,7 +140,7 @@ class BasicDebugger final : public DebuggerInterface {
   void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
   const Config& config() const override { return core_->config(); }
-  std::int64_t current_step() const { return step_.session().step(); }
+  std::int64_t current_step() const override { return step_.session().step(); }
   // {dump_path}/step{N}/{rank dir} of the last start().
   const std::string& directory() const { return step_.directory(); }
   Sink& sink() { return step_.sink(); }

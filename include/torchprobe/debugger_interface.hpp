@@ -20,6 +20,7 @@ class DebuggerInterface {
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
   virtual void wait_written() = 0;
   virtual void set_init_step(std::int64_t step) = 0;
+  virtual std::int64_t current_step() const = 0;
   // msprobe's single-point save (debug.json); see Debugger::save.
   virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
   virtual bool running() const = 0;

@@ -3,15 +3,21 @@
 // the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
 // With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
 // before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
+// With "dump_enable" in the file (msprobe's dynamic start/stop) the file is watched: a change is read
+// at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
+// record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
+// configuration in use is kept.
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
 
+#include "torchprobe/config/config_watch.hpp"
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/debugger_interface.hpp"
+#include "torchprobe/io/error_log.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"
 #include "torchprobe/task/registry.hpp"
 #include "torchprobe/task/task_list.hpp"
@@ -24,27 +30,31 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
   explicit BasicPrecisionDebugger(const Options& options)
-      : grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {}
-
-  void start() {
-    if (impl_) impl_->start_with(ModelRef{}, std::nullopt);
+      : options_(options), grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {
+    if (impl_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
   }
+
+  void start() { start_with(ModelRef{}, std::nullopt); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    if (impl_) impl_->start_with(to_model_ref(model), rank_id);
+    start_with(to_model_ref(model), rank_id);
   }
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    if (impl_) impl_->start_with(model, rank_id);
+    model_ = model;
+    rank_id_ = rank_id;
+    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id);
   }
   void stop() noexcept override {
     if (impl_) impl_->stop();
   }
   // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
   void step() override {
-    if (grad_)
+    if (grad_) {
       grad_->step();
-    else
-      impl_->step();
+      return;
+    }
+    impl_->step();
+    if (watch_ && watch_->changed()) reload();
   }
   // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
   template <class Model>
@@ -65,6 +75,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (impl_) impl_->save(value, name, save_backward);
   }
   bool running() const override { return impl_ && impl_->running(); }
+  std::int64_t current_step() const override { return grad_ ? grad_->current_step() : impl_->current_step(); }
   const Config& config() const override { return grad_ ? grad_->config() : impl_->config(); }
 
  private:
@@ -92,14 +103,38 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
+  // dump_enable: the edited file replaces the debugger between two steps; the step number goes on,
+  // and a running capture goes on under the new configuration.
+  void reload() {
+    std::unique_ptr<DebuggerInterface> next;
+    try {
+      next = make(options_);
+    } catch (const std::exception& e) {
+      std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
+                << "); the configuration in use is kept\n";
+      io::ErrorLog(impl_->config().dump_path).log("config_reload", watch_->path(), e);
+      return;
+    }
+    const bool was_running = impl_->running();
+    impl_->stop();
+    impl_->wait_written();
+    next->set_init_step(impl_->current_step());
+    impl_ = std::move(next);
+    if (was_running) start_with(model_, rank_id_);
+  }
+
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
     Config c = options.resolve();
     if (c.task != Task::GradProbe) return nullptr;
     return std::make_unique<GradMonitor>(std::move(c));
   }
 
+  Options options_;
   std::unique_ptr<GradMonitor> grad_;
   std::unique_ptr<DebuggerInterface> impl_;
+  std::optional<ConfigFileWatch> watch_;  // dump_enable
+  ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
+  std::optional<std::int64_t> rank_id_;
 };
 
 using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;

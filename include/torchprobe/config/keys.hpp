@@ -37,7 +37,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"risk_level", KeyPlace::Top, KeySupport::Read},
     {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
     {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
-    {"dump_enable", KeyPlace::Top, KeySupport::NotYet},
+    {"dump_enable", KeyPlace::Top, KeySupport::Read},
     {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
     // Every task reads scope, list and data_mode; the others only the tasks that declare them.
     {"scope", KeyPlace::Section, KeySupport::Read},

@@ -176,6 +176,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (const json* v = find(doc, "step")) c.step = IndexSet::parse(*v, "step");
   c.async_dump = read_bool(doc, "async_dump", false);
   c.extra_info = read_bool(doc, "extra_info", true);
+  if (find(doc, "dump_enable")) c.dump_enable = read_bool(doc, "dump_enable", true);
   static constexpr Choice<std::string_view> kPrecisions[] = {{"low", "low"}, {"high", "high"}};
   c.precision = std::string(read_choice(doc, "precision", "precision", kPrecisions, std::string_view("low")));
   static constexpr Choice<RiskLevel> kRisks[] = {

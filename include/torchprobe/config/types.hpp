@@ -133,6 +133,9 @@ struct Config {
   std::string dump_path;
   IndexSet step, rank;
   bool async_dump = false;
+  // dump_enable: absent = a static configuration; present = the config file is watched and re-read
+  // at step() (PrecisionDebugger), and false means start() does not dump.
+  std::optional<bool> dump_enable;
   bool extra_info = true;
   std::string precision = "low";
   // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
