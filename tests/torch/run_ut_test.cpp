@@ -335,3 +335,29 @@ TEST_CASE("run_ut -j 3 writes the same rows, in dump order, as one job") {
   CHECK(find(f64, "Torch.matmul.0")->forward_rows.at(0).bench_dtype == "torch.float64");
   CHECK(ru::torch_dtype_str(find(f64, "Torch.matmul.0")->bench_out.at(0).toTensor().scalar_type()) == "torch.float64");
 }
+
+TEST_CASE("run_ut --device: the recorded dtypes run where asked (CUDA when there is one), a device not here is named") {
+  CHECK(ru::replay_device("cpu").is_cpu());
+  CHECK_THROWS_WITH_AS(ru::replay_device("tpu:0"), doctest::Contains("device 'tpu:0' is not one run_ut knows"),
+                       std::invalid_argument);
+  if (!torch::cuda::is_available()) {
+    CHECK_THROWS_WITH_AS(ru::replay_device("cuda:0"), doctest::Contains("available: cpu (no CUDA device here)"),
+                         std::invalid_argument);
+    TP_SKIP("no CUDA device: the CUDA side of run_ut is not replayed here");
+  }
+  const std::string dump = std::string(TORCHPROBE_TESTS_DIR) + "/data/golden/torch-" +
+                           (TORCH_VERSION_MAJOR >= 2 ? "2.6" : "1.13") + "/tensor_L1/step0/rank0/dump.json";
+  tptest::TempDir tmp;
+  ru::RunOptions o;
+  o.api_info = dump;
+  o.out_dir = tmp.path();
+  o.replay.device = ru::replay_device("cuda:0");
+  const auto out = ru::run(o);
+  REQUIRE(out.results.size() == 4);
+  for (const auto& r : out.results) {
+    CAPTURE(r.name);
+    CHECK(r.forward != ru::Status::skip);
+    REQUIRE_FALSE(r.device_out.empty());
+    CHECK(r.device_out[0].toTensor().device().is_cpu());  // brought back for the comparison
+  }
+}

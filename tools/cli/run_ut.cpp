@@ -35,6 +35,12 @@ int torchprobe_run_ut_main(const std::vector<std::string>& args) {
   o.black_list = cli.black_list;
   o.replay.float64_bench = cli.float64_bench;
   try {
+    o.replay.device = ru::replay_device(cli.device);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "torchprobe run_ut: " << e.what() << "\n";
+    return 2;
+  }
+  try {
     const ru::RunOutput out = ru::run(o);
     ru::print_summary(std::cout, out.summary);
     std::cout << "result:  " << out.result_csv << "\ndetails: " << out.details_csv << "\nverdicts: " << out.verdicts_csv

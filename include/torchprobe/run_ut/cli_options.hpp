@@ -25,6 +25,7 @@ struct CliOptions {
   std::string api_info, out_dir = ".", csv_path, config;
   bool save_error_data = false, filter_duplicates = false, float64_bench = false;
   int jobs = 1;
+  std::string device = "cpu";  // where the recorded dtypes run: "cpu", "cuda", "cuda:N" (-d N: "cuda:N")
   std::vector<std::string> white_list, black_list;
   std::string error_data_path = ".";
   std::vector<std::string> notes;  // accepted keys that do nothing here (the online mode)
@@ -32,12 +33,14 @@ struct CliOptions {
 
 inline const char* run_ut_usage() {
   return "usage: torchprobe run_ut -api_info DUMP.json [-o OUT] [-save_error_data] [-csv_path RESULT.csv]\n"
-         "                         [-f] [-j N] [-config CFG.json] [--float64-bench]\n"
+         "                         [-f] [-j N] [-config CFG.json] [--float64-bench] [-d N | --device DEV]\n"
          "  replays every API of a dump (L1, task tensor or statistics) on the CPU in its own dtypes and\n"
          "  as an up-cast benchmark, and writes msprobe's accuracy_checking_{result,details}_{ts}.csv\n"
          "  -f               skip a call whose arguments repeat an earlier call's\n"
          "  -j N             replay N APIs at once\n"
-         "  --float64-bench  every float benchmark in float64 (msprobe: fp16/bf16 -> fp32)\n";
+         "  --float64-bench  every float benchmark in float64 (msprobe: fp16/bf16 -> fp32)\n"
+         "  -d N, --device DEV  run the recorded dtypes on cuda:N / DEV (cpu, cuda, cuda:N; default cpu);\n"
+         "                   the benchmark runs on the CPU\n";
 }
 
 inline bool is_dir(const std::string& p) {
@@ -82,6 +85,10 @@ inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
       o.filter_duplicates = true;
     else if (a == "--float64-bench")
       o.float64_bench = true;
+    else if (a == "-d" || a == "--device_id")
+      o.device = "cuda:" + value(i);
+    else if (a == "--device")
+      o.device = value(i);
     else if (a == "-j" || a == "--jobs") {
       const std::string& v = value(i);
       try {

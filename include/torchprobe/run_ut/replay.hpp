@@ -5,8 +5,11 @@
 // output gradient, and the gradients of the tensor arguments compared.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
 
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,7 +20,26 @@ namespace torchprobe::run_ut {
 
 struct ReplayOptions {
   bool float64_bench = false;  // every float benchmark in float64 (not msprobe's up-cast)
+  // Where the recorded dtypes run (msprobe's NPU/GPU side); the benchmark always runs on the CPU.
+  c10::Device device = c10::Device(c10::kCPU);
 };
+
+// The device named on the command line ("cpu", "cuda", "cuda:N"), checked against this machine:
+// std::invalid_argument names what was asked and what there is.
+inline c10::Device replay_device(const std::string& name) {
+  std::optional<c10::Device> d;
+  try {
+    d = c10::Device(name);
+  } catch (const std::exception&) {
+  }
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  const std::string have = gpus == 0 ? "cpu (no CUDA device here)" : "cpu, cuda:0 .. cuda:" + std::to_string(gpus - 1);
+  if (!d || !(d->is_cpu() || d->is_cuda()))
+    throw std::invalid_argument("device '" + name + "' is not one run_ut knows (available: " + have + ")");
+  if (d->is_cuda() && (gpus == 0 || d->index() >= gpus))
+    throw std::invalid_argument("device '" + name + "' is not on this machine (available: " + have + ")");
+  return *d;
+}
 
 // The outcome of one API: its statuses and detail rows, and what -save_error_data writes.
 struct ApiResult {
@@ -117,6 +139,25 @@ inline std::vector<c10::IValue> call(const c10::OperatorHandle& op, std::vector<
   return stack;
 }
 
+// Values with every tensor on the CPU (the comparison, the saved error data); CPU ones as they are.
+inline c10::IValue on_host(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    return !t.defined() || t.device().is_cpu() ? v : c10::IValue(t.detach().to(at::kCPU));
+  }
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(on_host(t).toTensor());
+    return out;
+  }
+  return v;
+}
+inline std::vector<c10::IValue> on_host(const std::vector<c10::IValue>& vs) {
+  std::vector<c10::IValue> out;
+  for (const auto& v : vs) out.push_back(on_host(v));
+  return out;
+}
+
 }  // namespace detail
 
 inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const ReplayOptions& options = {}) {
@@ -156,6 +197,7 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
   const auto prepare = [&](Arg& a, bool bench) {
     at::Tensor t = a.value.toTensor().detach();
     if (bench) t = t.to(detail::bench_dtype(floats, t.scalar_type(), options.float64_bench));
+    if (!bench) t = t.to(options.device);
     t = t.clone();
     if (a.requires_grad && c10::isFloatingType(t.scalar_type())) t.requires_grad_(true);
     a.value = t;
@@ -167,7 +209,8 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
   const auto device_stack = bind_schema(op.handle.schema(), dargs, dkw, unused);
   if (!bench_stack || !device_stack) throw NotReplayable("the up-cast arguments no longer fit " + c.name);
   r.bench_out = detail::call(op.handle, *bench_stack);  // CPU first, as msprobe
-  r.device_out = detail::call(op.handle, *device_stack);
+  const std::vector<c10::IValue> device_raw = detail::call(op.handle, *device_stack);
+  r.device_out = detail::on_host(device_raw);
   std::vector<c10::IValue> all_inputs;
   detail::for_each_tensor(args, kwargs, [&](Arg& a) { all_inputs.push_back(a.value); });
   const double input_scale = detail::max_abs(all_inputs);
@@ -187,10 +230,10 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
     return no_backward("the dump has no output gradient for " + c.name);
   const at::Tensor grad = build.build(bin[0]).value.toTensor();
   r.grad_in.push_back(grad);
-  const at::Tensor bo = r.bench_out[0].toTensor(), dout = r.device_out[0].toTensor();
+  const at::Tensor bo = r.bench_out[0].toTensor(), dout = device_raw[0].toTensor();
   if (!bo.requires_grad() || !dout.requires_grad()) return no_backward("no input of " + c.name + " requires grad.");
   bo.backward(grad.to(bo.scalar_type()));
-  dout.backward(grad.to(dout.scalar_type()));
+  dout.backward(grad.to(dout.device(), dout.scalar_type()));
   const auto grads = [](const std::vector<Arg>& as) {
     std::vector<c10::IValue> g;
     for (const auto& a : as) {
@@ -201,7 +244,7 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
     return g;
   };
   r.bench_grads = grads(bargs);
-  r.device_grads = grads(dargs);
+  r.device_grads = detail::on_host(grads(dargs));
   // A gradient scales with the gradient fed in: its rounding noise lives near |grad| * |inputs|.
   r.backward_rows = detail::compare_outputs(c.api, r.bench_grads, r.device_grads,
                                             detail::max_abs(r.grad_in) * std::max(1.0, input_scale));
