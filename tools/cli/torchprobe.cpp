@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "torchprobe/compare/cli.hpp"
 #include "torchprobe/compare/grad_compare.hpp"
+#include "torchprobe/compare/tensor_metrics.hpp"
 #include "torchprobe/version.hpp"
 
 int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
@@ -48,6 +51,13 @@ int main(int argc, char** argv) {
       std::cerr << "torchprobe compare: " << e.what() << "\n" << torchprobe::compare::compare_usage();
       return 2;
     }
+    options.progress_tty = ::isatty(STDERR_FILENO) == 1;
+    options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
+      std::string error;
+      auto cells = torchprobe::compare::pt_tensor_cells(npu, bench, &error);
+      if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
+      return cells;
+    };
     return torchprobe::compare::run_compare(options, std::cerr);
   }
   if (args[0] == "grad-compare")
