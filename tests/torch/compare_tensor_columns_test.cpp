@@ -385,4 +385,29 @@ TEST_CASE("a TorchProbe tensor dump against itself is cosine 1 and error 0; a pl
     check_against_aten(row, b / "dump_tensor_data", a / "dump_tensor_data");
   }
   CHECK(changed == 1);
+
+  // Against msprobe's Python dump of the same model: the C++ side's Aten rows have no partner by
+  // name (N/A: no metric), the module rows pair by name and carry both file names.
+  const fs::path py = kRef / "tensor_mix/step0/proc10275";
+  if (!fs::exists(py / "dump.json")) TP_SKIP("no reference dumps at " << kRef);
+  const Csv mixed = compare(a, py, tmp / "mixed");
+  INFO(mixed.log);
+  int unmatched = 0, paired = 0;
+  for (const auto& row : mixed.rows) {
+    CAPTURE(row.at("NPU Name"));
+    const std::string npu_file = "['" + row.at("NPU Name") + ".pt', ";
+    if (row.at("Bench Name") == "N/A") {
+      ++unmatched;
+      const bool scalar = row.at("Data_name") == "['-1', 'N/A']";  // a scalar argument has no file
+      CHECK((scalar || row.at("Data_name") == npu_file + "'N/A']"));
+      CHECK(row.at("Cosine") == "unsupported");
+      CHECK(row.at("MaxAbsErr") == "unsupported");
+    } else {
+      ++paired;
+      CHECK(row.at("Data_name") == npu_file + "'" + row.at("Bench Name") + ".pt']");
+      check_against_aten(row, a / "dump_tensor_data", py / "dump_tensor_data");
+    }
+  }
+  CHECK(unmatched > 0);
+  CHECK(paired > 0);
 }
