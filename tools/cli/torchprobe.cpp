@@ -8,8 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "torchprobe/compare/cli.hpp"
 #include "torchprobe/compare/grad_compare.hpp"
+#include "torchprobe/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/run_ut/precision_compare.hpp"
 #include "torchprobe/run_ut/timestamp.hpp"
@@ -101,6 +104,13 @@ int main(int argc, char** argv) {
       std::cerr << "torchprobe compare: " << e.what() << "\n" << torchprobe::compare::compare_usage();
       return 2;
     }
+    options.progress_tty = ::isatty(STDERR_FILENO) == 1;
+    options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
+      std::string error;
+      auto cells = torchprobe::compare::pt_tensor_cells(npu, bench, &error);
+      if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
+      return cells;
+    };
     return torchprobe::compare::run_compare(options, std::cerr);
   }
   if (args[0] == "grad-compare")

@@ -1,9 +1,11 @@
 #pragma once
 // `torchprobe compare TARGET BENCH -o OUT [...]`: argument parsing and the run, kept out of main()
 // so that the unit tests call them directly. Exit status: 0 no divergence, 1 divergence, 2 bad input.
+#include <array>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -13,6 +15,7 @@
 #include "torchprobe/compare/first_divergence.hpp"
 #include "torchprobe/compare/html_report.hpp"
 #include "torchprobe/compare/msprobe_table.hpp"
+#include "torchprobe/compare/progress.hpp"
 #include "torchprobe/compare/user_map.hpp"
 
 namespace torchprobe::compare {
@@ -24,9 +27,14 @@ struct CompareOptions {
   std::optional<long> step, rank;
   std::filesystem::path map;  // --map: the user's mapping file
   std::string timestamp;      // empty: now, as msprobe's YYYYmmddHHMMSS
+  bool progress_tty = false;  // the log is a terminal: progress redrawn in place, else plain lines
+  // msprobe's six tensor-mode cells of two .pt files (tensor_metrics.hpp's pt_tensor_cells; the CLI,
+  // which links libtorch, sets it). Without it, tensor dumps are compared by their statistics.
+  std::function<std::array<std::string, 6>(const std::filesystem::path& npu, const std::filesystem::path& bench)>
+      pt_cells;
 };
 
-// Above this many entries (both sides) run_compare reports its stages on the log.
+// Above this many entries (both sides) run_compare reports its progress on the log.
 constexpr std::size_t kProgressEntries = 4000;
 
 inline const char* compare_usage() {
@@ -139,28 +147,47 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
                          b.task + "\": compare needs the same task");
       if (t.task != "statistics" && t.task != "tensor")
         throw InputError(p.target.string() + ": task \"" + t.task + "\" cannot be compared (statistics or tensor)");
-      if (t.has_md5 != b.has_md5)
+      const bool tensor_mode = t.task == "tensor" && o.pt_cells;  // msprobe's "all" mode
+      if (t.has_md5 != b.has_md5 && !tensor_mode)
         throw InputError((t.has_md5 ? p.target : p.bench).string() + " holds md5 checksums but " +
                          (t.has_md5 ? p.bench : p.target).string() + " does not: both must be md5 or statistics dumps");
-      const CsvMode mode = t.has_md5 ? CsvMode::md5 : CsvMode::summary;
-      if (t.task == "tensor")
+      const CsvMode stats_mode = t.has_md5 && b.has_md5 ? CsvMode::md5 : CsvMode::summary;
+      const CsvMode mode = tensor_mode ? CsvMode::tensor : stats_mode;
+      if (t.task == "tensor" && !tensor_mode)
         log << "note: tensor dumps are compared by the statistics in their dump.json; msprobe's tensor-mode columns "
                "(Cosine, EucDist, ...) need the .pt files and are not written\n";
-      // Progress on stderr for big dumps: one line per stage, each overwriting the last.
+      // Progress on stderr for big dumps: the stages, and a bar over the .pt pairs in tensor mode.
       const bool big = t.data.size() + b.data.size() > kProgressEntries;
       const auto stage = [&](int k, const char* what) {
-        if (big)
+        if (!big) return;
+        if (o.progress_tty)
           log << "\r[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)   "
               << (k == 4 ? "\n" : "") << std::flush;
+        else
+          log << "[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)\n";
       };
       stage(1, "rows");
       const auto trows = dump_rows(t), brows = dump_rows(b);
-      stage(2, "msprobe's table");
-      const Table table = msprobe_table(trows, brows, mode, t.has_stack_file);
+      stage(2, tensor_mode ? "msprobe's table, reading the .pt files" : "msprobe's table");
+      TensorCellsFn cells;
+      std::size_t files = 0;
+      for (const Row& r : trows) files += r.data_name != "-1" ? 1 : 0;
+      if (big && tensor_mode && o.progress_tty) log << "\n";  // the bar below the stage line
+      Progress bar(log, "  .pt pairs", files, o.progress_tty, big && tensor_mode);
+      const fs::path tdir = t.file.parent_path() / "dump_tensor_data", bdir = b.file.parent_path() / "dump_tensor_data";
+      if (tensor_mode) {
+        cells = [&](const Row& n, const Row& g) {
+          bar.advance();
+          return o.pt_cells(tdir / n.data_name, bdir / g.data_name);
+        };
+      }
+      const Table table = msprobe_table(trows, brows, mode, t.has_stack_file, cells);
+      bar.finish();
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
       write_file(csv, table_csv(table));
       stage(3, "matching and judging");
-      const Judgement j = judge(t, b, trows, brows, mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
+      // Entries are judged by the statistics every dump.json carries, tensor dumps included.
+      const Judgement j = judge(t, b, trows, brows, stats_mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
       stage(4, "first divergence");
       const auto report = first_divergence_json(t, b, j);
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");

@@ -1,9 +1,13 @@
 #pragma once
 // msprobe's compare_result_{timestamp}.csv: exact-key matching, the statistics differences
 // (CalcStatsDiff) and the Result / Err_message rules (indicator_analysis), for the summary
-// (statistics) and md5 modes. Columns, formulas and strings follow msprobe 26.0
-// (../shared/spec/compare-spec.md section 1).
+// (statistics) and md5 modes, and the tensor ("all") mode whose six metric cells come from the .pt
+// files through a callback (tensor_metrics.hpp, which needs libtorch). Columns, formulas and
+// strings follow msprobe 26.0 (../shared/spec/compare-spec.md section 1).
+#include <array>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,13 +16,18 @@
 
 namespace torchprobe::compare {
 
-enum class CsvMode { summary, md5 };
+enum class CsvMode { summary, md5, tensor };
+
+// Tensor mode: the six metric cells (Cosine, EucDist, MaxAbsErr, MaxRelativeErr, One Thousandth and
+// Five Thousandths Err Ratio) of a row whose two sides both have a .pt file (Row::data_name).
+using TensorCellsFn = std::function<std::array<std::string, 6>(const Row& npu, const Row& bench)>;
 
 struct TableRow {
   const Row* npu = nullptr;
-  const Row* bench = nullptr;  // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
-  std::string diff[8];         // Max/Min/Mean/L2norm diff, then the four RelativeErr
-  int level = 0;               // 0 pass, 1 warning, 2 error
+  const Row* bench = nullptr;          // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
+  std::string diff[8];                 // Max/Min/Mean/L2norm diff, then the four RelativeErr
+  std::array<std::string, 6> metrics;  // tensor mode: Cosine ... Five Thousandths Err Ratio
+  int level = 0;                       // 0 pass, 1 warning, 2 error
   std::vector<std::string> messages;
 };
 
@@ -111,6 +120,19 @@ inline double max_norm_rel(const std::vector<TableRow*>& rows) {
   return best;
 }
 
+// ApiData.get_min_or_max_value (minimum, default 1.0) over one of the metric columns: numbers only.
+inline double min_metric(const std::vector<TableRow*>& rows, int column) {
+  double best = 1.0;
+  for (const TableRow* r : rows) {
+    const std::string& v = r->metrics[column];
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || std::isnan(x)) continue;  // "unsupported", "N/A", "Nan", ...
+    best = std::min(best, x);
+  }
+  return best;
+}
+
 inline void raise(TableRow& r, int level, const std::string& msg) {
   r.level = std::max(r.level, level);
   r.messages.push_back(msg);
@@ -155,7 +177,11 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
     if (is_inf_or_nan(r->npu->stats[0]) || is_inf_or_nan(r->npu->stats[1]))
       raise(*r, 2, "error: There is nan/inf/-inf in the maximum or minimum value of NPU.");
   }
-  if (ignore == kNone && std::fabs(max_norm_rel(in)) < 0.1) {  // RelativeErrChecker
+  if (mode == CsvMode::tensor && ignore == kNone && !out.empty()) {  // OneThousandthErrChecker
+    if (min_metric(in, 4) > 0.9 && min_metric(out, 4) < 0.1)
+      raise(*out.front(), 2, "error: The input/parameters of One Thousandth Err Ratio > 0.9 while the output < 0.6.");
+  }
+  if (mode == CsvMode::summary && ignore == kNone && std::fabs(max_norm_rel(in)) < 0.1) {  // RelativeErrChecker
     for (TableRow* r : out) {
       if (std::fabs(py_percent_to_float(r->diff[7])) > 0.5)
         raise(*r, 2, "error: The NormRelativeErr of output is greater than 0.5.");
@@ -184,6 +210,12 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
     if (r->bench && r->npu->shape != r->bench->shape)
       raise(*r, 2, "error: The shape of NPU and Bench are inconsistent.");
   }
+  if (mode == CsvMode::tensor) {  // CosineWarnChecker, in place of RelativeWarnChecker
+    const double i = min_metric(in, 0);
+    if (ignore == kNone && !out.empty() && i > 0.9 && i - min_metric(out, 0) > 0.1)
+      raise(*out.front(), 1, "warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1");
+    return;
+  }
   if (ignore == kNone && !out.empty()) {  // RelativeWarnChecker
     const double i = std::fabs(max_norm_rel(in)), o = std::fabs(max_norm_rel(out));
     if ((i == 0 && o > 0.1) || (i != 0 && o / i > 10))
@@ -194,9 +226,10 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
 }  // namespace detail
 
 // Pairs `npu` rows with `bench` rows by compare key (msprobe's outer merge, kept in NPU order,
-// bench-only rows dropped) and fills the statistics differences and verdicts.
-inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode,
-                           bool stack_column) {
+// bench-only rows dropped) and fills the statistics differences (tensor mode: the metric cells from
+// `tensor_cells`) and verdicts.
+inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
+                           const TensorCellsFn& tensor_cells = {}) {
   Table t;
   t.mode = mode;
   t.stack_column = stack_column;
@@ -236,6 +269,15 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
       }
     }
   }
+  if (mode == CsvMode::tensor) {
+    for (TableRow& r : t.rows) {
+      // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported
+      if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells)
+        r.metrics = tensor_cells(*r.npu, *r.bench);
+      else
+        r.metrics.fill("unsupported");
+    }
+  }
   for (std::size_t i = 0; i < t.rows.size();) {  // one entry's rows are contiguous
     std::vector<TableRow*> group;
     const std::string& entry = t.rows[i].npu->entry;
@@ -253,12 +295,18 @@ inline std::vector<std::string> table_header(const Table& t) {
                           "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
                           "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
       h.emplace_back(c);
+  } else if (t.mode == CsvMode::tensor) {
+    for (const char* c :
+         {"Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio",
+          "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
+      h.emplace_back(c);
   } else {
     h.emplace_back("NPU MD5");
     h.emplace_back("BENCH MD5");
   }
   for (const char* c : {"Requires_grad Consistent", "Result", "Err_message"}) h.emplace_back(c);
   if (t.stack_column) h.emplace_back("NPU_Stack_Info");
+  if (t.mode == CsvMode::tensor) h.emplace_back("Data_name");
   return h;
 }
 
@@ -273,8 +321,11 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
   const std::string na = "N/A";
   std::vector<std::string> c = {n.name,  b ? b->name : na,  n.dtype,         b ? b->dtype : na,
                                 n.shape, b ? b->shape : na, n.requires_grad, b ? b->requires_grad : na};
-  if (t.mode == CsvMode::summary) {
-    for (const auto& d : r.diff) c.push_back(d);
+  if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
+    if (t.mode == CsvMode::summary)
+      for (const auto& d : r.diff) c.push_back(d);
+    else
+      for (const auto& m : r.metrics) c.push_back(m);
     for (const auto& s : n.stats) c.push_back(cell(s));
     for (int s = 0; s < 4; ++s) c.push_back(b ? cell(b->stats[s]) : na);
   } else {
@@ -288,6 +339,8 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
   for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
   c.push_back(msg + "]");
   if (t.stack_column) c.push_back(n.stack ? *n.stack : na);
+  if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
+    c.push_back("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]");
   return c;
 }
 
