@@ -12,7 +12,7 @@
 # Each consumer must have got NDEBUG, -fopenmp and -rdynamic from the target; its program then dumps
 # a Linear + relu step, checked by tests/packaging/check_dump.py (dump.json has the relu entry and
 # stack.json names the consumer's own function). TORCHPROBE_PACKAGING_KEEP=1 keeps the work folder.
-# Cost: two libtorch TUs, built in parallel (~25-30 s on 2 cores); everything else takes seconds.
+# Cost: the tool (two libtorch TUs, one per core), then two consumer TUs in parallel; the rest takes seconds.
 # The single-header test and the examples run in the README's ctest command, not here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,8 +43,9 @@ prefix=$work/prefix
 cmake -S . -B "$work/torchprobe-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
   -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 \
   || { cat "$work/install.log"; exit 1; }
-# The one compiled thing installed is the torchprobe command-line tool (no libtorch: ~15 s).
-cmake --build "$work/torchprobe-build" --target torchprobe_cli >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+# The one compiled thing installed is the torchprobe command-line tool: two libtorch TUs (compare,
+# run_ut), one per core.
+cmake --build "$work/torchprobe-build" --target torchprobe_cli -j"${TORCHPROBE_CI_JOBS:-2}" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
          share/cmake/TorchProbe/TorchProbeConfig.cmake share/cmake/TorchProbe/TorchProbeConfigVersion.cmake \
