@@ -35,4 +35,6 @@
 #include "torchprobe/scoped_dump.hpp"
 #include "torchprobe/module_guard.hpp"
 #include "torchprobe/precision_debugger.hpp"
+#include "torchprobe/seed.hpp"
+#include "torchprobe/random_save.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"
