@@ -26,6 +26,7 @@
 #include "torchprobe/details/step_lifecycle.hpp"
 #include "torchprobe/io/console.hpp"
 #include "torchprobe/level/level.hpp"
+#include "torchprobe/seed.hpp"
 #include "torchprobe/sink/directory_sink.hpp"
 #include "torchprobe/task/registry.hpp"
 #include "torchprobe/task/task_list.hpp"
@@ -46,6 +47,8 @@ class BasicDebugger final : public DebuggerInterface {
   explicit BasicDebugger(const Options& options = Options())
       : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
+    const Config& c = core_->config();
+    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
     if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.

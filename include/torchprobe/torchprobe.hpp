@@ -36,4 +36,6 @@
 #include "torchprobe/module_guard.hpp"
 #include "torchprobe/custom_api.hpp"
 #include "torchprobe/precision_debugger.hpp"
+#include "torchprobe/seed.hpp"
+#include "torchprobe/random_save.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"

@@ -35,6 +35,8 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"extra_info", KeyPlace::Top, KeySupport::Read},
     {"precision", KeyPlace::Top, KeySupport::Read},
     {"risk_level", KeyPlace::Top, KeySupport::Read},
+    {"seed", KeyPlace::Top, KeySupport::Read},
+    {"is_deterministic", KeyPlace::Top, KeySupport::Read},
     {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
     {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
     {"dump_enable", KeyPlace::Top, KeySupport::Read},

@@ -35,6 +35,9 @@ class Options {
   Options& async_dump(bool on) { return set("async_dump", on); }
   Options& extra_info(bool on) { return set("extra_info", on); }
   Options& precision(std::string p) { return set("precision", std::move(p)); }
+  // msprobe's seed / is_deterministic: the Debugger calls seed_all(seed, is_deterministic) (seed.hpp).
+  Options& seed(int64_t seed) { return set("seed", seed); }
+  Options& is_deterministic(bool on) { return set("is_deterministic", on); }
   Options& risk_level(std::string level) { return set("risk_level", std::move(level)); }
   // Keys of the task section; resolve() files them under the effective task.
   Options& scope(std::vector<std::string> names) { return set("scope", std::move(names)); }

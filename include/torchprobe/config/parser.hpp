@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -86,6 +87,18 @@ inline int64_t parse_max_pending_mb(const json& doc) {
                                                 : (v->get<int64_t>() >= 1 && v->get<int64_t>() <= 1048576);
   if (!in_range) reject("max_pending_mb", *v, "it is outside [1, 1048576]", allowed);
   return v->get<int64_t>();
+}
+
+// msprobe's seed: an integer in [0, 2^32 - 1].
+inline std::optional<std::uint32_t> parse_seed(const json& doc) {
+  const std::string allowed = "an integer from 0 to 4294967295";
+  const json* v = find(doc, "seed");
+  if (!v) return std::nullopt;
+  if (v->is_boolean() || !v->is_number_integer()) reject("seed", *v, "it should be an integer", allowed);
+  const bool in_range = v->is_number_unsigned() ? v->get<uint64_t>() <= 4294967295u
+                                                : (v->get<int64_t>() >= 0 && v->get<int64_t>() <= 4294967295LL);
+  if (!in_range) reject("seed", *v, "it is outside [0, 4294967295]", allowed);
+  return static_cast<std::uint32_t>(v->get<uint64_t>());
 }
 
 inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
@@ -183,6 +196,8 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
       {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
   c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
   c.max_pending_mb = parse_max_pending_mb(doc);
+  c.seed = parse_seed(doc);
+  c.is_deterministic = read_bool(doc, "is_deterministic", false);
 
   // structure records the module tree, which only L0 and mix capture (msprobe forces mix the same way).
   if (c.task == Task::Structure && c.level != Level::L0 && c.level != Level::Mix) {

@@ -138,6 +138,10 @@ struct Config {
   std::optional<bool> dump_enable;
   bool extra_info = true;
   std::string precision = "low";
+  // msprobe's seed / is_deterministic: when either is in the configuration, a Debugger calls
+  // seed_all(seed or 1234, is_deterministic) as it is constructed (seed.hpp).
+  std::optional<std::uint32_t> seed;
+  bool is_deterministic = false;
   // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
   RiskLevel risk_level = RiskLevel::All;
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the

@@ -1,0 +1,162 @@
+#pragma once
+// random_save(output_path): msprobe's random_save for a libtorch program. From this call on, every
+// outermost call of a random ATen operator (details::is_random_op: rand*, randn*, randint*,
+// randperm, bernoulli*, multinomial, normal*, uniform_, the dropout family, ...) in any thread is
+// one row of {output_path}/random_save.csv, written as the call returns, so two runs' sequences of
+// random calls can be diffed. Columns and an example: docs/random_save.md. Nested random calls
+// (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
+// a second random_save() starts a new file. Each row costs one native stack capture, and one
+// addr2line run per call site seen for the first time.
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/record_function.h>
+
+#include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/io/call_stack_capture.hpp"
+#include "torchprobe/io/python_csv.hpp"
+#include "torchprobe/io/symbolizer.hpp"
+#include "torchprobe/seed.hpp"
+
+namespace torchprobe {
+
+namespace details {
+
+// The user's call site out of symbolized frames (innermost first): the first frame that is not
+// an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...).
+// "file:line" with debug information, else "{object}+0x{offset}"; and the function.
+inline std::pair<std::string, std::string> call_site_of(const std::vector<std::string>& frames) {
+  for (const std::string& f : frames) {
+    // "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp frame_text)
+    const std::size_t line_at = f.find(", line ");
+    const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
+    const std::size_t text_at = f.find(", \n ", in_at == std::string::npos ? 0 : in_at);
+    if (f.rfind("File ", 0) != 0 || line_at == std::string::npos || in_at == std::string::npos ||
+        text_at == std::string::npos)
+      continue;
+    const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
+    if (func.rfind("at::", 0) == 0 || func.rfind("torch::", 0) == 0) continue;
+    const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
+    if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
+    return {f.substr(text_at + 4), func};
+  }
+  return {"", ""};
+}
+
+inline std::string shape_text(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+class RandomSave {
+ public:
+  static RandomSave& instance() {
+    static RandomSave* r = new RandomSave();  // leaked: callbacks may run during static destruction
+    return *r;
+  }
+
+  void start(const std::string& output_path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    close_locked();
+    ::mkdir(output_path.c_str(), 0750);  // an existing directory is fine; fopen reports the rest
+    const std::string path = output_path + "/random_save.csv";
+    file_ = std::fopen(path.c_str(), "w");
+    if (file_ == nullptr) throw std::runtime_error("torchprobe::random_save: cannot write " + path);
+    rows_ = 0;
+    write_locked({"index", "api", "call_site", "function", "shape", "dtype", "device"});
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback(enter, leave).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    close_locked();
+  }
+
+ private:
+  struct Call : at::ObserverContext {
+    CallStack stack;
+  };
+
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+
+  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
+    if (!is_random_op(fn.name()) || depth()++ > 0) return nullptr;
+    auto call = std::make_unique<Call>();
+    call->stack = io::capture_call_stack(32);
+    return call;
+  }
+
+  static void leave(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    if (!is_random_op(fn.name())) return;
+    if (depth() > 0) --depth();
+    if (ctx == nullptr) return;
+    try {
+      instance().record(fn, static_cast<Call&>(*ctx));
+    } catch (...) {  // the probe must not break the program: a row that cannot be made is left out
+    }
+  }
+
+  void record(const at::RecordFunction& fn, const Call& call) {
+    std::vector<std::string> row = {"", fn.name(), "", "", "", "", ""};
+    const auto site = call_site_of(io::symbolize(call.stack));
+    row[2] = site.first;
+    row[3] = site.second;
+    for (const c10::IValue& v : fn.outputs())
+      if (v.isTensor() && v.toTensor().defined()) {
+        const at::Tensor& t = v.toTensor();
+        row[4] = shape_text(t);
+        row[5] = dtype_name(t.scalar_type());
+        row[6] = t.device().str();
+        break;
+      }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (file_ == nullptr) return;
+    row[0] = std::to_string(rows_++);
+    write_locked(row);
+  }
+
+  void write_locked(const std::vector<std::string>& fields) {
+    std::string line;
+    io::append_csv_row(line, fields);
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);  // a crashed run keeps its rows
+  }
+
+  void close_locked() {
+    if (handle_ != 0) at::removeCallback(handle_);
+    handle_ = 0;
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = nullptr;
+  }
+
+  std::mutex mu_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t rows_ = 0;
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace details
+
+// Starts recording random calls into {output_path}/random_save.csv (the directory is created if
+// missing; an unwritable one throws std::runtime_error).
+inline void random_save(const std::string& output_path = "./output") {
+  details::RandomSave::instance().start(output_path);
+}
+
+// Stops recording and closes the file.
+inline void random_save_stop() { details::RandomSave::instance().stop(); }
+
+}  // namespace torchprobe
