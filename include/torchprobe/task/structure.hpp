@@ -1,9 +1,11 @@
 #pragma once
 // Task::Structure (msprobe's "structure"): the names of the calls and modules and how they nest,
 // no data. construct.json and stack.json are written as for statistics; dump.json keeps its
-// header and an empty "data" (msprobe writes it so). No statistic is computed and no parameter
-// gradient is hooked. msprobe runs it at level L0 or mix only: a config naming another level gets
-// mix with a warning (config/parser.hpp); Debugger<Level::L1, Task::Structure> does not compile.
+// header and an empty "data" (msprobe writes it so). No statistic is computed, and the
+// parameters_grad entries, which have no construct.json parent, are written nowhere (msprobe
+// hooks none for this task). msprobe runs it at level L0 or mix only: a config naming another
+// level gets mix with a warning (config/parser.hpp, config/options.hpp);
+// Debugger<Level::L1, Task::Structure> does not compile.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
