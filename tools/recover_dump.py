@@ -87,7 +87,8 @@ def assemble(entries, which: str):
     chosen.sort(key=lambda e: e["order"])
     data, parents = {}, {}
     for e in chosen:
-        data[e["name"]] = e["body"]
+        if not e.get("construct_only", False):  # a name for construct.json only
+            data[e["name"]] = e["body"]
         if "parent" in e:
             parents[e["name"]] = e["parent"]
     return data, parents

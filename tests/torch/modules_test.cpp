@@ -321,7 +321,8 @@ TEST_CASE(
   CHECK(c["Module.block.proj.Linear.forward.0"] == "Module.block.Block.forward.0");
   CHECK(c["Module.block.norm.LayerNorm.forward.1"] == "Module.block.Block.forward.1");
   CHECK(c["Module.block.Block.forward.0"].is_null());
-  CHECK(c["Module.head.1.ReLU.forward.0"].is_null());
+  CHECK(c["Module.head.1.ReLU.forward.0"] == "Module.head.Sequential.forward.0");  // no guard: inferred
+  CHECK(c["Module.head.Sequential.forward.0"].is_null());
   CHECK(c["Module.embed.Embedding.forward.0"].is_null());
   CHECK(c["Aten.relu.0.forward"] == "Module.block.Block.forward.0");  // inside the guarded block
   CHECK(c["Aten.layer_norm.0.forward"] == "Module.block.norm.LayerNorm.forward.0");

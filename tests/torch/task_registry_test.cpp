@@ -50,9 +50,10 @@ TEST_CASE("a task registered in a task list runs under PrecisionDebugger and wri
 
 TEST_CASE("the task list decides which tasks and levels a config may name, and says what it has") {
   tptest::TempDir tmp;
-  // The built-in list has no structure task (msprobe runs it at level mix).
-  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{write_config(tmp, "structure", "mix")},
-                       doctest::Contains("level \"mix\" with task \"structure\" is not available"), tp::ConfigError);
+  // The built-in list has no free_benchmark at mix (msprobe runs it at L1).
+  CHECK_THROWS_WITH_AS(tp::PrecisionDebugger{write_config(tmp, "free_benchmark", "mix")},
+                       doctest::Contains("level \"mix\" with task \"free_benchmark\" is not available"),
+                       tp::ConfigError);
   // The toy declares level mix only; the message lists the whole list's offer.
   CHECK_THROWS_WITH_AS(
       tp::BasicPrecisionDebugger<TasksWithToy>{write_config(tmp, "structure", "L0")},
@@ -73,7 +74,7 @@ TEST_CASE("a section key the task does not declare is ignored with a warning") {
 
 TEST_CASE("the built-in task list declares what each task reads and saves") {
   const tp::TaskCatalog& c = tp::BuiltinTasks::catalog();
-  REQUIRE(c.size() == 4);
+  REQUIRE(c.size() == 5);
   CHECK(c[0].kind == tp::Task::Statistics);
   CHECK(c[0].reads("tensor_list"));
   CHECK_FALSE(c[1].reads("tensor_list"));
@@ -90,4 +91,8 @@ TEST_CASE("the built-in task list declares what each task reads and saves") {
   CHECK(tp::TensorTask::saves_tensors(tp::Config{}));
   CHECK(tp::OverflowCheckTask::saves_tensors(tp::Config{}));
   CHECK_FALSE(tp::FreeBenchmarkTask::saves_tensors(tp::Config{}));
+  CHECK(c[4].kind == tp::Task::Structure);
+  CHECK(c[4].levels.contains(tp::Level::L0));
+  CHECK_FALSE(c[4].levels.contains(tp::Level::L1));
+  CHECK_FALSE(tp::StructureTask::saves_tensors(tp::Config{}));
 }

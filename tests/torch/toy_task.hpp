@@ -1,7 +1,7 @@
 #pragma once
 // A task that exists only in the tests, to show what adding a task takes: this header and one
-// entry in a task list (task_registry_test.cpp). It stands in for msprobe's "structure" task,
-// which TorchProbe does not ship: each tensor is described by its type, dtype and shape only.
+// entry in a task list (task_registry_test.cpp). It takes the place of the built-in "structure"
+// task (task/structure.hpp) in its own list: each tensor is described by its type, dtype and shape.
 #include <array>
 #include <string_view>
 

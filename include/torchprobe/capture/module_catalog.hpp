@@ -33,6 +33,9 @@ struct ModuleInfo {
   std::string prefix;         // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
   std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
   bool leaf = false;                                       // no child modules
+  // The enclosing module in the model given to start() (the module of the longest shorter path:
+  // "block" for "block.fc1"); null directly under that model, which is not dumped.
+  const ModuleInfo* parent = nullptr;
 
   std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
   std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
@@ -79,6 +82,7 @@ class ModuleCatalog {
     // The root given to start() is not dumped (msprobe skips it), only its descendants.
     // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
     std::vector<std::string> wrappers;
+    std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
       std::string path = item.key();
       if (item.value()->name() == kWrapperName) {
@@ -92,14 +96,16 @@ class ModuleCatalog {
           break;
         }
       }
-      index(module_info(*item.value(), path, index_prefix));
+      tree[path] = index(module_info(*item.value(), path, index_prefix));
     }
+    link_parents(tree);
   }
 
   // TorchScript: every submodule, named as Python names it (its class's unqualified name:
   // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
   // probes torchscript.hpp puts around them, so its parameters attribute nothing.
   void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
+    std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules()) {
       if (item.name.empty()) continue;  // the root
       auto info = std::make_unique<ModuleInfo>();
@@ -110,7 +116,24 @@ class ModuleCatalog {
       info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
       for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
       info->leaf = item.value.children().size() == 0;
+      tree[info->path] = info.get();
       by_module_[info->key] = std::move(info);
+    }
+    link_parents(tree);
+  }
+
+  // Each module's parent: the module whose path is the longest proper dotted prefix of its own.
+  static void link_parents(const std::unordered_map<std::string, ModuleInfo*>& tree) {
+    for (const auto& kv : tree) {
+      std::string path = kv.first;
+      for (auto dot = path.rfind('.'); dot != std::string::npos; dot = path.rfind('.')) {
+        path.erase(dot);
+        auto it = tree.find(path);
+        if (it != tree.end()) {
+          kv.second->parent = it->second;
+          break;
+        }
+      }
     }
   }
 
@@ -126,7 +149,7 @@ class ModuleCatalog {
     return info;
   }
 
-  void index(std::unique_ptr<ModuleInfo> info) {
+  ModuleInfo* index(std::unique_ptr<ModuleInfo> info) {
     ModuleInfo* raw = info.get();
     if (raw->leaf) {
       for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
@@ -136,6 +159,7 @@ class ModuleCatalog {
         if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
     }
     by_module_[raw->key] = std::move(info);
+    return raw;
   }
 
   std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;

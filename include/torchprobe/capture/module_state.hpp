@@ -3,6 +3,7 @@
 // and the construct.json parents they give the entries made meanwhile.
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +25,20 @@ struct ModuleCall {
 
 namespace detail {
 
+// A container module of the model that no guard marks, known from the modules it encloses: one
+// call of it is named in construct.json (forward when inferred, backward when the first backward
+// entry inside it is recorded) and has no dump.json entry. module_tracking.hpp says how its calls
+// are counted.
+struct InferredContainer {
+  const ModuleInfo* info = nullptr;
+  std::string forward_name, backward_name;
+  std::string parent_backward;                 // the enclosing module's backward entry, "" at top level
+  std::shared_ptr<InferredContainer> parent;   // the enclosing container when it is inferred too
+  std::unordered_set<const ModuleInfo*> seen;  // modules opened inside this call (training thread only)
+  std::atomic<bool> backward_listed{false};
+};
+using InferredChain = std::vector<std::shared_ptr<InferredContainer>>;  // outermost first
+
 // A module forward in progress: an episode of a parameter-owning leaf, or a guarded module.
 struct OpenModule {
   const ModuleInfo* info = nullptr;
@@ -38,6 +53,8 @@ struct OpenModule {
   std::vector<c10::IValue> last_outputs;
   bool has_main = false;  // a call with a non-parameter input ran in it
   std::uint64_t calls_at_start = 0;
+  std::shared_ptr<InferredContainer> inferred_parent;  // set when the parent is an inferred container
+  InferredChain inferred;                              // a guard's: the inferred containers open inside it
 };
 
 // The modules open on one thread.
@@ -47,7 +64,9 @@ struct ThreadModules {
   std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
   std::vector<c10::IValue> last_outputs;            // of the latest outermost call
   std::uint64_t calls = 0;
-  std::vector<void*> script_tokens;  // open TorchScript module calls
+  std::vector<void*> script_tokens;       // open TorchScript module calls
+  InferredChain inferred;                 // the inferred containers open outside any guard
+  std::uint64_t inferred_generation = 0;  // the step they belong to
 };
 
 }  // namespace detail

@@ -6,7 +6,8 @@
 //    use them (its "episode");
 //  - other modules are marked by a ModuleGuard in their forward, a ScopedModuleDump, or the
 //    probes around TorchScript submodule calls (torchscript.hpp);
-//  - every entry's parent in construct.json is the innermost module open on its thread.
+//  - every entry's parent in construct.json is the innermost module open on its thread, the
+//    containers no guard marks included (inferred_containers.hpp).
 #include <ATen/SequenceNumber.h>
 #include <c10/core/GradMode.h>
 
@@ -24,6 +25,7 @@
 #include "torchprobe/capture/backward_probe.hpp"
 #include "torchprobe/capture/call_values.hpp"
 #include "torchprobe/capture/gradient_recorder.hpp"
+#include "torchprobe/capture/inferred_containers.hpp"
 #include "torchprobe/capture/module_catalog.hpp"
 #include "torchprobe/capture/module_state.hpp"
 #include "torchprobe/capture/op_registry.hpp"
@@ -300,6 +302,7 @@ class ModuleTracker {
     m.record.name = info.forward_name(m.index);
     m.record.parent = parents(tm, /*in_episode=*/false).forward();
     if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
+    if (kModules && !tm.dump_only) detail::infer_containers(*core_, tm, info, m);
     core_->entries().enter_module(m.record.name);
     m.admitted = core_->entries().admit(m.record.name);
     m.grad_enabled = c10::GradMode::is_enabled();
@@ -360,23 +363,30 @@ class ModuleTracker {
       if (!r.body.empty()) core_->commit_last(std::move(r));
     }
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
+    std::vector<at::Tensor> tensors;
+    for (const at::Tensor& t : detail::tensors_of(outputs))
+      if (t.defined() && t.requires_grad()) tensors.push_back(t);
     if (!detail::any_in_graph(tensors)) return;
+    std::vector<Edge> input_edges;
+    for (const Edge& e : m.input_edges)
+      if (e.is_valid()) input_edges.push_back(e);
     // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
     // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
     const ModuleInfo* key = m.info;
     const bool waits = grads_->waits_for(*m.info);
     std::weak_ptr<ParameterGradients<TaskT>> grads = grads_;
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        core_, m.info->backward_name(m.index), tensors.size(), input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
-        [grads, key, waits](Core& core, Record&& r) {
+        [grads, key, waits, inferred = m.inferred_parent](Core& core, Record&& r) {
+          detail::list_backward(core, inferred);
           if (auto g = grads.lock())
             g->module_backward_done(key, waits, std::move(r));
           else
             commit_if_admitted(core, std::move(r));
         });
-    BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
   }
 
   std::shared_ptr<Core> core_;

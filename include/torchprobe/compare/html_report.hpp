@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -156,11 +157,43 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     else
       children[p->second].push_back(e.name);
   }
-  for (const auto& [parent, kids] : children) {  // parents with no entry of their own are roots too
+  // Parents with no entry of their own (a container no guard marks) hang under their own parent
+  // from construct.json, or are roots.
+  std::vector<std::string> pending;
+  for (const auto& kv : children) pending.push_back(kv.first);
+  std::set<std::string> placed;
+  while (!pending.empty()) {
+    const std::string parent = pending.back();
+    pending.pop_back();
     const bool known =
         std::any_of(j.target_entries.begin(), j.target_entries.end(), [&](const Entry& e) { return e.name == parent; });
-    if (!known && t.parents.find(parent) == t.parents.end()) roots.push_back(parent);
+    if (known || !placed.insert(parent).second) continue;
+    const auto up = t.parents.find(parent);
+    if (up == t.parents.end()) {
+      roots.push_back(parent);
+    } else {
+      children[up->second].push_back(parent);
+      pending.push_back(up->second);
+    }
   }
+  // Execution order: a node comes where the first entry under it does.
+  std::map<std::string, std::size_t> first;
+  for (std::size_t i = 0; i < j.target_entries.size(); ++i) first.emplace(j.target_entries[i].name, i);
+  const auto first_of = [&](const auto& self, const std::string& name, int depth) -> std::size_t {
+    const auto f = first.find(name);
+    if (f != first.end() || depth >= 64) return f != first.end() ? f->second : j.target_entries.size();
+    std::size_t m = j.target_entries.size();
+    const auto k = children.find(name);
+    if (k != children.end())
+      for (const std::string& c : k->second) m = std::min(m, self(self, c, depth + 1));
+    first.emplace(name, m);
+    return m;
+  };
+  const auto by_first = [&](const std::string& a, const std::string& b) {
+    return first_of(first_of, a, 0) < first_of(first_of, b, 0);
+  };
+  for (auto& kv : children) std::stable_sort(kv.second.begin(), kv.second.end(), by_first);
+  std::stable_sort(roots.begin(), roots.end(), by_first);
   std::string s;
   const auto node = [&](const auto& self, const std::string& name, int depth) -> void {
     const auto v = verdict_of.find(name);

@@ -110,6 +110,10 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
                          ": using " + quote(wanted);
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
+      // PrecisionDebugger runs task structure at mix when the file names another level: say why.
+      if (std::string(key) == "level" && task == Task::Structure && wanted == "mix" && slot != json("L0"))
+        note =
+            "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
       notes.push_back(note);
     }
     slot = std::string(wanted);

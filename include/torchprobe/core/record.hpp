@@ -71,6 +71,9 @@ struct Record {
   std::shared_ptr<const CallStack> stack;
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
+  // Listed in construct.json (and stack.json) only, with no dump.json item: a container module
+  // known only through the modules it encloses, or any entry of the structure task.
+  bool construct_only = false;
   // Tensor files this entry names in "data_name", snapshotted when described and written only
   // if the task keeps the entry (docs/io.md explains the path they take).
   std::vector<PendingSave> saves;

@@ -207,6 +207,7 @@ class Recorder {
           name_(r.name),
           order_(r.order),
           parent_(r.parent),
+          construct_only_(r.construct_only),
           body_(r.body),
           deferred_(r.deferred),
           errors_(errors),
@@ -226,6 +227,7 @@ class Recorder {
         out.raw(", \"parent\": ");
         parent_->empty() ? out.null() : out.string(*parent_);
       }
+      if (construct_only_) out.raw(", \"construct_only\": true");
       out.raw(", \"body\": ");
       io::write_body(out, body_, deferred_.get(), 0);
       out.raw("}");
@@ -245,6 +247,7 @@ class Recorder {
     std::string name_;
     std::uint64_t order_;
     std::optional<std::string> parent_;
+    bool construct_only_;
     nlohmann::ordered_json body_;
     std::shared_ptr<const DeferredBody> deferred_;
     io::ErrorLog& errors_;

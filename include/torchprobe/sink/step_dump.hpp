@@ -44,7 +44,7 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed(by_first_place(all), [](const Record& r) { return r.json_body(); });
+    j["data"] = keyed(by_first_place(in_dump), [](const Record& r) { return r.json_body(); });
     return j;
   }
 
@@ -65,7 +65,7 @@ struct StepDump {
   // The records a {name: value} file lists, in its order: a name committed again (a second
   // backward through a retained graph) keeps its first place and takes the later record's value,
   // as a Python dict does. `listed(r)` says whether the file has an item for r at all (all, or
-  // has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
+  // in_dump for dump.json, has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
   // list what this returns.
   template <class Listed>
   std::vector<const Record*> by_first_place(Listed listed) const {
@@ -84,6 +84,7 @@ struct StepDump {
     return out;
   }
   static bool all(const Record&) { return true; }
+  static bool in_dump(const Record& r) { return !r.construct_only; }
   static bool has_parent(const Record& r) { return r.parent.has_value(); }
 
  private:

@@ -29,7 +29,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.key(3, 0, "dump_data_dir");
   io::write_json_value(out, d.dump_data_dir, 1);
   out.key(4, 0, "data");
-  const std::vector<const Record*> entries = d.by_first_place(StepDump::all);
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 1, entries[i]->name);

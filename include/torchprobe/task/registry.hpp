@@ -3,12 +3,13 @@
 #include "torchprobe/task/free_benchmark.hpp"
 #include "torchprobe/task/overflow_check.hpp"
 #include "torchprobe/task/statistics.hpp"
+#include "torchprobe/task/structure.hpp"
 #include "torchprobe/task/task_list.hpp"
 #include "torchprobe/task/tensor.hpp"
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask>;
+using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask, StructureTask>;
 
 // Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
 template <Task T>
