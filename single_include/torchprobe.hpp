@@ -51,7 +51,8 @@ enum class Level { L0, L1, Mix, L2, Debug };
 
 // What is written for each captured tensor.
 // GradProbe is no Debugger task: GradMonitor (task/grad_probe/monitor.hpp) runs it.
-enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe };
+// RunUt configures the `torchprobe run_ut` command (config/run_ut.hpp), not a dump.
+enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe, RunUt };
 
 // A set of levels: those a task supports.
 class LevelSet {
@@ -86,6 +87,7 @@ constexpr std::string_view task_name(Task t) {
     case Task::FreeBenchmark: return "free_benchmark";
     case Task::Structure: return "structure";
     case Task::GradProbe: return "grad_probe";
+    case Task::RunUt: return "run_ut";
   }
   return "?";
 }
@@ -225,6 +227,7 @@ class SaveValue {
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -245,7 +248,6 @@ class SaveValue {
 // ---- begin torchprobe/config/types.hpp ----
 // The validated configuration and its value types: what parse_config (config/parser.hpp) makes of
 // msprobe's config.json, cut down to what TorchProbe implements.
-#include <optional>
 #include <stdexcept>
 
 
@@ -357,14 +359,28 @@ struct GradProbeConfig {
   std::vector<GradBound> bounds{{-1.0, "-1"}, {0.0, "0"}, {1.0, "1"}};
 };
 
+// The "run_ut" section (config/run_ut.hpp; docs/run_ut.md): bare API names ("linear", "__add__",
+// "linalg.inv") and the directory -save_error_data writes under.
+struct RunUtConfig {
+  std::vector<std::string> white_list, black_list;
+  std::string error_data_path = "./";
+};
+
 struct Config {
   Task task = Task::Statistics;
   Level level = Level::L1;
   std::string dump_path;
   IndexSet step, rank;
   bool async_dump = false;
+  // dump_enable: absent = a static configuration; present = the config file is watched and re-read
+  // at step() (PrecisionDebugger), and false means start() does not dump.
+  std::optional<bool> dump_enable;
   bool extra_info = true;
   std::string precision = "low";
+  // msprobe's seed / is_deterministic: when either is in the configuration, a Debugger calls
+  // seed_all(seed or 1234, is_deterministic) as it is constructed (seed.hpp).
+  std::optional<std::uint32_t> seed;
+  bool is_deterministic = false;
   // msprobe defaults to FOCUS; a C++ user who asks for a dump expects every op, so TorchProbe says ALL.
   RiskLevel risk_level = RiskLevel::All;
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
@@ -378,6 +394,7 @@ struct Config {
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
   FreeBenchmarkConfig free_benchmark;
   GradProbeConfig grad_probe;
+  RunUtConfig run_ut;
 
   // Unknown keys, ignored keys and forced values: one readable sentence each.
   std::vector<std::string> warnings;
@@ -1052,9 +1069,11 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"extra_info", KeyPlace::Top, KeySupport::Read},
     {"precision", KeyPlace::Top, KeySupport::Read},
     {"risk_level", KeyPlace::Top, KeySupport::Read},
+    {"seed", KeyPlace::Top, KeySupport::Read},
+    {"is_deterministic", KeyPlace::Top, KeySupport::Read},
     {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
     {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
-    {"dump_enable", KeyPlace::Top, KeySupport::NotYet},
+    {"dump_enable", KeyPlace::Top, KeySupport::Read},
     {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
     // Every task reads scope, list and data_mode; the others only the tasks that declare them.
     {"scope", KeyPlace::Section, KeySupport::Read},
@@ -1080,14 +1099,23 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"grad_level", KeyPlace::Section, KeySupport::Read},
     {"param_list", KeyPlace::Section, KeySupport::Read},
     {"bounds", KeyPlace::Section, KeySupport::Read},
+    {"white_list", KeyPlace::Section, KeySupport::Read},       // run_ut
+    {"black_list", KeyPlace::Section, KeySupport::Read},       // run_ut
+    {"error_data_path", KeyPlace::Section, KeySupport::Read},  // run_ut
+    // run_ut's online mode (NPU<->GPU over the network): read only to say it is not supported.
+    {"is_online", KeyPlace::Section, KeySupport::Read},
+    {"nfs_path", KeyPlace::Section, KeySupport::Read},
+    {"host", KeyPlace::Section, KeySupport::Read},
+    {"port", KeyPlace::Section, KeySupport::Read},
+    {"rank_list", KeyPlace::Section, KeySupport::Read},
+    {"tls_path", KeyPlace::Section, KeySupport::Read},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
 
 // msprobe tasks TorchProbe does not know; their sections are warned about, naming one as the task
 // is an error.
-inline constexpr std::string_view kForeignTasks[] = {"acc_check", "run_ut", "diff_check", "nan_check",
-                                                     "exception_dump"};
+inline constexpr std::string_view kForeignTasks[] = {"acc_check", "diff_check", "nan_check", "exception_dump"};
 
 inline const ConfigKey* find_config_key(std::string_view name) {
   for (const ConfigKey& k : kConfigKeys)
@@ -1102,8 +1130,8 @@ inline bool is_section_key(std::string_view name) {
 }
 
 inline bool is_task_section_name(std::string_view name) {
-  for (Task t :
-       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
+                 Task::GradProbe, Task::RunUt})
     if (task_name(t) == name) return true;
   return false;
 }
@@ -1164,6 +1192,64 @@ inline std::string describe_available(const TaskCatalog& catalog) {
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/keys.hpp ----
+// ---- begin torchprobe/config/run_ut.hpp ----
+// The "run_ut" section ("task": "run_ut"): the configuration of `torchprobe run_ut -config`
+// (msprobe's run_ut config, msprobe-grad-probe-run-ut.md B.8), each violation named by key, value
+// and what is allowed. msprobe's online mode (is_online, nfs_path, host, port, rank_list, tls_path:
+// run_ut between an NPU and a GPU machine over the network) is accepted and reported as not
+// supported.
+#include <regex>
+
+#include <sys/stat.h>
+
+
+
+namespace torchprobe {
+
+namespace detail {
+
+inline std::vector<std::string> parse_api_names(const json& section, const char* key, const std::string& label) {
+  const std::string allowed = "a list of bare API names such as [\"linear\", \"__add__\", \"linalg.inv\"]";
+  std::vector<std::string> names = read_string_list(section, key, label, allowed);
+  static const std::regex api(R"(^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$)");
+  for (const auto& n : names)
+    if (!std::regex_match(n, api))
+      reject(label, n, "it is not an API name (a full name like \"Functional.linear.0\" is not one either)", allowed);
+  return names;
+}
+
+// `section_name` spells the keys in messages ("run_ut.white_list"); notes about ignored keys are
+// appended to `warnings`.
+inline RunUtConfig parse_run_ut(const json& section, const std::string& section_name,
+                                std::vector<std::string>& warnings) {
+  RunUtConfig r;
+  const auto label = [&](const char* key) { return section_name + "." + key; };
+  r.white_list = parse_api_names(section, "white_list", label("white_list"));
+  r.black_list = parse_api_names(section, "black_list", label("black_list"));
+  if (const json* v = find(section, "error_data_path")) {
+    const std::string allowed = "the path of an existing directory";
+    if (!v->is_string()) reject(label("error_data_path"), *v, "it should be a string", allowed);
+    r.error_data_path = v->get<std::string>();
+    struct stat st {};
+    if (::stat(r.error_data_path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      reject(label("error_data_path"), *v, "it is not an existing directory", allowed);
+  }
+  for (const char* k : {"is_online", "nfs_path", "host", "port", "rank_list", "tls_path"}) {
+    const json* v = find(section, k);
+    const bool asked = v && !(v->is_boolean() && !v->get<bool>()) &&
+                       !(v->is_string() && v->get<std::string>().empty()) && !(v->is_array() && v->empty());
+    if (asked)
+      warnings.push_back("config key " + quote(label(k)) +
+                         " is not supported: it belongs to msprobe's online run_ut between an NPU and a GPU machine, "
+                         "which TorchProbe does not have; ignored (run_ut replays the dump on this machine)");
+  }
+  return r;
+}
+
+}  // namespace detail
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/run_ut.hpp ----
 
 namespace torchprobe {
 
@@ -1176,11 +1262,11 @@ inline bool asks_for_something(const json& v) {
 
 inline Task parse_task(const json& v) {
   const std::string allowed =
-      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\"";
+      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\", \"run_ut\"";
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t :
-       {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure, Task::GradProbe})
+  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
+                 Task::GradProbe, Task::RunUt})
     if (task_name(t) == name) return t;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
@@ -1229,6 +1315,18 @@ inline int64_t parse_max_pending_mb(const json& doc) {
                                                 : (v->get<int64_t>() >= 1 && v->get<int64_t>() <= 1048576);
   if (!in_range) reject("max_pending_mb", *v, "it is outside [1, 1048576]", allowed);
   return v->get<int64_t>();
+}
+
+// msprobe's seed: an integer in [0, 2^32 - 1].
+inline std::optional<std::uint32_t> parse_seed(const json& doc) {
+  const std::string allowed = "an integer from 0 to 4294967295";
+  const json* v = find(doc, "seed");
+  if (!v) return std::nullopt;
+  if (v->is_boolean() || !v->is_number_integer()) reject("seed", *v, "it should be an integer", allowed);
+  const bool in_range = v->is_number_unsigned() ? v->get<uint64_t>() <= 4294967295u
+                                                : (v->get<int64_t>() >= 0 && v->get<int64_t>() <= 4294967295LL);
+  if (!in_range) reject("seed", *v, "it is outside [0, 4294967295]", allowed);
+  return static_cast<std::uint32_t>(v->get<uint64_t>());
 }
 
 inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
@@ -1313,17 +1411,21 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
 
   if (const json* v = find(doc, "task")) c.task = parse_task(*v);
   if (const json* v = find(doc, "level")) c.level = parse_level(*v);
-  c.dump_path = parse_dump_path(doc);
+  // run_ut writes under -o, not dump_path: msprobe's run_ut configs carry one, but it is not needed.
+  if (c.task != Task::RunUt || find(doc, "dump_path")) c.dump_path = parse_dump_path(doc);
   if (const json* v = find(doc, "rank")) c.rank = IndexSet::parse(*v, "rank");
   if (const json* v = find(doc, "step")) c.step = IndexSet::parse(*v, "step");
   c.async_dump = read_bool(doc, "async_dump", false);
   c.extra_info = read_bool(doc, "extra_info", true);
+  if (find(doc, "dump_enable")) c.dump_enable = read_bool(doc, "dump_enable", true);
   static constexpr Choice<std::string_view> kPrecisions[] = {{"low", "low"}, {"high", "high"}};
   c.precision = std::string(read_choice(doc, "precision", "precision", kPrecisions, std::string_view("low")));
   static constexpr Choice<RiskLevel> kRisks[] = {
       {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
   c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
   c.max_pending_mb = parse_max_pending_mb(doc);
+  c.seed = parse_seed(doc);
+  c.is_deterministic = read_bool(doc, "is_deterministic", false);
 
   // structure records the module tree, which only L0 and mix capture (msprobe forces mix the same way).
   if (c.task == Task::Structure && c.level != Level::L0 && c.level != Level::Mix) {
@@ -1335,6 +1437,9 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
     reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
            "\"tensor\" when level is \"L2\"");
 
+  if (implemented && c.task == Task::RunUt)
+    reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
+           describe_available(*implemented));
   const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task) : nullptr;
   if (implemented && (!declared || !declared->levels.contains(c.level)))
     throw ConfigError("config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " +
@@ -1373,6 +1478,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (c.task == Task::FreeBenchmark && reads("pert_mode"))
     c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
   if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
+  if (c.task == Task::RunUt) c.run_ut = parse_run_ut(*section, section_name, c.warnings);
   check_scope(c, label("scope"));
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
@@ -1458,6 +1564,9 @@ class Options {
   Options& async_dump(bool on) { return set("async_dump", on); }
   Options& extra_info(bool on) { return set("extra_info", on); }
   Options& precision(std::string p) { return set("precision", std::move(p)); }
+  // msprobe's seed / is_deterministic: the Debugger calls seed_all(seed, is_deterministic) (seed.hpp).
+  Options& seed(int64_t seed) { return set("seed", seed); }
+  Options& is_deterministic(bool on) { return set("is_deterministic", on); }
   Options& risk_level(std::string level) { return set("risk_level", std::move(level)); }
   // Keys of the task section; resolve() files them under the effective task.
   Options& scope(std::vector<std::string> names) { return set("scope", std::move(names)); }
@@ -1530,6 +1639,10 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
                          ": using " + quote(wanted);
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
+      // PrecisionDebugger runs task structure at mix when the file names another level: say why.
+      if (std::string(key) == "level" && task == Task::Structure && wanted == "mix" && slot != json("L0"))
+        note =
+            "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
       notes.push_back(note);
     }
     slot = std::string(wanted);
@@ -1571,7 +1684,6 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 #include <cstdio>
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -2023,6 +2135,9 @@ struct Record {
   std::shared_ptr<const CallStack> stack;
   // construct.json (levels L0 and mix): the enclosing module's entry, "" when at top level.
   std::optional<std::string> parent;
+  // Listed in construct.json (and stack.json) only, with no dump.json item: a container module
+  // known only through the modules it encloses, or any entry of the structure task.
+  bool construct_only = false;
   // Tensor files this entry names in "data_name", snapshotted when described and written only
   // if the task keeps the entry (docs/io.md explains the path they take).
   std::vector<PendingSave> saves;
@@ -2583,7 +2698,7 @@ struct StepDump {
     j["level"] = level;
     j["framework"] = "pytorch";
     j["dump_data_dir"] = dump_data_dir;
-    j["data"] = keyed(by_first_place(all), [](const Record& r) { return r.json_body(); });
+    j["data"] = keyed(by_first_place(in_dump), [](const Record& r) { return r.json_body(); });
     return j;
   }
 
@@ -2604,7 +2719,7 @@ struct StepDump {
   // The records a {name: value} file lists, in its order: a name committed again (a second
   // backward through a retained graph) keeps its first place and takes the later record's value,
   // as a Python dict does. `listed(r)` says whether the file has an item for r at all (all, or
-  // has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
+  // in_dump for dump.json, has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
   // list what this returns.
   template <class Listed>
   std::vector<const Record*> by_first_place(Listed listed) const {
@@ -2623,6 +2738,7 @@ struct StepDump {
     return out;
   }
   static bool all(const Record&) { return true; }
+  static bool in_dump(const Record& r) { return !r.construct_only; }
   static bool has_parent(const Record& r) { return r.parent.has_value(); }
 
  private:
@@ -2920,7 +3036,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.key(3, 0, "dump_data_dir");
   io::write_json_value(out, d.dump_data_dir, 1);
   out.key(4, 0, "data");
-  const std::vector<const Record*> entries = d.by_first_place(StepDump::all);
+  const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.key(i, 1, entries[i]->name);
@@ -3145,9 +3261,9 @@ struct ArgInfo {
 struct OpInfo {
   std::string qualified;   // "aten::add"
   std::string api;         // "add": the ATen name without namespace and overload
-  std::string key;         // "Aten.add.": the per-API counter key and name prefix
+  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
   std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
-  bool user_api = false;   // an aten:: op that is not on the infrastructure list
+  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
   bool schema_known = false;
   std::vector<ArgInfo> args;
   std::size_t returns = 0;                    // how many values the schema returns
@@ -3190,6 +3306,62 @@ inline const std::unordered_set<std::string_view>& infrastructure_ops() {
   return ops;
 }
 
+// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
+// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
+// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
+inline bool internal_namespace(std::string_view ns) {
+  static const std::unordered_set<std::string_view> names = {"prim",
+                                                             "autograd",
+                                                             "profiler",
+                                                             "_caffe2",
+                                                             "c10d",
+                                                             "c10d_functional",
+                                                             "_c10d_functional",
+                                                             "_c10d_functional_autograd",
+                                                             "cuda",
+                                                             "mkldnn",
+                                                             "mkl",
+                                                             "onednn",
+                                                             "xnnpack",
+                                                             "fbgemm",
+                                                             "quantized",
+                                                             "_quantized",
+                                                             "inductor",
+                                                             "_inductor",
+                                                             "prims",
+                                                             "_prims",
+                                                             "debugprims",
+                                                             "rngprims",
+                                                             "higher_order",
+                                                             "_test",
+                                                             "_nested",
+                                                             "static_runtime",
+                                                             "fuser",
+                                                             "tensorexpr",
+                                                             "vulkan",
+                                                             "metal",
+                                                             "_torchbind",
+                                                             "_dtensor",
+                                                             "sparse",
+                                                             "_export",
+                                                             "_quant"};
+  return names.count(ns) != 0;
+}
+
+// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
+inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
+  const auto sep = q.find("::");
+  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
+  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
+}
+
+// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
+inline std::string api_family(std::string_view ns) {
+  std::string family(ns);
+  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
+  return family;
+}
+
 namespace detail {
 
 inline ArgKind kind_of(const c10::TypePtr& declared) {
@@ -3212,6 +3384,10 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
     info->api = std::string(q.substr(ns.size()));
     info->key = "Aten." + info->api + ".";
     info->user_api = infrastructure_ops().count(info->api) == 0;
+  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
+    info->api = std::string(parts->second);
+    info->key = api_family(parts->first) + "." + info->api + ".";
+    info->user_api = true;
   }
   if (const auto opname = fn.operator_name()) {
     if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
@@ -3234,9 +3410,9 @@ class OpRegistry {
  public:
   static const OpInfo& lookup(const at::RecordFunction& fn) {
     const char* key = fn.name();
-    // Records that are not ATen operators (autograd's evaluate_function, user scopes) carry
-    // names in short-lived strings: never cache those pointers.
-    if (std::strncmp(key, "aten::", 6) != 0) return not_an_api();
+    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
+    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
+    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
     thread_local std::unordered_map<const char*, const OpInfo*> local;
     if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
     const OpInfo& info = instance().find_or_add(fn, key);
@@ -3245,6 +3421,13 @@ class OpRegistry {
   }
 
  private:
+  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
+  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
+    const auto parts = split_qualified(name);
+    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
+    return fn.operator_name().has_value();
+  }
+
   static OpRegistry& instance() {
     static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
     return *r;
@@ -5194,6 +5377,51 @@ inline std::string python_float_str(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return python_float_repr(v);
+}
+
+// The rows of a CSV text as Python's csv.reader reads them (a leading byte order mark dropped, fields
+// quoted with '"' and '""' inside, line breaks inside quotes kept, rows ended by "\r\n" or "\n").
+inline std::vector<std::vector<std::string>> parse_csv(std::string_view text) {
+  if (text.substr(0, kUtf8Bom.size()) == kUtf8Bom) text.remove_prefix(kUtf8Bom.size());
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> row;
+  std::string field;
+  bool quoted = false, any = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c != '"') {
+        field += c;
+      } else if (i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else {
+        quoted = false;
+      }
+      continue;
+    }
+    any = true;
+    if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      row.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      row.push_back(std::move(field));
+      field.clear();
+      rows.push_back(std::move(row));
+      row.clear();
+      any = false;
+    } else {
+      field += c;
+    }
+  }
+  if (any || !field.empty() || !row.empty()) {
+    row.push_back(std::move(field));
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace torchprobe::io
@@ -7725,6 +7953,47 @@ class StatisticsTask {
 
 }  // namespace torchprobe
 // ---- end torchprobe/task/statistics.hpp ----
+// ---- begin torchprobe/task/structure.hpp ----
+// Task::Structure (msprobe's "structure"): the names of the calls and modules and how they nest,
+// no data. construct.json and stack.json are written as for statistics; dump.json keeps its
+// header and an empty "data" (msprobe writes it so). No statistic is computed, and the
+// parameters_grad entries, which have no construct.json parent, are written nowhere (msprobe
+// hooks none for this task). msprobe runs it at level L0 or mix only: a config naming another
+// level gets mix with a warning (config/parser.hpp, config/options.hpp);
+// Debugger<Level::L1, Task::Structure> does not compile.
+
+
+
+namespace torchprobe {
+
+class StructureTask {
+ public:
+  static constexpr Task kind = Task::Structure;
+  static constexpr LevelSet levels{Level::L0, Level::Mix};
+  static constexpr std::array<std::string_view, 0> config_keys{};
+  static bool saves_tensors(const Config&) { return false; }
+
+  explicit StructureTask(const Config&) {}
+
+  // Nothing of a tensor is kept: the item is dropped with the body in keep().
+  nlohmann::ordered_json describe(const at::Tensor&, const capture::Site&, Record&, bool /*gradient*/ = false) const {
+    return nullptr;
+  }
+
+  // Every entry is kept for its name, parent and call stack; its body is dropped.
+  bool keep(Record& r) const {
+    r.body = nullptr;
+    r.deferred.reset();
+    r.pending.clear();
+    r.pending_checksums.clear();
+    r.saves.clear();
+    r.construct_only = true;
+    return true;
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/structure.hpp ----
 // ---- begin torchprobe/task/task_list.hpp ----
 // TaskList<Tasks...>: the tasks a Debugger can run, as one list that PrecisionDebugger dispatches
 // on and that configuration checks and error messages read (TaskCatalog).
@@ -7806,7 +8075,7 @@ class TensorTask : public StatisticsTask {
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask>;
+using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask, StructureTask>;
 
 // Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
 template <Task T>
@@ -9401,6 +9670,7 @@ class Recorder {
           name_(r.name),
           order_(r.order),
           parent_(r.parent),
+          construct_only_(r.construct_only),
           body_(r.body),
           deferred_(r.deferred),
           errors_(errors),
@@ -9420,6 +9690,7 @@ class Recorder {
         out.raw(", \"parent\": ");
         parent_->empty() ? out.null() : out.string(*parent_);
       }
+      if (construct_only_) out.raw(", \"construct_only\": true");
       out.raw(", \"body\": ");
       io::write_body(out, body_, deferred_.get(), 0);
       out.raw("}");
@@ -9439,6 +9710,7 @@ class Recorder {
     std::string name_;
     std::uint64_t order_;
     std::optional<std::string> parent_;
+    bool construct_only_;
     nlohmann::ordered_json body_;
     std::shared_ptr<const DeferredBody> deferred_;
     io::ErrorLog& errors_;
@@ -10009,6 +10281,9 @@ struct ModuleInfo {
   std::string prefix;         // "Module.fc.Linear." ("Module.1.fc.Linear." for the second model of a list)
   std::vector<std::pair<std::string, at::Tensor>> params;  // own parameters, in registration order
   bool leaf = false;                                       // no child modules
+  // The enclosing module in the model given to start() (the module of the longest shorter path:
+  // "block" for "block.fc1"); null directly under that model, which is not dumped.
+  const ModuleInfo* parent = nullptr;
 
   std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
   std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
@@ -10055,6 +10330,7 @@ class ModuleCatalog {
     // The root given to start() is not dumped (msprobe skips it), only its descendants.
     // probe_children()'s wrappers are invisible: their child "inner" takes the wrapper's path.
     std::vector<std::string> wrappers;
+    std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
       std::string path = item.key();
       if (item.value()->name() == kWrapperName) {
@@ -10068,14 +10344,16 @@ class ModuleCatalog {
           break;
         }
       }
-      index(module_info(*item.value(), path, index_prefix));
+      tree[path] = index(module_info(*item.value(), path, index_prefix));
     }
+    link_parents(tree);
   }
 
   // TorchScript: every submodule, named as Python names it (its class's unqualified name:
   // "__torch__.torch.nn.modules.linear.Linear" -> "Linear"). Its calls are marked exactly by the
   // probes torchscript.hpp puts around them, so its parameters attribute nothing.
   void add_script_tree(const torch::jit::Module& root, const std::string& index_prefix) {
+    std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules()) {
       if (item.name.empty()) continue;  // the root
       auto info = std::make_unique<ModuleInfo>();
@@ -10086,7 +10364,24 @@ class ModuleCatalog {
       info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
       for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
       info->leaf = item.value.children().size() == 0;
+      tree[info->path] = info.get();
       by_module_[info->key] = std::move(info);
+    }
+    link_parents(tree);
+  }
+
+  // Each module's parent: the module whose path is the longest proper dotted prefix of its own.
+  static void link_parents(const std::unordered_map<std::string, ModuleInfo*>& tree) {
+    for (const auto& kv : tree) {
+      std::string path = kv.first;
+      for (auto dot = path.rfind('.'); dot != std::string::npos; dot = path.rfind('.')) {
+        path.erase(dot);
+        auto it = tree.find(path);
+        if (it != tree.end()) {
+          kv.second->parent = it->second;
+          break;
+        }
+      }
     }
   }
 
@@ -10102,7 +10397,7 @@ class ModuleCatalog {
     return info;
   }
 
-  void index(std::unique_ptr<ModuleInfo> info) {
+  ModuleInfo* index(std::unique_ptr<ModuleInfo> info) {
     ModuleInfo* raw = info.get();
     if (raw->leaf) {
       for (const auto& p : raw->params) param_owner_[p.second.unsafeGetTensorImpl()] = raw;
@@ -10112,6 +10407,7 @@ class ModuleCatalog {
         if (b.value().defined()) param_owner_[b.value().unsafeGetTensorImpl()] = raw;
     }
     by_module_[raw->key] = std::move(info);
+    return raw;
   }
 
   std::unordered_map<const void*, std::unique_ptr<ModuleInfo>> by_module_;
@@ -10161,6 +10457,20 @@ struct ModuleCall {
 
 namespace detail {
 
+// A container module of the model that no guard marks, known from the modules it encloses: one
+// call of it is named in construct.json (forward when inferred, backward when the first backward
+// entry inside it is recorded) and has no dump.json entry. module_tracking.hpp says how its calls
+// are counted.
+struct InferredContainer {
+  const ModuleInfo* info = nullptr;
+  std::string forward_name, backward_name;
+  std::string parent_backward;                 // the enclosing module's backward entry, "" at top level
+  std::shared_ptr<InferredContainer> parent;   // the enclosing container when it is inferred too
+  std::unordered_set<const ModuleInfo*> seen;  // modules opened inside this call (training thread only)
+  std::atomic<bool> backward_listed{false};
+};
+using InferredChain = std::vector<std::shared_ptr<InferredContainer>>;  // outermost first
+
 // A module forward in progress: an episode of a parameter-owning leaf, or a guarded module.
 struct OpenModule {
   const ModuleInfo* info = nullptr;
@@ -10175,6 +10485,8 @@ struct OpenModule {
   std::vector<c10::IValue> last_outputs;
   bool has_main = false;  // a call with a non-parameter input ran in it
   std::uint64_t calls_at_start = 0;
+  std::shared_ptr<InferredContainer> inferred_parent;  // set when the parent is an inferred container
+  InferredChain inferred;                              // a guard's: the inferred containers open inside it
 };
 
 // The modules open on one thread.
@@ -10184,7 +10496,9 @@ struct ThreadModules {
   std::unique_ptr<ModuleInfo> dump_only;            // ScopedModuleDump's module
   std::vector<c10::IValue> last_outputs;            // of the latest outermost call
   std::uint64_t calls = 0;
-  std::vector<void*> script_tokens;  // open TorchScript module calls
+  std::vector<void*> script_tokens;       // open TorchScript module calls
+  InferredChain inferred;                 // the inferred containers open outside any guard
+  std::uint64_t inferred_generation = 0;  // the step they belong to
 };
 
 }  // namespace detail
@@ -10226,9 +10540,85 @@ class EntryParents {
 //    use them (its "episode");
 //  - other modules are marked by a ModuleGuard in their forward, a ScopedModuleDump, or the
 //    probes around TorchScript submodule calls (torchscript.hpp);
-//  - every entry's parent in construct.json is the innermost module open on its thread.
+//  - every entry's parent in construct.json is the innermost module open on its thread, the
+//    containers no guard marks included (inferred_containers.hpp).
 
 
+// ---- begin torchprobe/capture/inferred_containers.hpp ----
+// The containers of the model that no guard marks, named in construct.json as the parents of the
+// modules inside them (docs/capture.md, "Containers no guard marks").
+//
+// A module opening on a thread gets as ancestors the containers between it and the innermost open
+// guard (or the model given to start()). Without a hook in them, their calls are counted from what
+// runs inside: a container's call goes on while the modules that open are inside it and each opens
+// once; a module opening again, or a module outside it opening in between, starts its next call.
+// That is msprobe's number whenever the container runs each of its modules once per call; a
+// container that calls one module twice needs a ModuleGuard.
+
+
+namespace torchprobe::capture::detail {
+
+// `m` opens (its name, parent and parent_backward are set): its parent becomes the innermost
+// inferred container, when there is one, and each container that starts a call here gets its
+// forward name in construct.json. `Core` is details::Recorder.
+template <class Core>
+void infer_containers(Core& core, ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
+  OpenModule* guard = tm.guards.empty() ? nullptr : tm.guards.back().get();
+  std::vector<const ModuleInfo*> above;  // innermost first
+  for (const ModuleInfo* a = info.parent; a; a = a->parent) {
+    if (guard && a == guard->info) break;
+    above.push_back(a);
+  }
+  if (guard && !above.empty() && above.back()->parent != guard->info) return;  // not in the guard's tree
+  std::reverse(above.begin(), above.end());
+  InferredChain& chain = guard ? guard->inferred : tm.inferred;
+  if (!guard && tm.inferred_generation != core.generation()) {  // counters start again each step
+    chain.clear();
+    tm.inferred_generation = core.generation();
+  }
+  std::size_t kept = 0;
+  while (kept < chain.size() && kept < above.size() && chain[kept]->info == above[kept] &&
+         !chain[kept]->seen.count(&info))
+    ++kept;
+  chain.resize(kept);
+  for (auto& c : chain) c->seen.insert(&info);
+  for (std::size_t k = kept; k < above.size(); ++k) {
+    auto c = std::make_shared<InferredContainer>();
+    c->info = above[k];
+    const std::int64_t n = core.entries().next_index(c->info->counter_key());
+    c->forward_name = c->info->forward_name(n);
+    c->backward_name = c->info->backward_name(n);
+    c->parent = k > 0 ? chain[k - 1] : nullptr;
+    c->parent_backward = k > 0 ? chain[k - 1]->backward_name : m.parent_backward;
+    c->seen.insert(&info);
+    Record r;
+    r.name = c->forward_name;
+    r.parent = k > 0 ? chain[k - 1]->forward_name : m.record.parent.value_or(std::string());
+    r.construct_only = true;
+    core.commit_last(std::move(r));
+    chain.push_back(std::move(c));
+  }
+  if (chain.empty()) return;
+  m.record.parent = chain.back()->forward_name;
+  m.parent_backward = chain.back()->backward_name;
+  m.inferred_parent = chain.back();
+}
+
+// An inferred container's backward name joins construct.json before the first backward entry
+// inside it is committed, after its own enclosing container's.
+template <class Core>
+void list_backward(Core& core, const std::shared_ptr<InferredContainer>& c) {
+  if (!c || c->backward_listed.exchange(true)) return;
+  list_backward(core, c->parent);
+  Record r;
+  r.name = c->backward_name;
+  r.parent = c->parent_backward;
+  r.construct_only = true;
+  core.commit_last(std::move(r));
+}
+
+}  // namespace torchprobe::capture::detail
+// ---- end torchprobe/capture/inferred_containers.hpp ----
 // ---- begin torchprobe/capture/parameter_gradients.hpp ----
 // The entries "Module.{path}.{Class}.parameters_grad.{k}" (levels L0 and mix): the gradients of a
 // module's own parameters once they have been accumulated, and the order of a module's backward
@@ -10669,6 +11059,7 @@ class ModuleTracker {
     m.record.name = info.forward_name(m.index);
     m.record.parent = parents(tm, /*in_episode=*/false).forward();
     if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
+    if (kModules && !tm.dump_only) detail::infer_containers(*core_, tm, info, m);
     core_->entries().enter_module(m.record.name);
     m.admitted = core_->entries().admit(m.record.name);
     m.grad_enabled = c10::GradMode::is_enabled();
@@ -10729,23 +11120,30 @@ class ModuleTracker {
       if (!r.body.empty()) core_->commit_last(std::move(r));
     }
     if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
+    // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
+    std::vector<at::Tensor> tensors;
+    for (const at::Tensor& t : detail::tensors_of(outputs))
+      if (t.defined() && t.requires_grad()) tensors.push_back(t);
     if (!detail::any_in_graph(tensors)) return;
+    std::vector<Edge> input_edges;
+    for (const Edge& e : m.input_edges)
+      if (e.is_valid()) input_edges.push_back(e);
     // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
     // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
     const ModuleInfo* key = m.info;
     const bool waits = grads_->waits_for(*m.info);
     std::weak_ptr<ParameterGradients<TaskT>> grads = grads_;
     auto recorder = std::make_shared<GradientRecorder<TaskT>>(
-        core_, m.info->backward_name(m.index), tensors.size(), m.input_edges.size(),
+        core_, m.info->backward_name(m.index), tensors.size(), input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
-        [grads, key, waits](Core& core, Record&& r) {
+        [grads, key, waits, inferred = m.inferred_parent](Core& core, Record&& r) {
+          detail::list_backward(core, inferred);
           if (auto g = grads.lock())
             g->module_backward_done(key, waits, std::move(r));
           else
             commit_if_admitted(core, std::move(r));
         });
-    BackwardProbe::attach(tensors, m.input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
   }
 
   std::shared_ptr<Core> core_;
@@ -11195,6 +11593,7 @@ class DebuggerInterface {
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
   virtual void wait_written() = 0;
   virtual void set_init_step(std::int64_t step) = 0;
+  virtual std::int64_t current_step() const = 0;
   // msprobe's single-point save (debug.json); see Debugger::save.
   virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
   virtual bool running() const = 0;
@@ -11757,6 +12156,194 @@ class StepLifecycle {
 
 }  // namespace torchprobe::details
 // ---- end torchprobe/details/step_lifecycle.hpp ----
+// ---- begin torchprobe/seed.hpp ----
+// seed_all: msprobe's seed_all(seed=1234, mode=False, rm_dropout=False, is_enhanced=False) for a
+// libtorch program. Call it once, before the model is built and before the Debugger starts.
+//
+// - seed: libtorch's CPU generator and every CUDA device's generator (at::manual_seed; CUDA only
+//   where the build and the machine have it), and std::srand. The environment variable
+//   PYTHONHASHSEED is set to the seed, for Python processes this program starts (msprobe sets it
+//   for its own interpreter; C++ has no hash randomisation).
+// - mode: at::globalContext().setDeterministicAlgorithms(mode) (torch.use_deterministic_algorithms),
+//   cuDNN deterministic = mode and, when mode, cuDNN benchmark off; with mode, CUBLAS_WORKSPACE_CONFIG
+//   is set to ":4096:8" unless the user set it (cuBLAS is deterministic only with it, and libtorch's
+//   deterministic mode raises on CUDA matmuls without it). msprobe's NPU variables
+//   (HCCL_DETERMINISTIC, LCCL_DETERMINISTIC, CLOSE_MATMUL_K_SHIFT, ATB_LLM_LCOC_ENABLE) mean nothing
+//   to libtorch and are not set; msprobe's "torch.backends.cudnn.enable = False" is a misspelt
+//   attribute that turns nothing off, so cuDNN stays enabled here too.
+// - rm_dropout: for the whole process from this call on, aten::dropout, feature_dropout,
+//   alpha_dropout, feature_alpha_dropout and their in-place forms return their input, as with
+//   p = 0 (the same values and aliasing as the eval-mode call). They are overridden in the
+//   dispatcher for CPU and CUDA tensors (make_dropout_override), so torch::nn::Dropout/Dropout2d/
+//   Dropout3d/AlphaDropout/FeatureAlphaDropout and torch::dropout are all covered, in
+//   InferenceMode too, whenever their modules were built. Direct at::native_dropout calls (CUDA's
+//   fused kernel, which aten::dropout no longer reaches) keep their randomness.
+// - is_enhanced: every outermost random ATen call (random_ops below) first re-seeds the
+//   generators with `seed`, so identical random calls return identical values in one process and
+//   across processes (msprobe's guide: two torch.randn(2,2) have the same mean). It costs a
+//   RecordFunction callback on every ATen call (about 0.2 us, libtorch-notes §1).
+//
+// Each call sets the whole state it describes: seed_all(s) without rm_dropout / is_enhanced
+// removes an override a previous call installed, and mode=false turns deterministic mode off.
+// A config with "seed" or "is_deterministic" makes a Debugger call seed_all(seed or 1234,
+// is_deterministic) when it is constructed (msprobe's PrecisionDebugger does the same).
+
+#include <ATen/Context.h>
+#include <torch/library.h>
+
+namespace torchprobe {
+
+namespace details {
+
+// ATen operators (names without "aten::" and overload) that draw random numbers; shared with
+// random_save. The dropout family is here because its training-mode calls draw a mask.
+inline bool is_random_op(std::string_view name) {
+  static constexpr std::string_view kOps[] = {"rand",
+                                              "rand_like",
+                                              "randn",
+                                              "randn_like",
+                                              "randint",
+                                              "randint_like",
+                                              "randperm",
+                                              "bernoulli",
+                                              "bernoulli_",
+                                              "multinomial",
+                                              "normal",
+                                              "normal_",
+                                              "uniform_",
+                                              "random_",
+                                              "exponential_",
+                                              "geometric_",
+                                              "cauchy_",
+                                              "log_normal_",
+                                              "poisson",
+                                              "binomial",
+                                              "_standard_gamma",
+                                              "_sample_dirichlet",
+                                              "dropout",
+                                              "dropout_",
+                                              "feature_dropout",
+                                              "feature_dropout_",
+                                              "alpha_dropout",
+                                              "alpha_dropout_",
+                                              "feature_alpha_dropout",
+                                              "feature_alpha_dropout_",
+                                              "native_dropout",
+                                              "_fused_dropout",
+                                              "rrelu",
+                                              "rrelu_",
+                                              "rrelu_with_noise",
+                                              "rrelu_with_noise_"};
+  constexpr std::string_view kPrefix = "aten::";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
+  name.remove_prefix(kPrefix.size());
+  for (std::string_view op : kOps)
+    if (op == name) return true;
+  return false;
+}
+
+// Random-op nesting of this thread: randn runs normal_, dropout runs bernoulli_; only the
+// outermost one is the user's call.
+inline int& random_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+// The process-wide overrides seed_all installs. Never destroyed: a registration must not be
+// removed while static destructors of libtorch run.
+struct SeedState {
+  std::mutex mu;
+  std::vector<std::unique_ptr<torch::Library>> dropout_override;
+  std::atomic<std::uint64_t> enhanced_seed{0};
+  bool enhanced = false;
+  at::CallbackHandle enhanced_handle = 0;
+
+  static SeedState& instance() {
+    static SeedState* state = new SeedState();
+    return *state;
+  }
+};
+
+// One library per dispatch key: the Autograd keys of CPU and CUDA (a kernel registered there
+// directly wins over the ops' CompositeImplicitAutograd kernels; the Autograd alias key would not),
+// and the backend keys, which calls under c10::InferenceMode (no autograd key) reach.
+inline std::vector<std::unique_ptr<torch::Library>> make_dropout_override() {
+  std::vector<std::unique_ptr<torch::Library>> libs;
+  for (c10::DispatchKey key :
+       {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA, c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+    // dropout(p = 0) and dropout(train = false) both return `input` itself (ATen's _dropout_impl).
+    for (const char* op : {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
+      lib->impl(op, [](const at::Tensor& input, double, bool) { return input; });
+    for (const char* op : {"dropout_", "feature_dropout_", "alpha_dropout_", "feature_alpha_dropout_"})
+      lib->impl(op, [](at::Tensor& self, double, bool) -> at::Tensor& { return self; });
+    libs.push_back(std::move(lib));
+  }
+  return libs;
+}
+
+inline std::unique_ptr<at::ObserverContext> reseed_before_random_op(const at::RecordFunction& fn) {
+  if (!is_random_op(fn.name())) return nullptr;
+  if (random_depth()++ == 0) at::manual_seed(SeedState::instance().enhanced_seed.load());
+  return nullptr;
+}
+
+inline void leave_random_op(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (is_random_op(fn.name()) && random_depth() > 0) --random_depth();
+}
+
+inline void set_env(const char* name, const std::string& value, bool overwrite) {
+  ::setenv(name, value.c_str(), overwrite ? 1 : 0);
+}
+
+}  // namespace details
+
+// Range and meaning of each argument: see the top of this header. Throws std::invalid_argument for
+// a seed outside [0, 2^32 - 1] (msprobe's range).
+inline void seed_all(std::int64_t seed = 1234, bool mode = false, bool rm_dropout = false, bool is_enhanced = false) {
+  if (seed < 0 || seed > 4294967295LL)
+    throw std::invalid_argument("torchprobe::seed_all: seed " + std::to_string(seed) +
+                                " is outside [0, 4294967295] (msprobe's range)");
+  const auto s = static_cast<std::uint64_t>(seed);
+  at::manual_seed(s);  // the CPU generator, and every CUDA device's when CUDA is available
+  std::srand(static_cast<unsigned>(s));
+  details::set_env("PYTHONHASHSEED", std::to_string(s), true);
+
+  at::globalContext().setDeterministicAlgorithms(mode, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(mode);
+  if (mode) {
+    at::globalContext().setBenchmarkCuDNN(false);
+    details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
+  }
+
+  details::SeedState& state = details::SeedState::instance();
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (rm_dropout && state.dropout_override.empty())
+    state.dropout_override = details::make_dropout_override();
+  else if (!rm_dropout)
+    state.dropout_override.clear();
+
+  state.enhanced_seed.store(s);
+  if (is_enhanced && !state.enhanced) {
+    state.enhanced_handle =
+        at::addGlobalCallback(at::RecordFunctionCallback(details::reseed_before_random_op, details::leave_random_op)
+                                  .scopes({at::RecordScope::FUNCTION}));
+    state.enhanced = true;
+  } else if (!is_enhanced && state.enhanced) {
+    at::removeCallback(state.enhanced_handle);
+    state.enhanced = false;
+  }
+}
+
+// Whether seed_all's dropout override / re-seeding are installed now.
+inline bool dropout_removed() {
+  details::SeedState& state = details::SeedState::instance();
+  std::lock_guard<std::mutex> lock(state.mu);
+  return !state.dropout_override.empty();
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/seed.hpp ----
 
 namespace torchprobe {
 
@@ -11774,6 +12361,8 @@ class BasicDebugger final : public DebuggerInterface {
   explicit BasicDebugger(const Options& options = Options())
       : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
+    const Config& c = core_->config();
+    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
     if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
@@ -11868,7 +12457,7 @@ class BasicDebugger final : public DebuggerInterface {
   void set_init_step(std::int64_t step) override { step_.session().set_init_step(step); }
   bool running() const override { return running_; }
   const Config& config() const override { return core_->config(); }
-  std::int64_t current_step() const { return step_.session().step(); }
+  std::int64_t current_step() const override { return step_.session().step(); }
   // {dump_path}/step{N}/{rank dir} of the last start().
   const std::string& directory() const { return step_.directory(); }
   Sink& sink() { return step_.sink(); }
@@ -12059,12 +12648,201 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 
 }  // namespace torchprobe
 // ---- end torchprobe/module_guard.hpp ----
+// ---- begin torchprobe/custom_api.hpp ----
+// msprobe's register_custom_api / restore_custom_api for C++: a plain function becomes an API of its
+// own, so that a dump shows it as one entry, {Prefix}.{name}.{n}.forward and .backward, with its
+// tensor arguments and outputs, and the ATen calls it makes are hidden inside it.
+//
+//   static auto block = TORCHPROBE_API("MyNet", block, [](const at::Tensor& x, const at::Tensor& w) {
+//     return at::relu(x.matmul(w));
+//   });
+//   at::Tensor y = block(x, w);                      // MyNet.block.0.forward while a debugger runs
+//   torchprobe::restore_custom_api("MyNet", "block");  // from now on a plain call, ATen ops visible
+//
+// How: the function is registered with the dispatcher as the operator {prefix}::{name} (a
+// TORCH_LIBRARY fragment made at run time, schema inferred from the C++ signature, a composite
+// kernel so that autograd goes through the ATen ops inside), and the returned object calls it
+// through the dispatcher. The probe captures operators of custom namespaces as APIs of their own
+// (capture/op_registry.hpp): no other hook is needed, and with no debugger running the cost is one
+// dispatcher call. Arguments and results must be types the dispatcher knows (Tensor, int64_t,
+// double, bool, std::vector<Tensor>, c10::optional<...>, ...).
+#include <c10/util/Metaprogramming.h>
+
+#include <typeindex>
+
+
+namespace torchprobe {
+
+namespace detail {
+
+// What one registered name holds: whether calls go through the dispatcher (captured) or straight to
+// the function (restored), and the function itself (replaced when the name is registered again).
+struct CustomApiState {
+  std::atomic<bool> captured{true};
+  std::type_index signature;
+  std::mutex mutex;
+  std::shared_ptr<void> function;  // std::function<Sig>, read under `mutex`
+  explicit CustomApiState(std::type_index sig) : signature(sig) {}
+};
+
+struct CustomApiRegistry {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<CustomApiState>> states;
+  std::map<std::string, std::unique_ptr<torch::Library>> libraries;  // operators live as long as these
+
+  static CustomApiRegistry& instance() {
+    static auto* r = new CustomApiRegistry();  // never destroyed: registered operators outlive statics
+    return *r;
+  }
+};
+
+inline bool is_identifier(const std::string& s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+}  // namespace detail
+
+template <class Sig>
+class CustomApi;
+
+// A registered function: call it as the function itself.
+template <class Ret, class... Args>
+class CustomApi<Ret(Args...)> {
+ public:
+  CustomApi(std::shared_ptr<detail::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
+      : state_(std::move(state)), op_(std::move(op)) {}
+
+  Ret operator()(Args... args) const {
+    if (state_->captured.load(std::memory_order_acquire)) return op_.call(std::forward<Args>(args)...);
+    return function(*state_)(std::forward<Args>(args)...);
+  }
+
+  // The operator's kernel: whatever function the name holds now.
+  static void define(torch::Library& library, const std::string& name, std::shared_ptr<detail::CustomApiState> state) {
+    library.def(name.c_str(), [state](Args... args) -> Ret { return function(*state)(std::forward<Args>(args)...); });
+  }
+
+  static std::function<Ret(Args...)> function(detail::CustomApiState& state) {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    return *std::static_pointer_cast<std::function<Ret(Args...)>>(state.function);
+  }
+
+ private:
+  std::shared_ptr<detail::CustomApiState> state_;
+  c10::TypedOperatorHandle<Ret(Args...)> op_;
+};
+
+// Registers `fn` as the API {prefix}.{name} (operator prefix::name); the dump names it with the
+// prefix's first letter upper-cased, as every API family ("MyNet" stays "MyNet", "mynet" becomes
+// "Mynet"). Registering a name again (after restore_custom_api, or from a second place) turns capture
+// back on and makes `fn` the function called; its signature must be the same. Throws
+// std::invalid_argument naming the problem: a prefix or name that is not an identifier, the aten or a
+// libtorch-internal namespace, another signature.
+template <class Fn>
+auto register_custom_api(const std::string& prefix, const std::string& name, Fn fn) {
+  using Sig = typename c10::guts::infer_function_traits_t<Fn>::func_type;
+  using Api = CustomApi<Sig>;
+  const std::string where = "torchprobe::register_custom_api(\"" + prefix + "\", \"" + name + "\")";
+  if (!detail::is_identifier(prefix) || !detail::is_identifier(name))
+    throw std::invalid_argument(where + ": prefix and name must be identifiers ([A-Za-z_][A-Za-z0-9_]*)");
+  if (prefix == "aten" || capture::internal_namespace(prefix))
+    throw std::invalid_argument(where + ": '" + prefix +
+                                "' is a namespace of libtorch's own; choose another prefix (e.g. your project's name)");
+  auto& registry = detail::CustomApiRegistry::instance();
+  const std::string qualified = prefix + "::" + name;
+  std::shared_ptr<detail::CustomApiState> state;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    auto& slot = registry.states[qualified];
+    if (slot && slot->signature != std::type_index(typeid(Sig)))
+      throw std::invalid_argument(where + ": registered before with another signature");
+    if (!slot) {
+      slot = std::make_shared<detail::CustomApiState>(std::type_index(typeid(Sig)));
+      slot->function = std::make_shared<std::function<Sig>>(fn);
+      auto& library = registry.libraries[prefix];
+      if (!library)
+        library = std::make_unique<torch::Library>(torch::Library::FRAGMENT, prefix, c10::nullopt, __FILE__, __LINE__);
+      Api::define(*library, name, slot);
+    } else {
+      std::lock_guard<std::mutex> fn_lock(slot->mutex);
+      slot->function = std::make_shared<std::function<Sig>>(fn);
+    }
+    slot->captured.store(true, std::memory_order_release);
+    state = slot;
+  }
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "").template typed<Sig>();
+  return Api(std::move(state), std::move(op));
+}
+
+// msprobe's restore_custom_api: calls of {prefix}.{name} go straight to the function again (not an
+// entry; the ATen calls inside are recorded as any). Returns false when the name was never registered.
+inline bool restore_custom_api(const std::string& prefix, const std::string& name) {
+  auto& registry = detail::CustomApiRegistry::instance();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  const auto it = registry.states.find(prefix + "::" + name);
+  if (it == registry.states.end()) return false;
+  it->second->captured.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace torchprobe
+
+// TORCHPROBE_API("MyNet", block, fn): register_custom_api with the name written as an identifier.
+#define TORCHPROBE_API(prefix, name, fn) ::torchprobe::register_custom_api(prefix, #name, fn)
+// ---- end torchprobe/custom_api.hpp ----
 // ---- begin torchprobe/precision_debugger.hpp ----
 // PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
 // the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
 // With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
 // before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
+// With "dump_enable" in the file (msprobe's dynamic start/stop) the file is watched: a change is read
+// at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
+// record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
+// configuration in use is kept.
 
+// ---- begin torchprobe/config/config_watch.hpp ----
+// dump_enable (msprobe's dynamic start/stop, config key "dump_enable"): the config file is watched
+// and a change takes effect at the next step(). This is the watching half: whether the file changed
+// since the last change reported, by its modification time, size and inode (an editor that saves
+// through a new file and a rename changes the inode). PrecisionDebugger asks at every step(): one
+// stat() per training step costs less than msprobe's polling thread (0.5 s) and no change is seen
+// in the middle of a step.
+
+
+namespace torchprobe {
+
+class ConfigFileWatch {
+ public:
+  explicit ConfigFileWatch(std::string path) : path_(std::move(path)), seen_(stamp()) {}
+
+  // True once per change of the file (a file that disappears is a change too).
+  bool changed() {
+    const Stamp now = stamp();
+    if (now == seen_) return false;
+    seen_ = now;
+    return true;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  using Stamp = std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;  // exists, s, ns, size, inode
+
+  Stamp stamp() const {
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) return {false, 0, 0, 0, 0};
+    return {true, static_cast<std::int64_t>(st.st_mtim.tv_sec), static_cast<std::int64_t>(st.st_mtim.tv_nsec),
+            static_cast<std::int64_t>(st.st_size), static_cast<std::int64_t>(st.st_ino)};
+  }
+
+  std::string path_;
+  Stamp seen_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/config_watch.hpp ----
 // ---- begin torchprobe/task/grad_probe/monitor.hpp ----
 // GradMonitor: msprobe's grad_probe task (msprobe-grad-probe-run-ut.md part A; docs/grad_probe.md).
 //
@@ -12076,6 +12854,7 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 // it reads the gradients the optimizer is about to use and writes
 //   {dump_path}/rank{R}/grad_summary_{step}.csv          (all levels)
 //   {dump_path}/rank{R}/step{step}/{param_name}.npy      (L1, L2: grad > 0, NumPy bool)
+//   {dump_path}/rank{R}/grad_probe_run.jsonl             (TorchProbe's: this run's id, steps, parameters)
 // Steps are this monitor's own step() calls, counted from 0 (msprobe counts every optimizer's steps).
 // The rank is read at every step ($RANK, else 0), not once. Failures never reach training: they go
 // to rank{R}/dump_error_info.log.
@@ -12290,60 +13069,56 @@ class GradStatsComputer {
     }
   }
 
-  // Every statistic of a CPU float32/float64 gradient in one pass, with ATen's semantics: NaN makes
-  // max, min and norm NaN and falls in the last interval (b[i-1] < x <= b[i], float32 bounds).
+  // A CPU float32/float64 gradient: max, min and norm from the statistics kernels (SIMD, double
+  // accumulation, ATen's NaN rules), then one branch-free pass per output (direction, sign, one per
+  // bound, zeros), which the compiler vectorises: a NaN is > nothing, so it falls in the last interval.
   template <class T>
   void scan_cpu(const at::Tensor& g, GradSummary& s) const {
     const at::Tensor c = g.contiguous();
     const T* p = c.data_ptr<T>();
     const auto n = static_cast<std::size_t>(c.numel());
-    std::vector<T> b;
-    for (const GradBound& x : bounds_) b.push_back(static_cast<T>(static_cast<float>(x.value)));
-    const bool l2 = level_ == GradLevel::L2, dir = level_ != GradLevel::L0;
-    if (l2) s.buckets.assign(b.size() + 1, 0);
-    if (dir) s.direction.resize(n);
-    if (dir && with_sign_) s.sign.resize(n);
-    T mx = p[0], mn = p[0];
-    double sq = 0;
-    std::int64_t nans = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const T v = p[i];
-      if (dir) {
-        s.direction[i] = static_cast<char>(v > 0);
-        if (with_sign_) s.sign[i] = static_cast<char>((v > 0) - (v < 0));
+    const TensorStats st = stats::cpu_stats(c.reshape({-1}));  // a 0-d norm is |v|, not msprobe's dump rule
+    auto as_float = [](const StatValue& v) { return static_cast<double>(static_cast<float>(v.d)); };
+    s.max = as_float(st.max);
+    s.min = as_float(st.min);
+    s.norm = as_float(st.norm);
+    if (level_ != GradLevel::L0) {
+      s.direction.resize(n);
+      char* d = s.direction.data();
+      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<char>(p[i] > T(0));
+      if (with_sign_) {
+        s.sign.resize(n);
+        char* q = s.sign.data();
+        for (std::size_t i = 0; i < n; ++i) q[i] = static_cast<char>((p[i] > T(0)) - (p[i] < T(0)));
       }
-      if (v != v) {
-        ++nans;
-        continue;
-      }
-      mx = v > mx ? v : mx;
-      mn = v < mn ? v : mn;
-      sq += static_cast<double>(v) * static_cast<double>(v);
     }
-    if (l2) {  // one tight pass per bound: above[j] = #(v > b[j]); interval k = above[k-1] - above[k]
-      std::vector<std::int64_t> above(b.size(), 0);
-      for (std::size_t j = 0; j < b.size(); ++j) {
-        const T bj = b[j];
-        std::int64_t c = 0;
-        for (std::size_t i = 0; i < n; ++i) c += p[i] > bj;
-        above[j] = c;
-      }
-      std::int64_t zeros = 0;
-      for (std::size_t i = 0; i < n; ++i) zeros += p[i] == 0;
-      s.zeros = zeros;
-      const auto valid = static_cast<std::int64_t>(n) - nans;
-      for (std::size_t k = 0; k <= b.size(); ++k)
-        s.buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == b.size() ? -nans : above[k]);
-    }
-    const bool nan = nans > 0;
-    const double qnan = std::numeric_limits<double>::quiet_NaN();
-    s.max = nan ? qnan : static_cast<double>(static_cast<float>(mx));
-    s.min = nan ? qnan : static_cast<double>(static_cast<float>(mn));
-    s.norm = nan ? qnan : static_cast<double>(static_cast<float>(std::sqrt(sq)));
+    if (level_ == GradLevel::L2) s.buckets = bucket_counts(p, n, std::isnan(s.max), s.zeros);
     if (level_ == GradLevel::L0) {
       const at::Tensor f = c.to(at::kFloat);  // the same tensor when it is float32 already
       s.crc = crc32_bytes(reinterpret_cast<const std::uint8_t*>(f.data_ptr<float>()), n * sizeof(float));
     }
+  }
+
+  // Elements per interval (b[k-1] < x <= b[k], float32 bounds) from counts above each bound.
+  template <class T>
+  std::vector<std::int64_t> bucket_counts(const T* p, std::size_t n, bool has_nan, std::int64_t& zeros) const {
+    auto count = [&](auto&& pred) {
+      std::int64_t c = 0;
+      for (std::size_t i = 0; i < n; ++i) c += pred(p[i]) ? 1 : 0;
+      return c;
+    };
+    const std::int64_t nans = has_nan ? count([](T v) { return v != v; }) : 0;
+    std::vector<std::int64_t> above;
+    for (const GradBound& x : bounds_) {
+      const T b = static_cast<T>(static_cast<float>(x.value));
+      above.push_back(count([b](T v) { return v > b; }));
+    }
+    zeros = count([](T v) { return v == T(0); });
+    std::vector<std::int64_t> buckets(above.size() + 1, 0);
+    const auto valid = static_cast<std::int64_t>(n) - nans;
+    for (std::size_t k = 0; k <= above.size(); ++k)
+      buckets[k] = (k == 0 ? valid : above[k - 1]) - (k == above.size() ? -nans : above[k]);
+    return buckets;
   }
 
   static std::uint32_t crc32_bytes(const std::uint8_t* p, std::size_t left) {
@@ -12429,6 +13204,106 @@ class GradStatsComputer {
 
 }  // namespace torchprobe::grad_probe
 // ---- end torchprobe/task/grad_probe/grad_stats.hpp ----
+// ---- begin torchprobe/io/grad_run_manifest.hpp ----
+// Which files of a grad_probe rank directory belong to the run that wrote there last.
+//
+// msprobe's layout has no notion of a run: a second run into the same dump_path overwrites the steps
+// it reaches and leaves the rest (more steps, parameters dropped from param_list) lying beside them,
+// and its GradComparator compares those stale files as if they were the run's (spec A.7). TorchProbe
+// keeps msprobe's layout byte for byte and adds one file beside it, rank{R}/grad_probe_run.jsonl:
+//
+//   {"format":1,"run_id":"20261202T051500Z-4242-9c1f03aa","grad_level":"L2"}   first line: a new run
+//   {"step":0,"params":["fc.weight","fc.bias"]}      one line per written step, parameters as files are named
+//
+// The first line is written (replacing an earlier run's file) when a monitor first records into the
+// rank directory; a step's line is appended once all of that step's files are complete, so a crash
+// mid-step leaves that step out. `torchprobe grad-compare` reads only the steps and parameters listed
+// there when the file exists, and msprobe's tools, which never look for it, are unaffected.
+
+#include <random>
+#include <sstream>
+
+
+
+namespace torchprobe::grad_probe {
+
+inline constexpr const char* kRunManifestName = "grad_probe_run.jsonl";
+
+// The run that last wrote into a rank directory: its id and, per step, the parameters it wrote.
+struct RunManifest {
+  std::string run_id;
+  std::map<std::int64_t, std::vector<std::string>> steps;
+
+  bool wrote(std::int64_t step, const std::string& param) const {
+    const auto it = steps.find(step);
+    if (it == steps.end()) return false;
+    for (const std::string& p : it->second)
+      if (p == param) return true;
+    return false;
+  }
+};
+
+// "20261202T051500Z-{pid}-{8 hex digits}": when, which process, and randomness for two monitors of
+// one process started in the same second.
+inline std::string new_run_id() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &utc);
+  std::random_device rd;
+  char tail[16];
+  std::snprintf(tail, sizeof tail, "%08x", static_cast<unsigned>(rd()));
+  return std::string(when) + "-" + std::to_string(::getpid()) + "-" + tail;
+}
+
+// Starts a run in `rank_dir` (which must exist): replaces any earlier run's manifest.
+inline void start_run_manifest(const std::string& rank_dir, const std::string& run_id, const std::string& level) {
+  const nlohmann::json head = {{"format", 1}, {"run_id", run_id}, {"grad_level", level}};
+  io::write_file_atomic(rank_dir + "/" + kRunManifestName, head.dump() + "\n", 0640, false);
+}
+
+// Appends a completed step.
+inline void append_run_step(const std::string& rank_dir, std::int64_t step, const std::vector<std::string>& params) {
+  const std::string path = rank_dir + "/" + kRunManifestName;
+  const std::string line = nlohmann::json{{"step", step}, {"params", params}}.dump() + "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) throw io::IoError("open for appending", path, errno);
+  const int err = io::write_all(fd, line.data(), line.size());
+  ::close(fd);
+  if (err != 0) throw io::IoError("append to", path, err);
+}
+
+// The manifest of `rank_dir`, or nullopt when there is none (msprobe's own dumps) or its first line is
+// not one. A torn last line (a crash while appending) is ignored.
+inline std::optional<RunManifest> read_run_manifest(const std::string& rank_dir) {
+  std::ifstream in(rank_dir + "/" + kRunManifestName);
+  if (!in) return std::nullopt;
+  RunManifest m;
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (first) {
+      if (!j.is_object() || !j.contains("run_id") || !j["run_id"].is_string()) return std::nullopt;
+      m.run_id = j["run_id"].get<std::string>();
+      first = false;
+      continue;
+    }
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || !j.contains("params") ||
+        !j["params"].is_array())
+      continue;
+    std::vector<std::string>& names = m.steps[j["step"].get<std::int64_t>()];
+    names.clear();  // a step listed twice: the later line wins
+    for (const auto& p : j["params"])
+      if (p.is_string()) names.push_back(p.get<std::string>());
+  }
+  if (first) return std::nullopt;
+  return m;
+}
+
+}  // namespace torchprobe::grad_probe
+// ---- end torchprobe/io/grad_run_manifest.hpp ----
 // ---- begin torchprobe/task/grad_probe/summary_csv.hpp ----
 // grad_summary_{step}.csv as msprobe writes it (msprobe-grad-probe-run-ut.md §A.4): UTF-8 with BOM,
 // CRLF, Python csv quoting, one header per level, values as Python's str(float).
@@ -12556,6 +13431,8 @@ class GradMonitor {
   }
 
   const Config& config() const { return config_; }
+  // This monitor's run id (grad_probe_run.jsonl); empty before its first recorded step.
+  const std::string& run_id() const { return run_id_; }
   std::int64_t current_step() const { return step_; }  // -1 before the first step()
 
  private:
@@ -12591,6 +13468,17 @@ class GradMonitor {
     const GradLevel level = config_.grad_probe.grad_level;
     const std::string dir = rank_dir(rank);
     io::create_directories(dir, 0750);
+    if (manifest_started_.insert(rank).second) {  // this run's first step in this rank directory
+      if (run_id_.empty()) run_id_ = grad_probe::new_run_id();
+      grad_probe::start_run_manifest(dir, run_id_, grad_level_name(level));
+    }
+    write_step_files(dir, level, rows);
+    std::vector<std::string> names;
+    for (const grad_probe::GradSummary& s : rows) names.push_back(io::safe_component(s.name));  // as files are named
+    grad_probe::append_run_step(dir, step_, names);  // last: a listed step is a complete one
+  }
+
+  void write_step_files(const std::string& dir, GradLevel level, const std::vector<grad_probe::GradSummary>& rows) {
     io::write_file_atomic(dir + "/grad_summary_" + std::to_string(step_) + ".csv",
                           grad_probe::summary_csv(level, config_.grad_probe.bounds, rows), 0640, false);
     if (level == GradLevel::L0) return;
@@ -12618,6 +13506,8 @@ class GradMonitor {
   bool signs_ = false;
   std::vector<Param> params_;
   std::set<std::string> none_reported_;
+  std::set<std::int64_t> manifest_started_;  // ranks whose directory holds this run's manifest
+  std::string run_id_;
   std::int64_t step_ = -1;
 };
 
@@ -12632,27 +13522,31 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
   explicit BasicPrecisionDebugger(const Options& options)
-      : grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {}
-
-  void start() {
-    if (impl_) impl_->start_with(ModelRef{}, std::nullopt);
+      : options_(options), grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {
+    if (impl_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
   }
+
+  void start() { start_with(ModelRef{}, std::nullopt); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    if (impl_) impl_->start_with(to_model_ref(model), rank_id);
+    start_with(to_model_ref(model), rank_id);
   }
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
-    if (impl_) impl_->start_with(model, rank_id);
+    model_ = model;
+    rank_id_ = rank_id;
+    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id);
   }
   void stop() noexcept override {
     if (impl_) impl_->stop();
   }
   // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
   void step() override {
-    if (grad_)
+    if (grad_) {
       grad_->step();
-    else
-      impl_->step();
+      return;
+    }
+    impl_->step();
+    if (watch_ && watch_->changed()) reload();
   }
   // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
   template <class Model>
@@ -12673,6 +13567,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (impl_) impl_->save(value, name, save_backward);
   }
   bool running() const override { return impl_ && impl_->running(); }
+  std::int64_t current_step() const override { return grad_ ? grad_->current_step() : impl_->current_step(); }
   const Config& config() const override { return grad_ ? grad_->config() : impl_->config(); }
 
  private:
@@ -12700,17 +13595,189 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
+  // dump_enable: the edited file replaces the debugger between two steps; the step number goes on,
+  // and a running capture goes on under the new configuration.
+  void reload() {
+    std::unique_ptr<DebuggerInterface> next;
+    try {
+      next = make(options_);
+    } catch (const std::exception& e) {
+      std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
+                << "); the configuration in use is kept\n";
+      io::ErrorLog(impl_->config().dump_path).log("config_reload", watch_->path(), e);
+      return;
+    }
+    const bool was_running = impl_->running();
+    impl_->stop();
+    impl_->wait_written();
+    next->set_init_step(impl_->current_step());
+    impl_ = std::move(next);
+    if (was_running) start_with(model_, rank_id_);
+  }
+
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
     Config c = options.resolve();
     if (c.task != Task::GradProbe) return nullptr;
     return std::make_unique<GradMonitor>(std::move(c));
   }
 
+  Options options_;
   std::unique_ptr<GradMonitor> grad_;
   std::unique_ptr<DebuggerInterface> impl_;
+  std::optional<ConfigFileWatch> watch_;  // dump_enable
+  ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
+  std::optional<std::int64_t> rank_id_;
 };
 
 using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
 
 }  // namespace torchprobe
 // ---- end torchprobe/precision_debugger.hpp ----
+// ---- begin torchprobe/random_save.hpp ----
+// random_save(output_path): msprobe's random_save for a libtorch program. From this call on, every
+// outermost call of a random ATen operator (details::is_random_op: rand*, randn*, randint*,
+// randperm, bernoulli*, multinomial, normal*, uniform_, the dropout family, ...) in any thread is
+// one row of {output_path}/random_save.csv, written as the call returns, so two runs' sequences of
+// random calls can be diffed. Columns and an example: docs/random_save.md. Nested random calls
+// (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
+// a second random_save() starts a new file. Each row costs one native stack capture, and one
+// addr2line run per call site seen for the first time.
+
+
+
+
+namespace torchprobe {
+
+namespace details {
+
+// The user's call site out of symbolized frames (innermost first): the first frame that is not
+// an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...).
+// "file:line" with debug information, else "{object}+0x{offset}"; and the function.
+inline std::pair<std::string, std::string> call_site_of(const std::vector<std::string>& frames) {
+  for (const std::string& f : frames) {
+    // "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp frame_text)
+    const std::size_t line_at = f.find(", line ");
+    const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
+    const std::size_t text_at = f.find(", \n ", in_at == std::string::npos ? 0 : in_at);
+    if (f.rfind("File ", 0) != 0 || line_at == std::string::npos || in_at == std::string::npos ||
+        text_at == std::string::npos)
+      continue;
+    const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
+    if (func.rfind("at::", 0) == 0 || func.rfind("torch::", 0) == 0) continue;
+    const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
+    if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
+    return {f.substr(text_at + 4), func};
+  }
+  return {"", ""};
+}
+
+inline std::string shape_text(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+class RandomSave {
+ public:
+  static RandomSave& instance() {
+    static RandomSave* r = new RandomSave();  // leaked: callbacks may run during static destruction
+    return *r;
+  }
+
+  void start(const std::string& output_path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    close_locked();
+    ::mkdir(output_path.c_str(), 0750);  // an existing directory is fine; fopen reports the rest
+    const std::string path = output_path + "/random_save.csv";
+    file_ = std::fopen(path.c_str(), "w");
+    if (file_ == nullptr) throw std::runtime_error("torchprobe::random_save: cannot write " + path);
+    rows_ = 0;
+    write_locked({"index", "api", "call_site", "function", "shape", "dtype", "device"});
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback(enter, leave).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    close_locked();
+  }
+
+ private:
+  struct Call : at::ObserverContext {
+    CallStack stack;
+  };
+
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+
+  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
+    if (!is_random_op(fn.name()) || depth()++ > 0) return nullptr;
+    auto call = std::make_unique<Call>();
+    call->stack = io::capture_call_stack(32);
+    return call;
+  }
+
+  static void leave(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    if (!is_random_op(fn.name())) return;
+    if (depth() > 0) --depth();
+    if (ctx == nullptr) return;
+    try {
+      instance().record(fn, static_cast<Call&>(*ctx));
+    } catch (...) {  // the probe must not break the program: a row that cannot be made is left out
+    }
+  }
+
+  void record(const at::RecordFunction& fn, const Call& call) {
+    std::vector<std::string> row = {"", fn.name(), "", "", "", "", ""};
+    const auto site = call_site_of(io::symbolize(call.stack));
+    row[2] = site.first;
+    row[3] = site.second;
+    for (const c10::IValue& v : fn.outputs())
+      if (v.isTensor() && v.toTensor().defined()) {
+        const at::Tensor& t = v.toTensor();
+        row[4] = shape_text(t);
+        row[5] = dtype_name(t.scalar_type());
+        row[6] = t.device().str();
+        break;
+      }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (file_ == nullptr) return;
+    row[0] = std::to_string(rows_++);
+    write_locked(row);
+  }
+
+  void write_locked(const std::vector<std::string>& fields) {
+    std::string line;
+    io::append_csv_row(line, fields);
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);  // a crashed run keeps its rows
+  }
+
+  void close_locked() {
+    if (handle_ != 0) at::removeCallback(handle_);
+    handle_ = 0;
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = nullptr;
+  }
+
+  std::mutex mu_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t rows_ = 0;
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace details
+
+// Starts recording random calls into {output_path}/random_save.csv (the directory is created if
+// missing; an unwritable one throws std::runtime_error).
+inline void random_save(const std::string& output_path = "./output") {
+  details::RandomSave::instance().start(output_path);
+}
+
+// Stops recording and closes the file.
+inline void random_save_stop() { details::RandomSave::instance().stop(); }
+
+}  // namespace torchprobe
+// ---- end torchprobe/random_save.hpp ----
