@@ -333,6 +333,7 @@ TEST_CASE("fix replaces an overflowing fp16 mse_loss by the fp32 result cast bac
   const float fixed = loss_of().item<float>();
   dbg.stop();
   dbg.step();
+  dbg.wait_written();  // the step is written in the background
   CHECK(fixed == 2 * at::scalar_tensor(45000.0).to(torch::kHalf).item<float>());
   // The comparison is still reported.
   const Json rows = csv_rows(rank_dir(tmp.path()) + "/free_benchmark.csv");
