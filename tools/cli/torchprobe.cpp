@@ -15,7 +15,7 @@
 #include "torchprobe/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/run_ut/precision_compare.hpp"
-#include "torchprobe/run_ut/timestamp.hpp"
+#include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/version.hpp"
 
 int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
@@ -62,7 +62,7 @@ int api_precision_compare_main(const std::vector<std::string>& args) {
   }
   try {
     torchprobe::io::create_directories(out);
-    const std::string ts = torchprobe::run_ut::timestamp_now();
+    const std::string ts = torchprobe::io::compact_local_timestamp();
     const pc::Outcome o = pc::api_precision_compare(npu, gpu, out + "/api_precision_compare_result_" + ts + ".csv",
                                                     out + "/api_precision_compare_details_" + ts + ".csv");
     for (const auto& w : o.warnings) std::cerr << "torchprobe api_precision_compare: warning: " << w << "\n";

@@ -2,7 +2,6 @@
 // `torchprobe compare TARGET BENCH -o OUT [...]`: argument parsing and the run, kept out of main()
 // so that the unit tests call them directly. Exit status: 0 no divergence, 1 divergence, 2 bad input.
 #include <array>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +16,7 @@
 #include "torchprobe/compare/msprobe_table.hpp"
 #include "torchprobe/compare/progress.hpp"
 #include "torchprobe/compare/user_map.hpp"
+#include "torchprobe/io/timestamp.hpp"
 
 namespace torchprobe::compare {
 
@@ -109,15 +109,6 @@ inline CompareOptions parse_compare_args(const std::vector<std::string>& args) {
   return o;
 }
 
-inline std::string now_timestamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d%H%M%S", &tm);
-  return buf;
-}
-
 inline void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
@@ -134,7 +125,7 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
     if (!fs::is_directory(o.out)) throw InputError(o.out.string() + ": cannot create the output directory");
-    const std::string ts = o.timestamp.empty() ? now_timestamp() : o.timestamp;
+    const std::string ts = o.timestamp.empty() ? io::compact_local_timestamp() : o.timestamp;
     bool diverged = false;
     std::optional<UserMap> user_map;
     if (!o.map.empty()) user_map = read_user_map(o.map);

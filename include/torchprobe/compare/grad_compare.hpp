@@ -64,33 +64,9 @@ inline std::optional<std::string> read_file(const fs::path& p) {
 // The param_name column of a grad_summary CSV (msprobe's GradComparator reads its order from one).
 inline std::vector<std::string> csv_param_names(const std::string& text) {
   std::vector<std::string> names;
-  std::size_t pos = text.rfind(io::kUtf8Bom, 0) == 0 ? io::kUtf8Bom.size() : 0;
-  bool header = true;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (header || line.empty()) {
-      header = false;
-      continue;
-    }
-    std::string first;
-    if (line[0] == '"') {  // a quoted name: "" is one quote
-      for (std::size_t i = 1; i < line.size(); ++i) {
-        if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"')
-          first += line[++i];
-        else if (line[i] == '"')
-          break;
-        else
-          first += line[i];
-      }
-    } else {
-      first = line.substr(0, line.find(','));
-    }
-    names.push_back(first);
-  }
+  const std::vector<std::vector<std::string>> rows = io::parse_csv(text);
+  for (std::size_t r = 1; r < rows.size(); ++r)  // row 0 is the header
+    if (!rows[r].empty() && !(rows[r].size() == 1 && rows[r][0].empty())) names.push_back(rows[r][0]);
   return names;
 }
 

@@ -13,7 +13,7 @@
 
 #include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/run_ut/replay.hpp"
-#include "torchprobe/run_ut/timestamp.hpp"
+#include "torchprobe/io/timestamp.hpp"
 
 namespace torchprobe::run_ut {
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "torchprobe/io/files.hpp"
+#include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/run_ut/report.hpp"
 
 namespace torchprobe::run_ut {
@@ -130,7 +131,7 @@ inline RunOutput run(const RunOptions& o) {
     out.details_csv = p.substr(0, pos) + "accuracy_checking_details_" + p.substr(pos + 25);
   } else {
     io::create_directories(o.out_dir);
-    const std::string ts = timestamp_now();
+    const std::string ts = io::compact_local_timestamp();
     out.result_csv = o.out_dir + "/accuracy_checking_result_" + ts + ".csv";
     out.details_csv = o.out_dir + "/accuracy_checking_details_" + ts + ".csv";
     if (o.save_error_data) out.error_dir = o.error_data_path + "/ut_error_data" + ts;
@@ -140,7 +141,7 @@ inline RunOutput run(const RunOptions& o) {
     out.verdicts_csv = out.result_csv.substr(0, pos) + "accuracy_checking_verdicts_" + out.result_csv.substr(pos + 25);
   }
   if (o.save_error_data && out.error_dir.empty())
-    out.error_dir = o.error_data_path + "/ut_error_data" + timestamp_now();
+    out.error_dir = o.error_data_path + "/ut_error_data" + io::compact_local_timestamp();
   if (o.save_error_data) io::create_directories(out.error_dir);
   CsvFile result(out.result_csv, kResultHeader), details(out.details_csv, kDetailsHeader),
       verdicts(out.verdicts_csv, kVerdictsHeader);

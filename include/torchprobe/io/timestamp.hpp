@@ -1,12 +1,12 @@
 #pragma once
-// The {ts} in msprobe's run_ut and api_precision_compare file names.
+// The {ts} in msprobe's file names (compare_result_{ts}.csv, run_ut's and api_precision_compare's).
 #include <ctime>
 #include <string>
 
-namespace torchprobe::run_ut {
+namespace torchprobe::io {
 
 // time.strftime("%Y%m%d%H%M%S") in local time.
-inline std::string timestamp_now() {
+inline std::string compact_local_timestamp() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
@@ -15,4 +15,4 @@ inline std::string timestamp_now() {
   return buf;
 }
 
-}  // namespace torchprobe::run_ut
+}  // namespace torchprobe::io
