@@ -4,9 +4,10 @@
 #   bash .ci/suite.sh NAME BUILD_DIR [CMAKE_ARGS...]
 #
 # .ci/run calls it for the host and the sanitizer builds, .ci/debian13.sh inside its chroot. The
-# tests run with ctest -V into BUILD_DIR/ctest.log, so that every test's output is kept; this
+# tests run with ctest -V into BUILD_DIR/ctest.log, so that every test's output is kept (two at a
+# time, each line prefixed by its test's number); this
 # prints the result line of each test, the "SKIPPED:" lines (tests/skip.hpp) with their count, and
-# the whole log when a test fails. TORCHPROBE_CI_JOBS: parallel build jobs (2).
+# the whole log when a test fails. TORCHPROBE_CI_JOBS: parallel build jobs and tests (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: $0 NAME BUILD_DIR [CMAKE_ARGS...]" >&2; exit 2; }
@@ -21,9 +22,9 @@ log "configure: cmake -S . -B $dir -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERR
 cmake -S . -B "$dir" -DTORCHPROBE_BUILD_TESTS=ON -DTORCHPROBE_WERROR=ON "$@"
 log "build: cmake --build $dir -j$jobs"
 cmake --build "$dir" -j"$jobs"
-log "test: ctest --test-dir $dir -V > $dir/ctest.log"
+log "test: ctest --test-dir $dir -j$jobs -V > $dir/ctest.log"
 rc=0
-ctest --test-dir "$dir" -V >"$dir/ctest.log" 2>&1 || rc=$?
+ctest --test-dir "$dir" -j"$jobs" -V >"$dir/ctest.log" 2>&1 || rc=$?
 grep -E '^ *[0-9]+/[0-9]+ Test +#|tests passed|tests failed' "$dir/ctest.log" || true
 if [ "$rc" -ne 0 ]; then
   cat "$dir/ctest.log"
