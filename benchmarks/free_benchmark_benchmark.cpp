@@ -7,11 +7,12 @@
 // ceil(calls / 15) re-runs per API per step). The default sink writes every step's files.
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_free_benchmark_benchmark &&
-//   build-bench/benchmarks/torchprobe_free_benchmark_benchmark
+//   cmake --build build-bench --target torchprobe_benchmarks &&
+//   build-bench/benchmarks/torchprobe_benchmarks free_benchmark
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "registry.hpp"
 #include "bench_support.hpp"
 
 #include <chrono>
@@ -47,7 +48,7 @@ tpbench::Alternated measure(const char* mode, bool preheat, tpbench::Mlp& model,
 
 }  // namespace
 
-int main() {
+TORCHPROBE_BENCHMARK(free_benchmark) {
   const bool quick = tpbench::quick_mode();
   torch::manual_seed(1234);
   const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_free_benchmark_bench").string();

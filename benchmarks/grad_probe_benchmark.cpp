@@ -3,11 +3,12 @@
 // grad_level, on the benchmark MLP (fp32, SGD). Goal of issue 16: <= 1.05x at L2.
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_grad_probe_benchmark &&
-//   build-bench/benchmarks/torchprobe_grad_probe_benchmark
+//   cmake --build build-bench --target torchprobe_benchmarks &&
+//   build-bench/benchmarks/torchprobe_benchmarks grad_probe
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "registry.hpp"
 #include "bench_support.hpp"
 
 #include <cstdio>
@@ -17,7 +18,7 @@
 
 namespace tp = torchprobe;
 
-int main() {
+TORCHPROBE_BENCHMARK(grad_probe) {
   const bool quick = tpbench::quick_mode();
   torch::manual_seed(1234);
   const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_grad_probe_bench").string();

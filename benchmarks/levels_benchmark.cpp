@@ -4,11 +4,12 @@
 // once written to disk as msprobe's files (DirectorySink, one flush per step).
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_levels_benchmark &&
-//   build-bench/benchmarks/torchprobe_levels_benchmark
+//   cmake --build build-bench --target torchprobe_benchmarks &&
+//   build-bench/benchmarks/torchprobe_benchmarks levels
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "registry.hpp"
 #include "bench_support.hpp"
 
 #include <algorithm>
@@ -81,7 +82,7 @@ void measure(const char* name, Model& model, const torch::Tensor& x, int steps, 
 
 }  // namespace
 
-int main() {
+TORCHPROBE_BENCHMARK(levels) {
   const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
   std::printf(

@@ -8,11 +8,12 @@
 // whose every call overflows (the worst case: every tensor saved as .pt).
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_overflow_benchmark &&
-//   build-bench/benchmarks/torchprobe_overflow_benchmark
+//   cmake --build build-bench --target torchprobe_benchmarks &&
+//   build-bench/benchmarks/torchprobe_benchmarks overflow
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "registry.hpp"
 #include "bench_support.hpp"
 
 #include <algorithm>
@@ -85,7 +86,7 @@ void measure_model(const char* name, Model& model, const torch::Tensor& x, int s
 
 }  // namespace
 
-int main() {
+TORCHPROBE_BENCHMARK(overflow) {
   const bool quick_run = tpbench::quick_mode();
   torch::manual_seed(1234);
   std::printf(

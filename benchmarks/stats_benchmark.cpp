@@ -1,6 +1,6 @@
 // How fast TorchProbe's statistics are, against ATen and against memory bandwidth, in one run.
 //
-//   torchprobe_stats_benchmark [--elements N] [--reps R] [--tiny-calls C] [--threads T]
+//   torchprobe_benchmarks stats [--elements N] [--reps R] [--tiny-calls C] [--threads T]
 //
 // TORCHPROBE_BENCH_QUICK=1 makes the defaults 64k elements, 1 round, 2000 tiny calls.
 //
@@ -16,6 +16,7 @@
 #include <torchprobe/torchprobe.hpp>
 #include <torchprobe/stats/cpu_stats.hpp>
 
+#include "registry.hpp"
 #include "quick_mode.hpp"
 
 #include <ATen/Parallel.h>
@@ -273,7 +274,7 @@ std::int64_t parse_count(const char* text) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+TORCHPROBE_BENCHMARK(stats) {
   const bool quick = tpbench::quick_mode();
   std::int64_t elements = quick ? std::int64_t(64) << 10 : std::int64_t(64) << 20;
   int rounds = quick ? 1 : 5;
@@ -290,7 +291,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[k], "--threads") == 0)
       threads = static_cast<int>(parse_count(argv[k + 1]));
     else {
-      std::fprintf(stderr, "usage: %s [--elements N] [--reps R] [--tiny-calls C] [--threads T]\n", argv[0]);
+      std::fprintf(stderr, "usage: torchprobe_benchmarks %s [--elements N] [--reps R] [--tiny-calls C] [--threads T]\n", argv[0]);
       return 2;
     }
   }

@@ -4,13 +4,14 @@
 // step and its writing take. Every figure comes with its baseline of the same run.
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_step_write_benchmark &&
-//   build-bench/benchmarks/torchprobe_step_write_benchmark
+//   cmake --build build-bench --target torchprobe_benchmarks &&
+//   build-bench/benchmarks/torchprobe_benchmarks step_write
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include "registry.hpp"
 #include "step_write_support.hpp"
 
 #include <cstdint>
@@ -323,7 +324,7 @@ void memory(const fs::path& root, std::int64_t n) {
 
 }  // namespace
 
-int main() {
+TORCHPROBE_BENCHMARK(step_write) {
   const bool quick = tpbench::quick_mode();
   torch::manual_seed(1234);
   const fs::path root = fs::temp_directory_path() / ("torchprobe_step_write_bench_" + std::to_string(::getpid()));

@@ -3,8 +3,8 @@
 // same run; and how long the training thread is held up.
 //
 //   cmake -S . -B build-bench -DTORCHPROBE_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
-//   cmake --build build-bench --target torchprobe_write_benchmark
-//   build-bench/benchmarks/torchprobe_write_benchmark [DIR]      # DIR: where to write (default /tmp)
+//   cmake --build build-bench --target torchprobe_benchmarks
+//   build-bench/benchmarks/torchprobe_benchmarks write [DIR]      # DIR: where to write (default /tmp)
 //
 // Disk use stays near 1 GB: each phase deletes what it wrote before the next begins.
 // TORCHPROBE_BENCH_QUICK=1: two layers on a 64 x 2048 activation (about 3 MB), one round, one cap.
@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 
+#include "registry.hpp"
 #include "bench_support.hpp"
 
 #include <fcntl.h>
@@ -141,7 +142,7 @@ DumpRun dumped_step(Stack& model, const torch::Tensor& x, const std::string& dir
 
 }  // namespace
 
-int main(int argc, char** argv) {
+TORCHPROBE_BENCHMARK(write) {
   const bool quick = tpbench::quick_mode();
   const std::string base = argc > 1 ? argv[1] : std::filesystem::temp_directory_path().string();
   const std::string dir = base + "/torchprobe_write_benchmark_" + std::to_string(::getpid());
