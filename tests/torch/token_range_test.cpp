@@ -121,7 +121,7 @@ TEST_CASE("token_range {2, 3} records exactly forwards 2 and 3 and the calls aft
   for (int s = 0; s < 2; ++s) {
     CAPTURE(s);
     const Json data = tptest::read_json(rank_dir(tmp.path(), s) + "/dump.json")["data"];
-    CHECK(names_of(data) == kTwoTokens);
+    REQUIRE(names_of(data) == kTwoTokens);
     check_token(data, net, steps[s][2], 0);
     check_token(data, net, steps[s][3], 1);
   }
@@ -138,7 +138,7 @@ TEST_CASE("token_range counts a guard around the call site as the root's forward
     tokens = generate(net, 4, 0.5, /*around=*/true);
   }
   const Json data = tptest::read_json(rank_dir(tmp.path(), 0) + "/dump.json")["data"];
-  CHECK(names_of(data) == kTwoTokens);
+  REQUIRE(names_of(data) == kTwoTokens);
   check_token(data, net, tokens[1], 0);
   check_token(data, net, tokens[2], 1);
 }
@@ -178,8 +178,9 @@ def forward(self, x):
     }
   }
   const Json data = tptest::read_json(rank_dir(tmp.path(), 0) + "/dump.json")["data"];
-  CHECK(names_of(data) == std::vector<std::string>{"Aten.mul.0.forward", "Aten.tanh.0.forward", "Aten.add.0.forward",
-                                                   "Aten.mul.1.forward", "Aten.tanh.1.forward", "Aten.add.1.forward"});
+  REQUIRE(names_of(data) == std::vector<std::string>{"Aten.mul.0.forward", "Aten.tanh.0.forward", "Aten.add.0.forward",
+                                                     "Aten.mul.1.forward", "Aten.tanh.1.forward",
+                                                     "Aten.add.1.forward"});
   for (int n = 0; n < 2; ++n) {
     CAPTURE(n);
     const std::string i = std::to_string(n);
@@ -228,8 +229,8 @@ TEST_CASE("PrecisionDebugger::start(model, token_range) records the chosen token
     pd.wait_written();
   }
   const Json data = tptest::read_json(rank_dir(tmp.path(), 0) + "/dump.json")["data"];
-  CHECK(names_of(data) == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.tanh.0.forward",
-                                                   "Aten.mul.0.forward"});
+  REQUIRE(names_of(data) == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.tanh.0.forward",
+                                                     "Aten.mul.0.forward"});
   check_item(data["Aten.tanh.0.forward"]["output"][0], tokens[0].out);
   check_item(data["Aten.mul.0.forward"]["output"][0], tokens[0].next);
 }
