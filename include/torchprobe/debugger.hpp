@@ -7,6 +7,7 @@
 // in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
 // The destructor writes everything still pending.
 // save(value, name) is msprobe's single-point save (debug.json); it needs no start().
+// start(model, TokenRange{a, b}) records only the model's forward calls a..b (capture/token_window.hpp).
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
 #include <memory>
@@ -18,6 +19,7 @@
 #include "torchprobe/capture/call_capture.hpp"
 #include "torchprobe/capture/model_ref.hpp"
 #include "torchprobe/capture/save_capture.hpp"
+#include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/capture/torchscript.hpp"
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/core/save_value.hpp"
@@ -74,15 +76,26 @@ class BasicDebugger final : public DebuggerInterface {
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
   }
+  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
+  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
+  // model or with a range that is not 0 <= start <= end.
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
 
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    if (tokens) check_token_range(*tokens, model);
     if (running_ || !step_.may_start()) return;
     rank_id_ = rank_id;
     model_ = model;
+    tokens_ = tokens;
     if (!step_.open_if_dumped(rank_id)) return;  // an unwritable dump_path throws here, naming it
     if constexpr (!LevelTraits<L>::save_only) {
       if (!capture_) capture_ = std::make_shared<Capture>(core_);
       capture_->set_models(model);
+      open_token_window(model, tokens);
       if (!model.jit.empty()) {
         if (LevelTraits<L>::captures_modules)
           for (const auto& m : model.jit) capture::instrument_script_module(m);
@@ -98,6 +111,7 @@ class BasicDebugger final : public DebuggerInterface {
   void stop() noexcept override {
     if (!running_) return;
     observer_.detach();
+    close_token_window();
     try {
       if (capture_) capture_->close_open_episodes();
     } catch (const std::exception& e) {
@@ -118,7 +132,7 @@ class BasicDebugger final : public DebuggerInterface {
     step_.next_step();
     save_capture_.reset();
     if (capture_) capture_->on_step();
-    if (was_running) start_with(model_, rank_id_);
+    if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
   // msprobe's save(variable, name, save_backward): debug.json entry "{name}.{count}.debug" (and,
@@ -158,9 +172,45 @@ class BasicDebugger final : public DebuggerInterface {
     });
   }
 
+  // The token window of start(model, token_range): a TorchScript root's forwards are counted from
+  // libtorch's records, a torch::nn root's by its ModuleGuard (through the capture).
+  void open_token_window(const ModelRef& model, const std::optional<TokenRange>& tokens) {
+    window_.reset();
+    if (tokens) {
+      if (model.size() > 1)
+        io::tell_user("warning: token_range counts the forward calls of the first model of the list only");
+      const void* root = !model.nn.empty() ? static_cast<const void*>(model.nn.front().get())
+                                           : static_cast<const void*>(model.jit.front()._ivalue().get());
+      window_ = std::make_shared<capture::TokenWindow>(*tokens, root);
+      if (model.nn.empty()) script_forwards_.attach(window_);
+    }
+    capture_->set_token_window(window_);
+  }
+
+  // A window that never opened is reported: the range lies past the forwards that ran, or (no
+  // forward at all) the root of a torch::nn model has no ModuleGuard to show its forwards.
+  void close_token_window() noexcept {
+    script_forwards_.detach();
+    if (!window_ || window_->forwards() > window_->range().start || !window_->saw_calls()) return;
+    try {
+      const TokenRange& r = window_->range();
+      std::string why = "token_range {" + std::to_string(r.start) + ", " + std::to_string(r.end) +
+                        "} recorded nothing: " + std::to_string(window_->forwards()) +
+                        " forward call(s) of the model were seen since start()";
+      if (window_->forwards() == 0 && !model_.nn.empty())
+        why +=
+            "; torch::nn modules have no forward hooks, so the model's forward needs a "
+            "torchprobe::ModuleGuard (`ModuleGuard guard(this, x);` in it, or around each call)";
+      io::tell_user(why);
+      core_->errors().log("token_range", "start", "token_range", why);
+    } catch (...) {
+    }
+  }
+
   // The task ended the dump: capture stops and the files are written now (StepLifecycle::write_now).
   void end_now() noexcept {
     observer_.detach();
+    script_forwards_.detach();
     step_.write_now();
   }
 
@@ -169,9 +219,12 @@ class BasicDebugger final : public DebuggerInterface {
   capture::ApiObserver observer_;
   std::shared_ptr<Capture> capture_;
   capture::ScriptExecutorSettings script_settings_;
+  std::shared_ptr<capture::TokenWindow> window_;  // start(model, token_range)'s, else null
+  capture::ScriptForwardObserver script_forwards_;
   capture::SaveCapture<TaskT> save_capture_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
+  std::optional<TokenRange> tokens_;
   bool running_ = false;
 };
 

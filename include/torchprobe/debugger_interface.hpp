@@ -6,6 +6,7 @@
 #include <string>
 
 #include "torchprobe/capture/model_ref.hpp"
+#include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/save_value.hpp"
 
@@ -14,7 +15,9 @@ namespace torchprobe {
 class DebuggerInterface {
  public:
   virtual ~DebuggerInterface() = default;
-  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
+  // `tokens`: start(model, token_range), see capture/token_window.hpp.
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                          std::optional<TokenRange> tokens = std::nullopt) = 0;
   virtual void stop() noexcept = 0;
   virtual void step() = 0;
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.

@@ -39,10 +39,18 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
   }
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+  // Inference: only the model's forward calls tokens.start..tokens.end (Debugger::start).
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    if (tokens && !grad_) check_token_range(*tokens, model);  // also when dump_enable is false
     model_ = model;
     rank_id_ = rank_id;
-    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id);
+    tokens_ = tokens;
+    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
   }
   void stop() noexcept override {
     if (impl_) impl_->stop();
@@ -120,7 +128,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     impl_->wait_written();
     next->set_init_step(impl_->current_step());
     impl_ = std::move(next);
-    if (was_running) start_with(model_, rank_id_);
+    if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
@@ -135,6 +143,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   std::optional<ConfigFileWatch> watch_;  // dump_enable
   ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
   std::optional<std::int64_t> rank_id_;
+  std::optional<TokenRange> tokens_;
 };
 
 using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;

@@ -20,6 +20,12 @@ class ScopedDump {
       : debugger_(debugger) {
     debugger_.start_with(to_model_ref(model), rank_id);
   }
+  // start(model, token_range) ... stop().
+  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  ScopedDump(D& debugger, const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt)
+      : debugger_(debugger) {
+    debugger_.start_with(to_model_ref(model), rank_id, tokens);
+  }
   ScopedDump(const ScopedDump&) = delete;
   ScopedDump& operator=(const ScopedDump&) = delete;
   ~ScopedDump() { debugger_.stop(); }

@@ -23,6 +23,7 @@
 #include "torchprobe/capture/module_state.hpp"
 #include "torchprobe/capture/module_tracking.hpp"
 #include "torchprobe/capture/parameter_gradients.hpp"
+#include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/details/recorder.hpp"
 #include "torchprobe/level/level.hpp"
 
@@ -53,9 +54,17 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     grads_->set_catalog(std::move(catalog));
   }
 
+  // start(model, token_range): only the calls made while the window is open are recorded; null:
+  // every call.
+  void set_token_window(std::shared_ptr<TokenWindow> window) { window_ = std::move(window); }
+
   // ---- the observer's callbacks -------------------------------------------------------------
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (window_ && !window_->open()) {
+      if (op.user_api) window_->saw_call();
+      return nullptr;
+    }
     ThreadModules& tm = modules_.this_thread();
     std::unique_ptr<Call> call;
     try {
@@ -98,15 +107,35 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
                      std::vector<c10::IValue> inputs) override {
+    if (window_) {
+      if (!dump_name && &module == window_->root()) {
+        // Leaf episodes still open belong to the token before: they end with it.
+        if (window_->forward_begins() == TokenWindow::Change::Closed) modules_.close_open_episodes();
+        return nullptr;
+      }
+      if (!window_->open()) return nullptr;
+    }
     return modules_.module_enter(module, dump_name, std::move(inputs));
   }
   void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
     modules_.module_exit(token, outputs, unwinding);
   }
+  // Outside the token window the calls are skipped in pairs: the window changes only between
+  // root forwards, so an exit on this thread pairs with the latest enter.
   void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
+    if (window_ && !window_->open()) {
+      ++skipped_script_calls();
+      return;
+    }
     modules_.script_module_enter(object, std::move(inputs));
   }
-  void script_module_exit(const c10::IValue& output) override { modules_.script_module_exit(output); }
+  void script_module_exit(const c10::IValue& output) override {
+    if (skipped_script_calls() > 0) {
+      --skipped_script_calls();
+      return;
+    }
+    modules_.script_module_exit(output);
+  }
 
   // ---- the Debugger's calls at stop() and step() --------------------------------------------
 
@@ -131,6 +160,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     std::size_t returns = 0;  // the schema's, for on_api_end
   };
 
+  static int& skipped_script_calls() {
+    thread_local int n = 0;
+    return n;
+  }
+
   bool same_models(const ModelRef& m) const {
     if (!has_models_ || m.nn.size() != models_.nn.size() || m.jit.size() != models_.jit.size()) return false;
     for (std::size_t i = 0; i < m.nn.size(); ++i)
@@ -146,6 +180,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   ModuleTracker<TaskT, L> modules_;
   ModelRef models_;
   bool has_models_ = false;
+  std::shared_ptr<TokenWindow> window_;
 };
 
 }  // namespace torchprobe::capture

@@ -22,6 +22,14 @@ class Reservation;
 class JsonText;
 }  // namespace io
 
+// A copy into a host snapshot that a device may still be running (async_dump): wait() returns once
+// the snapshot holds the values.
+class PendingCopy {
+ public:
+  virtual ~PendingCopy() = default;
+  virtual void wait() = 0;
+};
+
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
 // (docs/io.md describes the path). Member order matters: `data` is freed before
 // `memory` returns its bytes to the writer's budget.
@@ -30,6 +38,10 @@ struct PendingSave {
   std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
   std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
   at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described
+  // async_dump: the file goes to the writer when the step is written (stop()/step()), once
+  // `copying` (the device-to-host copy into `data`, null when there is none) is done.
+  bool at_flush = false;
+  std::shared_ptr<PendingCopy> copying{};
 };
 
 // Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and

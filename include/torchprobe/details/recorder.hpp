@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
@@ -143,6 +144,25 @@ class Recorder {
     rank_dir_ = rank_directory;
   }
 
+  // async_dump: the tensor files held back while the step ran go to the writer now, each once its
+  // device copy is done. Called when the step is written, before the files ticket is taken.
+  void release_held_saves() {
+    std::vector<HeldSave> held;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      held.swap(held_);
+    }
+    for (HeldSave& h : held) {
+      try {
+        if (h.save.copying) h.save.copying->wait();
+      } catch (const std::exception& e) {
+        errors_.log_in(h.rank_dir, "save_tensor", h.save.file_name, e);
+        continue;
+      }
+      submit(h.directory, h.rank_dir, h.save);
+    }
+  }
+
   // Waits until every tensor file handed over so far is written.
   void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
 
@@ -189,11 +209,21 @@ class Recorder {
     }
     if (!rank_dir.empty()) {
       const std::string dir = tensor_data_directory(rank_dir) + "/";
-      for (PendingSave& s : r.saves)
-        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
-                         s.memory ? std::move(*s.memory) : io::Reservation());
+      for (PendingSave& s : r.saves) {
+        if (s.at_flush) {
+          std::lock_guard<std::mutex> lock(files_mu_);
+          held_.push_back(HeldSave{dir, rank_dir, std::move(s)});
+        } else {
+          submit(dir, rank_dir, s);
+        }
+      }
     }
     r.saves.clear();
+  }
+
+  static void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
+    s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                     s.memory ? std::move(*s.memory) : io::Reservation());
   }
 
   // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
@@ -273,6 +303,11 @@ class Recorder {
   std::mutex files_mu_;
   std::string rank_dir_;
   std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
+  struct HeldSave {
+    std::string directory, rank_dir;  // dump_tensor_data/ (with its '/') and the rank directory
+    PendingSave save;
+  };
+  std::vector<HeldSave> held_;  // async_dump: kept entries' files, until the step is written
 };
 
 }  // namespace torchprobe::details

@@ -129,6 +129,7 @@ class StepLifecycle {
     const bool prepared = prepare(job, [&] {
       release();
       core_->decide_held();
+      core_->release_held_saves();                                  // async_dump
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
       if constexpr (sink_writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
@@ -141,7 +142,11 @@ class StepLifecycle {
   // stop() (the run may well crash on the NaN it just met). Returns once they are written.
   void write_now() noexcept {
     Job job = new_job();
-    if (!prepare(job, [&] { job.dump = dump_of(core_->entries(), L, job); })) return;
+    if (!prepare(job, [&] {
+          core_->release_held_saves();
+          job.dump = dump_of(core_->entries(), L, job);
+        }))
+      return;
     hand_over(std::move(job));
     wait_written();
   }

@@ -102,7 +102,8 @@ class StatisticsTask {
  protected:
   StatisticsTask(const Config& config, bool save_every_tensor)
       : mode_(config.summary_mode),
-        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb) : TensorSaver()),
+        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb, config.async_dump)
+                                                          : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}

@@ -5,9 +5,14 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "torchprobe/capture/value_encoder.hpp"
@@ -38,13 +43,51 @@ inline at::Tensor snapshot_for_file(const at::Tensor& t) {
   return snapshot_for_file(t, none);
 }
 
+// async_dump: a CUDA tensor's copy to the host is queued on its stream, into pinned memory, and not
+// waited for (no host synchronisation); wait() is called when the step is written. An event marks
+// the end of the copy on the stream.
+class StreamCopy final : public PendingCopy {
+ public:
+  explicit StreamCopy(const c10::Device& device) : event_(device.type()) {
+    event_.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  }
+  void wait() override {
+    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+
+ private:
+  c10::Event event_;
+};
+
+// The snapshot of `t` for a file written at the step's end (async_dump): CUDA tensors are copied
+// without waiting (`copying` says when the copy is done), others as snapshot_for_file does. A device
+// that cannot do it (no pinned memory, no events) gets the waiting copy.
+inline at::Tensor snapshot_at_flush(const at::Tensor& t, io::Reservation& memory,
+                                    std::shared_ptr<PendingCopy>& copying) {
+  if (!t.is_cuda()) return snapshot_for_file(t, memory);
+  ProbeGuard guard;
+  const at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  try {
+    at::Tensor host = at::empty(d.sizes(), d.options().device(at::kCPU).pinned_memory(true));
+    host.copy_(d, /*non_blocking=*/true);
+    copying = std::make_shared<StreamCopy>(d.device());
+    return host;
+  } catch (const std::exception&) {
+    copying.reset();
+    return snapshot_for_file(t, memory);
+  }
+}
+
 class TensorSaver {
  public:
   TensorSaver() = default;  // saves nothing
   // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
   // start with its first file.
-  explicit TensorSaver(std::int64_t max_pending_mb)
-      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)) {}
+  // `at_flush` (async_dump): the files are handed to the writer when the step is written, and
+  // device tensors are copied to the host without waiting.
+  explicit TensorSaver(std::int64_t max_pending_mb, bool at_flush = false)
+      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)),
+        at_flush_(at_flush) {}
 
   bool enabled() const { return writer_ != nullptr; }
   const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
@@ -57,7 +100,8 @@ class TensorSaver {
     if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     io::Reservation memory = writer_->reserve(bytes);
-    at::Tensor copy = snapshot_for_file(t, memory);
+    std::shared_ptr<PendingCopy> copying;
+    at::Tensor copy = at_flush_ ? snapshot_at_flush(t, memory, copying) : snapshot_for_file(t, memory);
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     nlohmann::ordered_json md5;
     const bool has_md5 = item.contains("md5");
@@ -67,12 +111,13 @@ class TensorSaver {
     }
     item["data_name"] = name;
     if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(
-        PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
+    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
+                                       std::move(copy), at_flush_, std::move(copying)});
   }
 
  private:
   std::shared_ptr<io::TensorWriter> writer_;
+  bool at_flush_ = false;
 };
 
 }  // namespace torchprobe
