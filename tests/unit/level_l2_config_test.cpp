@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "torchprobe/config/config.hpp"
-#include "torchprobe/config/name_filter.hpp"
 #include "config_support.hpp"
 
 using nlohmann::json;
@@ -58,16 +57,4 @@ TEST_CASE("level L2 rejects, by key, more than one listed name, a name that is n
   for (const char* task : {"overflow_check", "free_benchmark", "grad_probe"})
     check_mentions(rejection(doc_with({{"level", "L2"}, {"task", task}})),
                    {"config key \"task\"", task, "\"L2\" works with task \"statistics\" or \"tensor\""});
-}
-
-TEST_CASE("at L2 the list names one entry exactly: a substring of another name does not match") {
-  Config c;
-  c.level = Level::L2;
-  c.list = {"Aten.linear.1.forward"};
-  NameFilter f(c);
-  CHECK(f.admit("Aten.linear.1.forward"));
-  CHECK_FALSE(f.admit("Aten.linear.11.forward"));  // at L1 a list entry is a substring
-  CHECK_FALSE(f.admit("Aten.linear.1.backward"));
-  c.level = Level::L1;
-  CHECK(NameFilter(c).admit("Aten.linear.11.forward"));
 }

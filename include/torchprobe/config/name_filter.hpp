@@ -161,7 +161,6 @@ class NameFilter {
 
  private:
   bool matches_list(const std::string& name) const {
-    if (level_ == Level::L2) return name == list_.front();  // one entry; what runs inside it is the capture's
     return std::any_of(list_.begin(), list_.end(),
                        [&](const std::string& part) { return name.find(part) != std::string::npos; });
   }
