@@ -39,7 +39,6 @@ namespace torchprobe {
 // (task/task_list.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
 template <Level L, class TaskT, class Sink = DirectorySink>
 class BasicDebugger final : public DebuggerInterface {
-  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
   using Core = details::Recorder<TaskT>;
@@ -101,7 +100,7 @@ class BasicDebugger final : public DebuggerInterface {
           for (const auto& m : model.jit) capture::instrument_script_module(m);
         script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
       }
-      observer_.attach(capture_);
+      observer_.attach(capture_, LevelTraits<L>::nested_apis);
     }
     core_->set_capturing(true);
     running_ = true;

@@ -101,12 +101,13 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     std::unique_ptr<DebuggerInterface> made;
     auto one = [&](auto constant) {
       constexpr Level l = decltype(constant)::value;
-      if constexpr (l != Level::L2 && TaskT::levels.contains(l))
+      if constexpr (TaskT::levels.contains(l))
         if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
     };
     one(std::integral_constant<Level, Level::L0>{});
     one(std::integral_constant<Level, Level::L1>{});
     one(std::integral_constant<Level, Level::Mix>{});
+    one(std::integral_constant<Level, Level::L2>{});
     one(std::integral_constant<Level, Level::Debug>{});
     return made;
   }

@@ -189,8 +189,8 @@ void add_tasks(std::vector<Case>& cases, const std::string& where) {
     cases.push_back(make_case<L, tp::Task::FreeBenchmark, Sink>(where + " free_benchmark", false));
 }
 
-// Every task and level the Debugger accepts (L2 and the unavailable tasks are refused at compile
-// time; Level::Debug captures nothing) with both sinks that keep what they get.
+// Every task and level the Debugger accepts (L2 is checked in level_l2_test.cpp, the unavailable
+// tasks are refused at compile time; Level::Debug captures nothing) with both sinks that keep what they get.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   add_tasks<tp::Level::L0, tp::MemorySink>(cases, "L0 memory"),

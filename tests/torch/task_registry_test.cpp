@@ -58,7 +58,7 @@ TEST_CASE("the task list decides which tasks and levels a config may name, and s
   CHECK_THROWS_WITH_AS(
       tp::BasicPrecisionDebugger<TasksWithToy>{write_config(tmp, "structure", "L0")},
       doctest::Contains(
-          "levels \"L0\", \"L1\", \"mix\", \"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", "
+          "levels \"L0\", \"L1\", \"mix\", \"L2\", \"debug\" with tasks \"statistics\" and \"tensor\"; levels \"L0\", "
           "\"L1\", \"mix\" with task \"overflow_check\"; level \"mix\" with task \"structure\")"),
       tp::ConfigError);
 }

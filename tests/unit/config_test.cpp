@@ -372,18 +372,6 @@ TEST_CASE("async_dump with task tensor needs a list, as in msprobe") {
       parse_config(doc_with({{"async_dump", true}, {"task", "tensor"}, {"tensor", {{"list", {"relu"}}}}})).async_dump);
 }
 
-TEST_CASE("level L2 requires task tensor, no scope and exactly one listed name") {
-  check_mentions(rejection(doc_with({{"level", "L2"}})), {"\"task\"", "\"statistics\"", "\"L2\"", "\"tensor\""});
-  check_mentions(rejection(doc_with({{"level", "L2"}, {"task", "tensor"}})), {"\"tensor.list\"", "[]", "exactly one"});
-  check_mentions(rejection(doc_with({{"level", "L2"}, {"task", "tensor"}, {"tensor", {{"list", {"a", "b"}}}}})),
-                 {"\"tensor.list\"", "[\"a\",\"b\"]", "exactly one"});
-  check_mentions(
-      rejection(doc_with({{"level", "L2"},
-                          {"task", "tensor"},
-                          {"tensor", {{"list", {"a"}}, {"scope", {"Aten.t.0.forward", "Aten.t.1.forward"}}}}})),
-      {"\"tensor.scope\"", "Aten.t.0.forward", "\"L2\"", "[]"});
-}
-
 TEST_CASE("task structure forces level mix with a warning unless the level is L0 or mix") {
   const Config forced = parse_config(doc_with({{"task", "structure"}, {"level", "L1"}}));
   CHECK(forced.level == Level::Mix);

@@ -54,10 +54,13 @@ struct ApiCall {
   std::string backward_name;
   std::string api_name;
   std::optional<std::string> backward_parent;
+  std::string name;                  // the forward entry's name, whether or not it is dumped
+  bool inside_backward = false;      // L2: its backward is inside the listed backward, dumped whatever its name
   std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
 };
 
-template <class TaskT>
+// `LevelNested` (L2): calls keep their forward name for the calls nested in them.
+template <class TaskT, bool LevelNested = false>
 class ApiEntries {
   using Core = details::Recorder<TaskT>;
 
@@ -65,10 +68,13 @@ class ApiEntries {
   explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
 
   // The call starts. `parents` tells where its entries sit in construct.json: parents.forward()
-  // and parents.backward() (std::optional<std::string>), asked only when needed.
+  // and parents.backward() (std::optional<std::string>), asked only when needed. `inside` (L2):
+  // the call runs inside the one the list names, and is dumped whatever the filters say.
   template <class Inputs, class Parents>
-  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
+  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call, bool inside = false) {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    a.admitted = a.admitted || inside;
+    if constexpr (LevelNested) call.name = a.name;
     if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
       if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
       call.forward = call.check != nullptr;
@@ -122,19 +128,20 @@ class ApiEntries {
     if (call.record.has_content()) core_->commit(std::move(call.record));
   }
 
-  // Hooks the backward entry on the autograd nodes the call created.
+  // Hooks the backward entry on the autograd nodes the call created; false when there are none.
   template <class Outputs>
-  void attach_backward(const Outputs& outputs, const ApiCall& call) {
+  bool attach_backward(const Outputs& outputs, const ApiCall& call) {
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
+    if (!detail::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
     const std::string api = call.api_name;
+    const bool inside = call.inside_backward;
     auto recorder =
         std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
-                                                  call.backward_parent, [api](Core& core, Record&& r) {
-                                                    if (core.entries().admit_api(r.name, api))
+                                                  call.backward_parent, [api, inside](Core& core, Record&& r) {
+                                                    if (core.entries().admit_api(r.name, api) || inside)
                                                       core.commit_last(std::move(r));
                                                   });
-    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+    return BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
  private:

@@ -8,9 +8,14 @@
 #include <ATen/record_function.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "torchprobe/capture/op_registry.hpp"
 
@@ -27,6 +32,17 @@ struct CallContext : at::ObserverContext {
   std::shared_ptr<ApiHandler> handler;
 };
 
+// Level L2: what the records running inside a record inherit from it (one per open record on a
+// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
+// the backward entry of the call that created the node the parent of the ops the node runs.
+struct Enclosing {
+  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
+  std::shared_ptr<const std::string> backward;  // and of their backward entries
+  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
+  bool inside = false;           // inside the call the L2 list names: everything is dumped
+  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
+};
+
 class ApiHandler {
  public:
   virtual ~ApiHandler() = default;
@@ -35,6 +51,17 @@ class ApiHandler {
   // Return nullptr to ignore the call.
   virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
   virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
+  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
+  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
+                                                       Enclosing& /*frame*/) {
+    return nullptr;
+  }
+  // Level L2: the backward entry of the call that created the autograd node (forward thread,
+  // sequence number) that is about to run, if a recorded call did.
+  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
+    return std::nullopt;
+  }
 };
 
 class ApiObserver {
@@ -44,7 +71,9 @@ class ApiObserver {
   ApiObserver& operator=(const ApiObserver&) = delete;
   ~ApiObserver() { detach(); }
 
-  void attach(std::shared_ptr<ApiHandler> handler) {
+  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
+  // node records are watched too (they say which backward entry the ops inside belong to).
+  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
     std::lock_guard<std::mutex> lock(registration_mutex());
     if (handle_ != 0) return;
     if (std::atomic_load(&slot()))
@@ -54,10 +83,15 @@ class ApiObserver {
     // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
     std::atomic_store(&slot(), std::move(handler));
     epoch().fetch_add(1, std::memory_order_acq_rel);
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                        .needsInputs(true)
-                                        .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION}));
+    handle_ = nested
+                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
+                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION}));
   }
 
   void detach() {
@@ -102,6 +136,53 @@ class ApiObserver {
     if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
+  // exactly what on_start pushed.
+  struct Frames {
+    std::vector<Enclosing> open;
+    std::uint64_t epoch = 0;
+  };
+  static Frames& frames() {
+    thread_local Frames f;
+    return f;
+  }
+
+  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
+    Frames& fs = frames();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (fs.epoch != e) fs = Frames{{}, e};
+    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
+    std::unique_ptr<CallContext> ctx;
+    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
+    if (h && node) {
+      // A node runs: its ops, and what the engine does with its results in the enclosing
+      // evaluate_function record, belong to the backward entry of the call that created it.
+      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
+      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
+      if (!fs.open.empty()) fs.open.back() = frame;
+    } else if (h) {
+      const char* name = fn.name();
+      const OpInfo& op = OpRegistry::lookup(fn);
+      if (!op.qualified.empty()) {
+        ctx = h->on_nested_start(fn, op, frame);
+        if (ctx) ctx->handler = std::move(h);
+      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
+        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
+      }
+    }
+    fs.open.push_back(std::move(frame));
+    return ctx;
+  }
+
+  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Frames& fs = frames();
+    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
+    if (ctx == nullptr) return;
     auto* call = static_cast<CallContext*>(ctx);
     call->handler->on_api_end(fn, *call);
   }

@@ -22,6 +22,7 @@
 #include "torchprobe/capture/module_events.hpp"
 #include "torchprobe/capture/module_state.hpp"
 #include "torchprobe/capture/module_tracking.hpp"
+#include "torchprobe/capture/nested_calls.hpp"
 #include "torchprobe/capture/parameter_gradients.hpp"
 #include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/details/recorder.hpp"
@@ -33,6 +34,7 @@ template <class TaskT, Level L>
 class CallCapture final : public ApiHandler, public ModuleEvents {
   static constexpr bool kApis = LevelTraits<L>::captures_apis;
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
+  static constexpr bool kNested = LevelTraits<L>::nested_apis;
   using Core = details::Recorder<TaskT>;
 
  public:
@@ -89,6 +91,50 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     }
   }
 
+  // Level L2: every call at every depth. Its parent is the call it runs in (`frame`); the calls
+  // it runs take it as theirs. Infrastructure ops hide what they run, as at L1.
+  std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& fn, const OpInfo& op,
+                                               Enclosing& frame) override {
+    if constexpr (!kNested) {
+      return nullptr;
+    } else {
+      if (!op.user_api) {
+        frame.hidden = true;
+        return nullptr;
+      }
+      std::unique_ptr<Call> call;
+      try {
+        call = std::make_unique<Call>();
+        call->schema_known = op.schema_known;
+        call->returns = op.returns;
+        const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+        ThreadModules& tm = modules_.this_thread();
+        const auto outer = modules_.parents(tm, false);
+        const std::string* listed = core_->config().list.empty() ? nullptr : &core_->config().list.front();
+        call->api.inside_backward = frame.inside_backward;
+        apis_.start(op, inputs, NestedParents<decltype(outer)>{frame, outer}, call->api, frame.inside);
+        ApiCall& api = call->api;
+        if (listed && api.backward && api.backward_name == *listed) api.inside_backward = true;
+        frame.inside = frame.inside || (listed && api.name == *listed);
+        frame.inside_backward = api.inside_backward;
+        frame.forward = std::make_shared<const std::string>(api.name);
+        frame.backward = api.backward ? std::make_shared<const std::string>(api.backward_name) : nullptr;
+        if (!api.forward && !api.backward) return nullptr;
+        call->thread = at::RecordFunction::currentThreadId();
+        return call;
+      } catch (const std::exception& e) {
+        core_->errors().log("forward_input_data_collect",
+                            call && !call->api.name.empty() ? call->api.name : op.qualified, e);
+        frame.hidden = true;  // what it runs would name a parent that was never recorded
+        return nullptr;
+      }
+    }
+  }
+
+  std::optional<Enclosing> backward_node(std::uint64_t forward_thread, std::int64_t seq) override {
+    return owners_.find(forward_thread, seq);
+  }
+
   void on_api_end(const at::RecordFunction& fn, CallContext& ctx) override {
     Call& call = static_cast<Call&>(ctx);
     ThreadModules& tm = modules_.this_thread();
@@ -97,7 +143,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
           detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       modules_.call_ended(tm, outputs, call.module);
       if (call.api.forward) apis_.finish(outputs, call.api);
-      if (call.api.backward) apis_.attach_backward(outputs, call.api);
+      if (call.api.backward && apis_.attach_backward(outputs, call.api) && kNested)
+        owners_.add(call.thread, call.api.seq_begin, at::sequence_number::peek(),
+                    Enclosing{std::make_shared<const std::string>(call.api.backward_name), nullptr, false,
+                              call.api.inside_backward, call.api.inside_backward});
     } catch (const std::exception& e) {
       core_->errors().log("forward_output_data_collect", call.api.record.name, e);
     }
@@ -147,7 +196,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // parameter gradients that arrived only in part, are written as they are.
   void release_pending() { grads_->release_pending(); }
 
-  void on_step() { grads_->on_step(); }
+  void on_step() {
+    grads_->on_step();
+    owners_.clear();
+  }
 
  private:
   using ThreadModules = typename ModuleTracker<TaskT, L>::ThreadModules;
@@ -157,7 +209,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     ApiCall api;
     ModuleCall module;
     bool schema_known = false;
-    std::size_t returns = 0;  // the schema's, for on_api_end
+    std::size_t returns = 0;   // the schema's, for on_api_end
+    std::uint64_t thread = 0;  // L2: RecordFunction's id of the thread that ran it
   };
 
   static int& skipped_script_calls() {
@@ -175,12 +228,13 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   }
 
   std::shared_ptr<Core> core_;
-  ApiEntries<TaskT> apis_;
+  ApiEntries<TaskT, kNested> apis_;
   std::shared_ptr<ParameterGradients<TaskT>> grads_;  // hooks on parameters reach it weakly
   ModuleTracker<TaskT, L> modules_;
   ModelRef models_;
   bool has_models_ = false;
   std::shared_ptr<TokenWindow> window_;
+  BackwardOwners owners_;  // L2: which backward entry each autograd node's ops belong to
 };
 
 }  // namespace torchprobe::capture

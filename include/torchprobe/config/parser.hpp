@@ -205,9 +205,11 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
                          " was changed to \"mix\"");
     c.level = Level::Mix;
   }
-  if (c.level == Level::L2 && c.task != Task::Tensor)
-    reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
-           "\"tensor\" when level is \"L2\"");
+  // msprobe's L2 is a kernel dump, tensor task only; TorchProbe's L2 records ATen calls, nested ones
+  // too, so statistics are as meaningful there as at L1.
+  if (c.level == Level::L2 && c.task != Task::Tensor && c.task != Task::Statistics)
+    reject("task", std::string(task_name(c.task)), "level \"L2\" works with task \"statistics\" or \"tensor\"",
+           "\"statistics\" or \"tensor\" when level is \"L2\"");
 
   if (implemented && c.task == Task::RunUt)
     reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
@@ -258,9 +260,16 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
                          " are ignored at level \"debug\": save() writes every value it is given");
 
   // Rules that tie keys together (msprobe's).
-  if (c.level == Level::L2 && c.list.size() != 1)
-    reject(label("list"), c.list, "level \"L2\" follows exactly one API",
-           "a list with exactly one name when level is \"L2\"");
+  // msprobe: one API to descend into. An empty list (not msprobe's) descends into every call.
+  const std::string l2_list =
+      "[] (every call) or one API entry name such as \"Aten.linear.0.forward\" or "
+      "\"Aten.linear.0.backward\" when level is \"L2\"";
+  if (c.level == Level::L2 && c.list.size() > 1)
+    reject(label("list"), c.list,
+           "level \"L2\" descends into one API call, this list has " + std::to_string(c.list.size()) + " names",
+           l2_list);
+  if (c.level == Level::L2 && c.list.size() == 1 && !is_api_name(c.list.front()))
+    reject(label("list"), c.list.front(), "level \"L2\" names the call to descend into by its entry name", l2_list);
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");

@@ -24,7 +24,7 @@ namespace torchprobe {
 class StatisticsTask {
  public:
   static constexpr Task kind = Task::Statistics;
-  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
   static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
