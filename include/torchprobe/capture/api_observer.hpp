@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/op_registry.hpp"
 
 namespace torchprobe::capture {
@@ -35,6 +36,10 @@ class ApiHandler {
   // Return nullptr to ignore the call.
   virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
   virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
+  // runs) and, once its work has completed, its end (the same arguments, now written).
+  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
+  virtual void on_collective_end(const Collective&, CallContext&) {}
 };
 
 class ApiObserver {
