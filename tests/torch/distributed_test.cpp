@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <torchprobe/compare/ranks.hpp>
 #include <torchprobe/distributed.hpp>
 #include <torchprobe/torchprobe.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -35,7 +36,8 @@ constexpr int kSteps = 3;
 
 // ---- the child: one rank ---------------------------------------------------------------------
 // TORCHPROBE_TEST_MODE: "plain"; "filter" (rank [0, "2-3"], step [0, 2]); "kill" (the last rank
-// is killed by SIGKILL in its last step, once the others have finished).
+// is killed by SIGKILL in its last step, once the others have finished); "fault" (rank 2 adds
+// 1e-3 to fc.weight at the start of step 1, before its forward and all_reduce).
 int run_rank(const std::string& dir, const std::string& mode) {
   const int rank = std::atoi(std::getenv("RANK"));
   const int world = std::atoi(std::getenv("WORLD_SIZE"));
@@ -53,6 +55,10 @@ int run_rank(const std::string& dir, const std::string& mode) {
     torch::manual_seed(100 + 10 * s + rank);  // data of its own
     const auto x = torch::randn({16, 8});
     net->zero_grad();
+    if (mode == "fault" && rank == 2 && s == 1) {  // a planted fault: this rank's weight drifts
+      torch::NoGradGuard no_grad;
+      net->fc->weight.add_(1e-3);
+    }
     dbg.start(net);
     net->forward(x).pow(2).mean().backward();
     for (auto& p : net->parameters()) {
@@ -276,6 +282,37 @@ TEST_CASE(
       ::setenv(name.c_str(), value->c_str(), 1);
     else
       ::unsetenv(name.c_str());
+}
+
+TEST_CASE("the cross-rank view names the rank, the parameter and the step of a planted fault, and nothing else") {
+  tptest::TempDir dir;
+  REQUIRE(launch(4, "fault", dir.path()) == 0);
+  namespace ranks = tp::compare::ranks;
+  const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+  REQUIRE(views.size() == 2);  // step 0 agrees; the view stops at step 1
+  CHECK(views[0].ranks == std::vector<long>{0, 1, 2, 3});
+  CHECK_FALSE(views[0].first.has_value());
+  for (const ranks::StepView& v : views) {
+    REQUIRE(v.collectives.size() == 2);
+    for (const ranks::CollectiveCall& c : v.collectives) {
+      CHECK(c.entered == std::vector<long>{0, 1, 2, 3});
+      CHECK_FALSE(c.inputs_agree);  // each rank's own gradients
+      CHECK(c.outputs_agree);
+    }
+  }
+  REQUIRE(views[1].first.has_value());
+  const ranks::Disagreement& d = *views[1].first;
+  CHECK(d.step == 1);
+  CHECK(d.rank == 2);
+  // fc.weight, [4, 8], is first read by Linear's transpose (linear = addmm(bias, x, weight.t())).
+  CHECK(d.entry == "Aten.t.0.forward");
+  CHECK(d.item == "input_args.0");
+  CHECK(d.shape == "[4,8]");
+  CHECK(d.agreeing == std::vector<long>{0, 1, 3});
+  std::ostringstream text;
+  CHECK(ranks::print_views(views, text) == 1);
+  CHECK(text.str().find("first disagreement: step 1, rank 2, Aten.t.0.forward input_args.0 (shape [4,8])") !=
+        std::string::npos);
 }
 
 }  // namespace dist_test
