@@ -37,14 +37,15 @@ teardown() {
 }
 trap teardown EXIT
 trap 'echo "launch_ranks: interrupted: killing every rank" >&2; exit 130' INT TERM
-trap 'echo "launch_ranks: timed out after ${timeout_s} s: killing every rank" >&2; exit 124' USR1
 
 for ((r = 0; r < world; r++)); do
   RANK=$r LOCAL_RANK=$r WORLD_SIZE=$world LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     "$@" &
   pids+=($!)
 done
-(sleep "$timeout_s" && kill -USR1 $$) 2>/dev/null &
+# The watchdog is a child of this shell, waited for with the ranks, and killed at the end: it holds
+# none of the caller's pipes (a test harness reading our output would otherwise wait for it).
+sleep "$timeout_s" </dev/null >/dev/null 2>&1 &
 watchdog=$!
 
 declare -A rank_of
@@ -52,9 +53,14 @@ for ((r = 0; r < world; r++)); do rank_of[${pids[$r]}]=$r; done
 running=("${pids[@]}")
 while [ "${#running[@]}" -gt 0 ]; do
   ended=
-  wait -n -p ended "${running[@]}"
+  wait -n -p ended "${running[@]}" "$watchdog"
   status=$?
   [ -z "$ended" ] && continue  # a signal interrupted wait; its trap has run
+  if [ "$ended" = "$watchdog" ]; then
+    watchdog=
+    echo "launch_ranks: timed out after ${timeout_s} s: killing every rank" >&2
+    exit 124
+  fi
   for i in "${!running[@]}"; do [ "${running[$i]}" = "$ended" ] && unset 'running[i]'; done
   if [ "$status" -ne 0 ]; then
     echo "launch_ranks: rank ${rank_of[$ended]} (pid $ended) ended with status $status: killing the others" >&2

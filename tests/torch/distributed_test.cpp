@@ -51,7 +51,11 @@ int run_rank(const std::string& dir, const std::string& mode) {
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(options);
   torch::manual_seed(1);  // the same initial parameters on every rank
   tptest::Net net;
-  for (int s = 0; s < kSteps; ++s) {
+  // The README's overhead figure: TORCHPROBE_TEST_STEPS steps, mode "bare" never starts the probe.
+  const char* steps_env = std::getenv("TORCHPROBE_TEST_STEPS");
+  const int steps = steps_env ? std::atoi(steps_env) : kSteps;
+  const auto began = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) {
     torch::manual_seed(100 + 10 * s + rank);  // data of its own
     const auto x = torch::randn({16, 8});
     net->zero_grad();
@@ -59,7 +63,7 @@ int run_rank(const std::string& dir, const std::string& mode) {
       torch::NoGradGuard no_grad;
       net->fc->weight.add_(1e-3);
     }
-    dbg.start(net);
+    if (mode != "bare") dbg.start(net);
     net->forward(x).pow(2).mean().backward();
     for (auto& p : net->parameters()) {
       tp::dist::all_reduce(pg, p.grad());
@@ -69,7 +73,7 @@ int run_rank(const std::string& dir, const std::string& mode) {
       torch::NoGradGuard no_grad;
       for (auto& p : net->parameters()) p.sub_(0.1 * p.grad());
     }
-    if (mode == "kill" && rank == world - 1 && s == kSteps - 1) {
+    if (mode == "kill" && rank == world - 1 && s == steps - 1) {
       // Killed in the middle of a step, after its collectives, once the others have ended.
       for (int i = 0; i < 6000; ++i) {
         int done = 0;
@@ -84,6 +88,9 @@ int run_rank(const std::string& dir, const std::string& mode) {
     dbg.step();
   }
   dbg.wait_written();
+  if (steps_env && rank == 0)
+    std::printf("rank 0: %d steps in %.3f s\n", steps,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
   return 0;
 }
