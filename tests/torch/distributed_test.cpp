@@ -22,13 +22,12 @@
 #include <fstream>
 #include <thread>
 
+#include "child_process.hpp"  // declares environ at global scope (the unity build wraps this file in a namespace)
 #include "test_support.hpp"
 
 namespace tp = torchprobe;
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
-
-extern char** environ;
 
 namespace dist_test {
 
@@ -120,7 +119,7 @@ int launch(int world, const std::string& mode, const std::string& dir) {
   std::vector<std::string> env = {"TORCHPROBE_TEST_CHILD=dist", "TORCHPROBE_TEST_MODE=" + mode,
                                   "TORCHPROBE_TEST_DIR=" + dir};
   std::vector<char*> envp;
-  for (char** e = environ; *e; ++e)
+  for (char** e = ::environ; *e; ++e)
     if (std::string(*e).rfind("TORCHPROBE_TEST_", 0) != 0) envp.push_back(*e);
   for (std::string& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
