@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "torchprobe/config/config_watch.hpp"
 #include "torchprobe/config/options.hpp"
@@ -43,6 +44,11 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id, tokens);
+  }
+  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg`.
+  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
+  void start(const Model& model, const PG& pg) {
+    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
   }
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {

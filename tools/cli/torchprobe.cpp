@@ -14,6 +14,7 @@
 #include "torchprobe/compare/grad_compare.hpp"
 #include "torchprobe/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
+#include "torchprobe/compare/ranks.hpp"
 #include "torchprobe/run_ut/precision_compare.hpp"
 #include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/version.hpp"
@@ -28,6 +29,9 @@ const char* kUsage =
     "  grad-compare  compare two grad_probe runs (run 'torchprobe grad-compare --help')\n"
     "  run_ut        API accuracy pre-check of a dump (run 'torchprobe run_ut --help')\n"
     "  api_precision_compare  judge a target's run_ut details CSV against a bench device's\n"
+    "  ranks DUMP    a step's ranks side by side: who entered each collective, whether inputs and outputs\n"
+    "                agreed, the first rank/op where replicated data disagrees (DUMP: a step dir or dump root;\n"
+    "                exit status 0 all agree, 1 a disagreement, 2 bad input)\n"
     "  --version     print the version\n";
 const char* kPrecisionUsage =
     "usage: torchprobe api_precision_compare -npu TARGET_DETAILS.csv -gpu BENCH_DETAILS.csv [-o OUT]\n"
@@ -116,6 +120,18 @@ int main(int argc, char** argv) {
   if (args[0] == "grad-compare")
     return torchprobe::compare::grad::run_grad_compare({args.begin() + 1, args.end()}, std::cout, std::cerr);
   if (args[0] == "api_precision_compare") return api_precision_compare_main({args.begin() + 1, args.end()});
+  if (args[0] == "ranks") {
+    if (args.size() != 2 || args[1] == "-h" || args[1] == "--help") {
+      std::cerr << "usage: torchprobe ranks STEP_DIR_OR_DUMP_ROOT\n";
+      return args.size() == 2 ? 0 : 2;
+    }
+    try {
+      return torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(args[1]), std::cout);
+    } catch (const std::exception& e) {
+      std::cerr << "torchprobe ranks: " << e.what() << "\n";
+      return 2;
+    }
+  }
   if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;

@@ -16,6 +16,7 @@
 #include "torchprobe/capture/backward_probe.hpp"
 #include "torchprobe/capture/call_check.hpp"
 #include "torchprobe/capture/call_values.hpp"
+#include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/captured_call.hpp"
 #include "torchprobe/capture/gradient_recorder.hpp"
 #include "torchprobe/capture/op_registry.hpp"
@@ -119,6 +120,11 @@ class ApiEntries {
       for (std::size_t k = 0; k < outputs.size(); ++k)
         capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
+    commit(call);
+  }
+
+ private:
+  void commit(ApiCall& call) {
     if (call.captured) {
       call.captured->release_spare();
       call.record.deferred = std::move(call.captured);
@@ -126,6 +132,50 @@ class ApiEntries {
       if (!call.record.pending.empty() || !call.record.pending_checksums.empty()) call.record.materialize();
     }
     if (call.record.has_content()) core_->commit(std::move(call.record));
+  }
+
+  static void add_json(CapturedCall& cc, CapturedCall::Section section, const std::string* name,
+                       const nlohmann::ordered_json& json) {
+    CapturedCall::Item item{section, name, {}};
+    item.value.kind = ArgKind::Generic;
+    item.value.set_json(json);
+    cc.add(std::move(item));
+  }
+
+ public:
+  // A collective (capture/collective.hpp) starts: its forward entry only (collectives write into
+  // tensors that autograd does not track), inputs as they are now, before the collective runs.
+  template <class Parents>
+  void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
+    if constexpr (task_checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
+    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    if (!a.admitted) return;
+    call.forward = true;
+    call.record.name = std::move(a.name);
+    call.record.order = a.order;
+    call.record.parent = parents.forward();
+    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/true)) {
+      call.captured = new_body(0);
+      CapturedCall& cc = *call.captured;
+      cc.has_inputs = true;
+      for (std::size_t k = 0; k < c.args.size(); ++k)
+        capture_value(cc, c.args[k], ArgKind::Generic, CapturedCall::Section::Arg, k, nullptr, call.record);
+      for (const auto& [name, json] : c.kwargs) add_json(cc, CapturedCall::Section::Kwarg, name, json);
+    }
+    if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
+  }
+
+  // The collective's work completed: msprobe's output is the arguments again, then the keyword values.
+  void finish_collective(const Collective& c, ApiCall& call) {
+    if (c.ended && core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+      if (!call.captured) call.captured = new_body(0);
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
+      for (std::size_t k = 0; k < c.args.size(); ++k)
+        capture_value(cc, c.args[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
+      for (const auto& kw : c.kwargs) add_json(cc, CapturedCall::Section::Output, nullptr, kw.second);
+    }
+    commit(call);
   }
 
   // Hooks the backward entry on the autograd nodes the call created; false when there are none.

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/op_registry.hpp"
 
 namespace torchprobe::capture {
@@ -62,6 +63,10 @@ class ApiHandler {
   virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
     return std::nullopt;
   }
+  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
+  // runs) and, once its work has completed, its end (the same arguments, now written).
+  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
+  virtual void on_collective_end(const Collective&, CallContext&) {}
 };
 
 class ApiObserver {

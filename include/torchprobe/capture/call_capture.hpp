@@ -152,6 +152,33 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     }
   }
 
+  // ---- collectives (distributed.hpp): API entries of their own, at levels that record APIs ----
+
+  std::unique_ptr<CallContext> on_collective_start(const Collective& c) override {
+    if constexpr (!kApis) return nullptr;
+    std::unique_ptr<Call> call;
+    try {
+      ThreadModules& tm = modules_.this_thread();
+      if (tm.dump_only) return nullptr;
+      call = std::make_unique<Call>();
+      apis_.start_collective(OpRegistry::named("Distributed", c.api), c, modules_.parents(tm, false), call->api);
+      if (!call->api.forward) return nullptr;
+      return call;
+    } catch (const std::exception& e) {
+      core_->errors().log("forward_input_data_collect", call ? call->api.record.name : "Distributed." + c.api, e);
+      return nullptr;
+    }
+  }
+
+  void on_collective_end(const Collective& c, CallContext& ctx) override {
+    Call& call = static_cast<Call&>(ctx);
+    try {
+      apis_.finish_collective(c, call.api);
+    } catch (const std::exception& e) {
+      core_->errors().log("forward_output_data_collect", call.api.record.name, e);
+    }
+  }
+
   // ---- module guards, ScopedModuleDump and TorchScript probes (ModuleEvents) ----------------
 
   void* module_enter(const torch::nn::Module& module, const std::string* dump_name,

@@ -216,6 +216,26 @@ class OpRegistry {
     }
     return *slot;
   }
+
+ public:
+  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
+  // wrappers, not by the observer): its info, with a counter key of its own.
+  static const OpInfo& named(const std::string& family, const std::string& api) {
+    OpRegistry& r = instance();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    auto& slot = r.named_[family + "." + api];
+    if (!slot) {
+      slot = std::make_unique<OpInfo>();
+      slot->qualified = family + "::" + api;
+      slot->api = api;
+      slot->key = family + "." + api + ".";
+      slot->user_api = true;
+      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ private:
   static const OpInfo& not_an_api() {
     static const OpInfo none{};
     return none;
@@ -223,6 +243,7 @@ class OpRegistry {
   std::mutex mutex_;
   std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
   std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
   std::unordered_map<std::string, std::size_t> key_ids_;
 };
 

@@ -49,6 +49,15 @@ class Options {
   // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
   Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
 
+  // The c10d process group this process trains with (a c10::intrusive_ptr, or any pointer with
+  // getRank()): its rank names the rank{R} directory unless start() is given a rank_id; it comes
+  // before the launcher's environment variables (details/session.hpp has the whole order).
+  template <class ProcessGroupPtr>
+  Options& process_group(const ProcessGroupPtr& pg) {
+    group_rank_ = static_cast<int64_t>(pg->getRank());
+    return *this;
+  }
+
   // Any config.json key (e.g. set("level", "mix")); the last value set for a key wins.
   Options& set(std::string key, nlohmann::json value) {
     overrides_[std::move(key)] = std::move(value);
@@ -75,6 +84,7 @@ class Options {
 
  private:
   std::optional<std::string> config_file_;
+  std::optional<int64_t> group_rank_;
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
@@ -133,6 +143,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 
   Config config = parse_config(doc, implemented);
   config.warnings.insert(config.warnings.begin(), notes.begin(), notes.end());
+  config.group_rank = group_rank_;
   return config;
 }
 

@@ -147,6 +147,8 @@ struct Config {
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
   // training thread waits for the writer (tensor task, tensor_list, save()).
   int64_t max_pending_mb = 1024;
+  // Options().process_group(pg): that group's rank, used when start() names no rank_id.
+  std::optional<int64_t> group_rank;
 
   // Keys of the task's own section ("statistics": {...}, "tensor": {...}, ...).
   std::vector<std::string> scope, list, tensor_list;

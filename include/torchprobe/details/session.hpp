@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "torchprobe/config/types.hpp"
@@ -25,8 +26,12 @@ class Session {
     loop_ = 0;
   }
 
-  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
-  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
+  // The rank for this start(), the first of: the explicit rank_id (start(model, rank_id), or
+  // start(model, pg): that group's rank); the rank of the process group given to
+  // Options().process_group(pg); the launcher's environment: $RANK (torchrun), $OMPI_COMM_WORLD_RANK
+  // (Open MPI), $PMI_RANK (MPICH, Intel MPI), $SLURM_PROCID (srun), $LOCAL_RANK (a one-node launcher
+  // that sets nothing else). Else none: the directory is then proc{pid}, as msprobe writes without
+  // torch.distributed. A variable that is not a non-negative integer is skipped.
   void resolve_rank(std::optional<std::int64_t> rank_id) {
     if (rank_id) {
       if (*rank_id < 0)
@@ -35,11 +40,17 @@ class Session {
       rank_ = rank_id;
       return;
     }
-    rank_.reset();
-    if (const char* env = std::getenv("RANK")) {
+    rank_ = config_.group_rank;
+    if (rank_) return;
+    for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
+      const char* env = std::getenv(name);
+      if (!env) continue;
       char* end = nullptr;
       const long long v = std::strtoll(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 0) rank_ = v;
+      if (end != env && *end == '\0' && v >= 0) {
+        rank_ = v;
+        return;
+      }
     }
   }
   std::optional<std::int64_t> rank() const { return rank_; }

@@ -1,0 +1,250 @@
+#pragma once
+// Collectives in the dump, as msprobe names them: "Distributed.all_reduce.{n}.forward" with the
+// tensors before the collective (input_args), its keyword arguments (op, group, src/dst, tag,
+// async_op) and, as msprobe's output, the same arguments after it, then the keyword values.
+//
+//   #include <torchprobe/distributed.hpp>
+//   namespace dist = torchprobe::dist;
+//   dist::all_reduce(pg, grad);                       // waits, as torch.distributed.all_reduce
+//   auto work = dist::all_reduce(pg, grad, c10d::ReduceOp::SUM, /*async_op=*/true);
+//   ...                                               // overlap: the probe does not wait
+//   work.wait();                                      // the entry's output is read now
+//
+// A process group's methods (c10d::ProcessGroupGloo and other backends on libtorch 1.13 and 2.x)
+// are virtual calls that RecordFunction does not see, so these wrappers record them; with no
+// debugger started a wrapper is the call itself plus one atomic load. The probe adds no collective
+// and no synchronisation: the output is read when the caller's own wait() returns (or, for a Work
+// dropped without wait(), if its work had completed by then; else the entry has no output).
+// `pg` is any c10::intrusive_ptr to a process group or backend (anything with allreduce, broadcast,
+// allgather, reduce_scatter, send, recv, barrier as c10d's); the group is recorded as msprobe's
+// {"type": "torch.ProcessGroup", "group_ranks": [0 .. size-1], "group_id": crc32}.
+// Needs libtorch built with distributed support (USE_DISTRIBUTED; Debian's is); not included by
+// torchprobe.hpp.
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/collective.hpp"
+
+namespace torchprobe::dist {
+
+// What a collective returns: the backend's work, and the entry that its wait() completes.
+class Work {
+ public:
+  Work() = default;
+  Work(c10::intrusive_ptr<c10d::Work> work, capture::Collective c, std::shared_ptr<capture::ApiHandler> handler,
+       std::unique_ptr<capture::CallContext> ctx)
+      : work_(std::move(work)), c_(std::move(c)), handler_(std::move(handler)), ctx_(std::move(ctx)) {}
+  Work(Work&&) noexcept = default;
+  Work& operator=(Work&& other) noexcept {
+    if (this != &other) {
+      finish(/*waited=*/false);
+      work_ = std::move(other.work_);
+      c_ = std::move(other.c_);
+      handler_ = std::move(other.handler_);
+      ctx_ = std::move(other.ctx_);
+    }
+    return *this;
+  }
+  ~Work() { finish(/*waited=*/false); }
+
+  // The backend's wait(); then the entry's output is recorded.
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {  // 0: no timeout
+    const bool ok = work_ ? work_->wait(timeout) : true;
+    finish(/*waited=*/true);
+    return ok;
+  }
+  const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }
+
+ private:
+  void finish(bool waited) noexcept {
+    if (!ctx_) return;
+    try {
+      c_.ended = waited || (work_ && work_->isCompleted());
+      handler_->on_collective_end(c_, *ctx_);
+    } catch (...) {  // the probe never fails the training step
+    }
+    ctx_.reset();
+    handler_.reset();
+  }
+
+  c10::intrusive_ptr<c10d::Work> work_;
+  capture::Collective c_;
+  std::shared_ptr<capture::ApiHandler> handler_;
+  std::unique_ptr<capture::CallContext> ctx_;
+};
+
+namespace detail {
+
+template <class PG>
+nlohmann::ordered_json group_of(const c10::intrusive_ptr<PG>& pg) {
+  std::vector<std::int64_t> ranks;
+  for (int r = 0; r < pg->getSize(); ++r) ranks.push_back(r);
+  return capture::process_group_json(ranks);
+}
+
+// str() of a torch.distributed.ReduceOp on libtorch 2.x: "RedOpType.SUM".
+inline nlohmann::ordered_json reduce_op_json(const c10d::ReduceOp& op) {
+  static const char* const names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
+  const auto k = static_cast<std::size_t>(op.op_);
+  const std::string name = k < sizeof names / sizeof names[0] ? names[k] : std::to_string(k);
+  return {{"type", "torch.distributed.ReduceOp"}, {"value", "RedOpType." + name}};
+}
+
+inline c10::IValue tensor_list(const std::vector<at::Tensor>& tensors) { return c10::List<at::Tensor>(tensors); }
+
+// Records the start (when a debugger runs), runs `call` (which returns the backend's work), and
+// waits unless the caller asked for async_op.
+template <class Describe, class Call>
+Work run(Describe&& describe, Call&& call, bool async_op) {
+  std::shared_ptr<capture::ApiHandler> handler = capture::ApiObserver::active();
+  capture::Collective c;
+  std::unique_ptr<capture::CallContext> ctx;
+  if (handler) {
+    try {
+      describe(c);
+      c.kwarg("async_op", capture::bool_json(async_op));
+      ctx = handler->on_collective_start(c);
+    } catch (...) {  // the probe never fails the training step
+      ctx.reset();
+    }
+  }
+  if (!ctx) handler.reset();
+  Work work(call(), std::move(c), std::move(handler), std::move(ctx));
+  if (!async_op) work.wait();
+  return work;
+}
+
+}  // namespace detail
+
+template <class PG>
+Work all_reduce(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM,
+                bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "all_reduce";
+        c.args = {tensor};
+        c.kwarg("op", detail::reduce_op_json(op));
+        c.kwarg("group", detail::group_of(pg));
+      },
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = op;
+        return pg->allreduce(tensors, opts);
+      },
+      async_op);
+}
+
+template <class PG>
+Work broadcast(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t src, bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "broadcast";
+        c.args = {tensor};
+        c.kwarg("src", capture::int_json(src));
+        c.kwarg("group", detail::group_of(pg));
+      },
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = src;
+        return pg->broadcast(tensors, opts);
+      },
+      async_op);
+}
+
+// torch.distributed.all_gather(tensor_list, tensor): `outputs` receives every rank's `tensor`.
+template <class PG>
+Work all_gather(const c10::intrusive_ptr<PG>& pg, const std::vector<at::Tensor>& outputs, const at::Tensor& tensor,
+                bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "all_gather";
+        c.args = {detail::tensor_list(outputs), tensor};
+        c.kwarg("group", detail::group_of(pg));
+      },
+      [&] {
+        std::vector<std::vector<at::Tensor>> out{outputs};
+        std::vector<at::Tensor> in{tensor};
+        return pg->allgather(out, in);
+      },
+      async_op);
+}
+
+// torch.distributed.reduce_scatter(output, input_list, op).
+template <class PG>
+Work reduce_scatter(const c10::intrusive_ptr<PG>& pg, const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                    c10d::ReduceOp op = c10d::ReduceOp::SUM, bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "reduce_scatter";
+        c.args = {output, detail::tensor_list(inputs)};
+        c.kwarg("op", detail::reduce_op_json(op));
+        c.kwarg("group", detail::group_of(pg));
+      },
+      [&] {
+        std::vector<at::Tensor> out{output};
+        std::vector<std::vector<at::Tensor>> in{inputs};
+        c10d::ReduceScatterOptions opts;
+        opts.reduceOp = op;
+        return pg->reduce_scatter(out, in, opts);
+      },
+      async_op);
+}
+
+// torch.distributed.send / isend (async_op) and recv / irecv.
+template <class PG>
+Work send(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t dst, std::int64_t tag = 0,
+          bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "send";
+        c.args = {tensor};
+        c.kwarg("dst", capture::int_json(dst));
+        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("tag", capture::int_json(tag));
+      },
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        return pg->send(tensors, static_cast<int>(dst), static_cast<int>(tag));
+      },
+      async_op);
+}
+
+template <class PG>
+Work recv(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t src, std::int64_t tag = 0,
+          bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "recv";
+        c.args = {tensor};
+        c.kwarg("src", capture::int_json(src));
+        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("tag", capture::int_json(tag));
+      },
+      [&] {
+        std::vector<at::Tensor> tensors{tensor};
+        return pg->recv(tensors, static_cast<int>(src), static_cast<int>(tag));
+      },
+      async_op);
+}
+
+template <class PG>
+Work barrier(const c10::intrusive_ptr<PG>& pg, bool async_op = false) {
+  return detail::run(
+      [&](capture::Collective& c) {
+        c.api = "barrier";
+        c.kwarg("group", detail::group_of(pg));
+      },
+      [&] { return pg->barrier(); }, async_op);
+}
+
+}  // namespace torchprobe::dist

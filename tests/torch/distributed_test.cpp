@@ -1,0 +1,324 @@
+// Many ranks: data-parallel training over c10d's Gloo on loopback, each rank a process started by
+// tools/launch_ranks.sh (this test executable again, as a child: no executable of its own).
+// Every rank trains the same small model for 3 steps on data of its own and all-reduces the
+// gradients through torchprobe::dist; what the ranks wrote is read back by python3's json.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <torchprobe/compare/ranks.hpp>
+#include <torchprobe/distributed.hpp>
+#include <torchprobe/torchprobe.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "child_process.hpp"  // declares environ at global scope (the unity build wraps this file in a namespace)
+#include "test_support.hpp"
+
+namespace tp = torchprobe;
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+namespace dist_test {
+
+constexpr int kSteps = 3;
+
+// ---- the child: one rank ---------------------------------------------------------------------
+// TORCHPROBE_TEST_MODE: "plain"; "filter" (rank [0, "2-3"], step [0, 2]); "kill" (the last rank
+// is killed by SIGKILL in its last step, once the others have finished); "fault" (rank 2 adds
+// 1e-3 to fc.weight at the start of step 1, before its forward and all_reduce).
+int run_rank(const std::string& dir, const std::string& mode) {
+  const int rank = std::atoi(std::getenv("RANK"));
+  const int world = std::atoi(std::getenv("WORLD_SIZE"));
+  auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
+  auto gloo = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(40));
+  gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo);
+
+  tp::Options options = tp::Options().dump_path(dir + "/dump").process_group(pg);
+  if (mode == "filter") options.rank({0, "2-3"}).step({0, 2});
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(options);
+  torch::manual_seed(1);  // the same initial parameters on every rank
+  tptest::Net net;
+  // The README's overhead figure: TORCHPROBE_TEST_STEPS steps, mode "bare" never starts the probe.
+  const char* steps_env = std::getenv("TORCHPROBE_TEST_STEPS");
+  const int steps = steps_env ? std::atoi(steps_env) : kSteps;
+  const auto began = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) {
+    torch::manual_seed(100 + 10 * s + rank);  // data of its own
+    const auto x = torch::randn({16, 8});
+    net->zero_grad();
+    if (mode == "fault" && rank == 2 && s == 1) {  // a planted fault: this rank's weight drifts
+      torch::NoGradGuard no_grad;
+      net->fc->weight.add_(1e-3);
+    }
+    if (mode != "bare") dbg.start(net);
+    net->forward(x).pow(2).mean().backward();
+    for (auto& p : net->parameters()) {
+      tp::dist::all_reduce(pg, p.grad());
+      p.grad().div_(world);
+    }
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net->parameters()) p.sub_(0.1 * p.grad());
+    }
+    if (mode == "kill" && rank == world - 1 && s == steps - 1) {
+      // Killed in the middle of a step, after its collectives, once the others have ended.
+      for (int i = 0; i < 6000; ++i) {
+        int done = 0;
+        for (int r = 0; r < world - 1; ++r) done += fs::exists(dir + "/done" + std::to_string(r));
+        if (done == world - 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      dbg.wait_written();
+      ::raise(SIGKILL);
+    }
+    dbg.stop();
+    dbg.step();
+  }
+  dbg.wait_written();
+  if (steps_env && rank == 0)
+    std::printf("rank 0: %d steps in %.3f s\n", steps,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
+  return 0;
+}
+
+struct ChildProgram {
+  ChildProgram() {
+    const char* child = std::getenv("TORCHPROBE_TEST_CHILD");
+    if (!child || std::string(child) != "dist") return;
+    int rc = 2;
+    try {
+      rc = run_rank(std::getenv("TORCHPROBE_TEST_DIR"), std::getenv("TORCHPROBE_TEST_MODE"));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %s failed: %s\n", std::getenv("RANK"), e.what());
+      rc = 4;
+    }
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
+} child_program;
+
+// ---- the parent ------------------------------------------------------------------------------
+
+// tools/launch_ranks.sh starts `world` ranks of this executable; returns its exit status.
+int launch(int world, const std::string& mode, const std::string& dir) {
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string script = std::string(TORCHPROBE_TESTS_DIR) + "/../tools/launch_ranks.sh";
+  std::vector<std::string> env = {"TORCHPROBE_TEST_CHILD=dist", "TORCHPROBE_TEST_MODE=" + mode,
+                                  "TORCHPROBE_TEST_DIR=" + dir};
+  std::vector<char*> envp;
+  for (char** e = ::environ; *e; ++e)
+    if (std::string(*e).rfind("TORCHPROBE_TEST_", 0) != 0) envp.push_back(*e);
+  for (std::string& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = {"bash", script, "-t", "50", std::to_string(world), self};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, "/bin/bash", nullptr, nullptr, argv.data(), envp.data()) == 0);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Every step{S}/rank{R}/dump.json below `dump`, as python3's json reads it:
+// {"step0": {"rank1": {"Distributed.all_reduce.0.forward": {...}, ...}}}, only Distributed
+// entries, plus "rank dirs" listing each step's directories.
+Json read_dumps(const std::string& dump) {
+  int rc = -1;
+  const std::string out = tptest::run_python(
+      "import json, os\n"
+      "root = '" +
+          dump +
+          "'\n"
+          "res = {}\n"
+          "for step in sorted(os.listdir(root)):\n"
+          "    res[step] = {}\n"
+          "    for rank in sorted(os.listdir(os.path.join(root, step))):\n"
+          "        p = os.path.join(root, step, rank, 'dump.json')\n"
+          "        data = json.load(open(p))['data'] if os.path.exists(p) else None\n"
+          "        res[step][rank] = None if data is None else {k: v for k, v in data.items() if "
+          "k.startswith('Distributed.')}\n"
+          "print(json.dumps(res))\n",
+      &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  return Json::parse(out);
+}
+
+// Checks the all_reduce entries of one step: one per parameter (weight, bias) on every rank, the
+// input a rank's own gradient, the output the sum over ranks, the same on every rank. The
+// gradients' Means are linear, so the output's Mean is the sum of the inputs' Means.
+void check_all_reduces(const Json& step, const std::vector<std::string>& ranks, bool every_rank = true) {
+  for (int k = 0; k < 2; ++k) {
+    const std::string name = "Distributed.all_reduce." + std::to_string(k) + ".forward";
+    double mean_sum = 0;
+    const Json* first_output = nullptr;
+    for (const std::string& r : ranks) {
+      INFO(r << " " << name);
+      REQUIRE(step.contains(r));
+      REQUIRE(step[r].contains(name));
+      const Json& e = step[r][name];
+      CHECK(e["input_kwargs"]["op"]["value"] == "RedOpType.SUM");
+      if (every_rank) CHECK(e["input_kwargs"]["group"]["group_ranks"].size() == ranks.size());
+      mean_sum += e["input_args"][0]["Mean"].get<double>();
+      REQUIRE(e.contains("output"));
+      const Json& out = e["output"][0];
+      if (!first_output) first_output = &out;
+      for (const char* stat : {"Max", "Min", "Mean", "Norm"}) CHECK(out[stat] == (*first_output)[stat]);
+    }
+    if (every_rank) CHECK(((*first_output)["Mean"].get<double>() == doctest::Approx(mean_sum).epsilon(1e-5)));
+  }
+}
+
+std::vector<std::string> rank_names(int world) {
+  std::vector<std::string> r;
+  for (int i = 0; i < world; ++i) r.push_back("rank" + std::to_string(i));
+  return r;
+}
+
+TEST_CASE(
+    "2 and 4 ranks over Gloo: every rank writes rank{R}, all_reduce entries hold each rank's input and the common "
+    "sum") {
+  for (int world : {2, 4}) {
+    INFO("world size " << world);
+    tptest::TempDir dir;
+    REQUIRE(launch(world, "plain", dir.path()) == 0);
+    const Json dumps = read_dumps(dir / "dump");
+    REQUIRE(dumps.size() == kSteps);
+    for (int s = 0; s < kSteps; ++s) {
+      const Json& step = dumps["step" + std::to_string(s)];
+      CHECK(step.size() == static_cast<std::size_t>(world));
+      check_all_reduces(step, rank_names(world));
+    }
+  }
+}
+
+TEST_CASE("the rank filter [0, \"2-3\"] and the step filter [0, 2] hold on every rank of a 4-rank run") {
+  tptest::TempDir dir;
+  REQUIRE(launch(4, "filter", dir.path()) == 0);
+  const Json dumps = read_dumps(dir / "dump");
+  CHECK(dumps.size() == 2);
+  for (const char* s : {"step0", "step2"}) {
+    INFO(s);
+    REQUIRE(dumps.contains(s));
+    const Json& step = dumps[s];
+    CHECK(step.size() == 3);
+    CHECK_FALSE(step.contains("rank1"));
+    check_all_reduces(step, {"rank0", "rank2", "rank3"}, /*every_rank=*/false);
+  }
+}
+
+TEST_CASE(
+    "a rank killed by SIGKILL mid-step leaves the others' dumps complete and a journal that recovers its collectives") {
+  tptest::TempDir dir;
+  CHECK(launch(4, "kill", dir.path()) == 128 + SIGKILL);  // the launcher reports the killed rank
+  const std::string killed = dir / "dump/step2/rank3";
+  CHECK_FALSE(fs::exists(killed + "/dump.json"));
+  REQUIRE(fs::exists(killed + "/journal.jsonl"));
+  int rc = -1;
+  const std::string out =
+      tptest::run_python("import subprocess, sys\nsys.exit(subprocess.call([sys.executable, '" +
+                             std::string(TORCHPROBE_TESTS_DIR) + "/../tools/recover_dump.py', '" + killed + "']))\n",
+                         &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  const Json dumps = read_dumps(dir / "dump");
+  for (int s = 0; s < kSteps; ++s) {
+    INFO("step " << s);
+    check_all_reduces(dumps["step" + std::to_string(s)], rank_names(4));  // rank 3's step 2 recovered
+  }
+}
+
+TEST_CASE(
+    "rank detection: start's rank_id, then the process group, then RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+    "SLURM_PROCID, LOCAL_RANK") {
+  const char* const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const char* v : vars) {
+    const char* was = std::getenv(v);
+    saved.emplace_back(v, was ? std::optional<std::string>(was) : std::nullopt);
+  }
+  for (std::size_t i = 0; i < 5; ++i) ::setenv(vars[i], std::to_string(i + 1).c_str(), 1);  // RANK=1 ... LOCAL_RANK=5
+
+  struct FakeGroup {
+    int getRank() const { return 6; }
+  };
+  const auto group = std::make_shared<FakeGroup>();
+  tp::Config config = tp::Options().process_group(group).resolve();
+  CHECK(config.group_rank == std::optional<int64_t>(6));
+  tp::details::Session session(config);
+  session.resolve_rank(7);
+  CHECK(session.rank() == std::optional<std::int64_t>(7));
+  session.resolve_rank(std::nullopt);
+  CHECK(session.rank() == std::optional<std::int64_t>(6));
+  config.group_rank.reset();
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO("after unsetting " << i << " variables");
+    session.resolve_rank(std::nullopt);
+    CHECK(session.rank() == std::optional<std::int64_t>(i + 1));
+    ::setenv(vars[i], "not a number", 1);  // skipped, as an absent one
+  }
+  session.resolve_rank(std::nullopt);
+  CHECK_FALSE(session.rank().has_value());
+  CHECK(session.rank_dir_name() == "proc" + std::to_string(::getpid()));
+
+  // start(model, pg) names the directory by the group's rank.
+  tptest::TempDir dir;
+  tptest::Net net;
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics> dbg(tp::Options().dump_path(dir.path()));
+  dbg.start(net, group);
+  CHECK(fs::path(dbg.directory()).filename() == "rank6");
+  dbg.stop();
+
+  for (const auto& [name, value] : saved)
+    if (value)
+      ::setenv(name.c_str(), value->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+}
+
+TEST_CASE("the cross-rank view names the rank, the parameter and the step of a planted fault, and nothing else") {
+  tptest::TempDir dir;
+  REQUIRE(launch(4, "fault", dir.path()) == 0);
+  namespace ranks = tp::compare::ranks;
+  const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+  REQUIRE(views.size() == 2);  // step 0 agrees; the view stops at step 1
+  CHECK(views[0].ranks == std::vector<long>{0, 1, 2, 3});
+  CHECK_FALSE(views[0].first.has_value());
+  for (const ranks::StepView& v : views) {
+    REQUIRE(v.collectives.size() == 2);
+    for (const ranks::CollectiveCall& c : v.collectives) {
+      CHECK(c.entered == std::vector<long>{0, 1, 2, 3});
+      CHECK_FALSE(c.inputs_agree);  // each rank's own gradients
+      CHECK(c.outputs_agree);
+    }
+  }
+  REQUIRE(views[1].first.has_value());
+  const ranks::Disagreement& d = *views[1].first;
+  CHECK(d.step == 1);
+  CHECK(d.rank == 2);
+  // fc.weight, [4, 8], is first read by Linear's transpose (linear = addmm(bias, x, weight.t())).
+  CHECK(d.entry == "Aten.t.0.forward");
+  CHECK(d.item == "input_args.0");
+  CHECK(d.shape == "[4,8]");
+  CHECK(d.agreeing == std::vector<long>{0, 1, 3});
+  std::ostringstream text;
+  CHECK(ranks::print_views(views, text) == 1);
+  CHECK(text.str().find("first disagreement: step 1, rank 2, Aten.t.0.forward input_args.0 (shape [4,8])") !=
+        std::string::npos);
+}
+
+}  // namespace dist_test
