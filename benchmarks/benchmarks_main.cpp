@@ -10,7 +10,8 @@
 int main(int argc, char** argv) {
   const auto& all = tpbench::benchmarks();
   if (argc < 2 || std::strcmp(argv[1], "--list") == 0 || std::strcmp(argv[1], "--help") == 0) {
-    if (argc < 2) std::printf("usage: %s NAME [ARGS...]   (TORCHPROBE_BENCH_QUICK=1: one quick round)\nbenchmarks:\n", argv[0]);
+    if (argc < 2)
+      std::printf("usage: %s NAME [ARGS...]   (TORCHPROBE_BENCH_QUICK=1: one quick round)\nbenchmarks:\n", argv[0]);
     for (const auto& [name, run] : all) std::printf("%s\n", name.c_str());
     return argc < 2 ? 2 : 0;
   }

@@ -24,7 +24,7 @@ struct BenchmarkRegistration {
 
 // TORCHPROBE_BENCHMARK(levels) { ... return 0; }: the body sees argc/argv as main would, with
 // argv[0] the benchmark's name and the arguments after it.
-#define TORCHPROBE_BENCHMARK(name)                                                                   \
-  static int tp_benchmark_##name(int argc, char** argv);                                             \
+#define TORCHPROBE_BENCHMARK(name)                                                                             \
+  static int tp_benchmark_##name(int argc, char** argv);                                                       \
   static const ::tpbench::BenchmarkRegistration tp_benchmark_registration_##name(#name, &tp_benchmark_##name); \
   static int tp_benchmark_##name([[maybe_unused]] int argc, [[maybe_unused]] char** argv)

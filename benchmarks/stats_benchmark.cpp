@@ -291,7 +291,8 @@ TORCHPROBE_BENCHMARK(stats) {
     else if (std::strcmp(argv[k], "--threads") == 0)
       threads = static_cast<int>(parse_count(argv[k + 1]));
     else {
-      std::fprintf(stderr, "usage: torchprobe_benchmarks %s [--elements N] [--reps R] [--tiny-calls C] [--threads T]\n", argv[0]);
+      std::fprintf(stderr, "usage: torchprobe_benchmarks %s [--elements N] [--reps R] [--tiny-calls C] [--threads T]\n",
+                   argv[0]);
       return 2;
     }
   }

@@ -386,6 +386,8 @@ struct Config {
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
   // training thread waits for the writer (tensor task, tensor_list, save()).
   int64_t max_pending_mb = 1024;
+  // Options().process_group(pg): that group's rank, used when start() names no rank_id.
+  std::optional<int64_t> group_rank;
 
   // Keys of the task's own section ("statistics": {...}, "tensor": {...}, ...).
   std::vector<std::string> scope, list, tensor_list;
@@ -1433,9 +1435,11 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
                          " was changed to \"mix\"");
     c.level = Level::Mix;
   }
-  if (c.level == Level::L2 && c.task != Task::Tensor)
-    reject("task", std::string(task_name(c.task)), "level \"L2\" only works with task \"tensor\"",
-           "\"tensor\" when level is \"L2\"");
+  // msprobe's L2 is a kernel dump, tensor task only; TorchProbe's L2 records ATen calls, nested ones
+  // too, so statistics are as meaningful there as at L1.
+  if (c.level == Level::L2 && c.task != Task::Tensor && c.task != Task::Statistics)
+    reject("task", std::string(task_name(c.task)), "level \"L2\" works with task \"statistics\" or \"tensor\"",
+           "\"statistics\" or \"tensor\" when level is \"L2\"");
 
   if (implemented && c.task == Task::RunUt)
     reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
@@ -1486,9 +1490,16 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
                          " are ignored at level \"debug\": save() writes every value it is given");
 
   // Rules that tie keys together (msprobe's).
-  if (c.level == Level::L2 && c.list.size() != 1)
-    reject(label("list"), c.list, "level \"L2\" follows exactly one API",
-           "a list with exactly one name when level is \"L2\"");
+  // msprobe: one API to descend into. An empty list (not msprobe's) descends into every call.
+  const std::string l2_list =
+      "[] (every call) or one API entry name such as \"Aten.linear.0.forward\" or "
+      "\"Aten.linear.0.backward\" when level is \"L2\"";
+  if (c.level == Level::L2 && c.list.size() > 1)
+    reject(label("list"), c.list,
+           "level \"L2\" descends into one API call, this list has " + std::to_string(c.list.size()) + " names",
+           l2_list);
+  if (c.level == Level::L2 && c.list.size() == 1 && !is_api_name(c.list.front()))
+    reject(label("list"), c.list.front(), "level \"L2\" names the call to descend into by its entry name", l2_list);
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
@@ -1578,6 +1589,15 @@ class Options {
   // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
   Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
 
+  // The c10d process group this process trains with (a c10::intrusive_ptr, or any pointer with
+  // getRank()): its rank names the rank{R} directory unless start() is given a rank_id; it comes
+  // before the launcher's environment variables (details/session.hpp has the whole order).
+  template <class ProcessGroupPtr>
+  Options& process_group(const ProcessGroupPtr& pg) {
+    group_rank_ = static_cast<int64_t>(pg->getRank());
+    return *this;
+  }
+
   // Any config.json key (e.g. set("level", "mix")); the last value set for a key wins.
   Options& set(std::string key, nlohmann::json value) {
     overrides_[std::move(key)] = std::move(value);
@@ -1604,6 +1624,7 @@ class Options {
 
  private:
   std::optional<std::string> config_file_;
+  std::optional<int64_t> group_rank_;
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
@@ -1662,6 +1683,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
 
   Config config = parse_config(doc, implemented);
   config.warnings.insert(config.warnings.begin(), notes.begin(), notes.end());
+  config.group_rank = group_rank_;
   return config;
 }
 
@@ -2086,6 +2108,14 @@ class Reservation;
 class JsonText;
 }  // namespace io
 
+// A copy into a host snapshot that a device may still be running (async_dump): wait() returns once
+// the snapshot holds the values.
+class PendingCopy {
+ public:
+  virtual ~PendingCopy() = default;
+  virtual void wait() = 0;
+};
+
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
 // (docs/io.md describes the path). Member order matters: `data` is freed before
 // `memory` returns its bytes to the writer's budget.
@@ -2094,6 +2124,10 @@ struct PendingSave {
   std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
   std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
   at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described
+  // async_dump: the file goes to the writer when the step is written (stop()/step()), once
+  // `copying` (the device-to-host copy into `data`, null when there is none) is done.
+  bool at_flush = false;
+  std::shared_ptr<PendingCopy> copying{};
 };
 
 // Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
@@ -3443,6 +3477,26 @@ class OpRegistry {
     }
     return *slot;
   }
+
+ public:
+  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
+  // wrappers, not by the observer): its info, with a counter key of its own.
+  static const OpInfo& named(const std::string& family, const std::string& api) {
+    OpRegistry& r = instance();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    auto& slot = r.named_[family + "." + api];
+    if (!slot) {
+      slot = std::make_unique<OpInfo>();
+      slot->qualified = family + "::" + api;
+      slot->api = api;
+      slot->key = family + "." + api + ".";
+      slot->user_api = true;
+      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ private:
   static const OpInfo& not_an_api() {
     static const OpInfo none{};
     return none;
@@ -3450,6 +3504,7 @@ class OpRegistry {
   std::mutex mutex_;
   std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
   std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
   std::unordered_map<std::string, std::size_t> key_ids_;
 };
 
@@ -6403,6 +6458,11 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
 // calls stage() from describe() for each tensor it wants saved; the file is written only if the
 // task keeps the entry (docs/io.md describes the whole path).
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
+#include <thread>
 
 // ---- begin torchprobe/io/tensor_writer.hpp ----
 // The writer threads: tensor files (.pt) are written off the training thread, in the order they
@@ -6410,12 +6470,10 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
 // is logged to dump_error_info.log and the run continues. docs/io.md describes the whole path of
 // one tensor, from a task's TensorSaver::stage() to the file.
 
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <set>
-#include <thread>
 
 
 // ---- begin torchprobe/io/error_log.hpp ----
@@ -7324,13 +7382,51 @@ inline at::Tensor snapshot_for_file(const at::Tensor& t) {
   return snapshot_for_file(t, none);
 }
 
+// async_dump: a CUDA tensor's copy to the host is queued on its stream, into pinned memory, and not
+// waited for (no host synchronisation); wait() is called when the step is written. An event marks
+// the end of the copy on the stream.
+class StreamCopy final : public PendingCopy {
+ public:
+  explicit StreamCopy(const c10::Device& device) : event_(device.type()) {
+    event_.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  }
+  void wait() override {
+    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+
+ private:
+  c10::Event event_;
+};
+
+// The snapshot of `t` for a file written at the step's end (async_dump): CUDA tensors are copied
+// without waiting (`copying` says when the copy is done), others as snapshot_for_file does. A device
+// that cannot do it (no pinned memory, no events) gets the waiting copy.
+inline at::Tensor snapshot_at_flush(const at::Tensor& t, io::Reservation& memory,
+                                    std::shared_ptr<PendingCopy>& copying) {
+  if (!t.is_cuda()) return snapshot_for_file(t, memory);
+  ProbeGuard guard;
+  const at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  try {
+    at::Tensor host = at::empty(d.sizes(), d.options().device(at::kCPU).pinned_memory(true));
+    host.copy_(d, /*non_blocking=*/true);
+    copying = std::make_shared<StreamCopy>(d.device());
+    return host;
+  } catch (const std::exception&) {
+    copying.reset();
+    return snapshot_for_file(t, memory);
+  }
+}
+
 class TensorSaver {
  public:
   TensorSaver() = default;  // saves nothing
   // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
   // start with its first file.
-  explicit TensorSaver(std::int64_t max_pending_mb)
-      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)) {}
+  // `at_flush` (async_dump): the files are handed to the writer when the step is written, and
+  // device tensors are copied to the host without waiting.
+  explicit TensorSaver(std::int64_t max_pending_mb, bool at_flush = false)
+      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)),
+        at_flush_(at_flush) {}
 
   bool enabled() const { return writer_ != nullptr; }
   const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
@@ -7343,7 +7439,8 @@ class TensorSaver {
     if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     io::Reservation memory = writer_->reserve(bytes);
-    at::Tensor copy = snapshot_for_file(t, memory);
+    std::shared_ptr<PendingCopy> copying;
+    at::Tensor copy = at_flush_ ? snapshot_at_flush(t, memory, copying) : snapshot_for_file(t, memory);
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     nlohmann::ordered_json md5;
     const bool has_md5 = item.contains("md5");
@@ -7353,12 +7450,13 @@ class TensorSaver {
     }
     item["data_name"] = name;
     if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(
-        PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name), std::move(copy)});
+    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
+                                       std::move(copy), at_flush_, std::move(copying)});
   }
 
  private:
   std::shared_ptr<io::TensorWriter> writer_;
+  bool at_flush_ = false;
 };
 
 }  // namespace torchprobe
@@ -7848,7 +7946,7 @@ namespace torchprobe {
 class StatisticsTask {
  public:
   static constexpr Task kind = Task::Statistics;
-  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
   static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
@@ -7926,7 +8024,8 @@ class StatisticsTask {
  protected:
   StatisticsTask(const Config& config, bool save_every_tensor)
       : mode_(config.summary_mode),
-        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb) : TensorSaver()),
+        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb, config.async_dump)
+                                                          : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
@@ -8063,7 +8162,7 @@ namespace torchprobe {
 class TensorTask : public StatisticsTask {
  public:
   static constexpr Task kind = Task::Tensor;
-  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::Debug};
+  static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
   static bool saves_tensors(const Config&) { return true; }
 
@@ -8096,6 +8195,7 @@ struct builtin_task {
 // in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
 // The destructor writes everything still pending.
 // save(value, name) is msprobe's single-point save (debug.json); it needs no start().
+// start(model, TokenRange{a, b}) records only the model's forward calls a..b (capture/token_window.hpp).
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
 
@@ -8108,6 +8208,57 @@ struct builtin_task {
 // attach() and detach(), so a debugger that is not started costs nothing at all.
 
 
+// ---- begin torchprobe/capture/collective.hpp ----
+// A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
+// entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
+// tensors (op, group, src/dst, async_op) already encoded as msprobe encodes them. The output is
+// msprobe's too: the arguments again, read after the collective ended, then the keyword values.
+// The wrappers of distributed.hpp fill it; the running capture records it (ApiHandler).
+
+
+namespace torchprobe::capture {
+
+struct Collective {
+  std::string api;                                                            // "all_reduce"
+  std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
+  std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
+  bool ended = true;  // false: dropped before its work completed; the entry then has no output
+
+  // A keyword's name, kept for the life of the process (entries point at it until written).
+  static const std::string* kwarg_name(const std::string& name) {
+    static std::mutex mutex;
+    static auto* names = new std::set<std::string>();  // never destroyed: entries may outlive statics
+    std::lock_guard<std::mutex> lock(mutex);
+    return &*names->insert(name).first;
+  }
+  void kwarg(const std::string& name, nlohmann::ordered_json value) {
+    kwargs.emplace_back(kwarg_name(name), std::move(value));
+  }
+};
+
+// msprobe's ProcessGroup item: {"type": "torch.ProcessGroup", "group_ranks": [...], "group_id":
+// crc32 of str(ranks) as 8 hex digits}; str() of a Python list is "[0, 1, 2]".
+inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>& ranks) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  text += "]";
+  const uLong crc =
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  nlohmann::ordered_json j;
+  j["type"] = "torch.ProcessGroup";
+  j["group_ranks"] = ranks;
+  j["group_id"] = hex;
+  return j;
+}
+
+// A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
+inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
+inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/collective.hpp ----
 
 namespace torchprobe::capture {
 
@@ -8122,6 +8273,17 @@ struct CallContext : at::ObserverContext {
   std::shared_ptr<ApiHandler> handler;
 };
 
+// Level L2: what the records running inside a record inherit from it (one per open record on a
+// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
+// the backward entry of the call that created the node the parent of the ops the node runs.
+struct Enclosing {
+  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
+  std::shared_ptr<const std::string> backward;  // and of their backward entries
+  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
+  bool inside = false;           // inside the call the L2 list names: everything is dumped
+  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
+};
+
 class ApiHandler {
  public:
   virtual ~ApiHandler() = default;
@@ -8130,6 +8292,21 @@ class ApiHandler {
   // Return nullptr to ignore the call.
   virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
   virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
+  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
+  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
+                                                       Enclosing& /*frame*/) {
+    return nullptr;
+  }
+  // Level L2: the backward entry of the call that created the autograd node (forward thread,
+  // sequence number) that is about to run, if a recorded call did.
+  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
+    return std::nullopt;
+  }
+  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
+  // runs) and, once its work has completed, its end (the same arguments, now written).
+  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
+  virtual void on_collective_end(const Collective&, CallContext&) {}
 };
 
 class ApiObserver {
@@ -8139,7 +8316,9 @@ class ApiObserver {
   ApiObserver& operator=(const ApiObserver&) = delete;
   ~ApiObserver() { detach(); }
 
-  void attach(std::shared_ptr<ApiHandler> handler) {
+  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
+  // node records are watched too (they say which backward entry the ops inside belong to).
+  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
     std::lock_guard<std::mutex> lock(registration_mutex());
     if (handle_ != 0) return;
     if (std::atomic_load(&slot()))
@@ -8149,10 +8328,15 @@ class ApiObserver {
     // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
     std::atomic_store(&slot(), std::move(handler));
     epoch().fetch_add(1, std::memory_order_acq_rel);
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                        .needsInputs(true)
-                                        .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION}));
+    handle_ = nested
+                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
+                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION}));
   }
 
   void detach() {
@@ -8197,6 +8381,53 @@ class ApiObserver {
     if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
+  // exactly what on_start pushed.
+  struct Frames {
+    std::vector<Enclosing> open;
+    std::uint64_t epoch = 0;
+  };
+  static Frames& frames() {
+    thread_local Frames f;
+    return f;
+  }
+
+  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
+    Frames& fs = frames();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (fs.epoch != e) fs = Frames{{}, e};
+    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
+    std::unique_ptr<CallContext> ctx;
+    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
+    if (h && node) {
+      // A node runs: its ops, and what the engine does with its results in the enclosing
+      // evaluate_function record, belong to the backward entry of the call that created it.
+      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
+      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
+      if (!fs.open.empty()) fs.open.back() = frame;
+    } else if (h) {
+      const char* name = fn.name();
+      const OpInfo& op = OpRegistry::lookup(fn);
+      if (!op.qualified.empty()) {
+        ctx = h->on_nested_start(fn, op, frame);
+        if (ctx) ctx->handler = std::move(h);
+      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
+        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
+      }
+    }
+    fs.open.push_back(std::move(frame));
+    return ctx;
+  }
+
+  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Frames& fs = frames();
+    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
+    if (ctx == nullptr) return;
     auto* call = static_cast<CallContext*>(ctx);
     call->handler->on_api_end(fn, *call);
   }
@@ -9606,6 +9837,25 @@ class Recorder {
     rank_dir_ = rank_directory;
   }
 
+  // async_dump: the tensor files held back while the step ran go to the writer now, each once its
+  // device copy is done. Called when the step is written, before the files ticket is taken.
+  void release_held_saves() {
+    std::vector<HeldSave> held;
+    {
+      std::lock_guard<std::mutex> lock(files_mu_);
+      held.swap(held_);
+    }
+    for (HeldSave& h : held) {
+      try {
+        if (h.save.copying) h.save.copying->wait();
+      } catch (const std::exception& e) {
+        errors_.log_in(h.rank_dir, "save_tensor", h.save.file_name, e);
+        continue;
+      }
+      submit(h.directory, h.rank_dir, h.save);
+    }
+  }
+
   // Waits until every tensor file handed over so far is written.
   void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
 
@@ -9652,11 +9902,21 @@ class Recorder {
     }
     if (!rank_dir.empty()) {
       const std::string dir = tensor_data_directory(rank_dir) + "/";
-      for (PendingSave& s : r.saves)
-        s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
-                         s.memory ? std::move(*s.memory) : io::Reservation());
+      for (PendingSave& s : r.saves) {
+        if (s.at_flush) {
+          std::lock_guard<std::mutex> lock(files_mu_);
+          held_.push_back(HeldSave{dir, rank_dir, std::move(s)});
+        } else {
+          submit(dir, rank_dir, s);
+        }
+      }
     }
     r.saves.clear();
+  }
+
+  static void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
+    s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                     s.memory ? std::move(*s.memory) : io::Reservation());
   }
 
   // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
@@ -9736,6 +9996,11 @@ class Recorder {
   std::mutex files_mu_;
   std::string rank_dir_;
   std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
+  struct HeldSave {
+    std::string directory, rank_dir;  // dump_tensor_data/ (with its '/') and the rank directory
+    PendingSave save;
+  };
+  std::vector<HeldSave> held_;  // async_dump: kept entries' files, until the step is written
 };
 
 }  // namespace torchprobe::details
@@ -10014,10 +10279,13 @@ struct ApiCall {
   std::string backward_name;
   std::string api_name;
   std::optional<std::string> backward_parent;
+  std::string name;                  // the forward entry's name, whether or not it is dumped
+  bool inside_backward = false;      // L2: its backward is inside the listed backward, dumped whatever its name
   std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
 };
 
-template <class TaskT>
+// `LevelNested` (L2): calls keep their forward name for the calls nested in them.
+template <class TaskT, bool LevelNested = false>
 class ApiEntries {
   using Core = details::Recorder<TaskT>;
 
@@ -10025,10 +10293,13 @@ class ApiEntries {
   explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
 
   // The call starts. `parents` tells where its entries sit in construct.json: parents.forward()
-  // and parents.backward() (std::optional<std::string>), asked only when needed.
+  // and parents.backward() (std::optional<std::string>), asked only when needed. `inside` (L2):
+  // the call runs inside the one the list names, and is dumped whatever the filters say.
   template <class Inputs, class Parents>
-  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call) {
+  void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call, bool inside = false) {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    a.admitted = a.admitted || inside;
+    if constexpr (LevelNested) call.name = a.name;
     if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
       if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
       call.forward = call.check != nullptr;
@@ -10073,6 +10344,11 @@ class ApiEntries {
       for (std::size_t k = 0; k < outputs.size(); ++k)
         capture_value(cc, outputs[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
     }
+    commit(call);
+  }
+
+ private:
+  void commit(ApiCall& call) {
     if (call.captured) {
       call.captured->release_spare();
       call.record.deferred = std::move(call.captured);
@@ -10082,19 +10358,64 @@ class ApiEntries {
     if (call.record.has_content()) core_->commit(std::move(call.record));
   }
 
-  // Hooks the backward entry on the autograd nodes the call created.
+  static void add_json(CapturedCall& cc, CapturedCall::Section section, const std::string* name,
+                       const nlohmann::ordered_json& json) {
+    CapturedCall::Item item{section, name, {}};
+    item.value.kind = ArgKind::Generic;
+    item.value.set_json(json);
+    cc.add(std::move(item));
+  }
+
+ public:
+  // A collective (capture/collective.hpp) starts: its forward entry only (collectives write into
+  // tensors that autograd does not track), inputs as they are now, before the collective runs.
+  template <class Parents>
+  void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
+    if constexpr (task_checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
+    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    if (!a.admitted) return;
+    call.forward = true;
+    call.record.name = std::move(a.name);
+    call.record.order = a.order;
+    call.record.parent = parents.forward();
+    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/true)) {
+      call.captured = new_body(0);
+      CapturedCall& cc = *call.captured;
+      cc.has_inputs = true;
+      for (std::size_t k = 0; k < c.args.size(); ++k)
+        capture_value(cc, c.args[k], ArgKind::Generic, CapturedCall::Section::Arg, k, nullptr, call.record);
+      for (const auto& [name, json] : c.kwargs) add_json(cc, CapturedCall::Section::Kwarg, name, json);
+    }
+    if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
+  }
+
+  // The collective's work completed: msprobe's output is the arguments again, then the keyword values.
+  void finish_collective(const Collective& c, ApiCall& call) {
+    if (c.ended && core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+      if (!call.captured) call.captured = new_body(0);
+      CapturedCall& cc = *call.captured;
+      cc.has_outputs = true;
+      for (std::size_t k = 0; k < c.args.size(); ++k)
+        capture_value(cc, c.args[k], ArgKind::Generic, CapturedCall::Section::Output, k, nullptr, call.record);
+      for (const auto& kw : c.kwargs) add_json(cc, CapturedCall::Section::Output, nullptr, kw.second);
+    }
+    commit(call);
+  }
+
+  // Hooks the backward entry on the autograd nodes the call created; false when there are none.
   template <class Outputs>
-  void attach_backward(const Outputs& outputs, const ApiCall& call) {
+  bool attach_backward(const Outputs& outputs, const ApiCall& call) {
     const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return;  // most calls: nothing to hook, nothing to allocate
+    if (!detail::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
     const std::string api = call.api_name;
+    const bool inside = call.inside_backward;
     auto recorder =
         std::make_shared<GradientRecorder<TaskT>>(core_, call.backward_name, tensors.size(), call.input_edges.size(),
-                                                  call.backward_parent, [api](Core& core, Record&& r) {
-                                                    if (core.entries().admit_api(r.name, api))
+                                                  call.backward_parent, [api, inside](Core& core, Record&& r) {
+                                                    if (core.entries().admit_api(r.name, api) || inside)
                                                       core.commit_last(std::move(r));
                                                   });
-    BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
+    return BackwardProbe::attach(tensors, call.input_edges, call.seq_begin, at::sequence_number::peek(), recorder);
   }
 
  private:
@@ -11156,6 +11477,232 @@ class ModuleTracker {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/module_tracking.hpp ----
+// ---- begin torchprobe/capture/nested_calls.hpp ----
+// Level L2's bookkeeping: which recorded call created an autograd node, so that the ops the node
+// runs in backward sit under that call's backward entry; and the construct.json parents of a call
+// nested in another.
+//
+// Autograd numbers the nodes a thread creates (sequence numbers); the nodes a call created are
+// those numbered in [peek at its start, peek at its end). Nested calls' ranges lie inside their
+// enclosing call's, so the innermost range that holds a node's number names its creator. Each
+// autograd node record carries the forward thread and the number (fn.forwardThreadId(), seqNr()).
+
+
+
+namespace torchprobe::capture {
+
+class BackwardOwners {
+ public:
+  // The call that ran on `thread` and created nodes [begin, end) has `owner` as its backward entry.
+  void add(std::uint64_t thread, std::uint64_t begin, std::uint64_t end, Enclosing owner) {
+    if (end <= begin) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A call that created exactly the nodes of the one nested in it (layer_norm around
+    // native_layer_norm) ends last: the inner call keeps the range.
+    ranges_.emplace(Key{thread, begin, ~end}, Range{end, std::move(owner)});
+  }
+
+  // The innermost range holding node `seq` of `thread`. Ranges are nested or disjoint, so walking
+  // down from the last one that starts at or before `seq`, the first that holds it is the
+  // innermost; the walk is bounded (a node no call created would otherwise scan them all).
+  std::optional<Enclosing> find(std::uint64_t thread, std::int64_t seq) const {
+    if (seq < 0) return std::nullopt;  // AccumulateGrad and nodes made outside grad mode
+    const auto s = static_cast<std::uint64_t>(seq);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ranges_.upper_bound(Key{thread, s, ~std::uint64_t{0}});
+    for (int steps = 0; it != ranges_.begin() && steps < 256; ++steps) {
+      --it;
+      if (std::get<0>(it->first) != thread) break;
+      if (it->second.end > s) return it->second.owner;
+    }
+    return std::nullopt;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ranges_.clear();
+  }
+
+ private:
+  // (thread, begin, ~end): for one begin, the shorter (inner) range comes last.
+  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+  struct Range {
+    std::uint64_t end = 0;
+    Enclosing owner;
+  };
+  mutable std::mutex mutex_;
+  std::map<Key, Range> ranges_;
+};
+
+// construct.json parents of a call at L2, where every entry is in construct.json: the enclosing
+// call's entries; an outermost call's come from `outer` (a ScopedModuleDump's module), else null.
+template <class Outer>
+struct NestedParents {
+  const Enclosing& frame;
+  const Outer& outer;
+  std::optional<std::string> forward() const {
+    return frame.forward ? *frame.forward : outer.forward().value_or(std::string());
+  }
+  std::optional<std::string> backward() const {
+    if (frame.backward) return *frame.backward;
+    return frame.forward ? std::string() : outer.backward().value_or(std::string());
+  }
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/nested_calls.hpp ----
+// ---- begin torchprobe/capture/token_window.hpp ----
+// start(model, token_range): msprobe's inference dump of chosen tokens. The forward calls of the
+// model given to start() are counted from 0 (one call = one token); recording is on from the
+// beginning of forward `start` to the beginning of forward `end + 1` (or stop()), so the calls a
+// generation loop makes between two forwards (sampling) belong to the token before them, as in
+// msprobe, whose forward pre-hook on the root model switches the dump on and off.
+//
+// How a root forward is seen:
+//  - torch::nn: a ModuleGuard on the root module, in its forward (`ModuleGuard guard(this, x);`)
+//    or around the call (`{ ModuleGuard g(model.get()); model->forward(x); }`); torch::nn has no
+//    forward hooks, so a root forward without a guard is not seen (stop() then says so);
+//  - TorchScript: the RecordFunction record libtorch makes for every Module::forward call
+//    (scope TORCHSCRIPT_FUNCTION, `self` as first input), the outermost one on its thread.
+
+
+
+namespace torchprobe {
+
+// The forward calls to dump, counted from 0, both ends included (msprobe's [start, end]).
+struct TokenRange {
+  std::int64_t start = 0;
+  std::int64_t end = 0;
+};
+
+// msprobe's checks of start(model, token_range): a model is required, and 0 <= start <= end.
+// Throws std::invalid_argument naming what is wrong.
+inline void check_token_range(const TokenRange& r, const ModelRef& model) {
+  const std::string shown = "{" + std::to_string(r.start) + ", " + std::to_string(r.end) + "}";
+  if (r.start < 0 || r.end < r.start)
+    throw std::invalid_argument("torchprobe: start(): token_range " + shown +
+                                " is invalid; it must be {start, end} with 0 <= start <= end");
+  if (model.empty())
+    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': token_range " + shown +
+                                " counts the forward calls of the model given to start(model, token_range)");
+}
+
+namespace capture {
+
+// The count of root forwards and whether the current one is inside the range. Shared by the
+// capture (which records only while open()) and the TorchScript observer below.
+class TokenWindow {
+ public:
+  enum class Change { None, Opened, Closed };
+
+  // `root`: the torch::nn::Module, or the TorchScript module's object, whose forwards count.
+  TokenWindow(TokenRange range, const void* root) : range_(range), root_(root) {}
+
+  const void* root() const { return root_; }
+  const TokenRange& range() const { return range_; }
+  bool open() const { return open_.load(std::memory_order_acquire); }
+  std::int64_t forwards() const { return next_.load(); }
+
+  // A forward of the root begins.
+  Change forward_begins() {
+    const std::int64_t id = next_.fetch_add(1);
+    if (id == range_.start) {
+      open_.store(true, std::memory_order_release);
+      return Change::Opened;
+    }
+    if (id == range_.end + 1) {
+      open_.store(false, std::memory_order_release);
+      return Change::Closed;
+    }
+    return Change::None;
+  }
+
+  // A user ATen call ran while the window was closed (for stop()'s diagnosis).
+  void saw_call() { saw_calls_.store(true, std::memory_order_relaxed); }
+  bool saw_calls() const { return saw_calls_.load(std::memory_order_relaxed); }
+
+ private:
+  const TokenRange range_;
+  const void* const root_;
+  std::atomic<std::int64_t> next_{0};
+  std::atomic<bool> open_{false};
+  std::atomic<bool> saw_calls_{false};
+};
+
+// Counts the forward calls of a TorchScript root: a global callback on TORCHSCRIPT_FUNCTION
+// records, registered between attach() and detach() only.
+class ScriptForwardObserver {
+ public:
+  ScriptForwardObserver() = default;
+  ScriptForwardObserver(const ScriptForwardObserver&) = delete;
+  ScriptForwardObserver& operator=(const ScriptForwardObserver&) = delete;
+  ~ScriptForwardObserver() { detach(); }
+
+  void attach(std::shared_ptr<TokenWindow> window) {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (handle_ != 0) return;
+    std::atomic_store(&slot(), std::move(window));
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // depths left by an earlier session are void
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    std::atomic_store(&slot(), std::shared_ptr<TokenWindow>());
+  }
+
+ private:
+  struct Depth {
+    int value = 0;
+    std::uint64_t epoch = 0;
+  };
+
+  // Only the outermost record counts: libtorch records a forward again inside the executor.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    Depth& d = depth();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (d.epoch != e) d = Depth{0, e};
+    if (d.value++ != 0) return nullptr;
+    if (std::string(fn.name()) != "forward") return nullptr;
+    const auto inputs = fn.inputs();
+    if (inputs.empty() || !inputs[0].isObject()) return nullptr;
+    std::shared_ptr<TokenWindow> w = std::atomic_load(&slot());
+    if (w && inputs[0].toObject().get() == w->root()) w->forward_begins();
+    return nullptr;
+  }
+  static void on_end(const at::RecordFunction&, at::ObserverContext*) {
+    Depth& d = depth();
+    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+  }
+
+  static Depth& depth() {
+    thread_local Depth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<TokenWindow>& slot() {
+    static std::shared_ptr<TokenWindow>* s = new std::shared_ptr<TokenWindow>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace capture
+}  // namespace torchprobe
+// ---- end torchprobe/capture/token_window.hpp ----
 
 namespace torchprobe::capture {
 
@@ -11163,6 +11710,7 @@ template <class TaskT, Level L>
 class CallCapture final : public ApiHandler, public ModuleEvents {
   static constexpr bool kApis = LevelTraits<L>::captures_apis;
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
+  static constexpr bool kNested = LevelTraits<L>::nested_apis;
   using Core = details::Recorder<TaskT>;
 
  public:
@@ -11184,9 +11732,17 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     grads_->set_catalog(std::move(catalog));
   }
 
+  // start(model, token_range): only the calls made while the window is open are recorded; null:
+  // every call.
+  void set_token_window(std::shared_ptr<TokenWindow> window) { window_ = std::move(window); }
+
   // ---- the observer's callbacks -------------------------------------------------------------
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (window_ && !window_->open()) {
+      if (op.user_api) window_->saw_call();
+      return nullptr;
+    }
     ThreadModules& tm = modules_.this_thread();
     std::unique_ptr<Call> call;
     try {
@@ -11211,6 +11767,50 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     }
   }
 
+  // Level L2: every call at every depth. Its parent is the call it runs in (`frame`); the calls
+  // it runs take it as theirs. Infrastructure ops hide what they run, as at L1.
+  std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& fn, const OpInfo& op,
+                                               Enclosing& frame) override {
+    if constexpr (!kNested) {
+      return nullptr;
+    } else {
+      if (!op.user_api) {
+        frame.hidden = true;
+        return nullptr;
+      }
+      std::unique_ptr<Call> call;
+      try {
+        call = std::make_unique<Call>();
+        call->schema_known = op.schema_known;
+        call->returns = op.returns;
+        const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+        ThreadModules& tm = modules_.this_thread();
+        const auto outer = modules_.parents(tm, false);
+        const std::string* listed = core_->config().list.empty() ? nullptr : &core_->config().list.front();
+        call->api.inside_backward = frame.inside_backward;
+        apis_.start(op, inputs, NestedParents<decltype(outer)>{frame, outer}, call->api, frame.inside);
+        ApiCall& api = call->api;
+        if (listed && api.backward && api.backward_name == *listed) api.inside_backward = true;
+        frame.inside = frame.inside || (listed && api.name == *listed);
+        frame.inside_backward = api.inside_backward;
+        frame.forward = std::make_shared<const std::string>(api.name);
+        frame.backward = api.backward ? std::make_shared<const std::string>(api.backward_name) : nullptr;
+        if (!api.forward && !api.backward) return nullptr;
+        call->thread = at::RecordFunction::currentThreadId();
+        return call;
+      } catch (const std::exception& e) {
+        core_->errors().log("forward_input_data_collect",
+                            call && !call->api.name.empty() ? call->api.name : op.qualified, e);
+        frame.hidden = true;  // what it runs would name a parent that was never recorded
+        return nullptr;
+      }
+    }
+  }
+
+  std::optional<Enclosing> backward_node(std::uint64_t forward_thread, std::int64_t seq) override {
+    return owners_.find(forward_thread, seq);
+  }
+
   void on_api_end(const at::RecordFunction& fn, CallContext& ctx) override {
     Call& call = static_cast<Call&>(ctx);
     ThreadModules& tm = modules_.this_thread();
@@ -11219,7 +11819,37 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
           detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       modules_.call_ended(tm, outputs, call.module);
       if (call.api.forward) apis_.finish(outputs, call.api);
-      if (call.api.backward) apis_.attach_backward(outputs, call.api);
+      if (call.api.backward && apis_.attach_backward(outputs, call.api) && kNested)
+        owners_.add(call.thread, call.api.seq_begin, at::sequence_number::peek(),
+                    Enclosing{std::make_shared<const std::string>(call.api.backward_name), nullptr, false,
+                              call.api.inside_backward, call.api.inside_backward});
+    } catch (const std::exception& e) {
+      core_->errors().log("forward_output_data_collect", call.api.record.name, e);
+    }
+  }
+
+  // ---- collectives (distributed.hpp): API entries of their own, at levels that record APIs ----
+
+  std::unique_ptr<CallContext> on_collective_start(const Collective& c) override {
+    if constexpr (!kApis) return nullptr;
+    std::unique_ptr<Call> call;
+    try {
+      ThreadModules& tm = modules_.this_thread();
+      if (tm.dump_only) return nullptr;
+      call = std::make_unique<Call>();
+      apis_.start_collective(OpRegistry::named("Distributed", c.api), c, modules_.parents(tm, false), call->api);
+      if (!call->api.forward) return nullptr;
+      return call;
+    } catch (const std::exception& e) {
+      core_->errors().log("forward_input_data_collect", call ? call->api.record.name : "Distributed." + c.api, e);
+      return nullptr;
+    }
+  }
+
+  void on_collective_end(const Collective& c, CallContext& ctx) override {
+    Call& call = static_cast<Call&>(ctx);
+    try {
+      apis_.finish_collective(c, call.api);
     } catch (const std::exception& e) {
       core_->errors().log("forward_output_data_collect", call.api.record.name, e);
     }
@@ -11229,15 +11859,35 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
                      std::vector<c10::IValue> inputs) override {
+    if (window_) {
+      if (!dump_name && &module == window_->root()) {
+        // Leaf episodes still open belong to the token before: they end with it.
+        if (window_->forward_begins() == TokenWindow::Change::Closed) modules_.close_open_episodes();
+        return nullptr;
+      }
+      if (!window_->open()) return nullptr;
+    }
     return modules_.module_enter(module, dump_name, std::move(inputs));
   }
   void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) override {
     modules_.module_exit(token, outputs, unwinding);
   }
+  // Outside the token window the calls are skipped in pairs: the window changes only between
+  // root forwards, so an exit on this thread pairs with the latest enter.
   void script_module_enter(const void* object, std::vector<c10::IValue> inputs) override {
+    if (window_ && !window_->open()) {
+      ++skipped_script_calls();
+      return;
+    }
     modules_.script_module_enter(object, std::move(inputs));
   }
-  void script_module_exit(const c10::IValue& output) override { modules_.script_module_exit(output); }
+  void script_module_exit(const c10::IValue& output) override {
+    if (skipped_script_calls() > 0) {
+      --skipped_script_calls();
+      return;
+    }
+    modules_.script_module_exit(output);
+  }
 
   // ---- the Debugger's calls at stop() and step() --------------------------------------------
 
@@ -11249,7 +11899,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // parameter gradients that arrived only in part, are written as they are.
   void release_pending() { grads_->release_pending(); }
 
-  void on_step() { grads_->on_step(); }
+  void on_step() {
+    grads_->on_step();
+    owners_.clear();
+  }
 
  private:
   using ThreadModules = typename ModuleTracker<TaskT, L>::ThreadModules;
@@ -11259,8 +11912,14 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     ApiCall api;
     ModuleCall module;
     bool schema_known = false;
-    std::size_t returns = 0;  // the schema's, for on_api_end
+    std::size_t returns = 0;   // the schema's, for on_api_end
+    std::uint64_t thread = 0;  // L2: RecordFunction's id of the thread that ran it
   };
+
+  static int& skipped_script_calls() {
+    thread_local int n = 0;
+    return n;
+  }
 
   bool same_models(const ModelRef& m) const {
     if (!has_models_ || m.nn.size() != models_.nn.size() || m.jit.size() != models_.jit.size()) return false;
@@ -11272,11 +11931,13 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   }
 
   std::shared_ptr<Core> core_;
-  ApiEntries<TaskT> apis_;
+  ApiEntries<TaskT, kNested> apis_;
   std::shared_ptr<ParameterGradients<TaskT>> grads_;  // hooks on parameters reach it weakly
   ModuleTracker<TaskT, L> modules_;
   ModelRef models_;
   bool has_models_ = false;
+  std::shared_ptr<TokenWindow> window_;
+  BackwardOwners owners_;  // L2: which backward entry each autograd node's ops belong to
 };
 
 }  // namespace torchprobe::capture
@@ -11587,7 +12248,9 @@ namespace torchprobe {
 class DebuggerInterface {
  public:
   virtual ~DebuggerInterface() = default;
-  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) = 0;
+  // `tokens`: start(model, token_range), see capture/token_window.hpp.
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                          std::optional<TokenRange> tokens = std::nullopt) = 0;
   virtual void stop() noexcept = 0;
   virtual void step() = 0;
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
@@ -11638,8 +12301,12 @@ class Session {
     loop_ = 0;
   }
 
-  // The rank for this start(): the explicit rank_id, else $RANK (set by torchrun-style launchers),
-  // else none (the directory is then proc{pid}, as msprobe writes without torch.distributed).
+  // The rank for this start(), the first of: the explicit rank_id (start(model, rank_id), or
+  // start(model, pg): that group's rank); the rank of the process group given to
+  // Options().process_group(pg); the launcher's environment: $RANK (torchrun), $OMPI_COMM_WORLD_RANK
+  // (Open MPI), $PMI_RANK (MPICH, Intel MPI), $SLURM_PROCID (srun), $LOCAL_RANK (a one-node launcher
+  // that sets nothing else). Else none: the directory is then proc{pid}, as msprobe writes without
+  // torch.distributed. A variable that is not a non-negative integer is skipped.
   void resolve_rank(std::optional<std::int64_t> rank_id) {
     if (rank_id) {
       if (*rank_id < 0)
@@ -11648,11 +12315,17 @@ class Session {
       rank_ = rank_id;
       return;
     }
-    rank_.reset();
-    if (const char* env = std::getenv("RANK")) {
+    rank_ = config_.group_rank;
+    if (rank_) return;
+    for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
+      const char* env = std::getenv(name);
+      if (!env) continue;
       char* end = nullptr;
       const long long v = std::strtoll(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 0) rank_ = v;
+      if (end != env && *end == '\0' && v >= 0) {
+        rank_ = v;
+        return;
+      }
     }
   }
   std::optional<std::int64_t> rank() const { return rank_; }
@@ -11952,6 +12625,7 @@ class StepLifecycle {
     const bool prepared = prepare(job, [&] {
       release();
       core_->decide_held();
+      core_->release_held_saves();                                  // async_dump
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
       if constexpr (sink_writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
@@ -11964,7 +12638,11 @@ class StepLifecycle {
   // stop() (the run may well crash on the NaN it just met). Returns once they are written.
   void write_now() noexcept {
     Job job = new_job();
-    if (!prepare(job, [&] { job.dump = dump_of(core_->entries(), L, job); })) return;
+    if (!prepare(job, [&] {
+          core_->release_held_saves();
+          job.dump = dump_of(core_->entries(), L, job);
+        }))
+      return;
     hand_over(std::move(job));
     wait_written();
   }
@@ -12351,7 +13029,6 @@ namespace torchprobe {
 // (task/task_list.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
 template <Level L, class TaskT, class Sink = DirectorySink>
 class BasicDebugger final : public DebuggerInterface {
-  static_assert(L != Level::L2, "torchprobe: Level::L2 (every nested ATen op) is not available yet");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
   using Core = details::Recorder<TaskT>;
@@ -12388,21 +13065,38 @@ class BasicDebugger final : public DebuggerInterface {
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
   }
+  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
+  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
+  // model or with a range that is not 0 <= start <= end.
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
 
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer with getRank()).
+  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
+  void start(const Model& model, const PG& pg) {
+    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
+  }
+
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    if (tokens) check_token_range(*tokens, model);
     if (running_ || !step_.may_start()) return;
     rank_id_ = rank_id;
     model_ = model;
+    tokens_ = tokens;
     if (!step_.open_if_dumped(rank_id)) return;  // an unwritable dump_path throws here, naming it
     if constexpr (!LevelTraits<L>::save_only) {
       if (!capture_) capture_ = std::make_shared<Capture>(core_);
       capture_->set_models(model);
+      open_token_window(model, tokens);
       if (!model.jit.empty()) {
         if (LevelTraits<L>::captures_modules)
           for (const auto& m : model.jit) capture::instrument_script_module(m);
         script_settings_.enter();  // L1 too: an optimised graph runs its ops without autograd nodes of their own
       }
-      observer_.attach(capture_);
+      observer_.attach(capture_, LevelTraits<L>::nested_apis);
     }
     core_->set_capturing(true);
     running_ = true;
@@ -12412,6 +13106,7 @@ class BasicDebugger final : public DebuggerInterface {
   void stop() noexcept override {
     if (!running_) return;
     observer_.detach();
+    close_token_window();
     try {
       if (capture_) capture_->close_open_episodes();
     } catch (const std::exception& e) {
@@ -12432,7 +13127,7 @@ class BasicDebugger final : public DebuggerInterface {
     step_.next_step();
     save_capture_.reset();
     if (capture_) capture_->on_step();
-    if (was_running) start_with(model_, rank_id_);
+    if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
   // msprobe's save(variable, name, save_backward): debug.json entry "{name}.{count}.debug" (and,
@@ -12472,9 +13167,45 @@ class BasicDebugger final : public DebuggerInterface {
     });
   }
 
+  // The token window of start(model, token_range): a TorchScript root's forwards are counted from
+  // libtorch's records, a torch::nn root's by its ModuleGuard (through the capture).
+  void open_token_window(const ModelRef& model, const std::optional<TokenRange>& tokens) {
+    window_.reset();
+    if (tokens) {
+      if (model.size() > 1)
+        io::tell_user("warning: token_range counts the forward calls of the first model of the list only");
+      const void* root = !model.nn.empty() ? static_cast<const void*>(model.nn.front().get())
+                                           : static_cast<const void*>(model.jit.front()._ivalue().get());
+      window_ = std::make_shared<capture::TokenWindow>(*tokens, root);
+      if (model.nn.empty()) script_forwards_.attach(window_);
+    }
+    capture_->set_token_window(window_);
+  }
+
+  // A window that never opened is reported: the range lies past the forwards that ran, or (no
+  // forward at all) the root of a torch::nn model has no ModuleGuard to show its forwards.
+  void close_token_window() noexcept {
+    script_forwards_.detach();
+    if (!window_ || window_->forwards() > window_->range().start || !window_->saw_calls()) return;
+    try {
+      const TokenRange& r = window_->range();
+      std::string why = "token_range {" + std::to_string(r.start) + ", " + std::to_string(r.end) +
+                        "} recorded nothing: " + std::to_string(window_->forwards()) +
+                        " forward call(s) of the model were seen since start()";
+      if (window_->forwards() == 0 && !model_.nn.empty())
+        why +=
+            "; torch::nn modules have no forward hooks, so the model's forward needs a "
+            "torchprobe::ModuleGuard (`ModuleGuard guard(this, x);` in it, or around each call)";
+      io::tell_user(why);
+      core_->errors().log("token_range", "start", "token_range", why);
+    } catch (...) {
+    }
+  }
+
   // The task ended the dump: capture stops and the files are written now (StepLifecycle::write_now).
   void end_now() noexcept {
     observer_.detach();
+    script_forwards_.detach();
     step_.write_now();
   }
 
@@ -12483,9 +13214,12 @@ class BasicDebugger final : public DebuggerInterface {
   capture::ApiObserver observer_;
   std::shared_ptr<Capture> capture_;
   capture::ScriptExecutorSettings script_settings_;
+  std::shared_ptr<capture::TokenWindow> window_;  // start(model, token_range)'s, else null
+  capture::ScriptForwardObserver script_forwards_;
   capture::SaveCapture<TaskT> save_capture_;
   ModelRef model_;
   std::optional<std::int64_t> rank_id_;
+  std::optional<TokenRange> tokens_;
   bool running_ = false;
 };
 
@@ -12511,6 +13245,12 @@ class ScopedDump {
   ScopedDump(D& debugger, const Model& model, std::optional<std::int64_t> rank_id = std::nullopt)
       : debugger_(debugger) {
     debugger_.start_with(to_model_ref(model), rank_id);
+  }
+  // start(model, token_range) ... stop().
+  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  ScopedDump(D& debugger, const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt)
+      : debugger_(debugger) {
+    debugger_.start_with(to_model_ref(model), rank_id, tokens);
   }
   ScopedDump(const ScopedDump&) = delete;
   ScopedDump& operator=(const ScopedDump&) = delete;
@@ -13531,10 +14271,23 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
   }
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id) override {
+  // Inference: only the model's forward calls tokens.start..tokens.end (Debugger::start).
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
+  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg`.
+  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
+  void start(const Model& model, const PG& pg) {
+    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
+  }
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    if (tokens && !grad_) check_token_range(*tokens, model);  // also when dump_enable is false
     model_ = model;
     rank_id_ = rank_id;
-    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id);
+    tokens_ = tokens;
+    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
   }
   void stop() noexcept override {
     if (impl_) impl_->stop();
@@ -13585,12 +14338,13 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     std::unique_ptr<DebuggerInterface> made;
     auto one = [&](auto constant) {
       constexpr Level l = decltype(constant)::value;
-      if constexpr (l != Level::L2 && TaskT::levels.contains(l))
+      if constexpr (TaskT::levels.contains(l))
         if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
     };
     one(std::integral_constant<Level, Level::L0>{});
     one(std::integral_constant<Level, Level::L1>{});
     one(std::integral_constant<Level, Level::Mix>{});
+    one(std::integral_constant<Level, Level::L2>{});
     one(std::integral_constant<Level, Level::Debug>{});
     return made;
   }
@@ -13612,7 +14366,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     impl_->wait_written();
     next->set_init_step(impl_->current_step());
     impl_ = std::move(next);
-    if (was_running) start_with(model_, rank_id_);
+    if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
@@ -13627,6 +14381,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   std::optional<ConfigFileWatch> watch_;  // dump_enable
   ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
   std::optional<std::int64_t> rank_id_;
+  std::optional<TokenRange> tokens_;
 };
 
 using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
