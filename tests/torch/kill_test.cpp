@@ -167,7 +167,9 @@ Json read_json_files(const std::string& root, bool recover) {
           ":\n"
           "    before = read()\n"
           "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-          "        rc = recover_dump.main([root])\n"
+          "        # killed before the Debugger made its first directory: nothing to recover (the tool says\n"
+          "        # 'does not exist', status 1)\n"
+          "        rc = recover_dump.main([root]) if os.path.isdir(root) else 0\n"
           "    print(json.dumps({'before': before, 'rc': rc, 'after': read()}))\n"
           "else:\n"
           "    print(json.dumps(read()))\n",
