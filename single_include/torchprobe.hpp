@@ -8208,6 +8208,135 @@ struct builtin_task {
 // attach() and detach(), so a debugger that is not started costs nothing at all.
 
 
+// ---- begin torchprobe/capture/backend_threads.hpp ----
+// Threads that a c10d backend owns: Gloo's (and MPI's) work loops run ATen ops of their own while
+// a collective executes (all_gather flattens, copies the result out). Those are the collective's
+// insides, not calls of the user's: msprobe, which wraps Python functions, never sees them. The
+// observer gives such a thread no handler. A thread's role never changes, so each thread is
+// classified once, by the functions at the bottom of its stack at its first call.
+
+
+// ---- begin torchprobe/io/call_stack_capture.hpp ----
+// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
+//
+// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
+// native stack. Capturing happens on every recorded op, so it only stores return addresses
+// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
+// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
+#include <execinfo.h>
+
+
+
+namespace torchprobe::io {
+
+namespace detail {
+
+using BacktraceFunction = int (*)(void**, int);
+
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
+// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
+// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
+// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
+// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// falls back to the frame-pointer chain with its memory reads validated.
+inline BacktraceFunction libunwind_backtrace() {
+  static const BacktraceFunction fn = []() -> BacktraceFunction {
+#if defined(__linux__) && defined(__x86_64__)
+    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
+#else
+    return nullptr;
+#endif
+  }();
+  return fn;
+}
+
+}  // namespace detail
+
+// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
+// else glibc), or glibc's backtrace() always.
+enum class Unwinder { Fastest, Glibc };
+
+// Whether Unwinder::Fastest is libunwind in this process.
+inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
+
+// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
+// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
+// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
+// must not happen inside a signal handler.
+inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
+  constexpr int kLimit = 256;
+  CallStack out;
+  if (max_frames <= 0) return out;
+  if (max_frames > kLimit) max_frames = kLimit;
+  void* buf[kLimit];
+  int n = 0;
+  if (how == Unwinder::Fastest)
+    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
+  if (n <= 0) n = ::backtrace(buf, max_frames);
+  if (n > 0) out.frames.assign(buf, buf + n);
+  return out;
+}
+
+// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
+// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
+// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
+// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
+inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
+  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
+  static std::mutex mu;
+  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
+                                              CallStackHash>();  // never freed: entries may outlive static destruction
+  CallStack s = capture_call_stack();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = table->find(s);
+  if (it != table->end()) return it->second;
+  auto shared = std::make_shared<const CallStack>(s);
+  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
+  return shared;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/call_stack_capture.hpp ----
+
+namespace torchprobe::capture {
+
+namespace detail {
+
+// A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
+// ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
+inline bool backend_loop_symbol(std::string_view mangled) {
+  if (mangled.rfind("_ZN4c10d", 0) != 0) return false;
+  return mangled.find("runLoop") != std::string_view::npos || mangled.find("atchdog") != std::string_view::npos ||
+         mangled.find("CleanupLoop") != std::string_view::npos;
+}
+
+// A thread's first function sits at the bottom of its stack, under at most the C library's and
+// std::thread's entry frames: only the outermost frames are named (dladdr searches a library's
+// whole symbol table, libtorch's is large).
+inline bool stack_runs_backend_loop() {
+  constexpr std::size_t kOutermost = 8;
+  const CallStack stack = io::capture_call_stack(256);
+  const std::size_t n = stack.frames.size();
+  for (std::size_t i = n > kOutermost ? n - kOutermost : 0; i < n; ++i) {
+    Dl_info info{};
+    if (::dladdr(stack.frames[i], &info) != 0 && info.dli_sname != nullptr && backend_loop_symbol(info.dli_sname))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace detail
+
+inline bool on_backend_thread() {
+  thread_local const bool backend = detail::stack_runs_backend_loop();
+  return backend;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/backend_threads.hpp ----
 // ---- begin torchprobe/capture/collective.hpp ----
 // A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
 // entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
@@ -8223,6 +8352,9 @@ struct Collective {
   std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
   std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
   bool ended = true;  // false: dropped before its work completed; the entry then has no output
+  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
+  // the call has completed when it returns.
+  std::function<bool()> completed;
 
   // A keyword's name, kept for the life of the process (entries point at it until written).
   static const std::string* kwarg_name(const std::string& name) {
@@ -8253,12 +8385,114 @@ inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>
   return j;
 }
 
+// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
+// gives them. A C++ process group knows only its own size and this process's rank in it, so a
+// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
+// nobody registered is taken to be the whole world, ranks 0 .. size-1.
+class GroupRanks {
+ public:
+  static void set(const void* group, std::vector<std::int64_t> ranks) {
+    std::lock_guard<std::mutex> lock(mutex());
+    (*groups())[group] = std::move(ranks);
+  }
+  static std::vector<std::int64_t> of(const void* group, int size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = groups()->find(group);
+      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
+    }
+    std::vector<std::int64_t> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+    return ranks;
+  }
+
+ private:
+  static std::map<const void*, std::vector<std::int64_t>>* groups() {
+    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
+    return g;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
+
 // A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
 inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
 inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/collective.hpp ----
+// ---- begin torchprobe/capture/dispatched_collectives.hpp ----
+// Collectives that libtorch routes through the dispatcher: on 2.x every c10d::ProcessGroup method
+// (pg->allreduce(...) is the operator c10d::allreduce_), on 1.13 the functions of c10d::ops. The
+// observer sees them as records named "c10d::..."; this header says which msprobe API each one is
+// (capture/pending_collectives.hpp keeps those whose work is still running). Reading the boxed arguments (a
+// ProcessGroup, a ReduceOp, a Work) needs libtorch's c10d headers: distributed.hpp installs that
+// reader (capture/c10d_reader.hpp), so a program that never includes it sees no change.
+
+
+
+namespace torchprobe::capture {
+
+// One c10d operator: the msprobe name of the call and what its arguments after the process group
+// mean. Every operator takes its tensors before the process group.
+struct DispatchedCollective {
+  std::string_view op;         // "c10d::allreduce_"
+  const char* api;             // "all_reduce"
+  const char* peer = nullptr;  // the first int after the group: "src" or "dst" (root_rank, peer)
+  int tag_int = -1;            // which int after the group is the tag (send, recv)
+  bool tensors = true;         // false: the tensors are the backend's own (2.x barrier's)
+  bool keep_lists = false;     // a list of one tensor stays a list (all_to_all's lists)
+  bool input_first = false;    // Python's API names the input before the output (gather)
+};
+
+// The operators and their Python names (torch.distributed, as msprobe wraps them; barrier too).
+inline const DispatchedCollective* dispatched_collective(const char* name) {
+  static const DispatchedCollective table[] = {
+      {"c10d::allreduce_", "all_reduce"},
+      {"c10d::broadcast_", "broadcast", "src"},
+      {"c10d::allgather_", "all_gather"},
+      {"c10d::_allgather_base_", "all_gather_into_tensor"},
+      {"c10d::reduce_scatter_", "reduce_scatter"},
+      {"c10d::_reduce_scatter_base_", "reduce_scatter_tensor"},
+      {"c10d::reduce_", "reduce", "dst"},
+      {"c10d::gather_", "gather", "dst", -1, true, false, true},
+      {"c10d::scatter_", "scatter", "src"},
+      {"c10d::alltoall_", "all_to_all", nullptr, -1, true, true},
+      {"c10d::alltoall_base_", "all_to_all_single"},
+      {"c10d::send", "send", "dst", 1},
+      {"c10d::recv_", "recv", "src", 1},
+      {"c10d::recv_any_source_", "recv", nullptr, 0},
+      {"c10d::barrier", "barrier", nullptr, -1, false},
+  };
+  if (std::strncmp(name, "c10d::", 6) != 0) return nullptr;
+  for (const DispatchedCollective& d : table)
+    if (d.op == name) return &d;
+  return nullptr;
+}
+
+// Reads a dispatched call: its arguments at the start (tensors, group, op, src/dst, tag) and,
+// at the end, the Work it returned (Collective::completed polls it).
+struct DispatchedReader {
+  bool (*describe)(const at::RecordFunction& fn, const DispatchedCollective& kind, Collective& c);
+  void (*attach_work)(const at::RecordFunction& fn, Collective& c);
+};
+
+inline std::atomic<const DispatchedReader*>& dispatched_reader() {
+  static std::atomic<const DispatchedReader*> reader{nullptr};
+  return reader;
+}
+
+// True on a thread while a torchprobe::dist wrapper runs its call: the wrapper records it, and on
+// libtorch 2.x the process group's dispatcher operator must not record it a second time.
+inline bool& wrapper_running() {
+  thread_local bool running = false;
+  return running;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/dispatched_collectives.hpp ----
 
 namespace torchprobe::capture {
 
@@ -8271,6 +8505,13 @@ class ApiHandler;
 // the debugger stops (a backward thread, say) finishes safely.
 struct CallContext : at::ObserverContext {
   std::shared_ptr<ApiHandler> handler;
+  bool dispatched_collective = false;  // a DispatchedCall (below)
+};
+
+// A collective that went through the dispatcher, between its operator's start and end.
+struct DispatchedCall : CallContext {
+  Collective collective;
+  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
 };
 
 // Level L2: what the records running inside a record inherit from it (one per open record on a
@@ -8307,6 +8548,11 @@ class ApiHandler {
   // runs) and, once its work has completed, its end (the same arguments, now written).
   virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
   virtual void on_collective_end(const Collective&, CallContext&) {}
+  // A collective that went through the dispatcher returned; its work may still be running
+  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
+  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
+    on_collective_end(c, *entry);
+  }
 };
 
 class ApiObserver {
@@ -8371,6 +8617,8 @@ class ApiObserver {
     const OpInfo& op = OpRegistry::lookup(fn);
     std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
+    if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+      return start_dispatched(fn, *kind, std::move(h));
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
     return ctx;
@@ -8382,7 +8630,36 @@ class ApiObserver {
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
+    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
     call->handler->on_api_end(fn, *call);
+  }
+
+  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
+  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
+  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
+                                                               const DispatchedCollective& kind,
+                                                               std::shared_ptr<ApiHandler> h) {
+    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
+    if (reader == nullptr || wrapper_running()) return nullptr;
+    try {
+      auto call = std::make_unique<DispatchedCall>();
+      if (!reader->describe(fn, kind, call->collective)) return nullptr;
+      call->entry = h->on_collective_start(call->collective);
+      if (!call->entry) return nullptr;
+      call->handler = std::move(h);
+      call->dispatched_collective = true;
+      return call;
+    } catch (...) {  // the probe never fails the training step
+      return nullptr;
+    }
+  }
+
+  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
+    try {
+      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
+    } catch (...) {  // no work to poll: the entry is finished as it is now
+    }
+    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
   }
 
   // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
@@ -8434,7 +8711,9 @@ class ApiObserver {
 
   // The handler, through a per-thread weak reference refreshed when the epoch changes: an
   // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  // A backend's own thread (capture/backend_threads.hpp) gets none.
   static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    if (on_backend_thread()) return nullptr;
     struct Cached {
       std::uint64_t epoch = 0;
       std::weak_ptr<ApiHandler> handler;
@@ -10166,90 +10445,6 @@ struct BodyAllocator {
 
 }  // namespace torchprobe::details
 // ---- end torchprobe/details/block_pool.hpp ----
-// ---- begin torchprobe/io/call_stack_capture.hpp ----
-// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
-//
-// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
-// native stack. Capturing happens on every recorded op, so it only stores return addresses
-// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
-// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
-#include <execinfo.h>
-
-
-
-namespace torchprobe::io {
-
-namespace detail {
-
-using BacktraceFunction = int (*)(void**, int);
-
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
-// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
-// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
-// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
-// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
-// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
-// falls back to the frame-pointer chain with its memory reads validated.
-inline BacktraceFunction libunwind_backtrace() {
-  static const BacktraceFunction fn = []() -> BacktraceFunction {
-#if defined(__linux__) && defined(__x86_64__)
-    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return nullptr;
-    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
-#else
-    return nullptr;
-#endif
-  }();
-  return fn;
-}
-
-}  // namespace detail
-
-// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
-// else glibc), or glibc's backtrace() always.
-enum class Unwinder { Fastest, Glibc };
-
-// Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
-
-// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
-// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
-// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
-// must not happen inside a signal handler.
-inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
-  constexpr int kLimit = 256;
-  CallStack out;
-  if (max_frames <= 0) return out;
-  if (max_frames > kLimit) max_frames = kLimit;
-  void* buf[kLimit];
-  int n = 0;
-  if (how == Unwinder::Fastest)
-    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
-  if (n <= 0) n = ::backtrace(buf, max_frames);
-  if (n > 0) out.frames.assign(buf, buf + n);
-  return out;
-}
-
-// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
-// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
-// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
-// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
-inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
-  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
-  static std::mutex mu;
-  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
-                                              CallStackHash>();  // never freed: entries may outlive static destruction
-  CallStack s = capture_call_stack();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = table->find(s);
-  if (it != table->end()) return it->second;
-  auto shared = std::make_shared<const CallStack>(s);
-  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
-  return shared;
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/call_stack_capture.hpp ----
 
 namespace torchprobe::capture {
 
@@ -11551,6 +11746,57 @@ struct NestedParents {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/nested_calls.hpp ----
+// ---- begin torchprobe/capture/pending_collectives.hpp ----
+// The dispatched collectives of a running capture whose work is still running
+// (capture/dispatched_collectives.hpp says which calls these are).
+
+
+namespace torchprobe::capture {
+
+// Dispatched collectives whose work had not completed when the operator returned (all of them on
+// Gloo and NCCL: the operator only enqueues the work). The probe never waits: each is finished
+// when a later call on any thread finds its work completed, and at stop() whatever is left is
+// finished too (without an output when its work is still running).
+class PendingCollectives {
+ public:
+  void add(Collective c, std::unique_ptr<CallContext> ctx) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.emplace_back(std::move(c), std::move(ctx));
+    waiting_.store(true, std::memory_order_release);
+  }
+  bool waiting() const { return waiting_.load(std::memory_order_acquire); }
+
+  // Takes out the calls whose work completed (every call when `final`); `finish(c, ctx)` records
+  // each, outside the lock (reading a tensor's statistics runs ATen ops).
+  template <class Finish>
+  void poll(bool final, Finish&& finish) {
+    std::vector<std::pair<Collective, std::unique_ptr<CallContext>>> done;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (std::size_t i = 0; i < calls_.size();) {
+        Collective& c = calls_[i].first;
+        const bool completed = !c.completed || c.completed();
+        if (completed || final) {
+          c.ended = completed;
+          done.push_back(std::move(calls_[i]));
+          calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
+      }
+      waiting_.store(!calls_.empty(), std::memory_order_release);
+    }
+    for (auto& [c, ctx] : done) finish(c, *ctx);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<Collective, std::unique_ptr<CallContext>>> calls_;
+  std::atomic<bool> waiting_{false};
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/pending_collectives.hpp ----
 // ---- begin torchprobe/capture/token_window.hpp ----
 // start(model, token_range): msprobe's inference dump of chosen tokens. The forward calls of the
 // model given to start() are counted from 0 (one call = one token); recording is on from the
@@ -11739,6 +11985,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // ---- the observer's callbacks -------------------------------------------------------------
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (collectives_.waiting()) finish_collectives(/*final=*/false);
     if (window_ && !window_->open()) {
       if (op.user_api) window_->saw_call();
       return nullptr;
@@ -11855,6 +12102,16 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     }
   }
 
+  // A dispatched collective returned, its work usually still running: kept until a later call
+  // finds the work completed (the tensors then hold the result), or until stop().
+  void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) override {
+    try {
+      if (!c.completed || c.completed()) return on_collective_end(c, *entry);
+    } catch (...) {  // the work cannot say: kept, and polled again later
+    }
+    collectives_.add(std::move(c), std::move(entry));
+  }
+
   // ---- module guards, ScopedModuleDump and TorchScript probes (ModuleEvents) ----------------
 
   void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
@@ -11897,7 +12154,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   // Before a flush: module backward entries still waiting for their parameter gradients, and
   // parameter gradients that arrived only in part, are written as they are.
-  void release_pending() { grads_->release_pending(); }
+  // Dispatched collectives still running are written without an output.
+  void release_pending() {
+    grads_->release_pending();
+    finish_collectives(/*final=*/true);
+  }
 
   void on_step() {
     grads_->on_step();
@@ -11915,6 +12176,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     std::size_t returns = 0;   // the schema's, for on_api_end
     std::uint64_t thread = 0;  // L2: RecordFunction's id of the thread that ran it
   };
+
+  void finish_collectives(bool final) {
+    collectives_.poll(final, [this](const Collective& c, CallContext& ctx) { on_collective_end(c, ctx); });
+  }
 
   static int& skipped_script_calls() {
     thread_local int n = 0;
@@ -11938,6 +12203,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   bool has_models_ = false;
   std::shared_ptr<TokenWindow> window_;
   BackwardOwners owners_;  // L2: which backward entry each autograd node's ops belong to
+  PendingCollectives collectives_;
 };
 
 }  // namespace torchprobe::capture

@@ -10,14 +10,21 @@
 //   ...                                               // overlap: the probe does not wait
 //   work.wait();                                      // the entry's output is read now
 //
-// A process group's methods (c10d::ProcessGroupGloo and other backends on libtorch 1.13 and 2.x)
-// are virtual calls that RecordFunction does not see, so these wrappers record them; with no
-// debugger started a wrapper is the call itself plus one atomic load. The probe adds no collective
-// and no synchronisation: the output is read when the caller's own wait() returns (or, for a Work
-// dropped without wait(), if its work had completed by then; else the entry has no output).
-// `pg` is any c10::intrusive_ptr to a process group or backend (anything with allreduce, broadcast,
-// allgather, reduce_scatter, send, recv, barrier as c10d's); the group is recorded as msprobe's
-// {"type": "torch.ProcessGroup", "group_ranks": [0 .. size-1], "group_id": crc32}.
+// Two ways in, one entry per call:
+//  - Calls that go through the dispatcher are recorded as they are, once this header is included
+//    anywhere in the program: on libtorch 2.x every method of a c10d::ProcessGroup
+//    (pg->allreduce(tensors)->wait()), on 1.13 the functions of c10d::ops. Their output is read
+//    when a later call finds the work completed, or at stop() (no output if it is still running).
+//  - A backend's methods called directly (ProcessGroupGloo on 1.13, a Backend on 2.x) are virtual
+//    calls that RecordFunction does not see: the wrappers below record them. With no debugger
+//    started a wrapper is the call itself plus one atomic load.
+// The probe adds no collective and no synchronisation: a wrapper's output is read when the
+// caller's own wait() returns (or, for a Work dropped without wait(), if its work had completed
+// by then; else the entry has no output). `pg` is any c10::intrusive_ptr to a process group or
+// backend (anything with allreduce, broadcast, allgather, reduce_scatter, send, recv, barrier as
+// c10d's). The group is recorded as msprobe's {"type": "torch.ProcessGroup", "group_ranks": [...],
+// "group_id": crc32}: a subgroup's global ranks are those given to set_group_ranks(), else
+// 0 .. size-1. The ops that Gloo's own threads run inside a collective are not recorded.
 // Needs libtorch built with distributed support (USE_DISTRIBUTED; Debian's is); not included by
 // torchprobe.hpp.
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -26,11 +33,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "torchprobe/capture/api_observer.hpp"
+#include "torchprobe/capture/c10d_reader.hpp"
 #include "torchprobe/capture/collective.hpp"
 
 namespace torchprobe::dist {
@@ -85,18 +94,20 @@ namespace detail {
 
 template <class PG>
 nlohmann::ordered_json group_of(const c10::intrusive_ptr<PG>& pg) {
-  std::vector<std::int64_t> ranks;
-  for (int r = 0; r < pg->getSize(); ++r) ranks.push_back(r);
-  return capture::process_group_json(ranks);
+  return capture::c10d_reader::group_json(pg.get(), pg->getSize());
 }
 
-// str() of a torch.distributed.ReduceOp on libtorch 2.x: "RedOpType.SUM".
-inline nlohmann::ordered_json reduce_op_json(const c10d::ReduceOp& op) {
-  static const char* const names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
-  const auto k = static_cast<std::size_t>(op.op_);
-  const std::string name = k < sizeof names / sizeof names[0] ? names[k] : std::to_string(k);
-  return {{"type", "torch.distributed.ReduceOp"}, {"value", "RedOpType." + name}};
-}
+using capture::c10d_reader::reduce_op_json;
+
+// Marks the wrapper's call on this thread, so that libtorch 2.x's dispatcher operator under it is
+// not recorded a second time.
+struct WrapperCall {
+  bool outer = !capture::wrapper_running();
+  WrapperCall() { capture::wrapper_running() = true; }
+  ~WrapperCall() {
+    if (outer) capture::wrapper_running() = false;
+  }
+};
 
 inline c10::IValue tensor_list(const std::vector<at::Tensor>& tensors) { return c10::List<at::Tensor>(tensors); }
 
@@ -117,12 +128,30 @@ Work run(Describe&& describe, Call&& call, bool async_op) {
     }
   }
   if (!ctx) handler.reset();
-  Work work(call(), std::move(c), std::move(handler), std::move(ctx));
+  c10::intrusive_ptr<c10d::Work> backend_work;
+  {
+    WrapperCall marked;
+    backend_work = call();
+  }
+  Work work(std::move(backend_work), std::move(c), std::move(handler), std::move(ctx));
   if (!async_op) work.wait();
   return work;
 }
 
 }  // namespace detail
+
+// The global ranks of a subgroup's members, in its own rank order (what new_group(ranks) was given
+// in Python): its collectives then record them as group_ranks. Register the object that the
+// collectives are called on (the c10d::ProcessGroup on 2.x, or the backend). Throws
+// std::invalid_argument when `ranks` does not have one rank per member of the group.
+template <class PG>
+void set_group_ranks(const c10::intrusive_ptr<PG>& pg, std::vector<std::int64_t> ranks) {
+  if (ranks.size() != static_cast<std::size_t>(pg->getSize()))
+    throw std::invalid_argument("torchprobe::dist::set_group_ranks: " + std::to_string(ranks.size()) +
+                                " ranks given for a group of " + std::to_string(pg->getSize()) +
+                                " members; give one global rank per member");
+  capture::GroupRanks::set(pg.get(), std::move(ranks));
+}
 
 template <class PG>
 Work all_reduce(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM,

@@ -1,7 +1,8 @@
 // Many ranks: data-parallel training over c10d's Gloo on loopback, each rank a process started by
 // tools/launch_ranks.sh (this test executable again, as a child: no executable of its own).
 // Every rank trains the same small model for 3 steps on data of its own and all-reduces the
-// gradients through torchprobe::dist; what the ranks wrote is read back by python3's json.
+// gradients through torchprobe::dist or through the dispatcher (c10d::ops on 1.13, a
+// c10d::ProcessGroup's methods on 2.x); what the ranks wrote is read back by python3's json.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
@@ -9,7 +10,13 @@
 #include <torchprobe/distributed.hpp>
 #include <torchprobe/torchprobe.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR < 2
+#include <torch/csrc/distributed/c10d/Ops.hpp>
+#endif
 
 #include <signal.h>
 #include <spawn.h>
@@ -33,6 +40,54 @@ namespace dist_test {
 
 constexpr int kSteps = 3;
 
+// ---- collectives through the dispatcher: c10d::ProcessGroup's methods on 2.x, c10d::ops on 1.13 --
+#if TORCH_VERSION_MAJOR >= 2
+using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+Group dispatching(const c10::intrusive_ptr<c10d::Store>& store,
+                  const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, gloo->getRank(), gloo->getSize());
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  return pg;
+}
+auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return pg->allreduce(t); }
+auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
+  c10d::BroadcastOptions o;
+  o.rootRank = src;
+  return pg->broadcast(t, o);
+}
+auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
+  return pg->allgather(out, in);
+}
+auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return pg->send(t, dst, tag); }
+auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return pg->recv(t, src, tag); }
+auto d_barrier(const Group& pg) { return pg->barrier(); }
+#else
+using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+Group dispatching(const c10::intrusive_ptr<c10d::Store>&, const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
+  return gloo;
+}
+auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return c10d::ops::allreduce(pg, t); }
+auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
+  c10d::BroadcastOptions o;
+  o.rootRank = src;
+  return c10d::ops::broadcast(pg, t, o);
+}
+auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
+  return c10d::ops::allgather(pg, out, in);
+}
+auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return c10d::ops::send(pg, t, dst, tag); }
+auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return c10d::ops::recv(pg, t, src, tag); }
+auto d_barrier(const Group& pg) { return c10d::ops::barrier(pg); }
+#endif
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                      int size) {
+  auto gloo = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(40));
+  gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo);
+}
+
 // ---- the child: one rank ---------------------------------------------------------------------
 // TORCHPROBE_TEST_MODE: "plain"; "filter" (rank [0, "2-3"], step [0, 2]); "kill" (the last rank
 // is killed by SIGKILL in its last step, once the others have finished); "fault" (rank 2 adds
@@ -44,6 +99,9 @@ int run_rank(const std::string& dir, const std::string& mode) {
   auto gloo = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(40));
   gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo);
+  // TORCHPROBE_TEST_DISPATCH: the gradients go through the dispatcher instead of torchprobe::dist.
+  const bool dispatch = std::getenv("TORCHPROBE_TEST_DISPATCH") != nullptr;
+  const Group dispatching_pg = dispatching(store, pg);
 
   tp::Options options = tp::Options().dump_path(dir + "/dump").process_group(pg);
   if (mode == "filter") options.rank({0, "2-3"}).step({0, 2});
@@ -65,7 +123,10 @@ int run_rank(const std::string& dir, const std::string& mode) {
     if (mode != "bare") dbg.start(net);
     net->forward(x).pow(2).mean().backward();
     for (auto& p : net->parameters()) {
-      tp::dist::all_reduce(pg, p.grad());
+      if (dispatch)
+        d_allreduce(dispatching_pg, {p.grad()})->wait();
+      else
+        tp::dist::all_reduce(pg, p.grad());
       p.grad().div_(world);
     }
     {
@@ -94,13 +155,66 @@ int run_rank(const std::string& dir, const std::string& mode) {
   return 0;
 }
 
+// Two ranks call collectives the way libtorch routes them through the dispatcher, never through
+// torchprobe::dist (but once, to see that a wrapped call makes one entry, not two). Every tensor
+// is made before start(), so the only ATen calls in the dump are the one mul this rank makes.
+int run_dispatch_rank(const std::string& dir) {
+  const int rank = std::atoi(std::getenv("RANK"));
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(dir + "/store", 2);
+  const Group pg = dispatching(store, gloo_group(store, rank, 2));
+  // A group of this rank alone, registered with its global rank.
+  auto own_store = c10::make_intrusive<c10d::PrefixStore>("own" + std::to_string(rank), store);
+  const Group own = dispatching(own_store, gloo_group(own_store, 0, 1));
+  tp::dist::set_group_ranks(own, {rank});
+  bool mismatch_refused = false;
+  try {
+    tp::dist::set_group_ranks(pg, {0});
+  } catch (const std::invalid_argument&) {
+    mismatch_refused = true;
+  }
+
+  const auto sum = torch::full({4}, static_cast<double>(rank + 1));
+  const auto later = torch::full({4}, static_cast<double>(10 * (rank + 1)));
+  const auto root = torch::full({3}, static_cast<double>(10 * rank + 5));
+  std::vector<at::Tensor> gathered{torch::zeros({2}), torch::zeros({2})};
+  const auto mine = torch::full({2}, static_cast<double>(rank));
+  const auto message = rank == 0 ? torch::full({2}, 7.0) : torch::zeros({2});
+  const auto wrapped = torch::full({2}, static_cast<double>(rank + 1));
+  const auto alone = torch::full({2}, 3.0);
+  const auto scale = torch::full({1}, 2.0);
+
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dir + "/dump").process_group(pg));
+  tptest::Net net;
+  dbg.start(net);
+  d_allreduce(pg, {sum})->wait();
+  const auto scaled = sum.mul(scale);  // finds the work completed: the entry's output is read first
+  auto pending = d_allreduce(pg, {later});
+  d_broadcast(pg, {root}, 0)->wait();
+  d_allgather(pg, {gathered}, {mine})->wait();
+  if (rank == 0)
+    d_send(pg, {message}, 1, 3)->wait();
+  else
+    d_recv(pg, {message}, 0, 3)->wait();
+  d_barrier(pg)->wait();
+  tp::dist::all_reduce(pg, wrapped);
+  d_allreduce(own, {alone})->wait();
+  pending->wait();  // the last all_reduce's output is read at stop()
+  dbg.stop();
+  dbg.wait_written();
+  if (!mismatch_refused || scaled.max().item<double>() != 6.0) return 3;
+  std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
+  return 0;
+}
+
 struct ChildProgram {
   ChildProgram() {
     const char* child = std::getenv("TORCHPROBE_TEST_CHILD");
     if (!child || std::string(child) != "dist") return;
     int rc = 2;
     try {
-      rc = run_rank(std::getenv("TORCHPROBE_TEST_DIR"), std::getenv("TORCHPROBE_TEST_MODE"));
+      const std::string mode = std::getenv("TORCHPROBE_TEST_MODE");
+      rc = mode == "dispatch" ? run_dispatch_rank(std::getenv("TORCHPROBE_TEST_DIR"))
+                              : run_rank(std::getenv("TORCHPROBE_TEST_DIR"), mode);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rank %s failed: %s\n", std::getenv("RANK"), e.what());
       rc = 4;
@@ -113,11 +227,12 @@ struct ChildProgram {
 // ---- the parent ------------------------------------------------------------------------------
 
 // tools/launch_ranks.sh starts `world` ranks of this executable; returns its exit status.
-int launch(int world, const std::string& mode, const std::string& dir) {
+int launch(int world, const std::string& mode, const std::string& dir, bool dispatch = false) {
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   const std::string script = std::string(TORCHPROBE_TESTS_DIR) + "/../tools/launch_ranks.sh";
   std::vector<std::string> env = {"TORCHPROBE_TEST_CHILD=dist", "TORCHPROBE_TEST_MODE=" + mode,
                                   "TORCHPROBE_TEST_DIR=" + dir};
+  if (dispatch) env.push_back("TORCHPROBE_TEST_DISPATCH=1");
   std::vector<char*> envp;
   for (char** e = ::environ; *e; ++e)
     if (std::string(*e).rfind("TORCHPROBE_TEST_", 0) != 0) envp.push_back(*e);
@@ -191,12 +306,13 @@ std::vector<std::string> rank_names(int world) {
 }
 
 TEST_CASE(
-    "2 and 4 ranks over Gloo: every rank writes rank{R}, all_reduce entries hold each rank's input and the common "
-    "sum") {
-  for (int world : {2, 4}) {
-    INFO("world size " << world);
+    "2 and 4 ranks over Gloo, wrapped or dispatched: every rank writes rank{R}, all_reduce entries hold each rank's "
+    "input and the common sum") {
+  const std::pair<int, bool> runs[] = {{2, false}, {2, true}, {4, false}, {4, true}};
+  for (const auto& [world, dispatch] : runs) {
+    INFO("world size " << world << (dispatch ? ", through the dispatcher" : ", through torchprobe::dist"));
     tptest::TempDir dir;
-    REQUIRE(launch(world, "plain", dir.path()) == 0);
+    REQUIRE(launch(world, "plain", dir.path(), dispatch) == 0);
     const Json dumps = read_dumps(dir / "dump");
     REQUIRE(dumps.size() == kSteps);
     for (int s = 0; s < kSteps; ++s) {
@@ -319,6 +435,72 @@ TEST_CASE("the cross-rank view names the rank, the parameter and the step of a p
   CHECK(ranks::print_views(views, text) == 1);
   CHECK(text.str().find("first disagreement: step 1, rank 2, Aten.t.0.forward input_args.0 (shape [4,8])") !=
         std::string::npos);
+}
+
+// step0's dump.json of each rank, whole, as python3's json reads it: {"rank0": {entry: ...}, ...}.
+Json read_step0(const std::string& dump, int world) {
+  int rc = -1;
+  const std::string out = tptest::run_python(
+      "import json\n"
+      "print(json.dumps({'rank%d' % r: json.load(open('" +
+          dump + "/step0/rank%d/dump.json' % r))['data'] for r in range(" + std::to_string(world) + ")}))\n",
+      &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  return Json::parse(out);
+}
+
+TEST_CASE(
+    "collectives that go through the dispatcher are recorded once each, with msprobe's arguments and the result "
+    "read after their work completed") {
+  tptest::TempDir dir;
+  REQUIRE(launch(2, "dispatch", dir.path()) == 0);
+  const Json data = read_step0(dir / "dump", 2);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const Json& d = data["rank" + std::to_string(r)];
+    const auto max_of = [](const Json& item) { return item["Max"].get<double>(); };
+    std::vector<std::string> names;
+    for (const auto& [name, entry] : d.items()) names.push_back(name);
+    // Every call once, in call order; nothing from the ops Gloo's own thread runs inside all_gather.
+    const std::string peer = r == 0 ? "Distributed.send.0.forward" : "Distributed.recv.0.forward";
+    CHECK(names == std::vector<std::string>{"Distributed.all_reduce.0.forward", "Aten.mul.0.forward",
+                                            "Distributed.all_reduce.1.forward", "Distributed.broadcast.0.forward",
+                                            "Distributed.all_gather.0.forward", peer, "Distributed.barrier.0.forward",
+                                            "Distributed.all_reduce.2.forward", "Distributed.all_reduce.3.forward"});
+    const Json world_group = {{"type", "torch.ProcessGroup"}, {"group_ranks", {0, 1}}, {"group_id", "77849d8c"}};
+
+    const Json& ar = d["Distributed.all_reduce.0.forward"];
+    CHECK(max_of(ar["input_args"][0]) == r + 1);
+    CHECK(max_of(ar["output"][0]) == 3);  // 1 + 2, read before the mul that followed the wait
+    CHECK(ar["input_kwargs"]["op"] == Json({{"type", "torch.distributed.ReduceOp"}, {"value", "RedOpType.SUM"}}));
+    CHECK(ar["input_kwargs"]["group"] == world_group);
+    CHECK(max_of(d["Aten.mul.0.forward"]["input_args"][0]) == 3);
+    CHECK(max_of(d["Distributed.all_reduce.1.forward"]["output"][0]) == 30);  // waited on after the others
+
+    const Json& bc = d["Distributed.broadcast.0.forward"];
+    CHECK(max_of(bc["input_args"][0]) == 10 * r + 5);
+    CHECK(max_of(bc["output"][0]) == 5);
+    CHECK(bc["input_kwargs"]["src"] == Json({{"type", "int"}, {"value", 0}}));
+
+    const Json& ag = d["Distributed.all_gather.0.forward"];  // all_gather(tensor_list, tensor)
+    REQUIRE(ag["input_args"][0].size() == 2);
+    CHECK(max_of(ag["input_args"][0][1]) == 0);
+    CHECK(max_of(ag["input_args"][1]) == r);
+    CHECK(max_of(ag["output"][0][0]) == 0);
+    CHECK(max_of(ag["output"][0][1]) == 1);
+
+    const Json& p2p = d[peer];
+    CHECK(p2p["input_kwargs"][r == 0 ? "dst" : "src"]["value"] == 1 - r);
+    CHECK(p2p["input_kwargs"]["tag"]["value"] == 3);
+    CHECK(max_of(p2p["output"][0]) == 7);
+
+    CHECK(d["Distributed.barrier.0.forward"]["input_kwargs"]["group"] == world_group);
+    CHECK(max_of(d["Distributed.all_reduce.2.forward"]["output"][0]) == 3);  // the wrapper's, once
+
+    const Json& own = d["Distributed.all_reduce.3.forward"]["input_kwargs"]["group"];
+    CHECK(own["group_ranks"] == Json::array({r}));
+    CHECK(own["group_id"] == (r == 0 ? "553403f9" : "4c2f32b8"));  // crc32 of "[0]" and "[1]"
+  }
 }
 
 }  // namespace dist_test

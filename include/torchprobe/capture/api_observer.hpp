@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "torchprobe/capture/backend_threads.hpp"
 #include "torchprobe/capture/collective.hpp"
+#include "torchprobe/capture/dispatched_collectives.hpp"
 #include "torchprobe/capture/op_registry.hpp"
 
 namespace torchprobe::capture {
@@ -31,6 +33,13 @@ class ApiHandler;
 // the debugger stops (a backward thread, say) finishes safely.
 struct CallContext : at::ObserverContext {
   std::shared_ptr<ApiHandler> handler;
+  bool dispatched_collective = false;  // a DispatchedCall (below)
+};
+
+// A collective that went through the dispatcher, between its operator's start and end.
+struct DispatchedCall : CallContext {
+  Collective collective;
+  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
 };
 
 // Level L2: what the records running inside a record inherit from it (one per open record on a
@@ -67,6 +76,11 @@ class ApiHandler {
   // runs) and, once its work has completed, its end (the same arguments, now written).
   virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
   virtual void on_collective_end(const Collective&, CallContext&) {}
+  // A collective that went through the dispatcher returned; its work may still be running
+  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
+  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
+    on_collective_end(c, *entry);
+  }
 };
 
 class ApiObserver {
@@ -131,6 +145,8 @@ class ApiObserver {
     const OpInfo& op = OpRegistry::lookup(fn);
     std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
+    if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+      return start_dispatched(fn, *kind, std::move(h));
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
     return ctx;
@@ -142,7 +158,36 @@ class ApiObserver {
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
+    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
     call->handler->on_api_end(fn, *call);
+  }
+
+  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
+  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
+  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
+                                                               const DispatchedCollective& kind,
+                                                               std::shared_ptr<ApiHandler> h) {
+    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
+    if (reader == nullptr || wrapper_running()) return nullptr;
+    try {
+      auto call = std::make_unique<DispatchedCall>();
+      if (!reader->describe(fn, kind, call->collective)) return nullptr;
+      call->entry = h->on_collective_start(call->collective);
+      if (!call->entry) return nullptr;
+      call->handler = std::move(h);
+      call->dispatched_collective = true;
+      return call;
+    } catch (...) {  // the probe never fails the training step
+      return nullptr;
+    }
+  }
+
+  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
+    try {
+      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
+    } catch (...) {  // no work to poll: the entry is finished as it is now
+    }
+    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
   }
 
   // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
@@ -194,7 +239,9 @@ class ApiObserver {
 
   // The handler, through a per-thread weak reference refreshed when the epoch changes: an
   // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  // A backend's own thread (capture/backend_threads.hpp) gets none.
   static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    if (on_backend_thread()) return nullptr;
     struct Cached {
       std::uint64_t epoch = 0;
       std::weak_ptr<ApiHandler> handler;

@@ -24,6 +24,7 @@
 #include "torchprobe/capture/module_tracking.hpp"
 #include "torchprobe/capture/nested_calls.hpp"
 #include "torchprobe/capture/parameter_gradients.hpp"
+#include "torchprobe/capture/pending_collectives.hpp"
 #include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/details/recorder.hpp"
 #include "torchprobe/level/level.hpp"
@@ -63,6 +64,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // ---- the observer's callbacks -------------------------------------------------------------
 
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (collectives_.waiting()) finish_collectives(/*final=*/false);
     if (window_ && !window_->open()) {
       if (op.user_api) window_->saw_call();
       return nullptr;
@@ -179,6 +181,16 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     }
   }
 
+  // A dispatched collective returned, its work usually still running: kept until a later call
+  // finds the work completed (the tensors then hold the result), or until stop().
+  void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) override {
+    try {
+      if (!c.completed || c.completed()) return on_collective_end(c, *entry);
+    } catch (...) {  // the work cannot say: kept, and polled again later
+    }
+    collectives_.add(std::move(c), std::move(entry));
+  }
+
   // ---- module guards, ScopedModuleDump and TorchScript probes (ModuleEvents) ----------------
 
   void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
@@ -221,7 +233,11 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   // Before a flush: module backward entries still waiting for their parameter gradients, and
   // parameter gradients that arrived only in part, are written as they are.
-  void release_pending() { grads_->release_pending(); }
+  // Dispatched collectives still running are written without an output.
+  void release_pending() {
+    grads_->release_pending();
+    finish_collectives(/*final=*/true);
+  }
 
   void on_step() {
     grads_->on_step();
@@ -239,6 +255,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     std::size_t returns = 0;   // the schema's, for on_api_end
     std::uint64_t thread = 0;  // L2: RecordFunction's id of the thread that ran it
   };
+
+  void finish_collectives(bool final) {
+    collectives_.poll(final, [this](const Collective& c, CallContext& ctx) { on_collective_end(c, ctx); });
+  }
 
   static int& skipped_script_calls() {
     thread_local int n = 0;
@@ -262,6 +282,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   bool has_models_ = false;
   std::shared_ptr<TokenWindow> window_;
   BackwardOwners owners_;  // L2: which backward entry each autograd node's ops belong to
+  PendingCollectives collectives_;
 };
 
 }  // namespace torchprobe::capture

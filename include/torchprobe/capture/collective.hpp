@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -23,6 +25,9 @@ struct Collective {
   std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
   std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
   bool ended = true;  // false: dropped before its work completed; the entry then has no output
+  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
+  // the call has completed when it returns.
+  std::function<bool()> completed;
 
   // A keyword's name, kept for the life of the process (entries point at it until written).
   static const std::string* kwarg_name(const std::string& name) {
@@ -52,6 +57,38 @@ inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>
   j["group_id"] = hex;
   return j;
 }
+
+// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
+// gives them. A C++ process group knows only its own size and this process's rank in it, so a
+// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
+// nobody registered is taken to be the whole world, ranks 0 .. size-1.
+class GroupRanks {
+ public:
+  static void set(const void* group, std::vector<std::int64_t> ranks) {
+    std::lock_guard<std::mutex> lock(mutex());
+    (*groups())[group] = std::move(ranks);
+  }
+  static std::vector<std::int64_t> of(const void* group, int size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = groups()->find(group);
+      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
+    }
+    std::vector<std::int64_t> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+    return ranks;
+  }
+
+ private:
+  static std::map<const void*, std::vector<std::int64_t>>* groups() {
+    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
+    return g;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
 
 // A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
 inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
