@@ -11775,7 +11775,7 @@ class PendingCollectives {
       std::lock_guard<std::mutex> lock(mutex_);
       for (std::size_t i = 0; i < calls_.size();) {
         Collective& c = calls_[i].first;
-        const bool completed = !c.completed || c.completed();
+        const bool completed = is_completed(c);
         if (completed || final) {
           c.ended = completed;
           done.push_back(std::move(calls_[i]));
@@ -11790,6 +11790,16 @@ class PendingCollectives {
   }
 
  private:
+  // A work that cannot say (its backend threw) counts as still running: at stop() its entry is
+  // written without an output. Never throws, since stop() may not.
+  static bool is_completed(const Collective& c) noexcept {
+    try {
+      return !c.completed || c.completed();
+    } catch (...) {
+      return false;
+    }
+  }
+
   std::mutex mutex_;
   std::vector<std::pair<Collective, std::unique_ptr<CallContext>>> calls_;
   std::atomic<bool> waiting_{false};

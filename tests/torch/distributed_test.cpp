@@ -11,12 +11,7 @@
 #include <torchprobe/torchprobe.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/version.h>
-#if TORCH_VERSION_MAJOR < 2
-#include <torch/csrc/distributed/c10d/Ops.hpp>
-#endif
 
 #include <signal.h>
 #include <spawn.h>
@@ -29,6 +24,7 @@
 #include <fstream>
 #include <thread>
 
+#include "c10d_dispatch.hpp"  // collectives through the dispatcher, on either libtorch
 #include "child_process.hpp"  // declares environ at global scope (the unity build wraps this file in a namespace)
 #include "test_support.hpp"
 
@@ -38,48 +34,16 @@ using Json = nlohmann::ordered_json;
 
 namespace dist_test {
 
-constexpr int kSteps = 3;
+using tptest::dispatch::d_allgather;
+using tptest::dispatch::d_allreduce;
+using tptest::dispatch::d_barrier;
+using tptest::dispatch::d_broadcast;
+using tptest::dispatch::d_recv;
+using tptest::dispatch::d_send;
+using tptest::dispatch::dispatching;
+using tptest::dispatch::Group;
 
-// ---- collectives through the dispatcher: c10d::ProcessGroup's methods on 2.x, c10d::ops on 1.13 --
-#if TORCH_VERSION_MAJOR >= 2
-using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
-Group dispatching(const c10::intrusive_ptr<c10d::Store>& store,
-                  const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
-  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, gloo->getRank(), gloo->getSize());
-  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-  return pg;
-}
-auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return pg->allreduce(t); }
-auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
-  c10d::BroadcastOptions o;
-  o.rootRank = src;
-  return pg->broadcast(t, o);
-}
-auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
-  return pg->allgather(out, in);
-}
-auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return pg->send(t, dst, tag); }
-auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return pg->recv(t, src, tag); }
-auto d_barrier(const Group& pg) { return pg->barrier(); }
-#else
-using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
-Group dispatching(const c10::intrusive_ptr<c10d::Store>&, const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
-  return gloo;
-}
-auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return c10d::ops::allreduce(pg, t); }
-auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
-  c10d::BroadcastOptions o;
-  o.rootRank = src;
-  return c10d::ops::broadcast(pg, t, o);
-}
-auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
-  return c10d::ops::allgather(pg, out, in);
-}
-auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return c10d::ops::send(pg, t, dst, tag); }
-auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return c10d::ops::recv(pg, t, src, tag); }
-auto d_barrier(const Group& pg) { return c10d::ops::barrier(pg); }
-#endif
+constexpr int kSteps = 3;
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                       int size) {
