@@ -35,6 +35,21 @@ inline auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> ou
 inline auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return pg->send(t, dst, tag); }
 inline auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return pg->recv(t, src, tag); }
 inline auto d_barrier(const Group& pg) { return pg->barrier(); }
+inline auto d_reduce(const Group& pg, std::vector<at::Tensor> t, int dst) {
+  c10d::ReduceOptions o;
+  o.rootRank = dst;
+  return pg->reduce(t, o);
+}
+inline auto d_gather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in, int dst) {
+  c10d::GatherOptions o;
+  o.rootRank = dst;
+  return pg->gather(out, in, o);
+}
+inline auto d_scatter(const Group& pg, std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> in, int src) {
+  c10d::ScatterOptions o;
+  o.rootRank = src;
+  return pg->scatter(out, in, o);
+}
 #else
 using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
 inline Group dispatching(const c10::intrusive_ptr<c10d::Store>&,
@@ -57,6 +72,21 @@ inline auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag)
   return c10d::ops::recv(pg, t, src, tag);
 }
 inline auto d_barrier(const Group& pg) { return c10d::ops::barrier(pg); }
+inline auto d_reduce(const Group& pg, std::vector<at::Tensor> t, int dst) {
+  c10d::ReduceOptions o;
+  o.rootRank = dst;
+  return c10d::ops::reduce(pg, t, o);
+}
+inline auto d_gather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in, int dst) {
+  c10d::GatherOptions o;
+  o.rootRank = dst;
+  return c10d::ops::gather(pg, out, in, o);
+}
+inline auto d_scatter(const Group& pg, std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> in, int src) {
+  c10d::ScatterOptions o;
+  o.rootRank = src;
+  return c10d::ops::scatter(pg, out, in, o);
+}
 #endif
 
 }  // namespace tptest::dispatch

@@ -38,7 +38,10 @@ using tptest::dispatch::d_allgather;
 using tptest::dispatch::d_allreduce;
 using tptest::dispatch::d_barrier;
 using tptest::dispatch::d_broadcast;
+using tptest::dispatch::d_gather;
 using tptest::dispatch::d_recv;
+using tptest::dispatch::d_reduce;
+using tptest::dispatch::d_scatter;
 using tptest::dispatch::d_send;
 using tptest::dispatch::dispatching;
 using tptest::dispatch::Group;
@@ -146,6 +149,13 @@ int run_dispatch_rank(const std::string& dir) {
   const auto wrapped = torch::full({2}, static_cast<double>(rank + 1));
   const auto alone = torch::full({2}, 3.0);
   const auto scale = torch::full({1}, 2.0);
+  const auto reduced = torch::full({2}, static_cast<double>(rank + 1));
+  const auto own_part = torch::full({2}, static_cast<double>(rank + 5));
+  const std::vector<at::Tensor> parts =
+      rank == 0 ? std::vector<at::Tensor>{torch::zeros({2}), torch::zeros({2})} : std::vector<at::Tensor>{};
+  const auto piece = torch::zeros({2});
+  const std::vector<at::Tensor> pieces =
+      rank == 0 ? std::vector<at::Tensor>{torch::full({2}, 10.0), torch::full({2}, 20.0)} : std::vector<at::Tensor>{};
 
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dir + "/dump").process_group(pg));
   tptest::Net net;
@@ -160,6 +170,13 @@ int run_dispatch_rank(const std::string& dir) {
   else
     d_recv(pg, {message}, 0, 3)->wait();
   d_barrier(pg)->wait();
+  d_reduce(pg, {reduced}, 0)->wait();
+  d_gather(pg, rank == 0 ? std::vector<std::vector<at::Tensor>>{parts} : std::vector<std::vector<at::Tensor>>{},
+           {own_part}, 0)
+      ->wait();
+  d_scatter(pg, {piece},
+            rank == 0 ? std::vector<std::vector<at::Tensor>>{pieces} : std::vector<std::vector<at::Tensor>>{}, 0)
+      ->wait();
   tp::dist::all_reduce(pg, wrapped);
   d_allreduce(own, {alone})->wait();
   pending->wait();  // the last all_reduce's output is read at stop()
@@ -430,7 +447,9 @@ TEST_CASE(
     CHECK(names == std::vector<std::string>{"Distributed.all_reduce.0.forward", "Aten.mul.0.forward",
                                             "Distributed.all_reduce.1.forward", "Distributed.broadcast.0.forward",
                                             "Distributed.all_gather.0.forward", peer, "Distributed.barrier.0.forward",
-                                            "Distributed.all_reduce.2.forward", "Distributed.all_reduce.3.forward"});
+                                            "Distributed.reduce.0.forward", "Distributed.gather.0.forward",
+                                            "Distributed.scatter.0.forward", "Distributed.all_reduce.2.forward",
+                                            "Distributed.all_reduce.3.forward"});
     const Json world_group = {{"type", "torch.ProcessGroup"}, {"group_ranks", {0, 1}}, {"group_id", "77849d8c"}};
 
     const Json& ar = d["Distributed.all_reduce.0.forward"];
@@ -459,6 +478,28 @@ TEST_CASE(
     CHECK(max_of(p2p["output"][0]) == 7);
 
     CHECK(d["Distributed.barrier.0.forward"]["input_kwargs"]["group"] == world_group);
+
+    const Json& rd = d["Distributed.reduce.0.forward"];  // reduce(tensor, dst, op)
+    CHECK(rd["input_kwargs"]["dst"]["value"] == 0);
+    CHECK(rd["input_kwargs"]["op"]["value"] == "RedOpType.SUM");
+    if (r == 0) CHECK(max_of(rd["output"][0]) == 3);
+
+    const Json& ga = d["Distributed.gather.0.forward"];  // gather(tensor, gather_list, dst)
+    CHECK(max_of(ga["input_args"][0]) == r + 5);
+    CHECK(ga["input_kwargs"]["dst"]["value"] == 0);
+    if (r == 0) {
+      REQUIRE(ga["output"][1].size() == 2);
+      CHECK(max_of(ga["output"][1][0]) == 5);
+      CHECK(max_of(ga["output"][1][1]) == 6);
+    } else {
+      CHECK(ga["input_args"][1] == Json::array());  // no gather_list off the destination
+    }
+
+    const Json& sc = d["Distributed.scatter.0.forward"];  // scatter(tensor, scatter_list, src)
+    CHECK(max_of(sc["input_args"][0]) == 0);
+    CHECK(sc["input_args"][1].size() == (r == 0 ? 2u : 0u));
+    CHECK(sc["input_kwargs"]["src"]["value"] == 0);
+    CHECK(max_of(sc["output"][0]) == 10 * (r + 1));
     CHECK(max_of(d["Distributed.all_reduce.2.forward"]["output"][0]) == 3);  // the wrapper's, once
 
     const Json& own = d["Distributed.all_reduce.3.forward"]["input_kwargs"]["group"];
