@@ -8493,6 +8493,31 @@ inline bool& wrapper_running() {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/dispatched_collectives.hpp ----
+// ---- begin torchprobe/capture/record_depth.hpp ----
+// How many records of one observer are open on a thread. An observer sees every record's start and
+// end, so only the outermost one is a call of the user's; the count belongs to an observer session
+// (its epoch): a record still open when the session ended never reports its end, and a count left
+// from an earlier session must not hide the first calls of the next one.
+
+namespace torchprobe::capture {
+
+struct RecordDepth {
+  int value = 0;
+  std::uint64_t epoch = 0;
+
+  // A record starts in session `now`; true when it is the outermost one on this thread.
+  bool enter(std::uint64_t now) {
+    if (epoch != now) *this = RecordDepth{0, now};
+    return value++ == 0;
+  }
+  // A record of session `now` ends (an end of an earlier session's record changes nothing).
+  void leave(std::uint64_t now) {
+    if (epoch == now && value > 0) --value;
+  }
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/record_depth.hpp ----
 
 namespace torchprobe::capture {
 
@@ -8601,32 +8626,26 @@ class ApiObserver {
   static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
 
  private:
-  struct Depth {
-    int value = 0;
-    std::uint64_t epoch = 0;
-  };
-
   // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
   // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
   // inside a backward node from being mistaken for user calls.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    Depth& d = depth();
     const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (d.epoch != e) d = Depth{0, e};
-    if (d.value++ != 0) return nullptr;
+    if (!depth().enter(e)) return nullptr;
     const OpInfo& op = OpRegistry::lookup(fn);
     std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
-    if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
-      return start_dispatched(fn, *kind, std::move(h));
+    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
+    if (!op.user_api)
+      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+        return start_dispatched(fn, *kind, std::move(h));
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
     return ctx;
   }
 
   static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    Depth& d = depth();
-    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    depth().leave(epoch().load(std::memory_order_relaxed));
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
@@ -8723,8 +8742,8 @@ class ApiObserver {
     return cached.handler.lock();
   }
 
-  static Depth& depth() {
-    thread_local Depth d;
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
     return d;
   }
   static std::atomic<std::uint64_t>& epoch() {
@@ -11766,6 +11785,16 @@ class PendingCollectives {
   }
   bool waiting() const { return waiting_.load(std::memory_order_acquire); }
 
+  // Whether a call's work has completed. A work that cannot say (its backend threw) counts as
+  // still running: at stop() its entry is written without an output. Never throws (stop() may not).
+  static bool completed(const Collective& c) noexcept {
+    try {
+      return !c.completed || c.completed();
+    } catch (...) {
+      return false;
+    }
+  }
+
   // Takes out the calls whose work completed (every call when `final`); `finish(c, ctx)` records
   // each, outside the lock (reading a tensor's statistics runs ATen ops).
   template <class Finish>
@@ -11775,9 +11804,9 @@ class PendingCollectives {
       std::lock_guard<std::mutex> lock(mutex_);
       for (std::size_t i = 0; i < calls_.size();) {
         Collective& c = calls_[i].first;
-        const bool completed = is_completed(c);
-        if (completed || final) {
-          c.ended = completed;
+        const bool done_now = completed(c);
+        if (done_now || final) {
+          c.ended = done_now;
           done.push_back(std::move(calls_[i]));
           calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
         } else {
@@ -11790,16 +11819,6 @@ class PendingCollectives {
   }
 
  private:
-  // A work that cannot say (its backend threw) counts as still running: at stop() its entry is
-  // written without an output. Never throws, since stop() may not.
-  static bool is_completed(const Collective& c) noexcept {
-    try {
-      return !c.completed || c.completed();
-    } catch (...) {
-      return false;
-    }
-  }
-
   std::mutex mutex_;
   std::vector<std::pair<Collective, std::unique_ptr<CallContext>>> calls_;
   std::atomic<bool> waiting_{false};
@@ -11913,17 +11932,9 @@ class ScriptForwardObserver {
   }
 
  private:
-  struct Depth {
-    int value = 0;
-    std::uint64_t epoch = 0;
-  };
-
   // Only the outermost record counts: libtorch records a forward again inside the executor.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    Depth& d = depth();
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (d.epoch != e) d = Depth{0, e};
-    if (d.value++ != 0) return nullptr;
+    if (!depth().enter(epoch().load(std::memory_order_acquire))) return nullptr;
     if (std::string(fn.name()) != "forward") return nullptr;
     const auto inputs = fn.inputs();
     if (inputs.empty() || !inputs[0].isObject()) return nullptr;
@@ -11932,12 +11943,11 @@ class ScriptForwardObserver {
     return nullptr;
   }
   static void on_end(const at::RecordFunction&, at::ObserverContext*) {
-    Depth& d = depth();
-    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    depth().leave(epoch().load(std::memory_order_relaxed));
   }
 
-  static Depth& depth() {
-    thread_local Depth d;
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
     return d;
   }
   static std::atomic<std::uint64_t>& epoch() {
@@ -12115,10 +12125,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // A dispatched collective returned, its work usually still running: kept until a later call
   // finds the work completed (the tensors then hold the result), or until stop().
   void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) override {
-    try {
-      if (!c.completed || c.completed()) return on_collective_end(c, *entry);
-    } catch (...) {  // the work cannot say: kept, and polled again later
-    }
+    if (PendingCollectives::completed(c)) return on_collective_end(c, *entry);
     collectives_.add(std::move(c), std::move(entry));
   }
 

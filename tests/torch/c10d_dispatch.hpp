@@ -14,8 +14,13 @@
 
 namespace tptest::dispatch {
 
-#if TORCH_VERSION_MAJOR >= 2
 using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+using Tensors = std::vector<at::Tensor>;
+using TensorLists = std::vector<std::vector<at::Tensor>>;
+
+// The one difference between the versions: a method of the group, or a function of c10d::ops.
+#if TORCH_VERSION_MAJOR >= 2
+#define TPTEST_C10D(op, pg, ...) (pg)->op(__VA_ARGS__)
 inline Group dispatching(const c10::intrusive_ptr<c10d::Store>& store,
                          const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, gloo->getRank(), gloo->getSize());
@@ -23,70 +28,40 @@ inline Group dispatching(const c10::intrusive_ptr<c10d::Store>& store,
   pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   return pg;
 }
-inline auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return pg->allreduce(t); }
-inline auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
-  c10d::BroadcastOptions o;
-  o.rootRank = src;
-  return pg->broadcast(t, o);
-}
-inline auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
-  return pg->allgather(out, in);
-}
-inline auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) { return pg->send(t, dst, tag); }
-inline auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) { return pg->recv(t, src, tag); }
 inline auto d_barrier(const Group& pg) { return pg->barrier(); }
-inline auto d_reduce(const Group& pg, std::vector<at::Tensor> t, int dst) {
-  c10d::ReduceOptions o;
-  o.rootRank = dst;
-  return pg->reduce(t, o);
-}
-inline auto d_gather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in, int dst) {
-  c10d::GatherOptions o;
-  o.rootRank = dst;
-  return pg->gather(out, in, o);
-}
-inline auto d_scatter(const Group& pg, std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> in, int src) {
-  c10d::ScatterOptions o;
-  o.rootRank = src;
-  return pg->scatter(out, in, o);
-}
 #else
-using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+#define TPTEST_C10D(op, pg, ...) c10d::ops::op(pg, __VA_ARGS__)
 inline Group dispatching(const c10::intrusive_ptr<c10d::Store>&,
                          const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo) {
   return gloo;
 }
-inline auto d_allreduce(const Group& pg, std::vector<at::Tensor> t) { return c10d::ops::allreduce(pg, t); }
-inline auto d_broadcast(const Group& pg, std::vector<at::Tensor> t, int src) {
-  c10d::BroadcastOptions o;
-  o.rootRank = src;
-  return c10d::ops::broadcast(pg, t, o);
-}
-inline auto d_allgather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in) {
-  return c10d::ops::allgather(pg, out, in);
-}
-inline auto d_send(const Group& pg, std::vector<at::Tensor> t, int dst, int tag) {
-  return c10d::ops::send(pg, t, dst, tag);
-}
-inline auto d_recv(const Group& pg, std::vector<at::Tensor> t, int src, int tag) {
-  return c10d::ops::recv(pg, t, src, tag);
-}
 inline auto d_barrier(const Group& pg) { return c10d::ops::barrier(pg); }
-inline auto d_reduce(const Group& pg, std::vector<at::Tensor> t, int dst) {
-  c10d::ReduceOptions o;
-  o.rootRank = dst;
-  return c10d::ops::reduce(pg, t, o);
-}
-inline auto d_gather(const Group& pg, std::vector<std::vector<at::Tensor>> out, std::vector<at::Tensor> in, int dst) {
-  c10d::GatherOptions o;
-  o.rootRank = dst;
-  return c10d::ops::gather(pg, out, in, o);
-}
-inline auto d_scatter(const Group& pg, std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> in, int src) {
-  c10d::ScatterOptions o;
-  o.rootRank = src;
-  return c10d::ops::scatter(pg, out, in, o);
-}
 #endif
+
+template <class Options>
+Options rooted_at(int rank) {
+  Options o;
+  o.rootRank = rank;
+  return o;
+}
+
+inline auto d_allreduce(const Group& pg, Tensors t) { return TPTEST_C10D(allreduce, pg, t); }
+inline auto d_broadcast(const Group& pg, Tensors t, int src) {
+  return TPTEST_C10D(broadcast, pg, t, rooted_at<c10d::BroadcastOptions>(src));
+}
+inline auto d_allgather(const Group& pg, TensorLists out, Tensors in) { return TPTEST_C10D(allgather, pg, out, in); }
+inline auto d_send(const Group& pg, Tensors t, int dst, int tag) { return TPTEST_C10D(send, pg, t, dst, tag); }
+inline auto d_recv(const Group& pg, Tensors t, int src, int tag) { return TPTEST_C10D(recv, pg, t, src, tag); }
+inline auto d_reduce(const Group& pg, Tensors t, int dst) {
+  return TPTEST_C10D(reduce, pg, t, rooted_at<c10d::ReduceOptions>(dst));
+}
+inline auto d_gather(const Group& pg, TensorLists out, Tensors in, int dst) {
+  return TPTEST_C10D(gather, pg, out, in, rooted_at<c10d::GatherOptions>(dst));
+}
+inline auto d_scatter(const Group& pg, Tensors out, TensorLists in, int src) {
+  return TPTEST_C10D(scatter, pg, out, in, rooted_at<c10d::ScatterOptions>(src));
+}
+
+#undef TPTEST_C10D
 
 }  // namespace tptest::dispatch

@@ -21,6 +21,7 @@
 #include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/dispatched_collectives.hpp"
 #include "torchprobe/capture/op_registry.hpp"
+#include "torchprobe/capture/record_depth.hpp"
 
 namespace torchprobe::capture {
 
@@ -129,32 +130,26 @@ class ApiObserver {
   static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
 
  private:
-  struct Depth {
-    int value = 0;
-    std::uint64_t epoch = 0;
-  };
-
   // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
   // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
   // inside a backward node from being mistaken for user calls.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    Depth& d = depth();
     const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (d.epoch != e) d = Depth{0, e};
-    if (d.value++ != 0) return nullptr;
+    if (!depth().enter(e)) return nullptr;
     const OpInfo& op = OpRegistry::lookup(fn);
     std::shared_ptr<ApiHandler> h = current_handler(e);
     if (!h) return nullptr;
-    if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
-      return start_dispatched(fn, *kind, std::move(h));
+    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
+    if (!op.user_api)
+      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+        return start_dispatched(fn, *kind, std::move(h));
     std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
     if (ctx) ctx->handler = std::move(h);
     return ctx;
   }
 
   static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    Depth& d = depth();
-    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    depth().leave(epoch().load(std::memory_order_relaxed));
     if (ctx == nullptr) return;
     // Only this observer's start callback made contexts for this callback.
     auto* call = static_cast<CallContext*>(ctx);
@@ -251,8 +246,8 @@ class ApiObserver {
     return cached.handler.lock();
   }
 
-  static Depth& depth() {
-    thread_local Depth d;
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
     return d;
   }
   static std::atomic<std::uint64_t>& epoch() {

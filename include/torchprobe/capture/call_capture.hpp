@@ -184,10 +184,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   // A dispatched collective returned, its work usually still running: kept until a later call
   // finds the work completed (the tensors then hold the result), or until stop().
   void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) override {
-    try {
-      if (!c.completed || c.completed()) return on_collective_end(c, *entry);
-    } catch (...) {  // the work cannot say: kept, and polled again later
-    }
+    if (PendingCollectives::completed(c)) return on_collective_end(c, *entry);
     collectives_.add(std::move(c), std::move(entry));
   }
 

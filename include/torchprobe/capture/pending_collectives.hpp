@@ -26,6 +26,16 @@ class PendingCollectives {
   }
   bool waiting() const { return waiting_.load(std::memory_order_acquire); }
 
+  // Whether a call's work has completed. A work that cannot say (its backend threw) counts as
+  // still running: at stop() its entry is written without an output. Never throws (stop() may not).
+  static bool completed(const Collective& c) noexcept {
+    try {
+      return !c.completed || c.completed();
+    } catch (...) {
+      return false;
+    }
+  }
+
   // Takes out the calls whose work completed (every call when `final`); `finish(c, ctx)` records
   // each, outside the lock (reading a tensor's statistics runs ATen ops).
   template <class Finish>
@@ -35,9 +45,9 @@ class PendingCollectives {
       std::lock_guard<std::mutex> lock(mutex_);
       for (std::size_t i = 0; i < calls_.size();) {
         Collective& c = calls_[i].first;
-        const bool completed = is_completed(c);
-        if (completed || final) {
-          c.ended = completed;
+        const bool done_now = completed(c);
+        if (done_now || final) {
+          c.ended = done_now;
           done.push_back(std::move(calls_[i]));
           calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
         } else {
@@ -50,16 +60,6 @@ class PendingCollectives {
   }
 
  private:
-  // A work that cannot say (its backend threw) counts as still running: at stop() its entry is
-  // written without an output. Never throws, since stop() may not.
-  static bool is_completed(const Collective& c) noexcept {
-    try {
-      return !c.completed || c.completed();
-    } catch (...) {
-      return false;
-    }
-  }
-
   std::mutex mutex_;
   std::vector<std::pair<Collective, std::unique_ptr<CallContext>>> calls_;
   std::atomic<bool> waiting_{false};

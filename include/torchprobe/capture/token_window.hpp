@@ -21,6 +21,7 @@
 #include <string>
 
 #include "torchprobe/capture/model_ref.hpp"
+#include "torchprobe/capture/record_depth.hpp"
 
 namespace torchprobe {
 
@@ -112,17 +113,9 @@ class ScriptForwardObserver {
   }
 
  private:
-  struct Depth {
-    int value = 0;
-    std::uint64_t epoch = 0;
-  };
-
   // Only the outermost record counts: libtorch records a forward again inside the executor.
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    Depth& d = depth();
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (d.epoch != e) d = Depth{0, e};
-    if (d.value++ != 0) return nullptr;
+    if (!depth().enter(epoch().load(std::memory_order_acquire))) return nullptr;
     if (std::string(fn.name()) != "forward") return nullptr;
     const auto inputs = fn.inputs();
     if (inputs.empty() || !inputs[0].isObject()) return nullptr;
@@ -131,12 +124,11 @@ class ScriptForwardObserver {
     return nullptr;
   }
   static void on_end(const at::RecordFunction&, at::ObserverContext*) {
-    Depth& d = depth();
-    if (d.epoch == epoch().load(std::memory_order_relaxed) && d.value > 0) --d.value;
+    depth().leave(epoch().load(std::memory_order_relaxed));
   }
 
-  static Depth& depth() {
-    thread_local Depth d;
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
     return d;
   }
   static std::atomic<std::uint64_t>& epoch() {
