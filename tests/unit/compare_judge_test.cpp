@@ -321,3 +321,50 @@ TEST_CASE("--map pairs what names cannot: entry items, row items, and a bad line
   CHECK(bad_log.str().find((dir / "bad.yaml").string() + ":2:") != std::string::npos);
   fs::remove_all(dir);
 }
+
+// Real models, item 4: msprobe sums Mean and Norm in float32, TorchProbe in float64. On a tensor
+// of 10^6 elements the two Norms of the same tensor differ by ~1e-5 relative (98 float32 epsilons,
+// over the default threshold of 64): the float sums' allowance (n/1024 epsilons) covers that, and
+// only that.
+namespace {
+Run norm_pair(std::vector<int> shape, double bench_norm, bool bench_python, double bench_max = 3.25) {
+  const fs::path dir = temp_dir("sums");
+  const std::string f32 = "torch.float32";
+  Dir target, bench;
+  bench.python = bench_python;
+  const Stats x{f32, shape, 3.25, -3.5, 0.0012, 22.640811};
+  Stats y = x;
+  y.norm = bench_norm;
+  y.max = bench_max;
+  target.add("Module.fc.Linear.forward.0", entry({x}, {x}));
+  bench.add("Module.fc.Linear.forward.0", entry({y}, {x}));
+  target.write(dir / "a");
+  bench.write(dir / "b");
+  Run r = compare_dirs(dir / "a", dir / "b", dir / "out");
+  fs::remove_all(dir);
+  return r;
+}
+}  // namespace
+
+TEST_CASE(
+    "a Norm off as msprobe's float32 sum of 10^6 elements is no divergence, and the report names the exact side") {
+  const Run r = norm_pair({1000, 1000}, 22.640547, /*bench_python=*/true);
+  INFO(r.log);
+  CHECK(r.status == 0);
+  CHECK(r.report["statistics"]["rows_within_allowance"] == 1);
+  CHECK(r.report["statistics"]["more_exact"] == "target");
+  CHECK(r.report["statistics"]["bench"].get<std::string>().rfind("msprobe (Python)", 0) == 0);
+  CHECK(r.log.find("1 rows differ in Mean or Norm only as float sums do (the more exact side: target)") !=
+        std::string::npos);
+}
+
+TEST_CASE("the float sums' allowance: not between two TorchProbe dumps, not on a small tensor, never on Max") {
+  // Both sides C++ (float64 sums): the same 98-epsilon Norm difference is a divergence.
+  const Run both_cpp = norm_pair({1000, 1000}, 22.640547, /*bench_python=*/false);
+  CHECK(both_cpp.status == 1);
+  CHECK(both_cpp.report["statistics"]["rows_within_allowance"] == 0);
+  // 512 elements: the allowance is half an epsilon.
+  CHECK(norm_pair({8, 64}, 22.640547, true).status == 1);
+  // Max of 3.25 moved by 200 epsilons (a weight scaled by 1 + 1000 * 2^-23 moves it by more).
+  CHECK(norm_pair({1000, 1000}, 22.640811, true, 3.25 * (1 + 200 * std::ldexp(1.0, -23))).status == 1);
+}

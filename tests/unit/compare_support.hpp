@@ -66,12 +66,13 @@ struct Dir {
   Json data = Json::object();
   Json construct = Json::object();
   Json stack = Json::object();
+  bool python = false;  // stack frames as msprobe's Python dump writes them (net.py), else C++ ones
   void add(const std::string& name, Json e, const char* parent = nullptr) {
     data[name] = std::move(e);
     construct[name] = parent ? Json(parent) : Json();
     stack[std::to_string(stack.size())] = Json::array(
-        {Json::array({name}),
-         Json::array({"File net.cpp, line " + std::to_string(stack.size() + 10) + ", in forward, \n " + name})});
+        {Json::array({name}), Json::array({std::string("File net.") + (python ? "py" : "cpp") + ", line " +
+                                           std::to_string(stack.size() + 10) + ", in forward, \n " + name})});
   }
   fs::path write(const fs::path& dir, const std::string& task = "statistics") const {
     fs::create_directories(dir);

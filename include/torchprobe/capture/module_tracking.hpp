@@ -386,7 +386,8 @@ class ModuleTracker {
           else
             commit_if_admitted(core, std::move(r));
         });
-    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder,
+                          InputUses::all_edges);
   }
 
   std::shared_ptr<Core> core_;

@@ -2,7 +2,7 @@
 // Module entries for TorchScript models (torch::jit::load), with no change to the model.
 //
 // TorchScript modules have no C++ hooks that survive compilation, and the optimised executor
-// inlines submodule calls. So, before the model first runs, each module type's forward graph
+// inlines submodule calls. So, before the model first runs, each method graph of each module type
 // gets two probe ops around every `prim::CallMethod[name="forward"]`:
 //     torchprobe::module_pre(%submodule, (%args...))   ...call...   torchprobe::module_post(%submodule, %out)
 // Registered with CONSERVATIVE alias analysis they count as side effects, so no pass removes
@@ -92,19 +92,20 @@ inline void instrument_graph(torch::jit::Graph& graph) {
 
 }  // namespace script_detail
 
-// Puts the probes into the forward of the model's type and of every submodule's type (a graph
-// that has them already is left alone). Must run before the model's first forward: TorchScript
-// compiles a method on its first call and keeps that plan.
+// Puts the probes into every method of the model's type and of every submodule's type (a graph
+// that has them already is left alone). Every method, not only forward: a forward that calls a
+// helper (`self._forward_impl(x)`, as torchvision's ResNet does) runs the submodules from the
+// helper's graph, and inlining copies that graph, probes included, into the caller. Must run
+// before the model's first forward: TorchScript compiles a method on its first call and keeps
+// that plan.
 inline void instrument_script_module(const torch::jit::Module& root) {
   script_detail::register_probe_ops();
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& item : root.named_modules()) {
-    auto method = item.value.find_method("forward");
-    if (!method) continue;
-    if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method->function()))
-      script_detail::instrument_graph(*graph_fn->graph());
-  }
+  for (const auto& item : root.named_modules())
+    for (const torch::jit::Method& method : item.value.get_methods())
+      if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method.function()))
+        script_detail::instrument_graph(*graph_fn->graph());
 }
 
 // Autograd's per-op nodes (what API and module backward entries hook) exist only when the

@@ -27,6 +27,16 @@ struct Judgement {
   const EntryVerdict* first_backward_source = nullptr;
   const Entry* target_overflow = nullptr;
   const Entry* bench_overflow = nullptr;
+  StatsOrigin target_origin = StatsOrigin::unknown, bench_origin = StatsOrigin::unknown;
+  bool float_sums = false;                // the accumulation allowance applies (statistics_origin.hpp)
+  std::size_t rows_within_allowance = 0;  // rows it kept from diverging
+  // The side whose Mean and Norm are the more exact, when one is TorchProbe's and the other not.
+  const char* more_exact() const {
+    if (target_origin == bench_origin) return "neither";
+    if (target_origin == StatsOrigin::torchprobe) return "target";
+    if (bench_origin == StatsOrigin::torchprobe) return "bench";
+    return "neither";
+  }
 
   bool diverged() const {
     return first_diverging != nullptr || (target_overflow != nullptr) != (bench_overflow != nullptr);
@@ -35,9 +45,14 @@ struct Judgement {
     std::string s = std::to_string(matching.pairs.size()) + " paired entries, " +
                     std::to_string(matching.target_only.size()) + " target-only, " +
                     std::to_string(matching.bench_only.size()) + " bench-only; ";
-    if (source) return s + "first divergence (source): " + source->pair->target->name;
-    if (first_diverging) return s + "divergence from " + first_diverging->pair->target->name + " (no clean source)";
-    return s + "no divergence";
+    std::string sums;
+    if (rows_within_allowance > 0)
+      sums = "; " + std::to_string(rows_within_allowance) +
+             " rows differ in Mean or Norm only as float sums do (the more exact side: " + more_exact() + ")";
+    if (source) return s + "first divergence (source): " + source->pair->target->name + sums;
+    if (first_diverging)
+      return s + "divergence from " + first_diverging->pair->target->name + " (no clean source)" + sums;
+    return s + "no divergence" + sums;
   }
 };
 
@@ -99,6 +114,10 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   j.mode = mode;
   j.threshold = threshold >= 0 ? threshold : mode == JudgeMode::tol ? kDefaultTolEpsilons : 0.5;
   if (mode == JudgeMode::exact) j.threshold = 0;
+  j.target_origin = stats_origin(t);
+  j.bench_origin = stats_origin(b);
+  j.float_sums = mode == JudgeMode::tol &&
+                 (j.target_origin != StatsOrigin::torchprobe || j.bench_origin != StatsOrigin::torchprobe);
   j.target_entries = dump_entries(trows);
   j.bench_entries = dump_entries(brows);
   j.matching = match_entries(j.target_entries, j.bench_entries, user_map, &t.parents, &b.parents);
@@ -111,8 +130,9 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
     return detail::forward_first(*a->target, *b->target);
   });
   for (const EntryPair* p : order)
-    j.verdicts.push_back(judge_pair(*p, mode, j.threshold, csv_mode == CsvMode::md5, levels));
+    j.verdicts.push_back(judge_pair(*p, mode, j.threshold, csv_mode == CsvMode::md5, levels, j.float_sums));
   for (const EntryVerdict& v : j.verdicts) {
+    j.rows_within_allowance += v.rows_within_allowance;
     if (!j.first_diverging && (v.inputs_diverge || v.outputs_diverge)) j.first_diverging = &v;
     if (!j.source && v.source) j.source = &v;
     if (!j.first_backward_source && v.source && v.pair->target->direction != "forward") j.first_backward_source = &v;
@@ -183,6 +203,15 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
     return v.inputs_diverge || v.outputs_diverge;
   });
   o["summary"] = counts;
+  ordered_json stats;
+  stats["target"] = stats_origin_text(j.target_origin);
+  stats["bench"] = stats_origin_text(j.bench_origin);
+  stats["more_exact"] = j.more_exact();
+  stats["float_sum_allowance"] = j.float_sums ? "Mean and Norm of a float32/float16/bfloat16 tensor of n elements may "
+                                                "differ by n/1024 dtype epsilons beyond the threshold"
+                                              : "none: both sides sum in float64";
+  stats["rows_within_allowance"] = j.rows_within_allowance;
+  o["statistics"] = stats;
   o["first_divergence"] = j.source ? verdict_json(t, b, j, *j.source) : ordered_json();
   if (j.first_diverging) {
     ordered_json f = verdict_json(t, b, j, *j.first_diverging);
