@@ -371,7 +371,7 @@ class ModuleTracker {
     std::vector<Edge> input_edges;
     for (const Edge& e : m.input_edges)
       if (e.is_valid()) input_edges.push_back(e);
-    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad (key: gone by then).
+    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad (ModuleInfo: a key only).
     const ModuleInfo* key = m.info;
     const bool waits = grads_->waits_for(*m.info);
     std::weak_ptr<ParameterGradients<TaskT>> grads = grads_;
