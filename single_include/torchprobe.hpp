@@ -8791,6 +8791,12 @@ class ApiObserver {
 // edges are the region's inputs' gradient edges sees the gradients w.r.t. those inputs. This works
 // for composite ops (several nodes), in-place ops (the input's edge is taken before the op ran)
 // and outputs that are reshaped later (the hook sits on the output's own node, not on a view's).
+//
+// Which edges carry an input's gradient depends on what the region is (InputUses): an ATen call's
+// argument leaves through one edge (p * p has two arguments and two edges to the same place), a
+// module's input through every edge of the region that leads to it (a residual block's input
+// feeds conv1 and the skip), and its gradient is their sum, added in the order the engine runs
+// the nodes, which is the order autograd's own InputBuffer adds them in, so bit-identical to it.
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -8821,17 +8827,31 @@ class GradientReceiver {
   virtual void backward_done() = 0;
 };
 
+// How a region's inputs reach its nodes (see the top of this file).
+enum class InputUses {
+  one_edge_each,  // an ATen call: each argument owns the first unused edge to its place
+  all_edges,      // a module: an input's gradient is the sum over every edge to it in the region
+};
+
 class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
  public:
   // Hooks the region. Returns false (and hooks nothing) when no output takes part in autograd.
   static bool attach(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
-                     std::uint64_t seq_end, std::shared_ptr<GradientReceiver> receiver) {
+                     std::uint64_t seq_end, std::shared_ptr<GradientReceiver> receiver,
+                     InputUses uses = InputUses::one_edge_each) {
     auto probe = std::shared_ptr<BackwardProbe>(new BackwardProbe(std::move(receiver)));
-    return probe->hook(outputs, inputs, seq_begin, seq_end);
+    return probe->hook(outputs, inputs, seq_begin, seq_end, uses);
   }
 
  private:
   explicit BackwardProbe(std::shared_ptr<GradientReceiver> r) : receiver_(std::move(r)) {}
+
+  // An input fed by several edges: its gradient so far and how many of its edges have reported.
+  struct InputSum {
+    std::size_t expected = 0, arrived = 0;
+    at::Tensor sum;
+    bool delivered = false;
+  };
 
   struct Slot {
     std::size_t node_index;  // which of the node's inputs/outputs
@@ -8865,7 +8885,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   };
 
   bool hook(const std::vector<at::Tensor>& outputs, const std::vector<Edge>& inputs, std::uint64_t seq_begin,
-            std::uint64_t seq_end) {
+            std::uint64_t seq_end, InputUses uses) {
     // Roots: the nodes that produced the outputs, each with the outputs it carries.
     std::vector<std::pair<Node*, std::vector<Slot>>> roots;
     std::vector<std::shared_ptr<Node>> keep;
@@ -8900,29 +8920,32 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
         }
       }
 
-    // Each input's gradient leaves through the first unused next-edge equal to its gradient edge
-    // (an input passed twice, as in p * p, uses two edges to the same place).
+    // Which next-edges of the region's nodes carry which input's gradient. For an ATen call each
+    // argument takes the first unused edge equal to its gradient edge (an input passed twice, as in
+    // p * p, uses two edges to the same place). For a module every such edge counts towards the
+    // first input with that gradient edge (a tensor passed to a module twice gets it all once).
+    // Slots of one node are in edge order, the order the engine adds its results in.
     std::vector<std::pair<Node*, std::vector<Slot>>> posts;
-    std::unordered_set<const Edge*> used;
-    for (std::size_t k = 0; k < inputs.size(); ++k) {
-      if (!inputs[k].is_valid()) continue;
-      bool matched = false;
-      for (Node* n : nodes) {
-        const auto& edges = n->next_edges();
-        for (std::size_t j = 0; j < edges.size() && !matched; ++j) {
-          if (edges[j] == inputs[k] && !used.count(&edges[j])) {
-            used.insert(&edges[j]);
-            auto it = std::find_if(posts.begin(), posts.end(), [&](const auto& p) { return p.first == n; });
-            if (it == posts.end()) {
-              posts.emplace_back(n, std::vector<Slot>{});
-              it = std::prev(posts.end());
-            }
-            it->second.push_back({j, k});
-            matched = true;
+    std::vector<bool> claimed(inputs.size(), false);
+    if (uses == InputUses::all_edges) sums_.assign(inputs.size(), InputSum{});
+    for (Node* n : nodes) {
+      const auto& edges = n->next_edges();
+      std::vector<Slot> slots;
+      for (std::size_t j = 0; j < edges.size(); ++j) {
+        if (!edges[j].is_valid()) continue;
+        for (std::size_t k = 0; k < inputs.size(); ++k) {
+          if (!inputs[k].is_valid() || !(edges[j] == inputs[k])) continue;
+          if (uses == InputUses::one_edge_each) {
+            if (claimed[k]) continue;
+            claimed[k] = true;
+          } else {
+            ++sums_[k].expected;
           }
+          slots.push_back({j, k});
+          break;
         }
-        if (matched) break;
       }
+      if (!slots.empty()) posts.emplace_back(n, std::move(slots));
     }
 
     {
@@ -8950,15 +8973,40 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
     if (finished_) return;
     finish_with_pass_locked();
     ProbeGuard guard;
-    for (const Slot& s : slots)
-      if (s.node_index < grads.size()) receiver_->grad_input(s.region_index, grads[s.node_index]);
+    for (const Slot& s : slots) {
+      const at::Tensor none;
+      const at::Tensor& grad = s.node_index < grads.size() ? grads[s.node_index] : none;
+      if (sums_.empty()) {
+        receiver_->grad_input(s.region_index, grad);
+        continue;
+      }
+      // An edge that carried no gradient (undefined: zero) adds nothing, as in autograd.
+      InputSum& in = sums_[s.region_index];
+      if (grad.defined()) in.sum = in.sum.defined() ? in.sum + grad : grad;
+      if (++in.arrived == in.expected) deliver_locked(s.region_index);
+    }
     step_locked();
+  }
+
+  void deliver_locked(std::size_t k) {
+    InputSum& in = sums_[k];
+    if (in.delivered) return;
+    in.delivered = true;
+    if (in.sum.defined()) receiver_->grad_input(k, in.sum);
+    in.sum.reset();
   }
 
   // The region's backward is over when every hooked node has run once. A second backward
   // through a retained graph is not reported again.
   void step_locked() {
     if (--pending_ > 0) return;
+    finish_locked();
+  }
+
+  // What has arrived of an input fed by several edges is reported even when some of its edges
+  // never ran in this pass (a use the loss does not depend on): autograd's gradient is that sum too.
+  void finish_locked() {
+    for (std::size_t k = 0; k < sums_.size(); ++k) deliver_locked(k);
     receiver_->backward_done();
     finished_ = true;
   }
@@ -8980,8 +9028,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
     ProbeGuard guard;
-    receiver_->backward_done();
-    finished_ = true;
+    finish_locked();
   }
 
   std::shared_ptr<GradientReceiver> receiver_;
@@ -8989,6 +9036,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
   std::size_t pending_ = 0;
   bool finished_ = false;
   bool end_of_pass_booked_ = false;
+  std::vector<InputSum> sums_;  // InputUses::all_edges only
 };
 
 }  // namespace torchprobe::capture
@@ -11663,8 +11711,7 @@ class ModuleTracker {
     std::vector<Edge> input_edges;
     for (const Edge& e : m.input_edges)
       if (e.is_valid()) input_edges.push_back(e);
-    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad.
-    // The ModuleInfo is used as a key only: a ScopedModuleDump's one is gone by then.
+    // Only a module whose parameters carry our gradient hooks waits for its parameters_grad (ModuleInfo: a key only).
     const ModuleInfo* key = m.info;
     const bool waits = grads_->waits_for(*m.info);
     std::weak_ptr<ParameterGradients<TaskT>> grads = grads_;
@@ -11678,7 +11725,8 @@ class ModuleTracker {
           else
             commit_if_admitted(core, std::move(r));
         });
-    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder);
+    BackwardProbe::attach(tensors, input_edges, m.seq_begin, at::sequence_number::peek(), recorder,
+                          InputUses::all_edges);
   }
 
   std::shared_ptr<Core> core_;
@@ -12398,7 +12446,7 @@ class SaveCapture {
 // Module entries for TorchScript models (torch::jit::load), with no change to the model.
 //
 // TorchScript modules have no C++ hooks that survive compilation, and the optimised executor
-// inlines submodule calls. So, before the model first runs, each module type's forward graph
+// inlines submodule calls. So, before the model first runs, each method graph of each module type
 // gets two probe ops around every `prim::CallMethod[name="forward"]`:
 //     torchprobe::module_pre(%submodule, (%args...))   ...call...   torchprobe::module_post(%submodule, %out)
 // Registered with CONSERVATIVE alias analysis they count as side effects, so no pass removes
@@ -12482,19 +12530,20 @@ inline void instrument_graph(torch::jit::Graph& graph) {
 
 }  // namespace script_detail
 
-// Puts the probes into the forward of the model's type and of every submodule's type (a graph
-// that has them already is left alone). Must run before the model's first forward: TorchScript
-// compiles a method on its first call and keeps that plan.
+// Puts the probes into every method of the model's type and of every submodule's type (a graph
+// that has them already is left alone). Every method, not only forward: a forward that calls a
+// helper (`self._forward_impl(x)`, as torchvision's ResNet does) runs the submodules from the
+// helper's graph, and inlining copies that graph, probes included, into the caller. Must run
+// before the model's first forward: TorchScript compiles a method on its first call and keeps
+// that plan.
 inline void instrument_script_module(const torch::jit::Module& root) {
   script_detail::register_probe_ops();
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& item : root.named_modules()) {
-    auto method = item.value.find_method("forward");
-    if (!method) continue;
-    if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method->function()))
-      script_detail::instrument_graph(*graph_fn->graph());
-  }
+  for (const auto& item : root.named_modules())
+    for (const torch::jit::Method& method : item.value.get_methods())
+      if (auto* graph_fn = dynamic_cast<torch::jit::GraphFunction*>(&method.function()))
+        script_detail::instrument_graph(*graph_fn->graph());
 }
 
 // Autograd's per-op nodes (what API and module backward entries hook) exist only when the
