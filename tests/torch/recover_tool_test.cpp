@@ -9,7 +9,9 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <torchprobe/compare/cli.hpp>
 #include <torchprobe/compare/dump_reader.hpp>
+#include <torchprobe/compare/ranks.hpp>
 #include <torchprobe/io/recovery.hpp>
 #include <torchprobe/torchprobe.hpp>
 
@@ -478,4 +480,68 @@ TEST_CASE(
   CHECK(tptest::read_text(s.full + "/dump.json") == dump_before);
   CHECK(files_in(s.done) == std::set<std::string>{"dump.json", "construct.json", "debug.json"});
   CHECK(tptest::read_text(s.done + "/dump.json") == dump_before);
+}
+
+TEST_CASE("torchprobe compare leaves out what a step recovered incomplete lacks at its end, and says so") {
+  const InterruptedStep s;
+  std::vector<std::string> lines = lines_of(s.journal());
+  const std::string last = Json::parse(lines.back())["name"].get<std::string>();
+  lines.pop_back();  // its last line never reached the journal
+  write_lines(s.journal(), lines);
+  REQUIRE(run_both(s.tmp, s.cut).rc == 3);
+  const Json cut = tptest::read_json(s.cut + "/dump.json");
+  REQUIRE_FALSE(cut["data"].contains(last));
+  auto compare = [&](const std::string& bench, const std::string& out, std::string& log) {
+    tp::compare::CompareOptions o = tp::compare::parse_compare_args({s.full + "/dump.json", bench, "-o", s.tmp / out});
+    std::ostringstream text;
+    const int rc = tp::compare::run_compare(o, text);
+    log = text.str();
+    return rc;
+  };
+  std::string log;
+  CHECK(compare(s.cut + "/dump.json", "marked", log) == 0);
+  CAPTURE(log);
+  CHECK(contains(log, "note: " + s.cut + "/dump.json is a step recovered incomplete after a crash (missing: " +
+                          cut["torchprobe_recovery"]["missing"].get<std::string>() + "); the 1 entries of " + s.full +
+                          "/dump.json after its last one are left out, not reported as unpaired\n"));
+  const std::string paired = std::to_string(cut["data"].size());
+  CHECK(contains(log, "/dump.json: " + paired + " paired entries, 0 target-only, 0 bench-only; no divergence\n"));
+  // The same file without the mark: the entry it lacks counts against it.
+  Json unmarked = cut;
+  unmarked.erase("torchprobe_recovery");
+  fs::create_directories(s.tmp / "plain");
+  std::ofstream(s.tmp / "plain/dump.json") << unmarked.dump(1);
+  std::string plain_log;
+  compare(s.tmp / "plain/dump.json", "plain", plain_log);
+  CAPTURE(plain_log);
+  CHECK_FALSE(contains(plain_log, "recovered incomplete"));
+  CHECK(contains(plain_log, "/dump.json: " + paired + " paired entries, 1 target-only, 0 bench-only; no divergence\n"));
+}
+
+TEST_CASE("torchprobe ranks does not count what a rank's incomplete step lacks as a collective it never entered") {
+  const tptest::TempDir tmp;
+  fs::copy(std::string(TORCHPROBE_TESTS_DIR) + "/data/ranks/step0", tmp / "step0", fs::copy_options::recursive);
+  const std::string rank2 = tmp / "step0/rank2/dump.json";
+  Json doc = tptest::read_json(rank2);
+  REQUIRE(doc["data"].contains("Distributed.all_reduce.0.forward"));
+  doc["data"].erase("Distributed.all_reduce.0.forward");
+  std::ofstream(rank2) << doc.dump(1);
+  auto ranks = [&](std::string& text) {
+    std::ostringstream out;
+    const int rc = tp::compare::ranks::print_views(tp::compare::ranks::view_dump(tmp / "step0"), out);
+    text = out.str();
+    return rc;
+  };
+  std::string text;
+  CHECK(ranks(text) == 1);  // unmarked: rank 2 never entered the all_reduce
+  CHECK(contains(text, "first disagreement: step -1, rank 2, Distributed.all_reduce.0.forward: never entered"));
+  doc["torchprobe_recovery"] = {{"complete", false}, {"entries_recovered", 1}, {"missing", "the step was interrupted"}};
+  std::ofstream(rank2) << doc.dump(1);
+  CHECK(ranks(text) == 0);
+  CAPTURE(text);
+  CHECK(contains(text,
+                 "  rank 2: incomplete, recovered after a crash (missing: the step was interrupted); what it "
+                 "lacks is not counted against it\n"));
+  CHECK(contains(text, "  Distributed.all_reduce.0.forward  entered by 0,1, not recovered on 2 (incomplete);"));
+  CHECK(contains(text, "the ranks agree on every replicated value\n"));
 }
