@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "child_process.hpp"
 #include "test_support.hpp"
@@ -551,6 +553,42 @@ TEST_CASE(
   for (int i = 0; i < 1000; ++i) journal.append_later(std::make_unique<NumberedLine>(i, &made));
   journal.remove();
   CHECK_FALSE(fs::exists(tmp / "j.jsonl"));
+}
+
+namespace {
+// A line whose text waits until `open` is set: the journal's thread is stuck making it.
+struct BlockedLine final : tp::io::JournalLine {
+  explicit BlockedLine(std::atomic<bool>* open) : open(open) {}
+  std::string text() const override {
+    while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return "{}";
+  }
+  void failed(int) const override {}
+  std::atomic<bool>* open;
+};
+}  // namespace
+
+TEST_CASE("at most kMaxQueued journal lines are unwritten: past them the capturing thread waits for the writes") {
+  tptest::TempDir tmp;
+  std::atomic<bool> open{false};
+  tp::io::Journal journal;
+  journal.open(tmp / "j.jsonl", "{\"journal\": 1}");
+  // The journal's thread takes the first line and is stuck making it; the other lines wait behind it.
+  for (std::size_t i = 0; i < tp::io::Journal::kMaxQueued; ++i)
+    journal.append_later(std::make_unique<BlockedLine>(&open));
+  std::atomic<bool> appended{false};
+  std::thread capture([&] {
+    journal.append_later(std::make_unique<BlockedLine>(&open));  // the (N+1)th unwritten line
+    appended = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(appended.load());  // waits: a crash now would lose at most kMaxQueued lines
+  open = true;
+  capture.join();
+  CHECK(appended.load());
+  journal.drain();
+  CHECK(tptest::read_text(tmp / "j.jsonl").size() ==
+        std::string("{\"journal\": 1}\n").size() + 3 * (tp::io::Journal::kMaxQueued + 1));
 }
 
 TEST_CASE("a new journal appears with its header in it; recover_dump.py clears an empty or half-created journal") {
