@@ -9650,6 +9650,9 @@ class StepState {
     std::vector<const Record*> records;  // in dump order
     std::shared_ptr<const void> owner;   // keeps `records` alive
     std::size_t bytes = 0;               // about what the records take in memory
+    // Records of this seal whose deferred values (statistics on a device, md5 checksums) were
+    // filled in by it: the journal got them without those values and gets them again.
+    std::vector<const Record*> resolved;
   };
 
   // The records committed since the last seal(), with every deferred statistic resolved (one
@@ -9659,18 +9662,20 @@ class StepState {
   // last value, as when it was committed).
   Sealed seal() {
     std::lock_guard<std::mutex> lock(mutex_);
+    Sealed out;
     if (!records_.empty() || sealed_.empty()) {
-      resolve_pending();
       const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
       // Mostly in order already (API entries commit in call order): sorting would move every record.
       if (!std::is_sorted(records_.begin(), records_.end(), by_order))
         std::stable_sort(records_.begin(), records_.end(), by_order);
+      for (const Record& r : records_)  // a deque keeps its elements in place when it is moved below
+        if (!r.pending.empty() || !r.pending_checksums.empty()) out.resolved.push_back(&r);
+      resolve_pending();
       auto batch = std::make_shared<RecordBatch>(std::move(records_));
       records_ = RecordBatch();
       for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
       sealed_.push_back(std::move(batch));
     }
-    Sealed out;
     const auto by_order = [](const Record* a, const Record* b) { return a->order < b->order; };
     for (const auto& batch : sealed_) {
       const std::size_t before = out.records.size();
@@ -9773,19 +9778,25 @@ class StepState {
 // line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
 // the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
 // when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
-// step's files are complete. A journal that is still there marks an interrupted step, and
-// tools/recover_dump.py rebuilds the step's JSON files from it.
+// step's files are complete. A journal that is still there marks a step whose files were not
+// written, and `torchprobe recover` (io/recovery.hpp; tools/recover_dump.py) rebuilds them from it.
 //
 // Format (one JSON object per line, written with the Python-compatible writer):
 //   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
 //            "debug_data_dir": ..., "extra_info": ...}
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
+//           {"task_file": NAME, "text": CONTENT}   the task's own file as of a hand-over (last wins)
+//   last:   {"end": true, "entries": K}   written when the step ended (finish()); K is the number
+//            of lines between the header and it. A journal without it is an interrupted step; one with fewer
+//            than K entry lines lost some (a full disk).
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 //
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture; not fsync'ed: they survive a process crash (but for the ones still queued),
-// not a power loss. The capturing thread only queues a line: it wakes the journal's thread at the
+// behind the capture (lines queued and not yet written: past it the capturing thread waits);
+// not fsync'ed: they survive a process crash (but for the ones not yet written, at most
+// kMaxQueued, all of the step being recorded: finish() waits for the step's lines), not a power
+// loss. The capturing thread only queues a line: it wakes the journal's thread at the
 // first line after a pause and then once per kBatchLines lines, and the thread writes what has
 // queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
 // do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
@@ -9811,8 +9822,9 @@ class JournalLine {
 class Journal {
  public:
   static constexpr const char* kFileName = "journal.jsonl";
-  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
-  // crash loses a bounded number of them and the queue's memory stays bounded.
+  // Lines queued and not yet written (waiting, or being made and written), at most: past it the
+  // capturing thread waits, so that a crash loses at most this many lines (all of the step being
+  // recorded) and the queue's memory stays bounded.
   static constexpr std::size_t kMaxQueued = 4096;
   static constexpr std::size_t kBatchLines = 256;
   static constexpr std::chrono::milliseconds kMaxDelay{2};
@@ -9907,6 +9919,7 @@ class Journal {
     auto file = std::make_shared<File>(path, fd);
     {
       std::lock_guard<std::mutex> q(queue_mu_);
+      file_entries_ = 0;
       if (!queue_.empty() && !queue_.back().line)
         queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
       else
@@ -9927,15 +9940,16 @@ class Journal {
   // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
   void append_later(std::unique_ptr<JournalLine> line) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    if (queued_lines_ >= kMaxQueued) {
+    if (tickets_ - done_ >= kMaxQueued) {
       ++urgent_;
       work_cv_.notify_one();
-      room_cv_.wait(lock, [this] { return queued_lines_ < kMaxQueued; });
+      room_cv_.wait(lock, [this] { return tickets_ - done_ < kMaxQueued; });
       --urgent_;
     }
     queue_.push_back({std::move(line), nullptr});
     ++queued_lines_;
     ++tickets_;
+    ++file_entries_;
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     if (idle_ || queued_lines_ == kBatchLines) {
       idle_ = false;
@@ -9974,12 +9988,45 @@ class Journal {
     if (auto f = retire()) f->close();
   }
 
+  // The step has ended: its trailer line {"end": true, "entries": K} is queued after its K entry
+  // lines, and the open file retired (as retire()). Returns the file (null when none was open) and
+  // the ticket that covers the trailer: once wait_for(ticket) returns, every line of the step has
+  // been handed to the operating system (write(2)), or failed.
+  std::pair<std::shared_ptr<File>, std::uint64_t> finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    std::shared_ptr<File> file = std::move(file_);
+    std::unique_lock<std::mutex> q(queue_mu_);
+    if (file && file->is_open()) {
+      queue_.push_back({std::make_unique<Trailer>(file_entries_), nullptr});
+      ++queued_lines_;
+      ++tickets_;
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+      if (idle_) work_cv_.notify_one();  // wait_for() tells it not to wait for more lines
+    }
+    return {std::move(file), tickets_};
+  }
+
+  // The text of the trailer line for a step of `entries` entry lines.
+  static std::string trailer_text(std::uint64_t entries) {
+    return "{\"end\": true, \"entries\": " + std::to_string(entries) + "}";
+  }
+
   // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
     if (auto f = retire()) f->remove();
   }
 
  private:
+  class Trailer final : public JournalLine {
+   public:
+    explicit Trailer(std::uint64_t entries) : entries_(entries) {}
+    std::string text() const override { return trailer_text(entries_); }
+    void failed(int) const override {}  // the journal then reads as incomplete, which it is
+   private:
+    std::uint64_t entries_;
+  };
+
   struct Item {
     std::unique_ptr<JournalLine> line;  // null for a marker:
     std::shared_ptr<File> file;         // the lines after the marker go to this file
@@ -10004,12 +10051,12 @@ class Journal {
       const std::size_t lines = queued_lines_;
       queued_lines_ = 0;
       lock.unlock();
-      room_cv_.notify_all();
       write_batch(batch, file);
       batch.clear();
       lock.lock();
       done_ += lines;
       done_cv_.notify_all();
+      room_cv_.notify_all();
     }
   }
 
@@ -10050,11 +10097,12 @@ class Journal {
   std::condition_variable room_cv_;  // capturing threads: the queue has room again
   std::condition_variable done_cv_;  // wait_for(): lines were written
   std::deque<Item> queue_;
-  std::size_t queued_lines_ = 0;  // lines in queue_ (markers are not counted)
-  std::uint64_t tickets_ = 0;     // lines ever queued
-  std::uint64_t done_ = 0;        // lines ever written, failed or dropped
-  int urgent_ = 0;                // threads waiting for lines to be written, or for room
-  bool idle_ = false;             // the thread waits for a first line
+  std::size_t queued_lines_ = 0;    // lines in queue_ (markers are not counted)
+  std::uint64_t tickets_ = 0;       // lines ever queued
+  std::uint64_t done_ = 0;          // lines ever written, failed or dropped
+  std::uint64_t file_entries_ = 0;  // entry lines queued for the open file
+  int urgent_ = 0;                  // threads waiting for lines to be written, or for room
+  bool idle_ = false;               // the thread waits for a first line
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -10202,6 +10250,24 @@ class Recorder {
     }
   }
 
+  // A sealed record's line again, now with the deferred values its first line lacked (a name seen
+  // again replaces its earlier body in recovery). `file`: "dump" or "debug".
+  void journal_again(const char* file, const Record& r) {
+    if (journal_.is_open()) append_to_journal(file, r);
+  }
+
+  // The task's own files of the step (free_benchmark.csv, overflow_summary.json, ...) as they stand
+  // at this hand-over: one journal line each, {"task_file": NAME, "text": CONTENT}; recovery writes
+  // the last one of each name.
+  void journal_task_files(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& trees,
+                          const std::vector<std::pair<std::string, std::string>>& texts) {
+    if (!journal_.is_open()) return;
+    for (const auto& [name, tree] : trees)
+      journal_.append_later(std::make_unique<TaskFileLine>(name, tree, std::string(), errors_, journal_));
+    for (const auto& [name, text] : texts)
+      journal_.append_later(std::make_unique<TaskFileLine>(name, nullptr, text, errors_, journal_));
+  }
+
   // Waits until every tensor file handed over so far is written.
   void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
 
@@ -10319,6 +10385,40 @@ class Recorder {
     bool construct_only_;
     nlohmann::ordered_json body_;
     std::shared_ptr<const DeferredBody> deferred_;
+    io::ErrorLog& errors_;
+    const io::Journal& journal_;
+  };
+
+  class TaskFileLine final : public io::JournalLine {
+   public:
+    TaskFileLine(std::string name, nlohmann::ordered_json tree, std::string text, io::ErrorLog& errors,
+                 const io::Journal& journal)
+        : name_(std::move(name)), tree_(std::move(tree)), text_(std::move(text)), errors_(errors), journal_(journal) {}
+
+    std::string text() const override {
+      const std::string content = tree_.is_null() ? text_ : io::to_python_json(tree_);
+      std::string line;
+      line.reserve(content.size() + name_.size() + 32);
+      io::JsonText out(line, /*indent=*/-1);
+      out.raw("{\"task_file\": ");
+      out.string(name_);
+      out.raw(", \"text\": ");
+      out.string(content);
+      out.raw("}");
+      out.finish();
+      return line;
+    }
+
+    void failed(int err) const override {
+      errors_.log("write_journal", name_, io::errno_text(err),
+                  io::IoError("write the journal", journal_.path(), err).what() +
+                      std::string("\nThe step's files are kept in memory and written at stop()/step()."));
+    }
+
+   private:
+    std::string name_;
+    nlohmann::ordered_json tree_;  // null: the file is `text_`
+    std::string text_;
     io::ErrorLog& errors_;
     const io::Journal& journal_;
   };
@@ -12606,8 +12706,9 @@ class DebuggerInterface {
 //   flush()      seals the step's records and hands them over; the writer waits for the tensor
 //                files (dump.json must not name a file that is not there yet) and the journal
 //                lines (it never holds less than the JSON files) handed over before, then writes
-//   end_step()   the journal goes once the files are written (a failed write keeps it, for
-//                tools/recover_dump.py)
+//   end_step()   the step is finished: its tensor files and every journal line, ended by the
+//                trailer, are written before it returns; the journal goes once the step's files
+//                are written (a failed write keeps it, for `torchprobe recover`)
 //   next_step()  numbers the next step and starts it empty
 //   wait_written()  every step handed over is on disk
 
@@ -12980,11 +13081,25 @@ class StepLifecycle {
   }
 
   // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
-  // or kept when that write failed (for tools/recover_dump.py).
+  // or kept when that write failed (for `torchprobe recover`).
   // The step's records go with that job, so that they are freed on the writer's thread.
+  //
+  // The step is finished when this returns (crash safety, docs/io.md): its tensor files handed over
+  // are written, then its journal's trailer line is queued after its entry lines and every one of
+  // them is handed to the operating system (write(2)) before this returns. A process killed from
+  // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
     std::shared_ptr<io::Journal::File> file;
-    if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
+    if constexpr (sink_keeps_journal<Sink>::value) {
+      try {
+        if (open_) core_->flush_tensor_files();
+      } catch (const std::exception& e) {
+        core_->errors().log("save_tensor", directory_, e);
+      }
+      auto [retired, ticket] = core_->journal().finish();
+      if (retired) core_->journal().wait_for(ticket);
+      file = std::move(retired);
+    }
     try {
       auto records = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(core_->entries().take_sealed());
       for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
@@ -13115,6 +13230,8 @@ class StepLifecycle {
   // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
   StepDump dump_of(StepState& state, Level level, Job& job) {
     StepState::Sealed sealed = state.seal();
+    if constexpr (sink_keeps_journal<Sink>::value)
+      for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
     d.task = std::string(task_name(TaskT::kind));
     d.level = std::string(level_name(level));
@@ -13128,6 +13245,9 @@ class StepLifecycle {
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
     if constexpr (task_adds_text_files<TaskT>::value)
       if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
+    if constexpr (sink_keeps_journal<Sink>::value)
+      if (!d.task_files.empty() || !d.task_text_files.empty())
+        core_->journal_task_files(d.task_files, d.task_text_files);
     job.bytes += sealed.bytes;
     return d;
   }

@@ -11,6 +11,7 @@ there therefore marks an interrupted step; from it this tool writes, in that ran
   dump.json       every entry the step had kept, in dump order (as TorchProbe would have written it)
   construct.json  the entries' parents (levels L0 and mix), when extra_info was on
   debug.json      save()'s entries, when there were any
+  the task's own files (free_benchmark.csv, overflow_summary.json, ...) as the step last handed them over
 
 stack.json cannot be rebuilt (its call stacks were still raw addresses in the dead process): one
 written by an earlier stop() of the step is left as it is. Files are written like TorchProbe's
@@ -22,12 +23,26 @@ still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing). So
 were being replaced (.dump.json.tmpPID.N and the like, beside the file they were to replace), in
 every directory below the given paths, journal or not; --check lists them instead.
 
-Only the Python standard library is used. Exit status: 0 when every journal was recovered (or
-there was none), 1 when a journal could not be read.
+A step that ended (step() returned) has a last journal line {"end": true, "entries": K}; its
+dump.json is rebuilt whole, byte for byte as TorchProbe writes it. A journal without that line is a
+step the process died in: at most the last 4096 entry lines it had (io/journal.hpp, kMaxQueued)
+were still waiting to be written and are lost. Such a step, one whose journal has fewer entry lines
+than its last line counts, or one whose tensor files are missing is rebuilt from what is there and
+marked incomplete: dump.json (and debug.json) get a top-level "torchprobe_recovery" beside msprobe's
+keys, {"complete": false, "entries_recovered": N, "missing": "..."}, a line goes to the step's
+dump_error_info.log, and the tool says so. A journal with its header and nothing else is a step
+that was "lost": no dump.json is written for it (an empty one would read as a step that ran no op).
+
+The same tool is in the command-line tool: `torchprobe recover DUMP [--check] [--keep-journal]`.
+
+Only the Python standard library is used. Exit status: 0 when every journal was recovered whole
+(or there was none), 3 when a step was recovered incomplete or was lost, 1 when a path is missing
+or a journal could not be read (it wins over 3).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -40,12 +55,29 @@ TEMP_TENSOR_RE = re.compile(r"^\..+\.tmp\d+\.\d+$")
 TEMP_JOURNAL_GLOB = "." + JOURNAL + ".tmp*"  # a journal being created when the process died
 # io::write_file_atomic's temporary for dump.json, stack.json, ...: "." + name + ".tmp" + pid + "." + n
 TEMP_JSON_RE = re.compile(r"^\..+\.json\.tmp\d+\.\d+$")
+MAX_QUEUED = 4096  # io::Journal::kMaxQueued: lines not yet written when a step is interrupted, at most
+ERROR_LOG = "dump_error_info.log"
+INCOMPLETE = 3  # exit status: a step recovered incomplete, or lost
 
 
-def read_journal(path: Path):
-    """Returns (header, lines); a last line cut short by a crash or a full disk is skipped."""
+class Journal:
+    def __init__(self, header, entries, task_files, trailer):
+        self.header = header          # the first line, None for an empty file
+        self.entries = entries        # entry lines, in file order
+        self.task_files = task_files  # {"task_file": NAME, "text": CONTENT} lines, in file order
+        self.trailer = trailer        # {"end": true, "entries": K} when it is the last line, else None
+
+    def lines(self) -> int:
+        """The lines the trailer counts."""
+        return len(self.entries) + len(self.task_files)
+
+
+def read_journal(path: Path) -> Journal:
+    """A last line cut short by a crash or a full disk is skipped."""
     header = None
     entries = []
+    task_files = []
+    trailer = None
     with open(path, "rb") as f:
         raw_lines = f.read().split(b"\n")
     for number, raw in enumerate(raw_lines, start=1):
@@ -62,11 +94,27 @@ def read_journal(path: Path):
             if not is_header(obj):
                 raise ValueError(f"{path}: not a TorchProbe journal (first line: {raw[:80]!r})")
             header = obj
+        elif is_trailer(obj):
+            trailer = obj
+        elif is_task_file(obj):
+            task_files.append(obj)
+            trailer = None
         else:
             if not is_entry(obj):
                 raise ValueError(f"{path}:{number}: not a journal entry (no file, name, order or body)")
             entries.append(obj)
-    return header, entries
+            trailer = None  # the step went on after an earlier end (started again in the same directory)
+    return Journal(header, entries, task_files, trailer)
+
+
+def is_task_file(obj) -> bool:
+    name = obj.get("task_file") if isinstance(obj, dict) else None
+    return (isinstance(name, str) and name != "" and "/" not in name and not name.startswith(".")
+            and isinstance(obj.get("text"), str))
+
+
+def is_trailer(obj) -> bool:
+    return isinstance(obj, dict) and obj.get("end") is True and isinstance(obj.get("entries"), int)
 
 
 def is_header(obj) -> bool:
@@ -107,20 +155,55 @@ def write_json(path: Path, obj) -> None:
         raise
 
 
+def write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, 0o640 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def top_level(header, level: str, data):
-    return {
+def top_level(header, level: str, data, missing=None):
+    top = {
         "task": header["task"],
         "level": level,
         "framework": header.get("framework", "pytorch"),
         "dump_data_dir": header.get("dump_data_dir"),
         "data": data,
     }
+    if missing:  # beside msprobe's keys: its compare reads only those
+        top["torchprobe_recovery"] = {"complete": False, "entries_recovered": len(data), "missing": missing}
+    return top
+
+
+def log_error(rank_dir: Path, what: str, message: str) -> None:
+    """An entry of the step's dump_error_info.log, in TorchProbe's (msprobe's classic) layout."""
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    with open(rank_dir / ERROR_LOG, "a", encoding="utf-8") as f:
+        f.write(f"[{stamp}] [ERROR] {what} failed: name={rank_dir}, pid={os.getpid()}\n{message}\n\n")
+
+
+def missing_lines(journal: Journal) -> str:
+    """What the journal lacks, or "" when it holds every line of a step that ended."""
+    count = journal.lines()
+    if journal.trailer is None:
+        return (f"the step was interrupted: the entry lines after the {count} written "
+                f"(at most {MAX_QUEUED}, still queued when the process stopped)")
+    expected = journal.trailer["entries"]
+    if count != expected:
+        return f"{expected - count} of the step's {expected} journal lines (not written: see {ERROR_LOG})"
+    return ""
 
 
 def referenced_files(value, out):
@@ -135,54 +218,88 @@ def referenced_files(value, out):
             referenced_files(v, out)
 
 
-def recover(rank_dir: Path, check_only: bool, keep_journal: bool) -> bool:
-    journal = rank_dir / JOURNAL
+def recover(rank_dir: Path, check_only: bool, keep_journal: bool):
+    """Returns "complete", "incomplete", "lost" (the step is reported) or "error"."""
+    journal_path = rank_dir / JOURNAL
     try:
-        header, entries = read_journal(journal)
+        journal = read_journal(journal_path)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return False
+        return "error"
+    header, entries = journal.header, journal.entries
     if header is None:
         # TorchProbe renames a journal into place with its header, so an empty one was cut short by
         # something else (an older version, a full disk): nothing of the step was recorded in it.
         if not check_only and not keep_journal:
-            journal.unlink()
+            journal_path.unlink()
         print(f"{rank_dir}: the journal is empty; nothing was recorded before the process stopped")
-        return True
+        return "complete"
+    tensor_dir = rank_dir / "dump_tensor_data"
+    if journal.lines() == 0 and journal.trailer is None:
+        # The step began and the process stopped before any of its lines was written: what it had
+        # recorded is unknown, so no dump.json says "nothing".
+        message = ("lost: the step was interrupted before any entry line reached its journal "
+                   f"(at most {MAX_QUEUED} were still queued); no dump.json is written for it")
+        if not check_only:
+            log_error(rank_dir, "recover_dump", f"torchprobe recover: {rank_dir}: {message}")
+            if tensor_dir.is_dir():
+                for leftover in tensor_dir.iterdir():
+                    if TEMP_TENSOR_RE.match(leftover.name):
+                        leftover.unlink()
+            if not keep_journal:
+                journal_path.unlink()
+        print(f"{rank_dir}: {message}")
+        return "lost"
+
     dump_data, parents = assemble(entries, "dump")
     debug_data, _ = assemble(entries, "debug")
+    missing_files = []
+    if tensor_dir.is_dir():
+        names = []
+        referenced_files(dump_data, names)
+        referenced_files(debug_data, names)
+        missing_files = sorted({n for n in names if not (tensor_dir / n).exists()})
+    missing = [m for m in (missing_lines(journal),) if m]
+    if missing_files:
+        missing.append(f"{len(missing_files)} tensor files (still queued when the process stopped), "
+                       f"e.g. {missing_files[0]}")
+    missing_text = "; ".join(missing)
+
     written = []
     if not check_only:
         if header.get("writes_dump", True):
-            write_json(rank_dir / "dump.json", top_level(header, header["level"], dump_data))
+            write_json(rank_dir / "dump.json", top_level(header, header["level"], dump_data, missing_text))
             written.append("dump.json")
             if header.get("extra_info", True):
                 write_json(rank_dir / "construct.json", parents)
                 written.append("construct.json")
         if debug_data:
-            write_json(rank_dir / "debug.json", top_level(header, "debug", debug_data))
+            write_json(rank_dir / "debug.json", top_level(header, "debug", debug_data, missing_text))
             written.append("debug.json")
-
-    tensor_dir = rank_dir / "dump_tensor_data"
-    missing = []
-    if tensor_dir.is_dir():
-        names = []
-        referenced_files(dump_data, names)
-        referenced_files(debug_data, names)
-        missing = sorted({n for n in names if not (tensor_dir / n).exists()})
-        for leftover in tensor_dir.iterdir():
-            if TEMP_TENSOR_RE.match(leftover.name) and not check_only:
-                leftover.unlink()
-    if not check_only and not keep_journal:
-        journal.unlink()
+        task_files = {}
+        for line in journal.task_files:
+            task_files[line["task_file"]] = line["text"]  # the last hand-over's
+        for name, text in task_files.items():
+            write_text(rank_dir / name, text)
+            written.append(name)
+        if missing_text:
+            log_error(rank_dir, "recover_dump",
+                      f"torchprobe recover: {rank_dir}: incomplete: recovered {len(dump_data)} dump entries and "
+                      f"{len(debug_data)} debug entries; missing: {missing_text}")
+        if tensor_dir.is_dir():
+            for leftover in tensor_dir.iterdir():
+                if TEMP_TENSOR_RE.match(leftover.name):
+                    leftover.unlink()
+        if not keep_journal:
+            journal_path.unlink()
 
     verb = "would recover" if check_only else "recovered"
     what = ", ".join(written) if written else "nothing written"
     print(f"{rank_dir}: {verb} {len(dump_data)} dump entries and {len(debug_data)} debug entries ({what})")
-    if missing:
-        print(f"{rank_dir}: {len(missing)} tensor files were still queued when the process stopped and are missing, "
-              f"e.g. {missing[0]}")
-    return True
+    if missing_text:
+        print(f"{rank_dir}: incomplete: missing {missing_text}")
+        return "incomplete"
+    return "complete"
 
 
 def clear_json_temporaries(root: Path, check_only: bool) -> None:
@@ -204,6 +321,7 @@ def main(argv=None) -> int:
     parser.add_argument("--keep-journal", action="store_true", help="leave journal.jsonl in place")
     args = parser.parse_args(argv)
     ok = True
+    incomplete = 0
     found = 0
     for root in args.paths:
         if not root.exists():
@@ -217,10 +335,14 @@ def main(argv=None) -> int:
         clear_json_temporaries(root, args.check)
         for journal in journals:
             found += 1
-            ok = recover(journal.parent, args.check, args.keep_journal) and ok
+            outcome = recover(journal.parent, args.check, args.keep_journal)
+            ok = outcome != "error" and ok
+            incomplete += outcome in ("incomplete", "lost")
     if found == 0:
         print("no interrupted step found (no journal.jsonl)")
-    return 0 if ok else 1
+    if incomplete:
+        print(f"{incomplete} step(s) incomplete or lost (see above)", file=sys.stderr)
+    return 1 if not ok else INCOMPLETE if incomplete else 0
 
 
 if __name__ == "__main__":

@@ -278,10 +278,14 @@ TEST_CASE(
   }
 
   // Step 3's journal lost the lines that did not fit, but whole: the lines written after them are
-  // readable, and every entry recovered from it is the normal disk's.
+  // readable, and every entry recovered from it is the normal disk's. Copied before step() ended the
+  // step, it has no trailer: recovered, and marked incomplete (exit status 3).
   const tptest::ToolRun r3run = tptest::run_recover_tool(journal3_copy);
+  CAPTURE(r3run.out);
   CAPTURE(r3run.err);
-  CHECK(r3run.rc == 0);
+  CHECK(r3run.rc == 3);
+  CHECK(contains(r3run.out, journal3_copy + ": incomplete: missing the step was interrupted"));
+  CHECK(tptest::read_json(journal3_copy + "/dump.json")["torchprobe_recovery"]["complete"] == false);
   CHECK(tptest::run_python(
             "import json\n"
             "ours = json.load(open('" +

@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "child_process.hpp"
 #include "test_support.hpp"
@@ -553,6 +555,42 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(tmp / "j.jsonl"));
 }
 
+namespace {
+// A line whose text waits until `open` is set: the journal's thread is stuck making it.
+struct BlockedLine final : tp::io::JournalLine {
+  explicit BlockedLine(std::atomic<bool>* open) : open(open) {}
+  std::string text() const override {
+    while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return "{}";
+  }
+  void failed(int) const override {}
+  std::atomic<bool>* open;
+};
+}  // namespace
+
+TEST_CASE("at most kMaxQueued journal lines are unwritten: past them the capturing thread waits for the writes") {
+  tptest::TempDir tmp;
+  std::atomic<bool> open{false};
+  tp::io::Journal journal;
+  journal.open(tmp / "j.jsonl", "{\"journal\": 1}");
+  // The journal's thread takes the first line and is stuck making it; the other lines wait behind it.
+  for (std::size_t i = 0; i < tp::io::Journal::kMaxQueued; ++i)
+    journal.append_later(std::make_unique<BlockedLine>(&open));
+  std::atomic<bool> appended{false};
+  std::thread capture([&] {
+    journal.append_later(std::make_unique<BlockedLine>(&open));  // the (N+1)th unwritten line
+    appended = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(appended.load());  // waits: a crash now would lose at most kMaxQueued lines
+  open = true;
+  capture.join();
+  CHECK(appended.load());
+  journal.drain();
+  CHECK(tptest::read_text(tmp / "j.jsonl").size() ==
+        std::string("{\"journal\": 1}\n").size() + 3 * (tp::io::Journal::kMaxQueued + 1));
+}
+
 TEST_CASE("a new journal appears with its header in it; recover_dump.py clears an empty or half-created journal") {
   tptest::TempDir tmp;
   {
@@ -577,10 +615,14 @@ TEST_CASE("a new journal appears with its header in it; recover_dump.py clears a
   CHECK(files_in(tmp / "dump/step1/rank0").empty());
 }
 
-TEST_CASE("while a step runs its entries are in the journal; recover_dump.py rebuilds dump.json from it") {
+TEST_CASE(
+    "while a step runs its entries are in the journal; recover_dump.py rebuilds a finished step byte for byte and "
+    "marks "
+    "an interrupted one incomplete") {
   tptest::TempDir tmp;
   const std::string rank = tmp.path() + "/step0/" + proc_dir();
-  const std::string copy = tmp / "copy/step0/" + proc_dir();
+  const std::string cut = tmp / "cut/step0/" + proc_dir();        // killed between stop() and step()
+  const std::string finished = tmp / "done/step0/" + proc_dir();  // killed after step() returned
   {
     tp::Debugger<tp::Level::Mix, tp::Task::Tensor> dbg(tp::Options().dump_path(tmp.path()));
     torch::manual_seed(1234);
@@ -592,35 +634,54 @@ TEST_CASE("while a step runs its entries are in the journal; recover_dump.py reb
     dbg.stop();
     dbg.wait_written();  // the step's dump.json, and so every journal line before it
     // Had the process died now, this journal is what it would leave (stop() is not the end of the step).
-    fs::create_directories(copy);
-    fs::copy_file(rank + "/journal.jsonl", copy + "/journal.jsonl");
+    fs::create_directories(cut);
+    fs::copy_file(rank + "/journal.jsonl", cut + "/journal.jsonl");
+    // step() returns once every line of the step, its trailer too, is written: with the writer held
+    // back, the journal is what a process killed right after step() leaves.
+    dbg.background_writer().pause();
     dbg.step();
+    fs::create_directories(finished);
+    fs::copy_file(rank + "/journal.jsonl", finished + "/journal.jsonl");
+    dbg.background_writer().resume();
     dbg.wait_written();
     CHECK_FALSE(fs::exists(rank + "/journal.jsonl"));
   }
-  int rc = -1;
-  const std::string out = tptest::run_python(
-      "import subprocess, sys\n"
-      "r = subprocess.run([sys.executable, '" +
-          recover_tool() + "', '" + tmp / "copy" +
-          "'])\n"
-          "sys.exit(r.returncode)\n",
-      &rc);
-  CAPTURE(out);
-  REQUIRE(rc == 0);
   const std::size_t entries = tptest::read_json(rank + "/dump.json")["data"].size();
-  CHECK(out.find("recovered " + std::to_string(entries) + " dump entries and 2 debug entries") != std::string::npos);
-  CHECK_FALSE(fs::exists(copy + "/journal.jsonl"));
-  // Byte for byte what the Debugger wrote, but for the directory's name inside.
+  auto recover = [&](const std::string& root, int want_rc) {
+    int rc = -1;
+    const std::string out = tptest::run_python(
+        "import subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '" +
+            recover_tool() + "', '" + root +
+            "'])\n"
+            "sys.exit(r.returncode)\n",
+        &rc);
+    CAPTURE(out);
+    CHECK(rc == want_rc);
+    CHECK(out.find("recovered " + std::to_string(entries) + " dump entries and 2 debug entries") != std::string::npos);
+    return out;
+  };
+  // The finished step: byte for byte what the Debugger wrote, but for the directory's name inside.
+  const std::string out = recover(tmp / "done", 0);
+  CHECK(out.find("incomplete") == std::string::npos);
+  CHECK_FALSE(fs::exists(finished + "/journal.jsonl"));
   auto same_but_path = [&](const std::string& file) {
-    std::string ours = tptest::read_text(rank + "/" + file), recovered = tptest::read_text(copy + "/" + file);
-    for (std::size_t p; (p = recovered.find(tmp / "copy")) != std::string::npos;)
-      recovered.replace(p, (tmp / "copy").size(), tmp.path());
+    std::string ours = tptest::read_text(rank + "/" + file), recovered = tptest::read_text(finished + "/" + file);
+    for (std::size_t p; (p = recovered.find(tmp / "done")) != std::string::npos;)
+      recovered.replace(p, (tmp / "done").size(), tmp.path());
     CHECK(recovered == ours);
   };
   same_but_path("dump.json");
   same_but_path("construct.json");
   same_but_path("debug.json");
+  // The interrupted one: every entry (nothing was lost here), but no trailer, so recovery cannot
+  // know that: marked incomplete, exit status 3.
+  const std::string cut_out = recover(tmp / "cut", 3);
+  CHECK(cut_out.find(cut + ": incomplete: missing the step was interrupted") != std::string::npos);
+  const Json got = tptest::read_json(cut + "/dump.json"), want = tptest::read_json(rank + "/dump.json");
+  CHECK(got["data"] == want["data"]);
+  CHECK(got["torchprobe_recovery"]["complete"] == false);
+  CHECK(got["torchprobe_recovery"]["entries_recovered"] == entries);
 }
 
 // ---- errors and permissions -----------------------------------------------------------------

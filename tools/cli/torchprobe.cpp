@@ -3,6 +3,8 @@
 //   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
 //   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark (run_ut.cpp)
 //   torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in, msprobe's verdicts out
+//   torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their journals
+//   (io/recovery.hpp)
 // Everything it does lives in headers (include/torchprobe/compare/, run_ut/), which the tests use too.
 #include <iostream>
 #include <string>
@@ -14,6 +16,7 @@
 #include "torchprobe/compare/grad_compare.hpp"
 #include "torchprobe/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
+#include "torchprobe/io/recovery.hpp"
 #include "torchprobe/compare/ranks.hpp"
 #include "torchprobe/run_ut/precision_compare.hpp"
 #include "torchprobe/io/timestamp.hpp"
@@ -32,6 +35,9 @@ const char* kUsage =
     "  ranks DUMP    a step's ranks side by side: who entered each collective, whether inputs and outputs\n"
     "                agreed, the first rank/op where replicated data disagrees (DUMP: a step dir or dump root;\n"
     "                exit status 0 all agree, 1 a disagreement, 2 bad input)\n"
+    "  recover DUMP  rebuild the files of interrupted steps from their journals, say what could not be\n"
+    "                recovered ([--check] [--keep-journal]; exit status 0 whole, 3 a step incomplete or lost,\n"
+    "                1 a path missing or a journal unreadable; run 'torchprobe recover --help')\n"
     "  --version     print the version\n";
 const char* kPrecisionUsage =
     "usage: torchprobe api_precision_compare -npu TARGET_DETAILS.csv -gpu BENCH_DETAILS.csv [-o OUT]\n"
@@ -132,6 +138,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (args[0] == "recover")
+    return torchprobe::io::recovery::run_recover({args.begin() + 1, args.end()}, std::cout, std::cerr);
   if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;

@@ -118,6 +118,26 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
 
 // Compares every pair of dumps; writes the outputs under o.out. Returns the exit status; messages
 // go to `log`. Bad input (InputError) is reported and returns 2.
+// A step recovered incomplete after a crash (`torchprobe recover`) holds the first entries of the
+// step: the entries of `other` after the last one it has were not recovered, and are left out of the
+// comparison (said on `log`) rather than reported as unpaired.
+inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::ostream& log) {
+  if (incomplete.incomplete.empty()) return;
+  std::size_t last = 0, at = 0;  // one past the last entry of `other` that `incomplete` has
+  for (const auto& kv : other.data.items()) {
+    ++at;
+    if (incomplete.data.contains(kv.key())) last = at;
+  }
+  std::vector<std::string> drop;
+  at = 0;
+  for (const auto& kv : other.data.items())
+    if (++at > last) drop.push_back(kv.key());
+  for (const std::string& name : drop) other.data.erase(name);
+  log << "note: " << incomplete.file.string()
+      << " is a step recovered incomplete after a crash (missing: " << incomplete.incomplete << "); the " << drop.size()
+      << " entries of " << other.file.string() << " after its last one are left out, not reported as unpaired\n";
+}
+
 inline int run_compare(const CompareOptions& o, std::ostream& log) {
   namespace fs = std::filesystem;
   try {
@@ -131,8 +151,10 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
     if (!o.map.empty()) user_map = read_user_map(o.map);
     nlohmann::ordered_json summary = nlohmann::ordered_json::object();
     for (const DumpPair& p : pairs) {
-      const Dump t = load_dump(p.target);
-      const Dump b = load_dump(p.bench);
+      Dump t = load_dump(p.target);
+      Dump b = load_dump(p.bench);
+      leave_out_unrecovered(t, b, log);
+      leave_out_unrecovered(b, t, log);
       if (t.task != b.task)
         throw InputError(p.target.string() + " has task \"" + t.task + "\" but " + p.bench.string() + " has \"" +
                          b.task + "\": compare needs the same task");

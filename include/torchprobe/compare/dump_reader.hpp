@@ -34,7 +34,20 @@ struct Dump {
   std::map<std::string, nlohmann::ordered_json> stacks;  // entry name -> list of frames
   std::map<std::string, std::string> parents;            // construct.json: entry -> parent module (non-null ones)
   bool has_md5 = false;                                  // some item carries "md5" (msprobe's md5 mode when both do)
+  // A step recovered incomplete after a crash (`torchprobe recover`: "torchprobe_recovery" with
+  // "complete": false): what it says is missing. Empty for a whole step.
+  std::string incomplete;
 };
+
+// What the "torchprobe_recovery" key of a dump.json says is missing; empty when the step is whole.
+inline std::string recovery_missing(const nlohmann::ordered_json& doc) {
+  if (!doc.is_object() || !doc.contains("torchprobe_recovery")) return {};
+  const auto& r = doc["torchprobe_recovery"];
+  if (!r.is_object() || r.value("complete", true) != false) return {};
+  const auto m = r.find("missing");
+  return m != r.end() && m->is_string() && !m->get<std::string>().empty() ? m->get<std::string>()
+                                                                          : std::string("(not said)");
+}
 
 namespace detail {
 // Python's json writes NaN, Infinity and -Infinity as bare tokens, which nlohmann rejects: outside
@@ -128,6 +141,7 @@ inline Dump load_dump(const std::filesystem::path& dump_json) {
     throw InputError(dump_json.string() + ": not a dump.json (needs a \"task\" string and a \"data\" object)");
   d.task = j["task"].get<std::string>();
   if (j.contains("level") && j["level"].is_string()) d.level = j["level"].get<std::string>();
+  d.incomplete = recovery_missing(j);
   d.data = std::move(j["data"]);
   if (d.data.empty()) throw InputError(dump_json.string() + ": the dump holds no entries (\"data\" is empty)");
   for (auto it = d.data.begin(); it != d.data.end(); ++it) {

@@ -12,6 +12,8 @@
 //    or a collective that some ranks never entered.
 // DUMP is a step directory or a dump root (its steps in order; the first step that disagrees).
 // Statistics are compared exactly: replicated data computed the same way is bit-equal.
+// A rank whose step was recovered incomplete after a crash (`torchprobe recover`) is named as such,
+// and an entry it lacks is "not recovered" there, never a collective it did not enter.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -30,6 +32,7 @@ struct CollectiveCall {
   std::string name;                   // "Distributed.all_reduce.0.forward"
   std::vector<long> entered, absent;  // ranks with and without the entry
   bool inputs_agree = true, outputs_agree = true;
+  std::vector<long> unrecovered;  // ranks without it whose step was recovered incomplete (not in `absent`)
 };
 
 struct Disagreement {
@@ -46,6 +49,7 @@ struct StepView {
   std::vector<long> ranks;
   std::vector<CollectiveCall> collectives;
   std::optional<Disagreement> first;
+  std::map<long, std::string> incomplete;  // ranks whose step was recovered incomplete: what is missing
 };
 
 namespace detail {
@@ -92,6 +96,7 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
       throw InputError((dir / "dump.json").string() + ": no \"data\"");
     data[rank] = doc["data"];
     view.ranks.push_back(rank);
+    if (std::string missing = recovery_missing(doc); !missing.empty()) view.incomplete[rank] = std::move(missing);
   }
   // Every entry name, in the dump order of the first rank that has it.
   std::vector<std::string> order;
@@ -107,12 +112,12 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
   };
   for (const std::string& entry : order) {
     const bool collective = entry.rfind("Distributed.", 0) == 0;
-    CollectiveCall call{entry, {}, {}, true, true};
+    CollectiveCall call{entry, {}, {}, true, true, {}};
     std::map<std::string, std::vector<std::pair<long, Json>>> by_site;  // site -> (rank, stats)
     std::vector<std::string> sites;
     for (const auto& [rank, d] : data) {
-      if (!d.contains(entry)) {
-        call.absent.push_back(rank);
+      if (!d.contains(entry)) {  // an incomplete step may just not have it recovered
+        (view.incomplete.count(rank) ? call.unrecovered : call.absent).push_back(rank);
         continue;
       }
       call.entered.push_back(rank);
@@ -183,9 +188,13 @@ inline int print_views(const std::vector<StepView>& views, std::ostream& out) {
   int status = 0;
   for (const StepView& v : views) {
     out << "step " << (v.step < 0 ? std::string("?") : std::to_string(v.step)) << ": ranks " << join(v.ranks) << "\n";
+    for (const auto& [rank, missing] : v.incomplete)
+      out << "  rank " << rank << ": incomplete, recovered after a crash (missing: " << missing
+          << "); what it lacks is not counted against it\n";
     for (const CollectiveCall& c : v.collectives) {
       out << "  " << c.name << "  entered by " << join(c.entered);
       if (!c.absent.empty()) out << ", NOT by " << join(c.absent);
+      if (!c.unrecovered.empty()) out << ", not recovered on " << join(c.unrecovered) << " (incomplete)";
       out << "; inputs " << (c.inputs_agree ? "agree" : "differ") << ", outputs "
           << (c.outputs_agree ? "agree" : "differ") << "\n";
     }

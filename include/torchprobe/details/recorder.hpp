@@ -163,6 +163,24 @@ class Recorder {
     }
   }
 
+  // A sealed record's line again, now with the deferred values its first line lacked (a name seen
+  // again replaces its earlier body in recovery). `file`: "dump" or "debug".
+  void journal_again(const char* file, const Record& r) {
+    if (journal_.is_open()) append_to_journal(file, r);
+  }
+
+  // The task's own files of the step (free_benchmark.csv, overflow_summary.json, ...) as they stand
+  // at this hand-over: one journal line each, {"task_file": NAME, "text": CONTENT}; recovery writes
+  // the last one of each name.
+  void journal_task_files(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& trees,
+                          const std::vector<std::pair<std::string, std::string>>& texts) {
+    if (!journal_.is_open()) return;
+    for (const auto& [name, tree] : trees)
+      journal_.append_later(std::make_unique<TaskFileLine>(name, tree, std::string(), errors_, journal_));
+    for (const auto& [name, text] : texts)
+      journal_.append_later(std::make_unique<TaskFileLine>(name, nullptr, text, errors_, journal_));
+  }
+
   // Waits until every tensor file handed over so far is written.
   void flush_tensor_files() { wait_tensor_files(tensor_files_ticket()); }
 
@@ -280,6 +298,40 @@ class Recorder {
     bool construct_only_;
     nlohmann::ordered_json body_;
     std::shared_ptr<const DeferredBody> deferred_;
+    io::ErrorLog& errors_;
+    const io::Journal& journal_;
+  };
+
+  class TaskFileLine final : public io::JournalLine {
+   public:
+    TaskFileLine(std::string name, nlohmann::ordered_json tree, std::string text, io::ErrorLog& errors,
+                 const io::Journal& journal)
+        : name_(std::move(name)), tree_(std::move(tree)), text_(std::move(text)), errors_(errors), journal_(journal) {}
+
+    std::string text() const override {
+      const std::string content = tree_.is_null() ? text_ : io::to_python_json(tree_);
+      std::string line;
+      line.reserve(content.size() + name_.size() + 32);
+      io::JsonText out(line, /*indent=*/-1);
+      out.raw("{\"task_file\": ");
+      out.string(name_);
+      out.raw(", \"text\": ");
+      out.string(content);
+      out.raw("}");
+      out.finish();
+      return line;
+    }
+
+    void failed(int err) const override {
+      errors_.log("write_journal", name_, io::errno_text(err),
+                  io::IoError("write the journal", journal_.path(), err).what() +
+                      std::string("\nThe step's files are kept in memory and written at stop()/step()."));
+    }
+
+   private:
+    std::string name_;
+    nlohmann::ordered_json tree_;  // null: the file is `text_`
+    std::string text_;
     io::ErrorLog& errors_;
     const io::Journal& journal_;
   };

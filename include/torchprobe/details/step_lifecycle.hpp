@@ -7,8 +7,9 @@
 //   flush()      seals the step's records and hands them over; the writer waits for the tensor
 //                files (dump.json must not name a file that is not there yet) and the journal
 //                lines (it never holds less than the JSON files) handed over before, then writes
-//   end_step()   the journal goes once the files are written (a failed write keeps it, for
-//                tools/recover_dump.py)
+//   end_step()   the step is finished: its tensor files and every journal line, ended by the
+//                trailer, are written before it returns; the journal goes once the step's files
+//                are written (a failed write keeps it, for `torchprobe recover`)
 //   next_step()  numbers the next step and starts it empty
 //   wait_written()  every step handed over is on disk
 #include <atomic>
@@ -152,11 +153,25 @@ class StepLifecycle {
   }
 
   // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
-  // or kept when that write failed (for tools/recover_dump.py).
+  // or kept when that write failed (for `torchprobe recover`).
   // The step's records go with that job, so that they are freed on the writer's thread.
+  //
+  // The step is finished when this returns (crash safety, docs/io.md): its tensor files handed over
+  // are written, then its journal's trailer line is queued after its entry lines and every one of
+  // them is handed to the operating system (write(2)) before this returns. A process killed from
+  // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
     std::shared_ptr<io::Journal::File> file;
-    if constexpr (sink_keeps_journal<Sink>::value) file = core_->journal().retire();
+    if constexpr (sink_keeps_journal<Sink>::value) {
+      try {
+        if (open_) core_->flush_tensor_files();
+      } catch (const std::exception& e) {
+        core_->errors().log("save_tensor", directory_, e);
+      }
+      auto [retired, ticket] = core_->journal().finish();
+      if (retired) core_->journal().wait_for(ticket);
+      file = std::move(retired);
+    }
     try {
       auto records = std::make_shared<std::vector<std::shared_ptr<const RecordBatch>>>(core_->entries().take_sealed());
       for (auto& batch : core_->debug_entries().take_sealed()) records->push_back(std::move(batch));
@@ -287,6 +302,8 @@ class StepLifecycle {
   // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
   StepDump dump_of(StepState& state, Level level, Job& job) {
     StepState::Sealed sealed = state.seal();
+    if constexpr (sink_keeps_journal<Sink>::value)
+      for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
     d.task = std::string(task_name(TaskT::kind));
     d.level = std::string(level_name(level));
@@ -300,6 +317,9 @@ class StepLifecycle {
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
     if constexpr (task_adds_text_files<TaskT>::value)
       if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
+    if constexpr (sink_keeps_journal<Sink>::value)
+      if (!d.task_files.empty() || !d.task_text_files.empty())
+        core_->journal_task_files(d.task_files, d.task_text_files);
     job.bytes += sealed.bytes;
     return d;
   }

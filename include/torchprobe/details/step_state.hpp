@@ -91,6 +91,9 @@ class StepState {
     std::vector<const Record*> records;  // in dump order
     std::shared_ptr<const void> owner;   // keeps `records` alive
     std::size_t bytes = 0;               // about what the records take in memory
+    // Records of this seal whose deferred values (statistics on a device, md5 checksums) were
+    // filled in by it: the journal got them without those values and gets them again.
+    std::vector<const Record*> resolved;
   };
 
   // The records committed since the last seal(), with every deferred statistic resolved (one
@@ -100,18 +103,20 @@ class StepState {
   // last value, as when it was committed).
   Sealed seal() {
     std::lock_guard<std::mutex> lock(mutex_);
+    Sealed out;
     if (!records_.empty() || sealed_.empty()) {
-      resolve_pending();
       const auto by_order = [](const Record& a, const Record& b) { return a.order < b.order; };
       // Mostly in order already (API entries commit in call order): sorting would move every record.
       if (!std::is_sorted(records_.begin(), records_.end(), by_order))
         std::stable_sort(records_.begin(), records_.end(), by_order);
+      for (const Record& r : records_)  // a deque keeps its elements in place when it is moved below
+        if (!r.pending.empty() || !r.pending_checksums.empty()) out.resolved.push_back(&r);
+      resolve_pending();
       auto batch = std::make_shared<RecordBatch>(std::move(records_));
       records_ = RecordBatch();
       for (const Record& r : *batch) sealed_bytes_ += estimated_bytes(r);
       sealed_.push_back(std::move(batch));
     }
-    Sealed out;
     const auto by_order = [](const Record* a, const Record* b) { return a->order < b->order; };
     for (const auto& batch : sealed_) {
       const std::size_t before = out.records.size();

@@ -3,19 +3,25 @@
 // line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
 // the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
 // when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
-// step's files are complete. A journal that is still there marks an interrupted step, and
-// tools/recover_dump.py rebuilds the step's JSON files from it.
+// step's files are complete. A journal that is still there marks a step whose files were not
+// written, and `torchprobe recover` (io/recovery.hpp; tools/recover_dump.py) rebuilds them from it.
 //
 // Format (one JSON object per line, written with the Python-compatible writer):
 //   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
 //            "debug_data_dir": ..., "extra_info": ...}
 //   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
+//           {"task_file": NAME, "text": CONTENT}   the task's own file as of a hand-over (last wins)
+//   last:   {"end": true, "entries": K}   written when the step ended (finish()); K is the number
+//            of lines between the header and it. A journal without it is an interrupted step; one with fewer
+//            than K entry lines lost some (a full disk).
 // Entries are placed by "order"; a name seen again replaces the earlier body in its first place
 // (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
 //
 // Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture; not fsync'ed: they survive a process crash (but for the ones still queued),
-// not a power loss. The capturing thread only queues a line: it wakes the journal's thread at the
+// behind the capture (lines queued and not yet written: past it the capturing thread waits);
+// not fsync'ed: they survive a process crash (but for the ones not yet written, at most
+// kMaxQueued, all of the step being recorded: finish() waits for the step's lines), not a power
+// loss. The capturing thread only queues a line: it wakes the journal's thread at the
 // first line after a pause and then once per kBatchLines lines, and the thread writes what has
 // queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
 // do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
@@ -58,8 +64,9 @@ class JournalLine {
 class Journal {
  public:
   static constexpr const char* kFileName = "journal.jsonl";
-  // Lines queued and not yet written, at most: past it the capturing thread waits, so that a
-  // crash loses a bounded number of them and the queue's memory stays bounded.
+  // Lines queued and not yet written (waiting, or being made and written), at most: past it the
+  // capturing thread waits, so that a crash loses at most this many lines (all of the step being
+  // recorded) and the queue's memory stays bounded.
   static constexpr std::size_t kMaxQueued = 4096;
   static constexpr std::size_t kBatchLines = 256;
   static constexpr std::chrono::milliseconds kMaxDelay{2};
@@ -154,6 +161,7 @@ class Journal {
     auto file = std::make_shared<File>(path, fd);
     {
       std::lock_guard<std::mutex> q(queue_mu_);
+      file_entries_ = 0;
       if (!queue_.empty() && !queue_.back().line)
         queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
       else
@@ -174,15 +182,16 @@ class Journal {
   // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
   void append_later(std::unique_ptr<JournalLine> line) {
     std::unique_lock<std::mutex> lock(queue_mu_);
-    if (queued_lines_ >= kMaxQueued) {
+    if (tickets_ - done_ >= kMaxQueued) {
       ++urgent_;
       work_cv_.notify_one();
-      room_cv_.wait(lock, [this] { return queued_lines_ < kMaxQueued; });
+      room_cv_.wait(lock, [this] { return tickets_ - done_ < kMaxQueued; });
       --urgent_;
     }
     queue_.push_back({std::move(line), nullptr});
     ++queued_lines_;
     ++tickets_;
+    ++file_entries_;
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     if (idle_ || queued_lines_ == kBatchLines) {
       idle_ = false;
@@ -221,12 +230,45 @@ class Journal {
     if (auto f = retire()) f->close();
   }
 
+  // The step has ended: its trailer line {"end": true, "entries": K} is queued after its K entry
+  // lines, and the open file retired (as retire()). Returns the file (null when none was open) and
+  // the ticket that covers the trailer: once wait_for(ticket) returns, every line of the step has
+  // been handed to the operating system (write(2)), or failed.
+  std::pair<std::shared_ptr<File>, std::uint64_t> finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    std::shared_ptr<File> file = std::move(file_);
+    std::unique_lock<std::mutex> q(queue_mu_);
+    if (file && file->is_open()) {
+      queue_.push_back({std::make_unique<Trailer>(file_entries_), nullptr});
+      ++queued_lines_;
+      ++tickets_;
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+      if (idle_) work_cv_.notify_one();  // wait_for() tells it not to wait for more lines
+    }
+    return {std::move(file), tickets_};
+  }
+
+  // The text of the trailer line for a step of `entries` entry lines.
+  static std::string trailer_text(std::uint64_t entries) {
+    return "{\"end\": true, \"entries\": " + std::to_string(entries) + "}";
+  }
+
   // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
   void remove() {
     if (auto f = retire()) f->remove();
   }
 
  private:
+  class Trailer final : public JournalLine {
+   public:
+    explicit Trailer(std::uint64_t entries) : entries_(entries) {}
+    std::string text() const override { return trailer_text(entries_); }
+    void failed(int) const override {}  // the journal then reads as incomplete, which it is
+   private:
+    std::uint64_t entries_;
+  };
+
   struct Item {
     std::unique_ptr<JournalLine> line;  // null for a marker:
     std::shared_ptr<File> file;         // the lines after the marker go to this file
@@ -251,12 +293,12 @@ class Journal {
       const std::size_t lines = queued_lines_;
       queued_lines_ = 0;
       lock.unlock();
-      room_cv_.notify_all();
       write_batch(batch, file);
       batch.clear();
       lock.lock();
       done_ += lines;
       done_cv_.notify_all();
+      room_cv_.notify_all();
     }
   }
 
@@ -297,11 +339,12 @@ class Journal {
   std::condition_variable room_cv_;  // capturing threads: the queue has room again
   std::condition_variable done_cv_;  // wait_for(): lines were written
   std::deque<Item> queue_;
-  std::size_t queued_lines_ = 0;  // lines in queue_ (markers are not counted)
-  std::uint64_t tickets_ = 0;     // lines ever queued
-  std::uint64_t done_ = 0;        // lines ever written, failed or dropped
-  int urgent_ = 0;                // threads waiting for lines to be written, or for room
-  bool idle_ = false;             // the thread waits for a first line
+  std::size_t queued_lines_ = 0;    // lines in queue_ (markers are not counted)
+  std::uint64_t tickets_ = 0;       // lines ever queued
+  std::uint64_t done_ = 0;          // lines ever written, failed or dropped
+  std::uint64_t file_entries_ = 0;  // entry lines queued for the open file
+  int urgent_ = 0;                  // threads waiting for lines to be written, or for room
+  bool idle_ = false;               // the thread waits for a first line
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -1,0 +1,93 @@
+# `torchprobe recover` on journals as a killed process leaves them (tests/data/recover): the finished
+# step comes back byte for byte (expected/step0), the interrupted one marked incomplete, the one
+# without lines reported lost; exit status 3. `--check` changes nothing; tools/recover_dump.py gives
+# the same files and messages; a missing path exits 1, no path 2.
+#   cmake -DCLI=<torchprobe> -DPYTHON=<python3> -DTOOLS=<tools> -DDATA=<tests/data/recover> -DWORK=<dir> -P cli_recover.cmake
+function(expect_line text line)
+  string(FIND "${text}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "expected\n  ${line}\nin\n${text}")
+  endif()
+endfunction()
+
+function(fresh_copy dir)
+  file(REMOVE_RECURSE ${dir})
+  file(MAKE_DIRECTORY ${dir})
+  foreach(s step0 step1 step2)
+    file(COPY ${DATA}/${s} DESTINATION ${dir})
+  endforeach()
+endfunction()
+
+function(same_file a b)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a} ${b} RESULT_VARIABLE differ)
+  if(differ)
+    file(READ ${a} ta)
+    message(FATAL_ERROR "${a} differs from ${b}:\n${ta}")
+  endif()
+endfunction()
+
+set(cxx ${WORK}/cxx)
+set(py ${WORK}/py)
+
+# --check: says what it would do, changes nothing.
+fresh_copy(${cxx})
+execute_process(COMMAND ${CLI} recover --check ${cxx} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 3)
+  message(FATAL_ERROR "torchprobe recover --check: exit status ${rc}, expected 3\n${out}${err}")
+endif()
+expect_line("${out}" "${cxx}/step0/rank0: would recover 2 dump entries and 1 debug entries (nothing written)\n")
+if(EXISTS ${cxx}/step0/rank0/dump.json OR NOT EXISTS ${cxx}/step0/rank0/journal.jsonl)
+  message(FATAL_ERROR "torchprobe recover --check changed ${cxx}/step0/rank0")
+endif()
+
+# Recovery.
+execute_process(COMMAND ${CLI} recover ${cxx} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 3)
+  message(FATAL_ERROR "torchprobe recover: exit status ${rc}, expected 3\n${out}${err}")
+endif()
+expect_line("${out}" "${cxx}/step0/rank0: recovered 2 dump entries and 1 debug entries (dump.json, construct.json, debug.json, notes.txt)\n")
+expect_line("${out}" "${cxx}/step1/rank0: incomplete: missing the step was interrupted: the entry lines after the 1 written (at most 4096, still queued when the process stopped)\n")
+expect_line("${out}" "${cxx}/step2/rank0: lost: the step was interrupted before any entry line reached its journal")
+expect_line("${err}" "2 step(s) incomplete or lost (see above)\n")
+foreach(f dump.json construct.json debug.json notes.txt)
+  same_file(${cxx}/step0/rank0/${f} ${DATA}/expected/step0/${f})
+endforeach()
+file(READ ${cxx}/step1/rank0/dump.json step1)
+expect_line("${step1}" "\n \"torchprobe_recovery\": {\n  \"complete\": false,\n  \"entries_recovered\": 1,\n")
+file(READ ${cxx}/step1/rank0/dump_error_info.log log1)
+expect_line("${log1}" "[ERROR] recover_dump failed: name=${cxx}/step1/rank0, pid=")
+if(EXISTS ${cxx}/step2/rank0/dump.json OR NOT EXISTS ${cxx}/step2/rank0/dump_error_info.log)
+  message(FATAL_ERROR "a lost step got a dump.json, or no dump_error_info.log")
+endif()
+foreach(s step0 step1 step2)
+  if(EXISTS ${cxx}/${s}/rank0/journal.jsonl)
+    message(FATAL_ERROR "${cxx}/${s}/rank0/journal.jsonl was not removed")
+  endif()
+endforeach()
+
+# The Python tool: the same messages and files.
+fresh_copy(${py})
+execute_process(COMMAND ${PYTHON} ${TOOLS}/recover_dump.py ${py} RESULT_VARIABLE prc OUTPUT_VARIABLE pout ERROR_VARIABLE perr)
+if(NOT prc EQUAL 3)
+  message(FATAL_ERROR "recover_dump.py: exit status ${prc}, expected 3\n${pout}${perr}")
+endif()
+string(REPLACE "${cxx}" "${py}" out_as_py "${out}")
+if(NOT out_as_py STREQUAL pout OR NOT err STREQUAL perr)
+  message(FATAL_ERROR "torchprobe recover and recover_dump.py disagree:\n${out}${err}\n---\n${pout}${perr}")
+endif()
+foreach(f step0/rank0/dump.json step0/rank0/construct.json step0/rank0/debug.json step0/rank0/notes.txt
+          step1/rank0/dump.json step1/rank0/construct.json)
+  same_file(${cxx}/${f} ${py}/${f})
+endforeach()
+
+# A missing path: 1; no path: 2.
+execute_process(COMMAND ${CLI} recover ${WORK}/no_such_dump RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "torchprobe recover of a missing path: exit status ${rc}, expected 1\n${out}${err}")
+endif()
+expect_line("${err}" "error: ${WORK}/no_such_dump does not exist\n")
+execute_process(COMMAND ${CLI} recover RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2)
+  message(FATAL_ERROR "torchprobe recover without a path: exit status ${rc}, expected 2\n${out}${err}")
+endif()
+message(STATUS "torchprobe recover: step0 whole, step1 incomplete, step2 lost, as recover_dump.py")
