@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "torchprobe/io/json_text.hpp"
 
 namespace torchprobe::io::recovery::detail {
