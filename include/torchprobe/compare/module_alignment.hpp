@@ -8,6 +8,7 @@
 // the global k-th-occurrence rule of the template pass can.
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <utility>
@@ -76,21 +77,33 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
     }
     return out;
   };
+  // Each module's forward non-module calls, in dump order, indexed once (a scan of the whole side per
+  // module was quadratic in the dump's size).
+  using Children = std::unordered_map<std::string, std::vector<const Entry*>>;
+  const auto children_of = [](const std::vector<Entry>& side, const std::map<std::string, std::string>& parents) {
+    Children out;
+    for (const Entry& e : side) {
+      if (e.direction != "forward" || e.is_module()) continue;
+      const auto p = parents.find(e.name);
+      if (p != parents.end()) out[p->second].push_back(&e);
+    }
+    return out;
+  };
+  const Children t_children = children_of(target, *target_parents), b_children = children_of(bench, *bench_parents);
   for (const Entry& tm : target) {
     const auto pm = by_target.find(&tm);
     if (!tm.is_module() || tm.direction != "forward" || pm == by_target.end() || pm->second.method != "exact") continue;
-    const auto inside = [&](const std::vector<Entry>& side, bool is_target, const std::string& module) {
-      const auto& parents = is_target ? *target_parents : *bench_parents;
+    const auto inside = [&](bool is_target, const std::string& module) {
+      const Children& children = is_target ? t_children : b_children;
       std::vector<const Entry*> out;
-      for (const Entry& e : side) {
-        if (e.direction != "forward" || e.is_module() || (is_target ? by_target.count(&e) : used.count(&e))) continue;
-        const auto p = parents.find(e.name);
-        if (p != parents.end() && p->second == module) out.push_back(&e);
-      }
+      const auto c = children.find(module);
+      if (c == children.end()) return out;
+      for (const Entry* e : c->second)
+        if (!(is_target ? by_target.count(e) : used.count(e))) out.push_back(e);
       return out;
     };
-    const auto ti = detail::canonical_items(inside(target, true, tm.name));
-    const auto bi = detail::canonical_items(inside(bench, false, pm->second.bench.front()->name));
+    const auto ti = detail::canonical_items(inside(true, tm.name));
+    const auto bi = detail::canonical_items(inside(false, pm->second.bench.front()->name));
     const auto score = [](const detail::Item& x, const detail::Item& y) {
       if (x.canon != y.canon || x.direction != y.direction) return 0;
       if (x.aten == y.aten && x.members.size() != y.members.size()) return 0;
