@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "quick_mode.hpp"
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 
 namespace {
 

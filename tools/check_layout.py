@@ -12,19 +12,42 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "torchprobe"
-# Bottom first. The top-level headers (debugger.hpp, ...) are above everything. compare/ is the
-# `torchprobe compare` tool (no libtorch): it may use core/ and io/, and nothing includes it.
-# run_ut/ is `torchprobe run_ut` (replays ops with libtorch): it may use compare/ and config/ (its -config goes
-# through the config parser); nothing includes it.
-LAYERS = ["core", "io", "compare", "stats", "config", "run_ut", "level", "sink", "details", "capture", "task", "."]
+# The probe's layers, bottom first. The top-level headers (debugger.hpp, ...) are above everything.
+LAYERS = ["core", "io", "stats", "config", "level", "sink", "details", "capture", "task", "."]
+# analysis/ is a component apart from the probe (CMake target torchprobe::analysis, used by the CLI):
+# nothing in the probe includes it, and each of its folders names the probe layers it may use.
+# analysis/compare is `torchprobe compare` (no libtorch): core/ and io/ only. analysis/run_ut is
+# `torchprobe run_ut` (replays ops with libtorch): compare, and config/ (its -config goes through the
+# config parser).
+ANALYSIS = {
+    "analysis/compare": {"core", "io", "analysis/compare"},
+    "analysis/run_ut": {"core", "io", "config", "analysis/compare", "analysis/run_ut"},
+}
 MAX_LINES = 400
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
 
-def layer_of(path: pathlib.Path) -> int:
+def folder_of(path: pathlib.Path) -> str:
     rel = path.relative_to(ROOT)
-    folder = rel.parts[0] if len(rel.parts) > 1 else "."
-    return LAYERS.index(folder)
+    if rel.parts[0] == "analysis" and len(rel.parts) > 2:
+        return "analysis/" + rel.parts[1]
+    return rel.parts[0] if len(rel.parts) > 1 else "."
+
+
+def layer_of(path: pathlib.Path) -> int:
+    return LAYERS.index(folder_of(path))
+
+
+def misplaced(header: pathlib.Path, included: pathlib.Path):
+    """Why header may not include included, or None."""
+    mine, theirs = folder_of(header), folder_of(included)
+    if mine in ANALYSIS:
+        return None if theirs in ANALYSIS[mine] else f"{mine} may use only {', '.join(sorted(ANALYSIS[mine]))}"
+    if theirs in ANALYSIS:
+        return f"the probe never includes the analysis component ({theirs})"
+    if layer_of(included) > layer_of(header):
+        return f"from a higher layer ({mine} < {theirs})"
+    return None
 
 
 def main() -> int:
@@ -46,9 +69,9 @@ def main() -> int:
             if not included.exists():
                 problems.append(f"{rel}: includes {target}, which does not exist")
                 continue
-            if layer_of(included) > layer_of(header):
-                problems.append(f"{rel}: includes {target} from a higher layer "
-                                f"({LAYERS[layer_of(header)]} < {LAYERS[layer_of(included)]})")
+            why = misplaced(header, included)
+            if why:
+                problems.append(f"{rel}: includes {target}: {why}")
     for p in problems:
         print(p)
     print(f"check_layout: {len(problems)} problem(s) in {sum(1 for _ in ROOT.rglob('*.hpp'))} headers")

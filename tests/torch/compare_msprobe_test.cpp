@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 #include "reference_program.hpp"
 #include "test_support.hpp"
 

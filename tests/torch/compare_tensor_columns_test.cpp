@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/cli.hpp"
-#include "torchprobe/compare/tensor_metrics.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
+#include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "test_support.hpp"
 
 namespace tensor_columns_test {

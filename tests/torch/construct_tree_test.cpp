@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 #include "test_support.hpp"
 
 namespace tp = torchprobe;

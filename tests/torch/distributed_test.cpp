@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <torchprobe/compare/ranks.hpp>
+#include <torchprobe/analysis/compare/ranks.hpp>
 #include <torchprobe/distributed.hpp>
 #include <torchprobe/torchprobe.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>

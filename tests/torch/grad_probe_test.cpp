@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <torchprobe/compare/grad_compare.hpp>
+#include <torchprobe/analysis/compare/grad_compare.hpp>
 #include <torchprobe/torchprobe.hpp>
 
 #include <cmath>

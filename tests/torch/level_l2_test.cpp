@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <torchprobe/torchprobe.hpp>
-#include <torchprobe/compare/dump_reader.hpp>
+#include <torchprobe/analysis/compare/dump_reader.hpp>
 
 #include <unistd.h>
 

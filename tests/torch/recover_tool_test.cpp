@@ -9,9 +9,9 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <torchprobe/compare/cli.hpp>
-#include <torchprobe/compare/dump_reader.hpp>
-#include <torchprobe/compare/ranks.hpp>
+#include <torchprobe/analysis/compare/cli.hpp>
+#include <torchprobe/analysis/compare/dump_reader.hpp>
+#include <torchprobe/analysis/compare/ranks.hpp>
 #include <torchprobe/io/recovery.hpp>
 #include <torchprobe/torchprobe.hpp>
 

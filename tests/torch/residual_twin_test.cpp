@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 #include "test_support.hpp"
 
 namespace tp = torchprobe;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "test_support.hpp"
-#include "torchprobe/run_ut/runner.hpp"
+#include "torchprobe/analysis/run_ut/runner.hpp"
 
 namespace ru = torchprobe::run_ut;
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "torchprobe/run_ut/precision_compare.hpp"
+#include "torchprobe/analysis/run_ut/precision_compare.hpp"
 
 namespace pc = torchprobe::run_ut::precision;
 

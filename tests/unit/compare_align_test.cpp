@@ -7,7 +7,7 @@
 #include <string>
 
 #include "compare_support.hpp"
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 
 namespace {
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "compare_support.hpp"
-#include "torchprobe/compare/cli.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
 
 namespace {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "compare_support.hpp"
-#include "torchprobe/compare/cli.hpp"
-#include "torchprobe/compare/progress.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
+#include "torchprobe/analysis/compare/progress.hpp"
 
 namespace compare_progress_test {
 namespace fs = std::filesystem;

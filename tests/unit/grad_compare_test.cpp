@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../skip.hpp"
-#include "torchprobe/compare/grad_compare.hpp"
+#include "torchprobe/analysis/compare/grad_compare.hpp"
 #include "torchprobe/io/npy.hpp"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "torchprobe/run_ut/cli_options.hpp"
+#include "torchprobe/analysis/run_ut/cli_options.hpp"
 
 namespace ru = torchprobe::run_ut;
 using json = nlohmann::json;

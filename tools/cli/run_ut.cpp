@@ -1,11 +1,11 @@
-// `torchprobe run_ut`: the API accuracy pre-check (include/torchprobe/run_ut/). Its own translation
+// `torchprobe run_ut`: the API accuracy pre-check (include/torchprobe/analysis/run_ut/). Its own translation
 // unit because it needs libtorch to replay the operators; the rest of the CLI does not.
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "torchprobe/run_ut/cli_options.hpp"
-#include "torchprobe/run_ut/runner.hpp"
+#include "torchprobe/analysis/run_ut/cli_options.hpp"
+#include "torchprobe/analysis/run_ut/runner.hpp"
 
 int torchprobe_run_ut_main(const std::vector<std::string>& args) {
   namespace ru = torchprobe::run_ut;

@@ -5,20 +5,20 @@
 //   torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in, msprobe's verdicts out
 //   torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their journals
 //   (io/recovery.hpp)
-// Everything it does lives in headers (include/torchprobe/compare/, run_ut/), which the tests use too.
+// Everything it does lives in headers (include/torchprobe/analysis/compare/, run_ut/), which the tests use too.
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
-#include "torchprobe/compare/cli.hpp"
-#include "torchprobe/compare/grad_compare.hpp"
-#include "torchprobe/compare/tensor_metrics.hpp"
+#include "torchprobe/analysis/compare/cli.hpp"
+#include "torchprobe/analysis/compare/grad_compare.hpp"
+#include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/recovery.hpp"
-#include "torchprobe/compare/ranks.hpp"
-#include "torchprobe/run_ut/precision_compare.hpp"
+#include "torchprobe/analysis/compare/ranks.hpp"
+#include "torchprobe/analysis/run_ut/precision_compare.hpp"
 #include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/version.hpp"
 

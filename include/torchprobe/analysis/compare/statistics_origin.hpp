@@ -17,7 +17,7 @@
 // scaled by 1 + 1000·2^-23) moves Max and Min by hundreds of ε or more and stays visible.
 #include <string>
 
-#include "torchprobe/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/dump_reader.hpp"
 
 namespace torchprobe::compare {
 

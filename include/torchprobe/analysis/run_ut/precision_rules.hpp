@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/run_ut/api_standard.hpp"
-#include "torchprobe/run_ut/precision_table.hpp"
+#include "torchprobe/analysis/run_ut/api_standard.hpp"
+#include "torchprobe/analysis/run_ut/precision_table.hpp"
 
 namespace torchprobe::run_ut::precision {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/python_text.hpp"
+#include "torchprobe/analysis/compare/python_text.hpp"
 
 namespace torchprobe::compare {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "torchprobe/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/dump_reader.hpp"
 
 namespace torchprobe::run_ut {
 

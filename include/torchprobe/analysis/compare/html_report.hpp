@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/first_divergence.hpp"
-#include "torchprobe/compare/html_text.hpp"
+#include "torchprobe/analysis/compare/first_divergence.hpp"
+#include "torchprobe/analysis/compare/html_text.hpp"
 
 namespace torchprobe::compare {
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "torchprobe/run_ut/api_standard.hpp"
+#include "torchprobe/analysis/run_ut/api_standard.hpp"
 
 namespace torchprobe::run_ut {
 

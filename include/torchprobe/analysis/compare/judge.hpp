@@ -17,9 +17,9 @@
 #include <limits>
 #include <string>
 
-#include "torchprobe/compare/matching.hpp"
-#include "torchprobe/compare/msprobe_table.hpp"
-#include "torchprobe/compare/statistics_origin.hpp"
+#include "torchprobe/analysis/compare/matching.hpp"
+#include "torchprobe/analysis/compare/msprobe_table.hpp"
+#include "torchprobe/analysis/compare/statistics_origin.hpp"
 
 namespace torchprobe::compare {
 

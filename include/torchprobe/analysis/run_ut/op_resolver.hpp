@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/run_ut/inputs.hpp"
+#include "torchprobe/analysis/run_ut/inputs.hpp"
 
 namespace torchprobe::run_ut {
 

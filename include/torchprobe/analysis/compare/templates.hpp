@@ -7,7 +7,7 @@
 #include <tuple>
 #include <vector>
 
-#include "torchprobe/compare/entries.hpp"
+#include "torchprobe/analysis/compare/entries.hpp"
 
 namespace torchprobe::compare {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/grad_compare_html.hpp"
+#include "torchprobe/analysis/compare/grad_compare_html.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/npy.hpp"
 #include "torchprobe/io/python_csv.hpp"

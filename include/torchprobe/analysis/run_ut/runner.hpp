@@ -14,7 +14,7 @@
 
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/timestamp.hpp"
-#include "torchprobe/run_ut/report.hpp"
+#include "torchprobe/analysis/run_ut/report.hpp"
 
 namespace torchprobe::run_ut {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/python_text.hpp"
-#include "torchprobe/compare/rows.hpp"
+#include "torchprobe/analysis/compare/python_text.hpp"
+#include "torchprobe/analysis/compare/rows.hpp"
 
 namespace torchprobe::compare {
 

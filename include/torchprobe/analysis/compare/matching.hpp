@@ -21,11 +21,11 @@
 #include <tuple>
 #include <vector>
 
-#include "torchprobe/compare/entries.hpp"
-#include "torchprobe/compare/group_map.hpp"
-#include "torchprobe/compare/module_alignment.hpp"
-#include "torchprobe/compare/templates.hpp"
-#include "torchprobe/compare/user_map.hpp"
+#include "torchprobe/analysis/compare/entries.hpp"
+#include "torchprobe/analysis/compare/group_map.hpp"
+#include "torchprobe/analysis/compare/module_alignment.hpp"
+#include "torchprobe/analysis/compare/templates.hpp"
+#include "torchprobe/analysis/compare/user_map.hpp"
 
 namespace torchprobe::compare {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/rows.hpp"
+#include "torchprobe/analysis/compare/rows.hpp"
 
 namespace torchprobe::compare {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/compare/group_map.hpp"
-#include "torchprobe/compare/templates.hpp"
+#include "torchprobe/analysis/compare/group_map.hpp"
+#include "torchprobe/analysis/compare/templates.hpp"
 
 namespace torchprobe::compare::detail {
 

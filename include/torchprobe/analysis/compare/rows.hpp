@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/compare/dump_reader.hpp"
-#include "torchprobe/compare/python_text.hpp"
+#include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/python_text.hpp"
 
 namespace torchprobe::compare {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/run_ut/precision_rules.hpp"
+#include "torchprobe/analysis/run_ut/precision_rules.hpp"
 
 namespace torchprobe::run_ut::precision {
 

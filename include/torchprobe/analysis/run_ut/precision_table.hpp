@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "torchprobe/io/python_csv.hpp"
-#include "torchprobe/run_ut/cells.hpp"
+#include "torchprobe/analysis/run_ut/cells.hpp"
 
 namespace torchprobe::run_ut::precision {
 

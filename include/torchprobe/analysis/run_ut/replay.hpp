@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/run_ut/accuracy.hpp"
-#include "torchprobe/run_ut/op_resolver.hpp"
+#include "torchprobe/analysis/run_ut/accuracy.hpp"
+#include "torchprobe/analysis/run_ut/op_resolver.hpp"
 
 namespace torchprobe::run_ut {
 

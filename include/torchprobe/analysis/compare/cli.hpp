@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/dump_reader.hpp"
-#include "torchprobe/compare/first_divergence.hpp"
-#include "torchprobe/compare/html_report.hpp"
-#include "torchprobe/compare/msprobe_table.hpp"
-#include "torchprobe/compare/progress.hpp"
-#include "torchprobe/compare/user_map.hpp"
+#include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/first_divergence.hpp"
+#include "torchprobe/analysis/compare/html_report.hpp"
+#include "torchprobe/analysis/compare/msprobe_table.hpp"
+#include "torchprobe/analysis/compare/progress.hpp"
+#include "torchprobe/analysis/compare/user_map.hpp"
 #include "torchprobe/io/timestamp.hpp"
 
 namespace torchprobe::compare {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "torchprobe/io/python_csv.hpp"
-#include "torchprobe/run_ut/replay.hpp"
+#include "torchprobe/analysis/run_ut/replay.hpp"
 #include "torchprobe/io/timestamp.hpp"
 
 namespace torchprobe::run_ut {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/run_ut/api_case.hpp"
+#include "torchprobe/analysis/run_ut/api_case.hpp"
 
 namespace torchprobe::run_ut {
 

@@ -10,9 +10,9 @@
 #include <limits>
 #include <string>
 
-#include "torchprobe/run_ut/cells.hpp"
-#include "torchprobe/run_ut/standards.hpp"
-#include "torchprobe/run_ut/verdict.hpp"
+#include "torchprobe/analysis/run_ut/cells.hpp"
+#include "torchprobe/analysis/run_ut/standards.hpp"
+#include "torchprobe/analysis/run_ut/verdict.hpp"
 
 namespace torchprobe::run_ut {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/dump_reader.hpp"
 
 namespace torchprobe::compare {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/html_text.hpp"
+#include "torchprobe/analysis/compare/html_text.hpp"
 
 namespace torchprobe::compare::grad {
 

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/compare/rows.hpp"
-#include "torchprobe/compare/user_map.hpp"
+#include "torchprobe/analysis/compare/rows.hpp"
+#include "torchprobe/analysis/compare/user_map.hpp"
 
 namespace torchprobe::compare {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/compare/judge.hpp"
+#include "torchprobe/analysis/compare/judge.hpp"
 
 namespace torchprobe::compare {
 
