@@ -45,6 +45,7 @@ struct RowLink {
   const Row* target;
   const Row* bench;
   bool transposed = false;  // W against W^T: equal statistics, reversed shape
+  bool reshaped = false;    // the same elements in another shape (C++'s embedding_bag flattens its indices)
 };
 
 struct EntryPair {
@@ -55,9 +56,16 @@ struct EntryPair {
   std::vector<RowLink> links;
 };
 
+struct ExplainedEntry {
+  const Entry* entry = nullptr;
+  bool target_side = true;
+  std::string reason;
+};
+
 struct Matching {
   std::vector<EntryPair> pairs;  // in target order
   std::vector<const Entry*> target_only, bench_only;
+  std::vector<ExplainedEntry> explained;  // unpaired by nature (unmatched_reasons.hpp), with the reason
 };
 
 }  // namespace torchprobe::compare

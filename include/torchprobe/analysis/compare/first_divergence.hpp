@@ -13,8 +13,14 @@
 #include <vector>
 
 #include "torchprobe/analysis/compare/judge.hpp"
+#include "torchprobe/analysis/compare/unmatched_reasons.hpp"
 
 namespace torchprobe::compare {
+
+struct Judgement;
+namespace detail {
+std::vector<std::string> unmatched_before(const Judgement& j, const EntryVerdict& v);
+}
 
 struct Judgement {
   JudgeMode mode = JudgeMode::tol;
@@ -42,16 +48,26 @@ struct Judgement {
     return first_diverging != nullptr || (target_overflow != nullptr) != (bench_overflow != nullptr);
   }
   std::string summary_line() const {
-    std::string s = std::to_string(matching.pairs.size()) + " paired entries, " +
-                    std::to_string(matching.target_only.size()) + " target-only, " +
-                    std::to_string(matching.bench_only.size()) + " bench-only; ";
+    std::string s =
+        std::to_string(matching.pairs.size()) + " paired entries, " + std::to_string(matching.target_only.size()) +
+        " target-only, " + std::to_string(matching.bench_only.size()) + " bench-only" +
+        (matching.explained.empty() ? std::string()
+                                    : ", " + std::to_string(matching.explained.size()) + " one side has by nature") +
+        "; ";
     std::string sums;
     if (rows_within_allowance > 0)
       sums = "; " + std::to_string(rows_within_allowance) +
              " rows differ in Mean or Norm only as float sums do (the more exact side: " + more_exact() + ")";
     if (source) return s + "first divergence (source): " + source->pair->target->name + sums;
-    if (first_diverging)
+    if (first_diverging) {
+      // A call one side makes alone since the last clean pair is the cause: name it.
+      const auto alone = first_diverging->inputs_diverge ? detail::unmatched_before(*this, *first_diverging)
+                                                         : std::vector<std::string>{};
+      if (!alone.empty())
+        return s + "divergence from " + first_diverging->pair->target->name + ", after a call one side makes alone (" +
+               alone.front() + ")" + sums;
       return s + "divergence from " + first_diverging->pair->target->name + " (no clean source)" + sums;
+    }
     return s + "no divergence" + sums;
   }
 };
@@ -108,6 +124,32 @@ inline nlohmann::ordered_json stack_of(const Dump& d, const std::string& entry) 
 }
 }  // namespace detail
 
+namespace detail {
+// The unmatched entries (by nature ones too, marked) between the last pair judged before v and v.
+inline std::vector<std::string> unmatched_before(const Judgement& j, const EntryVerdict& v) {
+  std::size_t t_from = 0, b_from = 0;
+  for (const EntryVerdict& w : j.verdicts) {
+    if (&w == &v) break;
+    t_from = std::max(t_from, w.pair->target->index);
+    for (const Entry* e : w.pair->bench) b_from = std::max(b_from, e->index);
+  }
+  const std::size_t t_to = v.pair->target->index;
+  const std::size_t b_to = v.pair->bench.empty() ? 0 : v.pair->bench.front()->index;
+  const auto inside = [&](const Entry* e, bool target) {
+    return target ? e->index > t_from && e->index < t_to : e->index > b_from && e->index < b_to;
+  };
+  std::vector<std::string> cause;
+  for (const Entry* e : j.matching.target_only)
+    if (inside(e, true)) cause.push_back("target: " + e->name);
+  for (const Entry* e : j.matching.bench_only)
+    if (inside(e, false)) cause.push_back("bench: " + e->name);
+  for (const auto& x : j.matching.explained)
+    if (!x.entry->is_module() && inside(x.entry, x.target_side))
+      cause.push_back(std::string(x.target_side ? "target: " : "bench: ") + x.entry->name + " (by nature)");
+  return cause;
+}
+}  // namespace detail
+
 inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& trows, const std::vector<Row>& brows,
                        CsvMode csv_mode, JudgeMode mode, double threshold, const UserMap* user_map = nullptr) {
   Judgement j;
@@ -121,6 +163,8 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   j.target_entries = dump_entries(trows);
   j.bench_entries = dump_entries(brows);
   j.matching = match_entries(j.target_entries, j.bench_entries, user_map, &t.parents, &b.parents);
+  j.matching.explained =
+      explain_unmatched(j.matching, j.target_entries, j.bench_entries, t, b, j.target_origin, j.bench_origin);
   std::vector<Row> st, sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
@@ -131,9 +175,16 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   });
   for (const EntryPair* p : order)
     j.verdicts.push_back(judge_pair(*p, mode, j.threshold, csv_mode == CsvMode::md5, levels, j.float_sums));
-  for (const EntryVerdict& v : j.verdicts) {
+  for (EntryVerdict& v : j.verdicts) {
     j.rows_within_allowance += v.rows_within_allowance;
-    if (!j.first_diverging && (v.inputs_diverge || v.outputs_diverge)) j.first_diverging = &v;
+    if (!j.first_diverging && (v.inputs_diverge || v.outputs_diverge)) {
+      j.first_diverging = &v;
+      // Its inputs differ though every pair before it is clean and no call is missing in between:
+      // what differs first is what it was given (a weight, or data no recorded call made), so it is
+      // the source. Not in msprobe mode, whose verdicts are msprobe's.
+      if (mode != JudgeMode::msprobe && v.inputs_diverge && !v.source && detail::unmatched_before(j, v).empty())
+        v.source = v.inputs_source = true;
+    }
     if (!j.source && v.source) j.source = &v;
     if (!j.first_backward_source && v.source && v.pair->target->direction != "forward") j.first_backward_source = &v;
   }
@@ -154,7 +205,10 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
   for (const Entry* e : p.bench) bench.push_back(e->name);
   o["bench_entries"] = bench;
   o["match"] = p.method;
-  o["role"] = v.source ? "source" : v.outputs_diverge ? "propagated" : "inputs differ";
+  o["role"] = v.inputs_source     ? "source: its inputs (a weight or data no recorded call made)"
+              : v.source          ? "source"
+              : v.outputs_diverge ? "propagated"
+                                  : "inputs differ";
   o["direction"] = p.target->direction;
   o["input_error"] = detail::num(v.input_error);
   o["output_error"] = detail::num(v.output_error);
@@ -175,7 +229,12 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
   o["innermost_op"] = innermost;
   o["stack"] = detail::stack_of(t, p.target->name);
   o["module_chain"] = detail::module_chain(t, p.target->name);
-  if (!p.bench.empty()) o["bench_stack"] = detail::stack_of(b, p.bench.front()->name);
+  if (!p.bench.empty()) {
+    o["bench_stack"] = detail::stack_of(b, p.bench.front()->name);
+    // The bench's modules around it: Python sees every module call, C++ only those it can (a
+    // parameter-free torch::nn module without a ModuleGuard is invisible there).
+    o["bench_module_chain"] = detail::module_chain(b, p.bench.front()->name);
+  }
   return o;
 }
 
@@ -199,6 +258,12 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
   for (const auto& [k, n] : methods) counts["paired_" + k] = n;
   counts["target_only"] = j.matching.target_only.size();
   counts["bench_only"] = j.matching.bench_only.size();
+  if (!j.matching.explained.empty()) {
+    std::size_t on_target = 0;
+    for (const auto& x : j.matching.explained) on_target += x.target_side;
+    counts["target_only_by_nature"] = on_target;
+    counts["bench_only_by_nature"] = j.matching.explained.size() - on_target;
+  }
   counts["diverging_entries"] = std::count_if(j.verdicts.begin(), j.verdicts.end(), [](const EntryVerdict& v) {
     return v.inputs_diverge || v.outputs_diverge;
   });
@@ -216,25 +281,7 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
   if (j.first_diverging) {
     ordered_json f = verdict_json(t, b, j, *j.first_diverging);
     // Diverging inputs after clean entries: the unmatched entries since the last clean pair are the cause.
-    if (j.first_diverging->inputs_diverge) {
-      std::size_t t_from = 0, b_from = 0;
-      for (const EntryVerdict& v : j.verdicts) {
-        if (&v == j.first_diverging) break;
-        t_from = std::max(t_from, v.pair->target->index);
-        for (const Entry* e : v.pair->bench) b_from = std::max(b_from, e->index);
-      }
-      auto cause = ordered_json::array();
-      for (const Entry* e : j.matching.target_only) {
-        if (e->index > t_from && e->index < j.first_diverging->pair->target->index)
-          cause.push_back("target: " + e->name);
-      }
-      const std::size_t b_to =
-          j.first_diverging->pair->bench.empty() ? 0 : j.first_diverging->pair->bench.front()->index;
-      for (const Entry* e : j.matching.bench_only) {
-        if (e->index > b_from && e->index < b_to) cause.push_back("bench: " + e->name);
-      }
-      f["unmatched_before"] = cause;
-    }
+    if (j.first_diverging->inputs_diverge) f["unmatched_before"] = detail::unmatched_before(j, *j.first_diverging);
     o["first_diverging_entry"] = f;
   } else {
     o["first_diverging_entry"] = ordered_json();
@@ -265,6 +312,12 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
   un["bench_only"] = ordered_json::array();
   for (const Entry* e : j.matching.target_only) un["target_only"].push_back(e->name);
   for (const Entry* e : j.matching.bench_only) un["bench_only"].push_back(e->name);
+  if (!j.matching.explained.empty()) {
+    un["by_nature"] = ordered_json::array();
+    for (const auto& x : j.matching.explained)
+      un["by_nature"].push_back(
+          {{"entry", x.entry->name}, {"side", x.target_side ? "target" : "bench"}, {"reason", x.reason}});
+  }
   o["unmatched"] = un;
   return o;
 }

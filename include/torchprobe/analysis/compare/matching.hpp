@@ -24,10 +24,69 @@
 #include "torchprobe/analysis/compare/entries.hpp"
 #include "torchprobe/analysis/compare/group_map.hpp"
 #include "torchprobe/analysis/compare/module_alignment.hpp"
+#include "torchprobe/analysis/compare/expanded_calls.hpp"
 #include "torchprobe/analysis/compare/templates.hpp"
 #include "torchprobe/analysis/compare/user_map.hpp"
 
 namespace torchprobe::compare {
+
+// Pass 4: templates, in order of (canonical name, direction) on each side. Run again after pass 4b,
+// which may take back pairs that crossed an expanded call.
+inline void pair_templates(const std::vector<Entry>& target, const std::vector<Entry>& bench,
+                           std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+  const auto left = [&](const std::vector<Entry>& side, bool is_target) {
+    std::vector<const Entry*> out;
+    for (const Entry& e : side) {
+      if (is_target ? !by_target.count(&e) : !used.count(&e)) out.push_back(&e);
+    }
+    return out;
+  };
+  const auto ti = detail::canonical_items(left(target, true));
+  const auto bi = detail::canonical_items(left(bench, false));
+  std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> bench_items;
+  for (const auto& it : bi) bench_items[{it.canon, it.direction}].push_back(&it);
+  std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> target_items;
+  for (const auto& it : ti) target_items[{it.canon, it.direction}].push_back(&it);
+  std::map<std::pair<std::string, std::string>, std::size_t> taken, seen;
+  for (const auto& t : ti) {
+    auto& queue = bench_items[{t.canon, t.direction}];
+    std::size_t& k = taken[{t.canon, t.direction}];
+    const std::size_t own = seen[{t.canon, t.direction}]++;  // t's rank among the target's items of its kind
+    if (k >= queue.size()) continue;
+    // The next one, unless one of the next few has t's output shape and the next has not (an
+    // extra call on one side must not shift every later pair).
+    std::size_t pick = k;
+    const std::string sig = detail::signature(t);
+    bool found = detail::signature(*queue[k]) == sig;
+    for (std::size_t j = k; j < queue.size() && j < k + detail::kLookahead && !found; ++j) {
+      if (detail::signature(*queue[j]) == sig) {
+        pick = j;
+        found = true;
+      }
+    }
+    // The extra call may be the target's: t has no look-alike among the next few of the bench,
+    // but one of the target's next few has the bench's next one's (MultiheadAttention's in_proj
+    // linear in C++, inside one Python call). Then t stays unpaired.
+    if (!found) {
+      const auto& mine = target_items[{t.canon, t.direction}];
+      const std::string want = detail::signature(*queue[k]);
+      bool later = false;
+      for (std::size_t j = own + 1; j < mine.size() && j <= own + detail::kLookahead && !later; ++j)
+        later = detail::signature(*mine[j]) == want;
+      if (later) continue;
+    }
+    const detail::Item& b = *queue[pick];
+    if (t.aten == b.aten) continue;  // same naming on both sides: exact matching's business
+    k = pick + 1;
+    EntryPair p{t.members[0], b.members, {}, "template", {}};
+    p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
+    if (t.members.size() > 1) p.target_group = t.members;
+    for (const Entry* e : b.members) used.insert(e);
+    by_target[t.members[0]] = std::move(p);
+    for (std::size_t i = 1; i < t.members.size(); ++i)  // the rest of a target group is covered by the pair
+      by_target[t.members[i]] = EntryPair{t.members[i], {}, {}, "template", {}};
+  }
+}
 
 // `*_parents`: construct.json of each side (entry -> its module), for the alignment inside modules.
 inline Matching match_entries(const std::vector<Entry>& target, const std::vector<Entry>& bench,
@@ -89,39 +148,9 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
   };
   if (target_parents && bench_parents)  // pass 3: forward calls aligned inside modules paired by name
     align_inside_modules(target, bench, target_parents, bench_parents, by_target, used);
-  {  // pass 4: templates, in order of (canonical name, direction) on each side
-    const auto ti = detail::canonical_items(left(target, true));
-    const auto bi = detail::canonical_items(left(bench, false));
-    std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> bench_items;
-    for (const auto& it : bi) bench_items[{it.canon, it.direction}].push_back(&it);
-    std::map<std::pair<std::string, std::string>, std::size_t> taken;
-    for (const auto& t : ti) {
-      auto& queue = bench_items[{t.canon, t.direction}];
-      std::size_t& k = taken[{t.canon, t.direction}];
-      if (k >= queue.size()) continue;
-      // The next one, unless one of the next few has t's output shape and the next has not (an
-      // extra call on one side must not shift every later pair).
-      std::size_t pick = k;
-      const std::string sig = detail::signature(t);
-      for (std::size_t j = k; j < queue.size() && j < k + detail::kLookahead && detail::signature(*queue[k]) != sig;
-           ++j) {
-        if (detail::signature(*queue[j]) == sig) {
-          pick = j;
-          break;
-        }
-      }
-      const detail::Item& b = *queue[pick];
-      if (t.aten == b.aten) continue;  // same naming on both sides: exact matching's business
-      k = pick + 1;
-      EntryPair p{t.members[0], b.members, {}, "template", {}};
-      p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
-      if (t.members.size() > 1) p.target_group = t.members;
-      for (const Entry* e : b.members) used.insert(e);
-      by_target[t.members[0]] = std::move(p);
-      for (std::size_t i = 1; i < t.members.size(); ++i)  // the rest of a target group is covered by the pair
-        by_target[t.members[i]] = EntryPair{t.members[i], {}, {}, "template", {}};
-    }
-  }
+  pair_templates(target, bench, by_target, used);           // pass 4
+  if (pair_expanded_calls(target, bench, by_target, used))  // pass 4b: one Python call, many ATen calls
+    pair_templates(target, bench, by_target, used);
   {  // pass 5: unique value keys, order preserved
     std::map<std::string, std::vector<const Entry*>> tk, bk;
     for (const Entry* e : left(target, true)) tk[detail::value_key(*e)].push_back(e);

@@ -128,8 +128,10 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
         by_target[t.members[k]] = EntryPair{t.members[k], {}, {}, "align", {}};
       const auto tb = backward_of(t, true), bb = backward_of(b, false);
       if (tb.empty() || bb.empty()) continue;  // linked by argument position, as the templates do
-      by_target[tb[0]] = EntryPair{tb[0], bb, tb.size() > 1 ? tb : std::vector<const Entry*>{}, "align",
-                                   detail::same_suffix_links(*tb[0], *bb[0])};
+      const detail::Item tbi{t.canon, "backward", tb, t.aten}, bbi{b.canon, "backward", bb, b.aten};
+      by_target[tb[0]] =
+          EntryPair{tb[0], bb, tb.size() > 1 ? tb : std::vector<const Entry*>{}, "align",
+                    t.aten ? detail::template_links(bbi, tbi, false) : detail::template_links(tbi, bbi, true)};
       for (const Entry* e : bb) used.insert(e);
       for (std::size_t k = 1; k < tb.size(); ++k) by_target[tb[k]] = EntryPair{tb[k], {}, {}, "align", {}};
     }

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "torchprobe/analysis/compare/argument_maps.hpp"
 #include "torchprobe/analysis/compare/entries.hpp"
 
 namespace torchprobe::compare {
@@ -22,16 +23,6 @@ inline std::tuple<std::string, std::string, std::string> api_parts(const Entry& 
     api = api.substr(2, api.size() - 4);
   if (api == "truediv") api = "div";
   return {p[0], api, p[3]};
-}
-
-// The ATen name a Python API lowers to (the same name when not listed).
-inline std::string aten_name(const std::string& api) {
-  static const std::map<std::string, std::string> kMap = {
-      {"conv1d", "convolution"},           {"conv2d", "convolution"}, {"conv3d", "convolution"},
-      {"layer_norm", "native_layer_norm"}, {"softmax", "_softmax"},   {"log_softmax", "_log_softmax"},
-      {"dropout", "native_dropout"}};
-  const auto it = kMap.find(api);
-  return it == kMap.end() ? api : it->second;
 }
 
 // One item of a side's sequence of unpaired API calls, under its canonical (ATen) name.
@@ -58,17 +49,19 @@ inline std::vector<Item> canonical_items(const std::vector<const Entry*>& entrie
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto [prefix, api, dir] = api_parts(*entries[i]);
     if (prefix.empty()) continue;
-    Item it{api, dir, {entries[i]}, prefix == "Aten"};
+    Item it{canonical_api(api), dir, {entries[i]}, prefix == "Aten"};
     if (prefix != "Aten") {
-      it.canon = aten_name(api);
     } else if (api == "t" && dir == "forward" && i + 1 < entries.size()) {
       std::size_t n = 0;
       const auto [p1, a1, d1] = api_parts(*entries[i + 1]);
       if (p1 == "Aten" && a1 == "addmm" && d1 == "forward") {
         n = 2;
-      } else if (p1 == "Aten" && a1 == "matmul" && d1 == "forward" && i + 2 < entries.size()) {
-        const auto [p2, a2, d2] = api_parts(*entries[i + 2]);
-        if (p2 == "Aten" && a2 == "add_" && d2 == "forward") n = 3;
+      } else if (p1 == "Aten" && a1 == "matmul" && d1 == "forward") {
+        n = 2;  // linear without a bias on a batch: t + matmul
+        if (i + 2 < entries.size()) {
+          const auto [p2, a2, d2] = api_parts(*entries[i + 2]);
+          if (p2 == "Aten" && a2 == "add_" && d2 == "forward") n = 3;
+        }
       }
       if (n) {
         it = Item{"linear", dir, {}, true};
@@ -108,26 +101,78 @@ inline std::string signature(const Item& it) {
   return "";
 }
 
-// Row links between a Python item and an ATen item of the same canonical name.
+// The number of elements of a shape as the dumps write it ("[4, 3]": 12; not a shape: -1).
+inline long long shape_numel(const std::string& shape) {
+  if (shape.size() < 2 || shape.front() != '[') return -1;
+  long long n = 1, cur = 0;
+  bool digits = false;
+  for (char c : shape.substr(1)) {
+    if (c >= '0' && c <= '9') {
+      cur = cur * 10 + (c - '0');
+      digits = true;
+    } else if (c == ',' || c == ']') {
+      if (digits) n *= cur;
+      cur = 0;
+      digits = false;
+    }
+  }
+  return n;
+}
+
+// Row links between a Python item and an ATen item of the same canonical name (argument_maps.hpp).
 inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool py_is_target) {
   std::vector<RowLink> links;
   const auto link = [&](const std::string& py_suffix, std::size_t member, const std::string& at_suffix, bool tr) {
     const Row* p = py.members[0]->row(py_suffix);
     const Row* a = member < at.members.size() ? at.members[member]->row(at_suffix) : nullptr;
-    if (p && a) links.push_back(py_is_target ? RowLink{p, a, tr} : RowLink{a, p, tr});
+    if (!p || !a) return;
+    // A tensor against a non-tensor: an argument one side left None and the other filled with a
+    // default (C++'s embedding_bag builds the offsets Python passes as None). Nothing to compare.
+    if ((p->dtype.rfind("torch.", 0) == 0) != (a->dtype.rfind("torch.", 0) == 0)) return;
+    RowLink l = py_is_target ? RowLink{p, a, tr} : RowLink{a, p, tr};
+    l.reshaped = !tr && p->shape != a->shape && shape_numel(p->shape) == shape_numel(a->shape);
+    links.push_back(l);
   };
-  if (py.canon == "linear" && py.direction == "forward" && at.members.size() == 2) {  // t, addmm(b, x, W^T)
+  const Entry& pe = *py.members[0];
+  const bool forward = py.direction == "forward";
+  const bool linear_group = py.canon == "linear" && at.members.size() > 1;
+  if (linear_group && forward && at.members[1]->name.find(".addmm.") != std::string::npos) {  // t, addmm(b, x, W^T)
     link(".input.0", 1, ".input.1", false);
     link(".input.1", 0, ".input.0", false);
     link(".input.2", 1, ".input.0", false);
     link(".output.0", 1, ".output.0", false);
-  } else if (py.canon == "linear" && py.direction == "forward" && at.members.size() == 3) {  // t, matmul, add_
+  } else if (linear_group && forward) {  // t, matmul[, add_]
     link(".input.0", 1, ".input.0", false);
     link(".input.1", 0, ".input.0", false);
-    link(".input.2", 2, ".input.1", false);
-    link(".output.0", 2, ".output.0", false);
-  } else {  // same argument positions
-    for (const Row* r : py.members[0]->rows) link(py.members[0]->suffix(*r), 0, py.members[0]->suffix(*r), false);
+    if (at.members.size() == 3) link(".input.2", 2, ".input.1", false);
+    link(".output.0", at.members.size() - 1, ".output.0", false);
+  } else if (forward) {
+    const auto* map = argument_map(py.canon);
+    for (const Row* r : pe.rows) {
+      const std::string s = pe.suffix(*r);
+      if (s.rfind(".input.", 0) != 0 || !map) {  // outputs, keywords, or an API without a map: same position
+        link(s, 0, s, false);
+        continue;
+      }
+      // ".input.3" or ".input.3.1" (an item of a list argument): the mapped position, same remainder
+      const std::size_t end = s.find('.', 7);
+      const std::string pos = s.substr(7, end == std::string::npos ? std::string::npos : end - 7);
+      const std::string rest = end == std::string::npos ? "" : s.substr(end);
+      for (const auto& [from, to] : *map) {
+        if (pos == std::to_string(from)) link(s, 0, ".input." + std::to_string(to) + rest, false);
+      }
+    }
+  } else {
+    // Backward: the gradients of the outputs link by position. msprobe's outputs are the gradients
+    // of the API's last autograd node: compared where they are the arguments' (same shape), never
+    // for a composite API.
+    for (const Row* r : pe.rows) {
+      const std::string s = pe.suffix(*r);
+      const Row* a = at.members[0]->row(s);
+      if (!a) continue;
+      if (r->is_output() && (last_node_gradients(py.canon) || a->shape != r->shape)) continue;
+      link(s, 0, s, false);
+    }
   }
   return links;
 }
@@ -135,7 +180,15 @@ inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool 
 inline std::vector<RowLink> same_suffix_links(const Entry& t, const Entry& b) {
   std::vector<RowLink> links;
   for (const Row* r : t.rows) {
-    if (const Row* g = b.row(t.suffix(*r))) links.push_back({r, g, false});
+    const Row* g = b.row(t.suffix(*r));
+    if (!g) continue;
+    RowLink l{r, g, false};
+    // One side flattened (C++'s EmbeddingBag module, seen through its first ATen call, has the 1-D
+    // indices the frontend made of the 2-D input): the same elements, so the same statistics.
+    const auto flat = [](const std::string& s) { return s.find(',') == std::string::npos; };
+    l.reshaped = r->shape != g->shape && (flat(r->shape) != flat(g->shape)) && shape_numel(r->shape) > 0 &&
+                 shape_numel(r->shape) == shape_numel(g->shape);
+    links.push_back(l);
   }
   return links;
 }

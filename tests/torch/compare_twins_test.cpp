@@ -1,0 +1,248 @@
+// The compare-twins corpus (issue 41): each model of tests/data/msprobe_twins/make_twins.py built
+// again with torch::nn, its weights and inputs copied by name from twin.pt, run for the same step
+// (bit-identical outputs and gradients, checked first), dumped by TorchProbe at L1 and mix, and
+// compared with msprobe's committed Python dumps of the same level: `torchprobe compare` exits 0 and
+// every entry of both sides is paired or explained. The same corpus with a planted fault must name it.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <torchprobe/torchprobe.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "torchprobe/analysis/compare/cli.hpp"
+#include "twin_models.hpp"
+#include "test_support.hpp"
+
+namespace tp = torchprobe;
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+const fs::path kTwins = fs::path(TORCHPROBE_TESTS_DIR) / "data" / "msprobe_twins";
+
+// twin.pt: a flat list [name, tensor, ...] (libtorch's unpickler reads lists; see make_twins.py).
+std::map<std::string, torch::Tensor> read_twin_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const c10::IValue list = torch::pickle_load(bytes);
+  std::map<std::string, torch::Tensor> items;
+  const auto& l = list.toListRef();
+  for (std::size_t i = 0; i + 1 < l.size(); i += 2) items[l[i].toStringRef()] = l[i + 1].toTensor();
+  return items;
+}
+
+struct TwinRun {
+  std::shared_ptr<twins::TwinImpl> model;
+  std::vector<torch::Tensor> inputs;
+  std::map<std::string, torch::Tensor> saved;
+};
+
+TwinRun load(const std::string& name) {
+  TwinRun r;
+  r.saved = read_twin_file(kTwins / name / "twin.pt");
+  r.model = twins::build(name);
+  torch::NoGradGuard no_grad;
+  for (auto& p : r.model->named_parameters()) {
+    REQUIRE_MESSAGE(r.saved.count("state." + p.key()), "twin.pt has no state." << p.key());
+    p.value().copy_(r.saved["state." + p.key()]);
+  }
+  for (auto& b : r.model->named_buffers()) {
+    REQUIRE_MESSAGE(r.saved.count("state." + b.key()), "twin.pt has no state." << b.key());
+    b.value().copy_(r.saved["state." + b.key()]);
+  }
+  for (int i = 0; r.saved.count("input." + std::to_string(i)); ++i) {
+    torch::Tensor x = r.saved["input." + std::to_string(i)].clone();
+    if (x.is_floating_point() && twins::input_needs_grad(name, i)) x.requires_grad_(true);
+    r.inputs.push_back(x);
+  }
+  return r;
+}
+
+// The step of make_twins.py: seed 7, out = model(*inputs), loss = out.pow(2).sum(), backward.
+std::pair<torch::Tensor, torch::Tensor> step(TwinRun& r) {
+  torch::manual_seed(7);
+  torch::Tensor out = r.model->forward(r.inputs);
+  torch::Tensor loss = out.pow(2).sum();
+  loss.backward();
+  return {out, loss};
+}
+
+template <tp::Level L>
+fs::path dump(TwinRun& r, const fs::path& dir) {
+  tp::Debugger<L, tp::Task::Statistics> dbg(tp::Options().dump_path(dir.string()));
+  dbg.start(r.model);
+  step(r);
+  dbg.stop();
+  dbg.step();
+  for (const auto& e : fs::directory_iterator(dir / "step0"))  // proc{pid}: no rank without c10d
+    return e.path();
+  FAIL("no dump under " << dir);
+  return {};
+}
+
+Json compare(const fs::path& ours, const fs::path& theirs, const fs::path& out, int& status, std::string& log_text) {
+  tp::compare::CompareOptions o;
+  o.target = ours;
+  o.bench = theirs;
+  o.out = out;
+  o.timestamp = "20261203000000";
+  std::ostringstream log;
+  status = tp::compare::run_compare(o, log);
+  log_text = log.str();
+  REQUIRE_MESSAGE(fs::exists(out / "first_divergence.json"), log_text);
+  return tptest::read_json(out / "first_divergence.json");
+}
+
+}  // namespace
+
+TEST_CASE("every twin of the corpus reproduces its Python run bit for bit") {
+  for (const std::string& name : twins::names()) {
+    CAPTURE(name);
+    TwinRun r = load(name);
+    const auto [out, loss] = step(r);
+    CHECK(torch::equal(out, r.saved["out"]));
+    CHECK(torch::equal(loss, r.saved["loss"]));
+    for (std::size_t i = 0; i < r.inputs.size(); ++i) {
+      const std::string key = "grad.input." + std::to_string(i);
+      CHECK(r.saved.count(key) == static_cast<std::size_t>(r.inputs[i].grad().defined()));
+      if (r.saved.count(key)) CHECK_MESSAGE(torch::equal(r.inputs[i].grad(), r.saved[key]), key);
+    }
+    for (auto& p : r.model->named_parameters()) {
+      REQUIRE(r.saved.count("grad." + p.key()));
+      CHECK_MESSAGE(torch::equal(p.value().grad(), r.saved["grad." + p.key()]), "grad." << p.key());
+    }
+  }
+}
+
+TEST_CASE(
+    "every twin's C++ dump compares clean with msprobe's Python dump at L1 and mix, every entry paired or "
+    "explained") {
+  Json coverage = Json::array();
+  for (const std::string& name : twins::names()) {
+    for (const std::string level : {"L1", "mix"}) {
+      CAPTURE(name);
+      CAPTURE(level);
+      tptest::TempDir tmp;
+      // TORCHPROBE_TWINS_KEEP=DIR keeps the dumps and reports (DIR/TWIN/LEVEL) to look at.
+      const char* keep = std::getenv("TORCHPROBE_TWINS_KEEP");
+      const fs::path base = keep ? fs::path(keep) / name / level : fs::path(tmp.path());
+      if (keep) fs::remove_all(base);
+      TwinRun r = load(name);
+      const fs::path ours =
+          level == "L1" ? dump<tp::Level::L1>(r, base / "dump") : dump<tp::Level::Mix>(r, base / "dump");
+      int status = -1;
+      std::string log;
+      const Json report = compare(ours, kTwins / name / level, base / "out", status, log);
+      INFO(log);
+      INFO(report.dump(1));
+      CHECK(status == 0);
+      const Json& s = report["summary"];
+      CHECK(s["target_only"] == 0);
+      CHECK(s["bench_only"] == 0);
+      coverage.push_back({{"twin", name}, {"level", level}, {"summary", s}});
+    }
+  }
+  MESSAGE("coverage: " << coverage.dump());
+}
+
+namespace {
+struct Plant {
+  const char* fault;  // what is planted in the C++ twin
+  const char* twin;
+  const char* bench_name;  // msprobe's entry that must be named first
+  const char* module;      // the module chain must hold this call (mix)
+  std::function<void(TwinRun&)> apply;
+};
+
+const std::vector<Plant>& plants() {
+  static const std::vector<Plant> kPlants = {
+      {"block.fc1 run in bfloat16", "transformer", "Functional.linear.0.forward", "Module.block.fc1.Linear.forward.0",
+       [](TwinRun& r) {
+         for (auto& c : r.model->named_modules())
+           if (c.key() == "block.fc1") c.value()->to(torch::kBFloat16);
+         twins::planted_fault() = "bf16_fc1";
+       }},
+      {"every element of block.fc2.weight times (1 + 1000 * 2^-23)", "transformer", "Functional.linear.1.forward",
+       "Module.block.fc2.Linear.forward.0",
+       [](TwinRun& r) {
+         torch::NoGradGuard no_grad;
+         for (auto& p : r.model->named_parameters())
+           if (p.key() == "block.fc2.weight") p.value().mul_(1 + 1000 * std::ldexp(1.0, -23));
+       }},
+      {"block.act: GELU with the tanh approximation instead of erf", "transformer", "Functional.gelu.0.forward",
+       "Module.block.act.GELU.forward.0", [](TwinRun&) { twins::planted_fault() = "gelu_tanh"; }},
+      {"dropout left in train mode", "dropout_eval", "Functional.dropout.0.forward", "Module.drop.Dropout.forward.0",
+       [](TwinRun& r) {
+         for (auto& c : r.model->named_modules())
+           if (c.key() == "drop") c.value()->train(true);
+       }},
+      {"the attention block's ReLU left out", "transformer_attention", "Functional.relu.0.forward",
+       "Module.block.act.ReLU.forward.0", [](TwinRun&) { twins::planted_fault() = "missing_relu"; }},
+  };
+  return kPlants;
+}
+}  // namespace
+
+TEST_CASE("a fault planted in a C++ twin is named first, at L1 and mix, never as a divergence without a source") {
+  Json table = Json::array();
+  for (const Plant& plant : plants()) {
+    for (const std::string level : {"L1", "mix"}) {
+      const std::string fault = plant.fault;
+      CAPTURE(fault);
+      CAPTURE(level);
+      tptest::TempDir tmp;
+      const char* keep = std::getenv("TORCHPROBE_TWINS_KEEP");
+      const fs::path base = keep ? fs::path(keep) / "planted" / std::to_string(table.size()) : fs::path(tmp.path());
+      if (keep) fs::remove_all(base);
+      TwinRun r = load(plant.twin);
+      plant.apply(r);
+      const fs::path ours =
+          level == "L1" ? dump<tp::Level::L1>(r, base / "dump") : dump<tp::Level::Mix>(r, base / "dump");
+      twins::planted_fault().clear();
+      int status = -1;
+      std::string log;
+      const Json report = compare(ours, kTwins / plant.twin / level, base / "out", status, log);
+      INFO(log);
+      CHECK(status == 1);
+      const Json& first = report["first_diverging_entry"];
+      REQUIRE(first.is_object());
+      std::string named;
+      const std::string role = first["role"].get<std::string>();
+      if (role.rfind("source", 0) != 0) {
+        // A call one side does not make: the first divergence's inputs differ, and the call is the
+        // one unmatched entry since the last clean pair.
+        REQUIRE(first["unmatched_before"].is_array());
+        for (const auto& u : first["unmatched_before"])
+          if (u.get<std::string>() == std::string("bench: ") + plant.bench_name) named = plant.bench_name;
+      } else {
+        // A source: its inputs agree and its output not, or its inputs are the first difference.
+        CHECK(report["first_divergence"]["entry"] == first["entry"]);
+        named = first["bench_entries"][0].get<std::string>();
+      }
+      CHECK(named == plant.bench_name);
+      std::string chain;
+      for (const auto& m : first["module_chain"]) chain += m.get<std::string>() + " ";
+      if (first.contains("bench_module_chain"))
+        for (const auto& m : first["bench_module_chain"]) chain += m.get<std::string>() + " ";
+      if (level == "mix" && std::string(plant.fault).find("ReLU") == std::string::npos)
+        CHECK_MESSAGE(chain.find(plant.module) != std::string::npos, chain);
+      table.push_back({{"fault", plant.fault},
+                       {"level", level},
+                       {"named", first["entry"]},
+                       {"bench", first["bench_entries"]},
+                       {"role", first["role"]},
+                       {"module_chain", first["module_chain"]},
+                       {"bench_module_chain", first.value("bench_module_chain", Json::array())}});
+    }
+  }
+  MESSAGE("planted faults: " << table.dump());
+}
