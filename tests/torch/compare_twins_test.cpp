@@ -4,6 +4,7 @@
 // compared with msprobe's committed Python dumps of the same level: `torchprobe compare` exits 0 and
 // every entry of both sides is paired or explained. The same corpus with a planted fault must name it.
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <doctest/doctest.h>
 
 #include <torchprobe/torchprobe.hpp>
@@ -26,7 +27,13 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
+// The Python side of libtorch 2.x is msprobe's dumps made with Debian 13's torch 2.6 (the same
+// weights and inputs, this torch's kernels), never 1.13's (make_twins.py --set torch2.6).
+#if TORCH_VERSION_MAJOR >= 2
+const fs::path kTwins = fs::path(TORCHPROBE_TESTS_DIR) / "data" / "msprobe_twins" / "torch2.6";
+#else
 const fs::path kTwins = fs::path(TORCHPROBE_TESTS_DIR) / "data" / "msprobe_twins";
+#endif
 
 // twin.pt: a flat list [name, tensor, ...] (libtorch's unpickler reads lists; see make_twins.py).
 std::map<std::string, torch::Tensor> read_twin_file(const fs::path& path) {

@@ -60,25 +60,23 @@ TEST_CASE("three-Linear net, A vs A: no divergence, exit 0") {
   CHECK(r.report["summary"]["paired_exact"] == r.report["summary"]["target_entries"]);
 }
 
-TEST_CASE("three-Linear net, fc2 computed in bf16: the source is Module.fc2.Linear.forward.0, caused by B-only casts") {
+TEST_CASE("three-Linear net, fc2 computed in bf16: the source is fc2's first op, whose inputs the B-only casts made") {
   const Run r = three_linear_run(Variant::same, Variant::bf16_fc2);
   CHECK(r.status == 1);
+  // Aten.t.1 (fc2's W^T) gets the weight cast to bf16: the same values in a coarser precision, so
+  // its inputs agree (in bf16 epsilons) and its output does not (bf16 against fp32): the source.
   const auto& src = r.report["first_divergence"];
   REQUIRE(src.is_object());
-  CHECK(src["entry"] == "Module.fc2.Linear.forward.0");
+  CHECK(src["entry"] == "Aten.t.1.forward");
   CHECK(src["role"] == "source");
-  CHECK(src["input_error"] == 0.0);
-  // 0.2 % of the range is about 16800 float32 epsilons
-  CHECK(src["output_error"].get<double>() == doctest::Approx(0.002 / std::ldexp(1.0, -23)).epsilon(0.01));
+  CHECK(src["input_error"].get<double>() <= 0.5);  // a rounding to bf16: at most half an epsilon
+  CHECK(src["output_error"] == "inf");             // a dtype difference
   CHECK(src["innermost_op"] == "Aten.t.1.forward");
   CHECK(src["stack"].size() == 1);
-  CHECK(src["module_chain"].empty());
-  // Before it, Aten.t.1 already differs (bf16 weight): its inputs differ, and the unmatched casts
-  // of the bench between the last clean entry and it are named as the cause.
+  CHECK(src["module_chain"] == nlohmann::ordered_json::array({"Module.fc2.Linear.forward.0"}));
+  // The unmatched casts of the bench between the last clean entry and it are named as the cause.
   const auto& first = r.report["first_diverging_entry"];
   CHECK(first["entry"] == "Aten.t.1.forward");
-  CHECK(first["role"] == "propagated");
-  CHECK(first["module_chain"] == nlohmann::ordered_json::array({"Module.fc2.Linear.forward.0"}));
   CHECK(first["unmatched_before"] ==
         nlohmann::ordered_json::array(
             {"bench: Aten.to.0.forward", "bench: Aten.to.1.forward", "bench: Aten.to.2.forward"}));

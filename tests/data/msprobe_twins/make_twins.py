@@ -16,6 +16,10 @@ loss = out.pow(2).sum(); loss.backward().
 
 Usage (cwd does not matter):
   MSPROBE_PY=<msprobe checkout>/python /usr/bin/python3 make_twins.py [TWIN ...]
+  ... make_twins.py --set torch2.6 [TWIN ...]   (in Debian 13's chroot: .ci/debian13.sh)
+--set NAME writes a second set under NAME/ (T/twin.pt, T/L1, T/mix) for another torch: the weights
+and inputs are the first set's (read from T/twin.pt here), the plain step's results and msprobe's
+dumps are this torch's. The C++ test of libtorch 2.x compares with torch2.6/, never with 1.13's.
 msprobe runs in child processes (`--worker TWIN LEVEL`), so its patching of torch never touches the
 plain reference run. Made with msprobe 26.0.0 (Ascend/msprobe @ 8ff00da) and Debian 12's torch 1.13.1;
 torch 1.13 needs ../msprobe_residual/msprobe_shims (see torch113_compat.py there).
@@ -204,9 +208,9 @@ def step(model, xs):
     return out, loss
 
 
-def load_twin(name):
-    """The model and inputs as twin.pt saved them (a fresh copy, gradients cleared)."""
-    items = torch.load(os.path.join(HERE, name, "twin.pt"))
+def load_twin(name, root=HERE):
+    """The model and inputs as root/name/twin.pt saved them (a fresh copy, gradients cleared)."""
+    items = torch.load(os.path.join(root, name, "twin.pt"))
     saved = dict(zip(items[0::2], items[1::2]))
     model, xs = build(name)
     with torch.no_grad():
@@ -216,9 +220,12 @@ def load_twin(name):
     return model, xs, saved
 
 
-def make_twin(name):
-    os.makedirs(os.path.join(HERE, name), exist_ok=True)
-    model, xs = build(name)
+def make_twin(name, root=HERE):
+    os.makedirs(os.path.join(root, name), exist_ok=True)
+    if root == HERE:
+        model, xs = build(name)
+    else:  # a second set: the first set's weights and inputs
+        model, xs, _ = load_twin(name)
     items = []
     for k, v in list(model.state_dict().items()):
         items += ["state." + k, v.detach().clone()]
@@ -231,12 +238,20 @@ def make_twin(name):
             items += [f"grad.input.{i}", x.grad.clone()]
     for k, v in model.named_parameters():
         items += ["grad." + k, v.grad.clone()]
-    torch.save(items, os.path.join(HERE, name, "twin.pt"))
+    torch.save(items, os.path.join(root, name, "twin.pt"))
 
 
-def worker(name, level, result):
+def worker(name, level, result, root=HERE):
     sys.path[:0] = [SHIMS, os.environ["MSPROBE_PY"]]
     import torch113_compat  # noqa: F401
+    import importlib.util
+    import types
+    if importlib.util.find_spec("tensorboard") is None:
+        # msprobe's monitor imports torch.utils.tensorboard at import time, which needs tensorboard
+        # (not packaged by Debian 13); the dump never uses it.
+        stub = types.ModuleType("torch.utils.tensorboard")
+        stub.SummaryWriter = type("SummaryWriter", (), {})
+        sys.modules["torch.utils.tensorboard"] = stub
     from msprobe.pytorch import PrecisionDebugger
 
     work = tempfile.mkdtemp(prefix="twin_")
@@ -245,7 +260,7 @@ def worker(name, level, result):
            "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
     with open(os.path.join(work, "cfg.json"), "w") as f:
         json.dump(cfg, f)
-    model, xs, saved = load_twin(name)
+    model, xs, saved = load_twin(name, root)
     debugger = PrecisionDebugger(config_path=os.path.join(work, "cfg.json"))
     debugger.start(model)
     out, loss = step(model, xs)
@@ -253,7 +268,7 @@ def worker(name, level, result):
     debugger.step()
     same = torch.equal(out, saved["out"]) and torch.equal(loss, saved["loss"])
     (rank,) = os.listdir(os.path.join(work, "dump", "step0"))
-    dest = os.path.join(HERE, name, level)
+    dest = os.path.join(root, name, level)
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(os.path.join(work, "dump", "step0", rank), dest)
     shutil.rmtree(work)
@@ -277,20 +292,23 @@ def main():
     ap.add_argument("twins", nargs="*")
     ap.add_argument("--worker", nargs=2, metavar=("TWIN", "LEVEL"))
     ap.add_argument("--result")
+    ap.add_argument("--set", default="", help="a second set, written under this folder")
     args = ap.parse_args()
+    root = os.path.join(HERE, args.set) if args.set else HERE
     if args.worker:
-        worker(*args.worker, args.result)
+        worker(*args.worker, args.result, root)
         return
     if not os.path.isdir(os.path.join(os.environ.get("MSPROBE_PY", ""), "msprobe")):
         sys.exit("set MSPROBE_PY to the directory that contains msprobe's package (<checkout>/python)")
     names = args.twins or sorted(TWINS)
+    print(f"torch {torch.__version__}: {len(names)} twins into {root}")
     procs = []
     for name in names:
-        make_twin(name)
+        make_twin(name, root)
         for level in LEVELS:
             res = os.path.join(tempfile.gettempdir(), f"twin_{name}_{level}.json")
             procs.append((name, level, res, subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--worker", name, level, "--result", res],
+                [sys.executable, os.path.abspath(__file__), "--worker", name, level, "--result", res, "--set", args.set],
                 stdout=subprocess.DEVNULL)))
             while sum(p.poll() is None for *_, p in procs) >= 2:
                 procs[[p.poll() is None for *_, p in procs].index(True)][3].wait()
@@ -303,7 +321,7 @@ def main():
             if not json.load(f)["bit_identical_to_plain_run"]:
                 failed.append(f"{name}/{level}: msprobe's run is not bit-identical to the plain run")
         os.remove(res)
-        stack = os.path.join(HERE, name, level, "stack.json")
+        stack = os.path.join(root, name, level, "stack.json")
         if os.path.exists(stack):
             with open(stack) as f:
                 text = f.read()

@@ -281,7 +281,9 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
   if (j.first_diverging) {
     ordered_json f = verdict_json(t, b, j, *j.first_diverging);
     // Diverging inputs after clean entries: the unmatched entries since the last clean pair are the cause.
-    if (j.first_diverging->inputs_diverge) f["unmatched_before"] = detail::unmatched_before(j, *j.first_diverging);
+    // (Also when its inputs were cast: the casts are then the unmatched calls before it.)
+    if (j.first_diverging->inputs_diverge || j.first_diverging->cast_inputs)
+      f["unmatched_before"] = detail::unmatched_before(j, *j.first_diverging);
     o["first_diverging_entry"] = f;
   } else {
     o["first_diverging_entry"] = ordered_json();

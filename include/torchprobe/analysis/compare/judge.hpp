@@ -126,6 +126,7 @@ struct EntryVerdict {
   bool inputs_diverge = false, outputs_diverge = false;
   bool source = false;                    // outputs diverge by more than 10x the inputs' error
   bool inputs_source = false;             // a source by its inputs (first_divergence.hpp)
+  bool cast_inputs = false;               // some input is the other side's in another float precision
   std::size_t rows_within_allowance = 0;  // rows over the threshold but for the float sums' allowance
 };
 
@@ -153,6 +154,7 @@ inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double thresh
       cast.target = &t;
       cast.bench = &b;
       e = row_error(cast, mode, md5, float_sums);
+      v.cast_inputs = true;
     } else {
       e = row_error(l, mode, md5, float_sums);
       if (float_sums && e <= threshold && row_error(l, mode, md5) > threshold) ++v.rows_within_allowance;
