@@ -3,6 +3,7 @@
 // order (so that outputs and gradients are bit-identical with the weights copied from twin.pt).
 #pragma once
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <torchprobe/module_guard.hpp>
 
@@ -125,163 +126,171 @@ struct Spec {
 inline const std::map<std::string, Spec>& specs() {
   using T = TwinImpl;
   static const std::map<std::string, Spec> kSpecs = {
-      {"linear",
-       {[](T& m) { m.register_module("fc", nn::Linear(16, 8)); },
-        [](T& m, const Inputs& x) { return m.at<nn::Linear>("fc")(x[0]); }}},
-      {"linear_3d",
-       {[](T& m) { m.register_module("fc", nn::Linear(nn::LinearOptions(16, 8).bias(false))); },
-        [](T& m, const Inputs& x) { return m.at<nn::Linear>("fc")(x[0]); }}},
-      {"bilinear",
-       {[](T& m) { m.register_module("bil", nn::Bilinear(8, 6, 4)); },
-        [](T& m, const Inputs& x) { return m.at<nn::Bilinear>("bil")(x[0], x[1]); }}},
-      {"conv1d",
-       {[](T& m) { m.register_module("conv", nn::Conv1d(nn::Conv1dOptions(3, 4, 3).padding(1))); },
-        [](T& m, const Inputs& x) { return m.at<nn::Conv1d>("conv")(x[0]); }}},
-      {"conv2d",
-       {[](T& m) { m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(3, 4, 3).stride(2).padding(1))); },
-        [](T& m, const Inputs& x) { return m.at<nn::Conv2d>("conv")(x[0]); }}},
-      {"conv3d",
-       {[](T& m) { m.register_module("conv", nn::Conv3d(nn::Conv3dOptions(2, 3, 3).padding(1))); },
-        [](T& m, const Inputs& x) { return m.at<nn::Conv3d>("conv")(x[0]); }}},
-      {"conv_transpose2d",
-       {[](T& m) { m.register_module("deconv", nn::ConvTranspose2d(nn::ConvTranspose2dOptions(4, 3, 3).stride(2))); },
-        [](T& m, const Inputs& x) { return m.at<nn::ConvTranspose2d>("deconv")(x[0]); }}},
-      {"batch_norm",
-       {[](T& m) { m.register_module("bn", nn::BatchNorm2d(4)); },
-        [](T& m, const Inputs& x) { return m.at<nn::BatchNorm2d>("bn")(x[0]); }}},
-      {"instance_norm",
-       {[](T& m) { m.register_module("norm", nn::InstanceNorm1d(nn::InstanceNorm1dOptions(4).affine(true))); },
-        [](T& m, const Inputs& x) { return m.at<nn::InstanceNorm1d>("norm")(x[0]); }}},
-      {"layer_norm",
-       {[](T& m) { m.register_module("ln", nn::LayerNorm(nn::LayerNormOptions({16}))); },
-        [](T& m, const Inputs& x) { return m.at<nn::LayerNorm>("ln")(x[0]); }}},
-      {"group_norm",
-       {[](T& m) { m.register_module("gn", nn::GroupNorm(2, 4)); },
-        [](T& m, const Inputs& x) { return m.at<nn::GroupNorm>("gn")(x[0]); }}},
-      {"embedding",
-       {[](T& m) { m.register_module("emb", nn::Embedding(20, 8)); },
-        [](T& m, const Inputs& x) { return m.at<nn::Embedding>("emb")(x[0]); }}},
-      {"embedding_bag",
-       {[](T& m) { m.register_module("bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(20, 8).mode(torch::kMean))); },
-        [](T& m, const Inputs& x) { return m.at<nn::EmbeddingBag>("bag")(x[0]); }}},
-      {"rnn",
-       {[](T& m) { m.register_module("rnn", nn::RNN(nn::RNNOptions(8, 16).batch_first(true))); },
-        [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::RNN>("rnn")(x[0])); }}},
-      {"lstm",
-       {[](T& m) { m.register_module("lstm", nn::LSTM(nn::LSTMOptions(8, 16).batch_first(true))); },
-        [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::LSTM>("lstm")(x[0])); }}},
-      {"gru",
-       {[](T& m) { m.register_module("gru", nn::GRU(nn::GRUOptions(8, 16).batch_first(true))); },
-        [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::GRU>("gru")(x[0])); }}},
-      {"prelu",
-       {[](T& m) { m.register_module("act", nn::PReLU(nn::PReLUOptions().num_parameters(4))); },
-        [](T& m, const Inputs& x) { return m.at<nn::PReLU>("act")(x[0]); }}},
-      {"multihead_attention",
-       {[](T& m) { m.register_module("attn", nn::MultiheadAttention(32, 2)); },
-        [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::MultiheadAttention>("attn")(x[0], x[0], x[0])); }}},
-      {"dropout_eval",
-       {[](T& m) {
-          m.register_module("fc", nn::Linear(16, 16));
-          m.register_module("drop", nn::Dropout(0.5));
-        },
-        [](T& m, const Inputs& x) { return m.at<nn::Dropout>("drop")(m.at<nn::Linear>("fc")(x[0])); }, false}},
-      {"activations",
-       {[](T& m) {
-          m.register_module("fc", nn::Linear(16, 16));
-          m.register_module("relu", nn::ReLU());
-          m.register_module("gelu", nn::GELU());
-          m.register_module("silu", nn::SiLU());
-          m.register_module("tanh", nn::Tanh());
-          m.register_module("sigmoid", nn::Sigmoid());
-          m.register_module("leaky", nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.1)));
-          m.register_module("elu", nn::ELU());
-          m.register_module("softplus", nn::Softplus());
-          m.register_module("hardtanh", nn::Hardtanh());
-          m.register_module("softmax", nn::Softmax(-1));
-          m.register_module("logsoftmax", nn::LogSoftmax(-1));
-        },
-        [](T& m, const Inputs& x) {
-          // One call a statement: C++ leaves the order of a sum's operands open, and the
-          // order of the calls is the order autograd adds h's gradients in.
-          const Tensor h = m.at<nn::Linear>("fc")(x[0]);
-          Tensor out = m.at<nn::ReLU>("relu")(h);
-          out = out + m.at<nn::GELU>("gelu")(h);
-          out = out + m.at<nn::SiLU>("silu")(h);
-          out = out + m.at<nn::Tanh>("tanh")(h);
-          out = out + m.at<nn::Sigmoid>("sigmoid")(h);
-          out = out + m.at<nn::LeakyReLU>("leaky")(h);
-          out = out + m.at<nn::ELU>("elu")(h);
-          out = out + m.at<nn::Softplus>("softplus")(h);
-          out = out + m.at<nn::Hardtanh>("hardtanh")(h);
-          out = out + m.at<nn::Softmax>("softmax")(h);
-          return out + m.at<nn::LogSoftmax>("logsoftmax")(h);
-        }}},
-      {"pooling",
-       {[](T& m) {
-          m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)));
-          m.register_module("maxpool", nn::MaxPool2d(2));
-          m.register_module("avgpool", nn::AvgPool2d(2));
-          m.register_module("adaptmax", nn::AdaptiveMaxPool2d(2));
-          m.register_module("adapt", nn::AdaptiveAvgPool2d(1));
-        },
-        [](T& m, const Inputs& x) {
-          const Tensor h = m.at<nn::MaxPool2d>("maxpool")(m.at<nn::Conv2d>("conv")(x[0]));
-          Tensor out = m.at<nn::AvgPool2d>("avgpool")(h);
-          out = out + m.at<nn::AdaptiveMaxPool2d>("adaptmax")(h);
-          return out + m.at<nn::AdaptiveAvgPool2d>("adapt")(h);
-        }}},
-      {"losses",
-       {[](T& m) {
-          m.register_module("fc", nn::Linear(16, 5));
-          m.register_module("mse", nn::MSELoss());
-          m.register_module("ce", nn::CrossEntropyLoss());
-          m.register_module("l1", nn::L1Loss());
-          m.register_module("smooth", nn::SmoothL1Loss());
-          m.register_module("bce", nn::BCEWithLogitsLoss());
-          m.register_module("nll", nn::NLLLoss());
-          m.register_module("logsm", nn::LogSoftmax(1));
-        },
-        [](T& m, const Inputs& x) {
-          const Tensor h = m.at<nn::Linear>("fc")(x[0]);
-          Tensor out = m.at<nn::MSELoss>("mse")(h, x[1]);
-          out = out + m.at<nn::CrossEntropyLoss>("ce")(h, x[2]);
-          out = out + m.at<nn::L1Loss>("l1")(h, x[1]);
-          out = out + m.at<nn::SmoothL1Loss>("smooth")(h, x[1]);
-          out = out + m.at<nn::BCEWithLogitsLoss>("bce")(h, x[3]);
-          return out + m.at<nn::NLLLoss>("nll")(m.at<nn::LogSoftmax>("logsm")(h), x[2]);
-        }}},
-      {"transformer",
-       {[](T& m) {
-          m.register_module("emb", nn::Embedding(50, 32));
-          m.register_module("block", Block(32));
-          m.register_module("head", nn::Linear(32, 10));
-        },
-        [](T& m, const Inputs& x) {
-          return m.at<nn::Linear>("head")(m.at<Block>("block")(m.at<nn::Embedding>("emb")(x[0])));
-        }}},
-      {"transformer_attention",
-       {[](T& m) {
-          m.register_module("emb", nn::Embedding(50, 32));
-          m.register_module("block", AttnBlock(32));
-          m.register_module("head", nn::Linear(32, 10));
-        },
-        [](T& m, const Inputs& x) {
-          return m.at<nn::Linear>("head")(m.at<AttnBlock>("block")(m.at<nn::Embedding>("emb")(x[0])));
-        }}},
-      {"residual_cnn",
-       {[](T& m) {
-          m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(3, 8, 3).stride(1).padding(1).bias(false)));
-          m.register_module("bn", nn::BatchNorm2d(8));
-          m.register_module("relu", nn::ReLU());
-          m.register_module("layer1", nn::Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)));
-          m.register_module("pool", nn::AdaptiveAvgPool2d(1));
-          m.register_module("fc", nn::Linear(16, 10));
-        },
-        [](T& m, const Inputs& x) {
-          Tensor h = m.at<nn::ReLU>("relu")(m.at<nn::BatchNorm2d>("bn")(m.at<nn::Conv2d>("conv")(x[0])));
-          h = m.at<nn::Sequential>("layer1")->forward(h);
-          return m.at<nn::Linear>("fc")(torch::flatten(m.at<nn::AdaptiveAvgPool2d>("pool")(h), 1));
-        }}},
+    {"linear",
+     {[](T& m) { m.register_module("fc", nn::Linear(16, 8)); },
+      [](T& m, const Inputs& x) { return m.at<nn::Linear>("fc")(x[0]); }}},
+    {"linear_3d",
+     {[](T& m) { m.register_module("fc", nn::Linear(nn::LinearOptions(16, 8).bias(false))); },
+      [](T& m, const Inputs& x) { return m.at<nn::Linear>("fc")(x[0]); }}},
+    {"bilinear",
+     {[](T& m) { m.register_module("bil", nn::Bilinear(8, 6, 4)); },
+      [](T& m, const Inputs& x) { return m.at<nn::Bilinear>("bil")(x[0], x[1]); }}},
+    {"conv1d",
+     {[](T& m) { m.register_module("conv", nn::Conv1d(nn::Conv1dOptions(3, 4, 3).padding(1))); },
+      [](T& m, const Inputs& x) { return m.at<nn::Conv1d>("conv")(x[0]); }}},
+    {"conv2d",
+     {[](T& m) { m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(3, 4, 3).stride(2).padding(1))); },
+      [](T& m, const Inputs& x) { return m.at<nn::Conv2d>("conv")(x[0]); }}},
+    {"conv3d",
+     {[](T& m) { m.register_module("conv", nn::Conv3d(nn::Conv3dOptions(2, 3, 3).padding(1))); },
+      [](T& m, const Inputs& x) { return m.at<nn::Conv3d>("conv")(x[0]); }}},
+    {"conv_transpose2d",
+     {[](T& m) { m.register_module("deconv", nn::ConvTranspose2d(nn::ConvTranspose2dOptions(4, 3, 3).stride(2))); },
+      [](T& m, const Inputs& x) { return m.at<nn::ConvTranspose2d>("deconv")(x[0]); }}},
+    {"batch_norm",
+     {[](T& m) { m.register_module("bn", nn::BatchNorm2d(4)); },
+      [](T& m, const Inputs& x) { return m.at<nn::BatchNorm2d>("bn")(x[0]); }}},
+    {"instance_norm",
+     {[](T& m) { m.register_module("norm", nn::InstanceNorm1d(nn::InstanceNorm1dOptions(4).affine(true))); },
+      [](T& m, const Inputs& x) { return m.at<nn::InstanceNorm1d>("norm")(x[0]); }}},
+    {"layer_norm",
+     {[](T& m) { m.register_module("ln", nn::LayerNorm(nn::LayerNormOptions({16}))); },
+      [](T& m, const Inputs& x) { return m.at<nn::LayerNorm>("ln")(x[0]); }}},
+    {"group_norm",
+     {[](T& m) { m.register_module("gn", nn::GroupNorm(2, 4)); },
+      [](T& m, const Inputs& x) { return m.at<nn::GroupNorm>("gn")(x[0]); }}},
+    {"embedding",
+     {[](T& m) { m.register_module("emb", nn::Embedding(20, 8)); },
+      [](T& m, const Inputs& x) { return m.at<nn::Embedding>("emb")(x[0]); }}},
+    {"embedding_bag",
+     {[](T& m) { m.register_module("bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(20, 8).mode(torch::kMean))); },
+      [](T& m, const Inputs& x) { return m.at<nn::EmbeddingBag>("bag")(x[0]); }}},
+    {"rnn",
+     {[](T& m) { m.register_module("rnn", nn::RNN(nn::RNNOptions(8, 16).batch_first(true))); },
+      [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::RNN>("rnn")(x[0])); }}},
+    {"lstm",
+     {[](T& m) { m.register_module("lstm", nn::LSTM(nn::LSTMOptions(8, 16).batch_first(true))); },
+      [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::LSTM>("lstm")(x[0])); }}},
+    {"gru",
+     {[](T& m) { m.register_module("gru", nn::GRU(nn::GRUOptions(8, 16).batch_first(true))); },
+      [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::GRU>("gru")(x[0])); }}},
+    {"prelu",
+     {[](T& m) { m.register_module("act", nn::PReLU(nn::PReLUOptions().num_parameters(4))); },
+      [](T& m, const Inputs& x) { return m.at<nn::PReLU>("act")(x[0]); }}},
+    {"multihead_attention",
+     {[](T& m) { m.register_module("attn", nn::MultiheadAttention(32, 2)); },
+      [](T& m, const Inputs& x) { return std::get<0>(m.at<nn::MultiheadAttention>("attn")(x[0], x[0], x[0])); }}},
+    {"dropout_eval",
+     {[](T& m) {
+        m.register_module("fc", nn::Linear(16, 16));
+        m.register_module("drop", nn::Dropout(0.5));
+      },
+      [](T& m, const Inputs& x) { return m.at<nn::Dropout>("drop")(m.at<nn::Linear>("fc")(x[0])); }, false}},
+    {"activations",
+     {[](T& m) {
+        m.register_module("fc", nn::Linear(16, 16));
+        m.register_module("relu", nn::ReLU());
+        m.register_module("gelu", nn::GELU());
+        m.register_module("silu", nn::SiLU());
+        m.register_module("tanh", nn::Tanh());
+        m.register_module("sigmoid", nn::Sigmoid());
+        m.register_module("leaky", nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.1)));
+        m.register_module("elu", nn::ELU());
+        m.register_module("softplus", nn::Softplus());
+        m.register_module("hardtanh", nn::Hardtanh());
+        m.register_module("softmax", nn::Softmax(-1));
+        m.register_module("logsoftmax", nn::LogSoftmax(-1));
+      },
+      [](T& m, const Inputs& x) {
+        // One call a statement: C++ leaves the order of a sum's operands open, and the
+        // order of the calls is the order autograd adds h's gradients in.
+        const Tensor h = m.at<nn::Linear>("fc")(x[0]);
+        Tensor out = m.at<nn::ReLU>("relu")(h);
+        out = out + m.at<nn::GELU>("gelu")(h);
+        out = out + m.at<nn::SiLU>("silu")(h);
+        out = out + m.at<nn::Tanh>("tanh")(h);
+        out = out + m.at<nn::Sigmoid>("sigmoid")(h);
+        out = out + m.at<nn::LeakyReLU>("leaky")(h);
+        out = out + m.at<nn::ELU>("elu")(h);
+        out = out + m.at<nn::Softplus>("softplus")(h);
+        out = out + m.at<nn::Hardtanh>("hardtanh")(h);
+        out = out + m.at<nn::Softmax>("softmax")(h);
+        return out + m.at<nn::LogSoftmax>("logsoftmax")(h);
+      }}},
+    {"pooling",
+     {[](T& m) {
+        m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)));
+        m.register_module("maxpool", nn::MaxPool2d(2));
+        m.register_module("avgpool", nn::AvgPool2d(2));
+        m.register_module("adaptmax", nn::AdaptiveMaxPool2d(2));
+        m.register_module("adapt", nn::AdaptiveAvgPool2d(1));
+      },
+      [](T& m, const Inputs& x) {
+        const Tensor h = m.at<nn::MaxPool2d>("maxpool")(m.at<nn::Conv2d>("conv")(x[0]));
+        Tensor out = m.at<nn::AvgPool2d>("avgpool")(h);
+        out = out + m.at<nn::AdaptiveMaxPool2d>("adaptmax")(h);
+        return out + m.at<nn::AdaptiveAvgPool2d>("adapt")(h);
+      }}},
+    {"losses",
+     {[](T& m) {
+        m.register_module("fc", nn::Linear(16, 5));
+        m.register_module("mse", nn::MSELoss());
+        m.register_module("ce", nn::CrossEntropyLoss());
+        m.register_module("l1", nn::L1Loss());
+        m.register_module("smooth", nn::SmoothL1Loss());
+        m.register_module("bce", nn::BCEWithLogitsLoss());
+        m.register_module("nll", nn::NLLLoss());
+        m.register_module("logsm", nn::LogSoftmax(1));
+      },
+      [](T& m, const Inputs& x) {
+        const Tensor h = m.at<nn::Linear>("fc")(x[0]);
+        Tensor out = m.at<nn::MSELoss>("mse")(h, x[1]);
+        out = out + m.at<nn::CrossEntropyLoss>("ce")(h, x[2]);
+        out = out + m.at<nn::L1Loss>("l1")(h, x[1]);
+        out = out + m.at<nn::SmoothL1Loss>("smooth")(h, x[1]);
+        out = out + m.at<nn::BCEWithLogitsLoss>("bce")(h, x[3]);
+        return out + m.at<nn::NLLLoss>("nll")(m.at<nn::LogSoftmax>("logsm")(h), x[2]);
+      }}},
+    {"transformer",
+     {[](T& m) {
+        m.register_module("emb", nn::Embedding(50, 32));
+        m.register_module("block", Block(32));
+        m.register_module("head", nn::Linear(32, 10));
+      },
+      [](T& m, const Inputs& x) {
+        return m.at<nn::Linear>("head")(m.at<Block>("block")(m.at<nn::Embedding>("emb")(x[0])));
+      }}},
+    {"transformer_attention",
+     {[](T& m) {
+        m.register_module("emb", nn::Embedding(50, 32));
+        m.register_module("block", AttnBlock(32));
+        m.register_module("head", nn::Linear(32, 10));
+      },
+      [](T& m, const Inputs& x) {
+        return m.at<nn::Linear>("head")(m.at<AttnBlock>("block")(m.at<nn::Embedding>("emb")(x[0])));
+      }}},
+    {"residual_cnn",
+     {[](T& m) {
+        m.register_module("conv", nn::Conv2d(nn::Conv2dOptions(3, 8, 3).stride(1).padding(1).bias(false)));
+        m.register_module("bn", nn::BatchNorm2d(8));
+        m.register_module("relu", nn::ReLU());
+        m.register_module("layer1", nn::Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)));
+        m.register_module("pool", nn::AdaptiveAvgPool2d(1));
+        m.register_module("fc", nn::Linear(16, 10));
+      },
+      [](T& m, const Inputs& x) {
+        Tensor h = m.at<nn::ReLU>("relu")(m.at<nn::BatchNorm2d>("bn")(m.at<nn::Conv2d>("conv")(x[0])));
+        h = m.at<nn::Sequential>("layer1")->forward(h);
+        return m.at<nn::Linear>("fc")(torch::flatten(m.at<nn::AdaptiveAvgPool2d>("pool")(h), 1));
+      }}},
+#if TORCH_VERSION_MAJOR >= 2  // the torch2.6 set only
+    {"scaled_dot_product_attention",
+     {[](T& m) { m.register_module("proj", nn::Linear(16, 48)); },
+      [](T& m, const Inputs& x) {
+        const auto qkv = m.at<nn::Linear>("proj")(x[0]).chunk(3, -1);
+        return torch::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);
+      }}},
+#endif
   };
   return kSpecs;
 }

@@ -21,15 +21,11 @@
 
 namespace torchprobe::compare::detail {
 
-// One name for a call on either side: the Python API's and its ATen op's (conv2d and convolution
-// are both "conv"; layer_norm and native_layer_norm both "layer_norm").
+// One name for a call on either side: the Python API's and its ATen op's (layer_norm and
+// native_layer_norm are both "layer_norm"). conv1d/2d/3d keep their names: C++'s frontend calls
+// them as Python does, and one shared name would let a conv1d pair with a conv2d.
 inline std::string canonical_api(const std::string& api) {
   static const std::map<std::string, std::string> kCanon = {
-      {"conv1d", "conv"},
-      {"conv2d", "conv"},
-      {"conv3d", "conv"},
-      {"convolution", "conv"},
-      {"_convolution", "conv"},
       {"native_layer_norm", "layer_norm"},
       {"_softmax", "softmax"},
       {"_log_softmax", "log_softmax"},
@@ -86,6 +82,28 @@ inline const std::vector<std::pair<int, int>>* argument_map(const std::string& c
       {"nll_loss", {{0, 0}, {1, 1}, {2, 2}, {4, 4}}},  // (input, target, weight, size_average, ignore_index, ...)
       {"gelu", {{0, 0}}},                              // approximate: a keyword in Python
       {"pad", {{0, 0}, {1, 1}}},                       // (input, pad, mode, value) / constant_pad_nd(self, pad, value)
+  };
+  const auto it = kMaps.find(canon);
+  return it == kMaps.end() ? nullptr : &it->second;
+}
+
+// Keyword arguments (msprobe names them ".input.weight") of a Python API against ATen positions:
+// nn.CrossEntropyLoss, NLLLoss and BCEWithLogitsLoss pass their weights by keyword.
+inline const std::vector<std::pair<std::string, int>>* keyword_map(const std::string& canon) {
+  using Links = std::vector<std::pair<std::string, int>>;
+  static const std::map<std::string, Links> kMaps = {
+      {"cross_entropy_loss", {{"weight", 2}, {"ignore_index", 4}, {"label_smoothing", 5}}},
+      {"nll_loss", {{"weight", 2}, {"ignore_index", 4}}},
+      {"binary_cross_entropy_with_logits", {{"weight", 2}, {"pos_weight", 3}}},
+      {"binary_cross_entropy", {{"weight", 2}}},
+      {"embedding_bag", {{"offsets", 2}, {"per_sample_weights", 6}}},
+      {"batch_norm", {{"weight", 1}, {"bias", 2}, {"training", 5}, {"momentum", 6}, {"eps", 7}}},
+      {"instance_norm", {{"weight", 1}, {"bias", 2}, {"use_input_stats", 5}, {"momentum", 6}, {"eps", 7}}},
+      {"layer_norm", {{"weight", 2}, {"bias", 3}, {"eps", 4}}},
+      {"group_norm", {{"weight", 2}, {"bias", 3}, {"eps", 4}}},
+      {"softmax", {{"dim", 1}}},
+      {"log_softmax", {{"dim", 1}}},
+      {"dropout", {{"p", 1}, {"training", 2}}},
   };
   const auto it = kMaps.find(canon);
   return it == kMaps.end() ? nullptr : &it->second;

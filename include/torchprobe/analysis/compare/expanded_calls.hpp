@@ -9,6 +9,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "torchprobe/analysis/compare/group_map.hpp"
@@ -31,81 +33,128 @@ inline const Row* first_output(const Entry& e) {
 
 // Returns whether it took back template pairs that crossed an expanded call (the templates pair the
 // k-th call of a kind with the k-th, and C++'s MultiheadAttention has linear calls that Python's does
-// inside its one call): the caller then runs the templates again on what is left.
+// inside its one call): the caller then runs the templates again on what is left. Costs one scan of
+// the names unless a side has an unpaired expanded call; then linear in the entries per such call.
 inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vector<Entry>& bench,
                                 std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+  const auto is_expanded = [](const Entry& e) {
+    if (e.is_module() || e.direction != "forward" || e.name.rfind("Aten.", 0) == 0) return false;
+    const auto [prefix, api, dir] = detail::api_parts(e);
+    return !prefix.empty() && detail::expanded_api(detail::canonical_api(api));
+  };
+  bool any = false;
+  for (const Entry& e : target) any = any || (!by_target.count(&e) && is_expanded(e));
+  for (const Entry& e : bench) any = any || (!used.count(&e) && is_expanded(e));
+  if (!any) return false;
+
   bool took_back = false;
-  const auto contains = [](const std::vector<const Entry*>& v, const Entry* e) {
-    return std::find(v.begin(), v.end(), e) != v.end();
+  const auto pos_in = [](const std::vector<Entry>& v, const Entry* e) -> std::ptrdiff_t {
+    return e >= v.data() && e < v.data() + v.size() ? e - v.data() : -1;
   };
-  // Takes back the pair that holds e (a template or alignment pair; exact pairs are names' business).
-  const auto unpair = [&](const Entry* e, bool e_is_target) {
-    for (auto it = by_target.begin(); it != by_target.end(); ++it) {
-      const EntryPair p = it->second;
-      const bool holds = e_is_target ? (p.target == e || contains(p.target_group, e)) : contains(p.bench, e);
-      if (!holds || p.bench.empty() || p.method == "exact" || p.method == "map") continue;
-      for (const Entry* b : p.bench) used.erase(b);
-      for (const Entry* g : p.target_group.empty() ? std::vector<const Entry*>{p.target} : p.target_group)
-        by_target.erase(g);
-      took_back = true;
-      return;
-    }
-  };
-  std::map<const Entry*, const Entry*> partner_of_bench;  // paired bench entry -> its target entry
-  for (const auto& [t, p] : by_target)
-    for (const Entry* b : p.bench) partner_of_bench[b] = t;
+  // Who pairs with whom, kept current as pairs are taken back and made: a bench entry's target
+  // entry, a target entry's pair (the lead of its group).
+  std::unordered_map<const Entry*, const Entry*> target_of_bench, lead_of_target;
+  for (const auto& [t, p] : by_target) {
+    for (const Entry* b : p.bench) target_of_bench[b] = t;
+    if (!p.bench.empty())
+      for (const Entry* g : p.target_group.empty() ? std::vector<const Entry*>{t} : p.target_group)
+        lead_of_target[g] = t;
+  }
   const auto paired = [&](const Entry& e, bool is_target) {
     return is_target ? by_target.count(&e) > 0 : used.count(&e) > 0;
   };
-  const auto partner = [&](const Entry& e, bool is_target) -> const Entry* {
-    if (!is_target) return partner_of_bench.count(&e) ? partner_of_bench[&e] : nullptr;
-    const auto it = by_target.find(&e);
-    return it == by_target.end() || it->second.bench.empty() ? nullptr : it->second.bench.front();
+  const auto pair_of = [&](const Entry& e, bool is_target) -> const EntryPair* {
+    const auto& index = is_target ? lead_of_target : target_of_bench;
+    const auto lead = index.find(&e);
+    if (lead == index.end()) return nullptr;
+    const auto it = by_target.find(lead->second);
+    return it == by_target.end() || it->second.bench.empty() ? nullptr : &it->second;
   };
-  const auto plain_forward = [](const Entry& e) { return !e.is_module() && e.direction == "forward"; };
+  // Takes back the template or alignment pair that holds e (exact, map and group pairs stay).
+  const auto unpair = [&](const Entry& e, bool e_is_target) {
+    const EntryPair* p = pair_of(e, e_is_target);
+    if (!p || p->method == "exact" || p->method == "map" || p->method == "group") return;
+    const std::vector<const Entry*> bench_side = p->bench;
+    const std::vector<const Entry*> group =
+        p->target_group.empty() ? std::vector<const Entry*>{p->target} : p->target_group;
+    for (const Entry* b : bench_side) {
+      used.erase(b);
+      target_of_bench.erase(b);
+    }
+    for (const Entry* g : group) {
+      by_target.erase(g);
+      lead_of_target.erase(g);
+    }
+    took_back = true;
+  };
+  // Each side's backward entry of a call ("Aten.bmm.0"), indexed once.
+  const auto backward_index = [](const std::vector<Entry>& side) {
+    std::unordered_map<std::string, const Entry*> index;
+    for (const Entry& e : side)
+      if (e.direction == "backward") index.emplace(detail::call_of(e.name), &e);
+    return index;
+  };
+  const auto t_backward = backward_index(target), b_backward = backward_index(bench);
+
   for (const bool python_is_target : {false, true}) {
     const std::vector<Entry>& py_side = python_is_target ? target : bench;
     const std::vector<Entry>& at_side = python_is_target ? bench : target;
-    std::map<const Entry*, std::size_t> at_pos;
-    for (std::size_t i = 0; i < at_side.size(); ++i) at_pos[&at_side[i]] = i;
+    const auto& at_backward = python_is_target ? b_backward : t_backward;
+    const auto& py_backward = python_is_target ? t_backward : b_backward;
+    const auto backward_of = [](const std::unordered_map<std::string, const Entry*>& index, const Entry& fwd) {
+      const auto it = index.find(detail::call_of(fwd.name));
+      return it == index.end() ? nullptr : it->second;
+    };
+    // The ATen-side positions of a Python call's partners (first, last), or {-1, -1}.
+    const auto partner_span = [&](const Entry& py) -> std::pair<std::ptrdiff_t, std::ptrdiff_t> {
+      if (py.is_module() || py.direction != "forward") return {-1, -1};
+      const EntryPair* p = pair_of(py, python_is_target);
+      if (!p) return {-1, -1};
+      std::vector<const Entry*> at = python_is_target ? p->bench : p->target_group;
+      if (at.empty()) at = {p->target};
+      std::ptrdiff_t first = -1, last = -1;
+      for (const Entry* a : at) {
+        const std::ptrdiff_t k = pos_in(at_side, a);
+        if (k < 0) continue;
+        first = first < 0 ? k : std::min(first, k);
+        last = std::max(last, k);
+      }
+      return {first, last};
+    };
     for (std::size_t i = 0; i < py_side.size(); ++i) {
       const Entry& p = py_side[i];
-      const auto [prefix, api, dir] = detail::api_parts(p);
-      if (prefix.empty() || prefix == "Aten" || dir != "forward" || paired(p, python_is_target) ||
-          !detail::expanded_api(detail::canonical_api(api)))
-        continue;
-      // The ATen-side window: after the partner of the last paired call before p, before the partner
-      // of the first paired call after it.
-      std::size_t lo = 0, hi = at_side.size(), py_lo = 0, py_hi = py_side.size();
-      bool has_lo = false;
+      if (paired(p, python_is_target) || !is_expanded(p)) continue;
+      // The ATen-side window: after the partners of the last paired call before p, before the
+      // partners of the first paired call after it.
+      std::ptrdiff_t lo = -1, hi = static_cast<std::ptrdiff_t>(at_side.size());
+      std::ptrdiff_t py_lo = -1, py_hi = static_cast<std::ptrdiff_t>(py_side.size());
       for (std::size_t k = i; k-- > 0;) {
-        const Entry* q = plain_forward(py_side[k]) ? partner(py_side[k], python_is_target) : nullptr;
-        if (q && at_pos.count(q)) {
-          lo = at_pos[q];
-          py_lo = k;
-          has_lo = true;
+        if (const auto span = partner_span(py_side[k]); span.second >= 0) {
+          lo = span.second;
+          py_lo = static_cast<std::ptrdiff_t>(k);
           break;
         }
       }
       for (std::size_t k = i + 1; k < py_side.size(); ++k) {
-        const Entry* q = plain_forward(py_side[k]) ? partner(py_side[k], python_is_target) : nullptr;
-        if (q && at_pos.count(q)) {
-          hi = at_pos[q];
-          py_hi = k;
+        if (const auto span = partner_span(py_side[k]); span.first >= 0) {
+          hi = span.first;
+          py_hi = static_cast<std::ptrdiff_t>(k);
           break;
         }
       }
-      std::map<const Entry*, std::size_t> py_pos;
-      for (std::size_t k = 0; k < py_side.size(); ++k) py_pos[&py_side[k]] = k;
       std::vector<const Entry*> run;
-      for (std::size_t k = has_lo ? lo + 1 : 0; k < hi; ++k) {
-        const Entry& a = at_side[k];
-        if (!plain_forward(a) || a.name.rfind("Aten.", 0) != 0) continue;
+      for (std::ptrdiff_t k = lo + 1; k < hi; ++k) {
+        const Entry& a = at_side[static_cast<std::size_t>(k)];
+        if (a.is_module() || a.direction != "forward" || a.name.rfind("Aten.", 0) != 0) continue;
         if (paired(a, !python_is_target)) {
           // Paired with a Python call outside the window: a crossing pair, taken back.
-          const Entry* q = partner(a, !python_is_target);
-          if (!q || !py_pos.count(q) || (py_pos[q] > (has_lo ? py_lo : 0) && py_pos[q] < py_hi)) continue;
-          unpair(&a, !python_is_target);
+          const EntryPair* q = pair_of(a, !python_is_target);
+          const Entry* py = !q                 ? nullptr
+                            : python_is_target ? q->target
+                                               : (q->bench.empty() ? nullptr : q->bench.front());
+          const std::ptrdiff_t at = py ? pos_in(py_side, py) : -1;
+          if (at < 0 || (at >= py_lo && at <= py_hi)) continue;
+          unpair(a, !python_is_target);
           if (paired(a, !python_is_target)) continue;
         }
         run.push_back(&a);
@@ -129,32 +178,32 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
       }
       const auto pair_up = [&](const std::vector<const Entry*>& py, const std::vector<const Entry*>& at,
                                std::vector<RowLink> l) {
-        for (const Entry* e : python_is_target ? at : py) used.insert(e);
         const std::vector<const Entry*>& tgt = python_is_target ? py : at;
-        EntryPair pr{tgt[0], python_is_target ? at : py, tgt.size() > 1 ? tgt : std::vector<const Entry*>{}, "group",
-                     std::move(l)};
-        by_target[tgt[0]] = std::move(pr);
+        const std::vector<const Entry*>& bch = python_is_target ? at : py;
+        for (const Entry* e : bch) {
+          used.insert(e);
+          target_of_bench[e] = tgt[0];
+        }
+        for (const Entry* e : tgt) lead_of_target[e] = tgt[0];
+        by_target[tgt[0]] =
+            EntryPair{tgt[0], bch, tgt.size() > 1 ? tgt : std::vector<const Entry*>{}, "group", std::move(l)};
         for (std::size_t k = 1; k < tgt.size(); ++k) by_target[tgt[k]] = EntryPair{tgt[k], {}, {}, "group", {}};
       };
       pair_up({&p}, run, links);
       // Backward: the Python call's backward entry with the backward entries of the run's calls; the
       // gradient of each output with the gradient of its linked call's output.
-      const auto backward_of = [](const std::vector<Entry>& side, const Entry& fwd) -> const Entry* {
-        const std::string want = detail::call_of(fwd.name);
-        for (const Entry& e : side)
-          if (e.direction == "backward" && detail::call_of(e.name) == want) return &e;
-        return nullptr;
-      };
-      const Entry* pb = backward_of(py_side, p);
+      const Entry* pb = backward_of(py_backward, p);
+      if (!pb || paired(*pb, python_is_target)) continue;
       for (const Entry* a : run)  // their backward entries go with them
-        if (const Entry* b = backward_of(at_side, *a); b && paired(*b, !python_is_target)) unpair(b, !python_is_target);
+        if (const Entry* b = backward_of(at_backward, *a); b && paired(*b, !python_is_target))
+          unpair(*b, !python_is_target);
       std::vector<const Entry*> ab;
       for (const Entry* a : run)
-        if (const Entry* b = backward_of(at_side, *a); b && !paired(*b, !python_is_target)) ab.push_back(b);
-      if (!pb || ab.empty() || paired(*pb, python_is_target)) continue;
+        if (const Entry* b = backward_of(at_backward, *a); b && !paired(*b, !python_is_target)) ab.push_back(b);
+      if (ab.empty()) continue;
       std::vector<RowLink> blinks;
       for (const auto& [k, member] : member_of_output) {
-        const Entry* mb = backward_of(at_side, *member);
+        const Entry* mb = backward_of(at_backward, *member);
         const Row* pr = pb->row(".input." + std::to_string(k));
         const Row* ar = mb ? mb->row(".input.0") : nullptr;
         if (pr && ar) blinks.push_back(python_is_target ? RowLink{pr, ar} : RowLink{ar, pr});

@@ -182,7 +182,8 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
       // Its inputs differ though every pair before it is clean and no call is missing in between:
       // what differs first is what it was given (a weight, or data no recorded call made), so it is
       // the source. Not in msprobe mode, whose verdicts are msprobe's.
-      if (mode != JudgeMode::msprobe && v.inputs_diverge && !v.source && detail::unmatched_before(j, v).empty())
+      if (mode != JudgeMode::msprobe && v.inputs_diverge && !v.source && v.pair->target->direction == "forward" &&
+          detail::unmatched_before(j, v).empty())
         v.source = v.inputs_source = true;
     }
     if (!j.source && v.source) j.source = &v;

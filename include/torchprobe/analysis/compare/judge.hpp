@@ -153,7 +153,11 @@ inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double thresh
       RowLink cast = l;
       cast.target = &t;
       cast.bench = &b;
-      e = row_error(cast, mode, md5, float_sums);
+      // Within 2 epsilons of the coarser precision it is that rounding; beyond, it counts in the
+      // finer precision's epsilons, as any other difference does.
+      const double coarse = row_error(cast, mode, md5, float_sums);
+      const double fine = std::min(dtype_epsilon(l.target->dtype), dtype_epsilon(l.bench->dtype));
+      e = coarse <= 2 ? 0 : coarse * dtype_epsilon(t.dtype) / fine;
       v.cast_inputs = true;
     } else {
       e = row_error(l, mode, md5, float_sums);

@@ -67,8 +67,10 @@ inline void pair_templates(const std::vector<Entry>& target, const std::vector<E
     // The extra call may be the target's: t has no look-alike among the next few of the bench,
     // but one of the target's next few has the bench's next one's (MultiheadAttention's in_proj
     // linear in C++, inside one Python call). Then t stays unpaired.
-    if (!found) {
-      const auto& mine = target_items[{t.canon, t.direction}];
+    // Only when the target has more calls of this kind left than the bench: with as many, t is a
+    // call with a wrong output, which pairs (and diverges) rather than shifting every later pair.
+    const auto& mine = target_items[{t.canon, t.direction}];
+    if (!found && mine.size() - own > queue.size() - k) {
       const std::string want = detail::signature(*queue[k]);
       bool later = false;
       for (std::size_t j = own + 1; j < mine.size() && j <= own + detail::kLookahead && !later; ++j)

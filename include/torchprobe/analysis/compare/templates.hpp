@@ -119,6 +119,15 @@ inline long long shape_numel(const std::string& shape) {
   return n;
 }
 
+// The same integer elements, flattened to 1-D on one side (indices C++'s embedding_bag flattens):
+// compared by their statistics. Never for floats, whose permutations a shape is the only sign of.
+inline bool flattened(const Row& a, const Row& b) {
+  const auto flat = [](const std::string& s) { return s.find(',') == std::string::npos; };
+  const bool integer = a.dtype == b.dtype && a.dtype.rfind("torch.int", 0) == 0;
+  return integer && !a.is_output() && a.shape != b.shape && flat(a.shape) != flat(b.shape) &&
+         shape_numel(a.shape) > 0 && shape_numel(a.shape) == shape_numel(b.shape);
+}
+
 // Row links between a Python item and an ATen item of the same canonical name (argument_maps.hpp).
 inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool py_is_target) {
   std::vector<RowLink> links;
@@ -130,7 +139,7 @@ inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool 
     // default (C++'s embedding_bag builds the offsets Python passes as None). Nothing to compare.
     if ((p->dtype.rfind("torch.", 0) == 0) != (a->dtype.rfind("torch.", 0) == 0)) return;
     RowLink l = py_is_target ? RowLink{p, a, tr} : RowLink{a, p, tr};
-    l.reshaped = !tr && p->shape != a->shape && shape_numel(p->shape) == shape_numel(a->shape);
+    l.reshaped = !tr && flattened(*p, *a);
     links.push_back(l);
   };
   const Entry& pe = *py.members[0];
@@ -161,6 +170,9 @@ inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool 
       for (const auto& [from, to] : *map) {
         if (pos == std::to_string(from)) link(s, 0, ".input." + std::to_string(to) + rest, false);
       }
+      if (const auto* keywords = keyword_map(py.canon))  // ".input.weight": a keyword argument
+        for (const auto& [name, to] : *keywords)
+          if (pos == name) link(s, 0, ".input." + std::to_string(to) + rest, false);
     }
   } else {
     // Backward: the gradients of the outputs link by position. msprobe's outputs are the gradients
@@ -183,11 +195,9 @@ inline std::vector<RowLink> same_suffix_links(const Entry& t, const Entry& b) {
     const Row* g = b.row(t.suffix(*r));
     if (!g) continue;
     RowLink l{r, g, false};
-    // One side flattened (C++'s EmbeddingBag module, seen through its first ATen call, has the 1-D
-    // indices the frontend made of the 2-D input): the same elements, so the same statistics.
-    const auto flat = [](const std::string& s) { return s.find(',') == std::string::npos; };
-    l.reshaped = r->shape != g->shape && (flat(r->shape) != flat(g->shape)) && shape_numel(r->shape) > 0 &&
-                 shape_numel(r->shape) == shape_numel(g->shape);
+    // A module's integer input flattened on one side (C++'s EmbeddingBag, seen through its first
+    // ATen call, has the 1-D indices the frontend made of the 2-D input): the same elements.
+    l.reshaped = t.is_module() && b.is_module() && flattened(*r, *g);
     links.push_back(l);
   }
   return links;

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
@@ -126,12 +127,14 @@ inline std::string api_of(const Entry& e) {
   return p.size() == 4 ? p[1] : "";
 }
 
-inline bool in_structure(const Dump& d, const std::string& name) {
-  if (d.parents.count(name)) return true;
+// Every entry construct.json names, as a key or as a parent.
+inline std::unordered_set<std::string> structure_names(const Dump& d) {
+  std::unordered_set<std::string> names;
   for (const auto& kv : d.parents) {
-    if (kv.second == name) return true;
+    names.insert(kv.first);
+    names.insert(kv.second);
   }
-  return false;
+  return names;
 }
 
 }  // namespace detail
@@ -149,11 +152,12 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
   const bool python_target = to == StatsOrigin::msprobe;
   // msprobe dropped its low-risk APIs unless some of them are in its dump.
   bool low_risk_dumped = false;
+  const auto t_structure = detail::structure_names(t), b_structure = detail::structure_names(b);
   for (const Entry& e : python_target ? target_entries : bench_entries) {
     if (!e.is_module() && detail::msprobe_low_risk_apis().count(detail::api_of(e))) low_risk_dumped = true;
   }
   const auto reason = [&](const Entry& e, bool target_side) -> std::string {
-    const Dump& other = target_side ? b : t;
+    const auto& other = target_side ? b_structure : t_structure;
     const bool python_side = target_side == python_target;
     if (e.is_module()) {
       std::string base = e.name;
@@ -162,7 +166,7 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
         if (at != std::string::npos) base = base.substr(0, at);
       }
       const std::string fwd = base + ".forward." + detail::split_dots(e.name).back();
-      if (detail::in_structure(other, e.name) || detail::in_structure(other, fwd))
+      if (other.count(e.name) || other.count(fwd))
         return "present in the other side's structure only (construct.json: a module inferred from its calls, "
                "with no ModuleGuard in C++)";
       return python_side ? "module call seen by msprobe's module hooks only: C++ sees a torch::nn module through "
