@@ -8,6 +8,8 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
@@ -123,18 +125,19 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
 // comparison (said on `log`) rather than reported as unpaired.
 inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::ostream& log) {
   if (incomplete.incomplete.empty()) return;
-  std::size_t last = 0, at = 0;  // one past the last entry of `other` that `incomplete` has
-  for (const auto& kv : other.data.items()) {
-    ++at;
-    if (incomplete.data.contains(kv.key())) last = at;
-  }
-  std::vector<std::string> drop;
-  at = 0;
-  for (const auto& kv : other.data.items())
-    if (++at > last) drop.push_back(kv.key());
-  for (const std::string& name : drop) other.data.erase(name);
+  // Set lookups and one cut of the tail: ordered_json's contains() and erase() scan the entries, so
+  // a call per entry was quadratic in the dump's size.
+  std::unordered_set<std::string_view> has;
+  has.reserve(incomplete.data.size());
+  for (const auto& kv : incomplete.data.get_ref<const nlohmann::ordered_json::object_t&>()) has.insert(kv.first);
+  auto& entries = other.data.get_ref<nlohmann::ordered_json::object_t&>();
+  std::size_t last = 0;  // one past the last entry of `other` that `incomplete` has
+  for (std::size_t at = 0; at < entries.size(); ++at)
+    if (has.count((entries.begin() + static_cast<std::ptrdiff_t>(at))->first)) last = at + 1;
+  const std::size_t dropped = entries.size() - last;
+  while (entries.size() > last) entries.pop_back();
   log << "note: " << incomplete.file.string()
-      << " is a step recovered incomplete after a crash (missing: " << incomplete.incomplete << "); the " << drop.size()
+      << " is a step recovered incomplete after a crash (missing: " << incomplete.incomplete << "); the " << dropped
       << " entries of " << other.file.string() << " after its last one are left out, not reported as unpaired\n";
 }
 
