@@ -183,7 +183,10 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
           log << "[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)\n";
       };
       stage(1, "rows");
-      const auto trows = dump_rows(t), brows = dump_rows(b);
+      const auto trows = dump_rows(t);
+      drop_entry_values(t);
+      const auto brows = dump_rows(b);
+      drop_entry_values(b);
       stage(2, tensor_mode ? "msprobe's table, reading the .pt files" : "msprobe's table");
       TensorCellsFn cells;
       std::size_t files = 0;
@@ -200,7 +203,14 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       const Table table = msprobe_table(trows, brows, mode, t.has_stack_file, cells);
       bar.finish();
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
-      write_file(csv, table_csv(table));
+      {
+        std::ofstream out(csv, std::ios::binary);
+        table_csv_chunks(table, [&](std::string_view piece) {
+          out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+        });
+        out.flush();
+        if (!out) throw std::runtime_error(csv.string() + ": cannot be written");
+      }
       stage(3, "matching and judging");
       // Entries are judged by the statistics every dump.json carries, tensor dumps included.
       const Judgement j = judge(t, b, trows, brows, stats_mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);

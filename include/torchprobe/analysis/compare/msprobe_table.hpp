@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchprobe/analysis/compare/python_text.hpp"
@@ -344,14 +345,31 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
   return c;
 }
 
-inline std::string table_csv(const Table& t) {
+// The CSV, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a gigabyte:
+// held whole, the text alone would double the memory the compare needs).
+template <class Sink>
+void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
   std::string out;
+  out.reserve(chunk + 4096);
   const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i) out += ',';
+      io::append_csv_field(out, cells[i]);
+    }
     out += '\n';
+    if (out.size() >= chunk) {
+      sink(std::string_view(out));
+      out.clear();
+    }
   };
   line(table_header(t));
   for (const TableRow& r : t.rows) line(table_cells(t, r));
+  if (!out.empty()) sink(std::string_view(out));
+}
+
+inline std::string table_csv(const Table& t) {
+  std::string out;
+  table_csv_chunks(t, [&](std::string_view piece) { out.append(piece); });
   return out;
 }
 

@@ -210,12 +210,18 @@ inline std::vector<Row> dump_rows(const Dump& d) {
           (is_digits(second) ? std::to_string(order) : second) + "." + (is_digits(last) ? std::to_string(order) : last);
     }
     // reorder_index: inputs (and anything else), parameters, outputs, parameters_grad.
+    // Each row's place is decided before any is moved (a row is moved, not copied, into `ordered`).
+    const auto place = [](const std::string& state) {
+      return state == "parameters" ? 1 : state == "output" ? 2 : state == "parameters_grad" ? 3 : 0;
+    };
+    std::vector<int> places;
+    places.reserve(items.size());
+    for (const Row& r : items) places.push_back(place(r.state));
     std::vector<Row> ordered;
-    for (const char* state : {"", "parameters", "output", "parameters_grad"}) {
-      for (auto& r : items) {
-        const bool other = r.state != "parameters" && r.state != "output" && r.state != "parameters_grad";
-        if ((*state == '\0' && other) || r.state == state) ordered.push_back(r);
-      }
+    ordered.reserve(items.size());
+    for (int p = 0; p < 4; ++p) {
+      for (std::size_t k = 0; k < items.size(); ++k)
+        if (places[k] == p) ordered.push_back(std::move(items[k]));
     }
     for (std::size_t i = 0; i < ordered.size(); ++i) {
       Row& r = ordered[i];
