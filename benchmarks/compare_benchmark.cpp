@@ -4,6 +4,7 @@
 // max RSS, the ratio to a baseline of the same run (parsing both dump.json files with nlohmann), and
 // the growth of time and RSS per 10x entries. Each measurement runs in a child process of its own,
 // so that its max RSS is its own. Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
+// TORCHPROBE_COMPARE_BENCH_KEEP=1 keeps the dumps and outputs (the path is printed).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,7 +189,10 @@ Figures run(std::size_t n, const std::filesystem::path& root) {
       "%.2f s, max RSS %.0f MB; compare / baseline %.1fx\n",
       n, f.compare.seconds, f.compare.rss_mb, f.baseline.seconds, f.baseline.rss_mb,
       f.compare.seconds / f.baseline.seconds);
-  std::filesystem::remove_all(dir);
+  if (std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP"))  // e.g. to open report.html (tools/report_open_time.py)
+    std::printf("    kept %s\n", dir.string().c_str());
+  else
+    std::filesystem::remove_all(dir);
   return f;
 }
 
@@ -221,6 +225,6 @@ int main(int argc, char** argv) {
     std::printf("%10zu %12.2f %10.0f %14.2f %11.1fx %14s %12s\n", f.n, f.compare.seconds, f.compare.rss_mb,
                 f.baseline.seconds, f.compare.seconds / f.baseline.seconds, growth, rss);
   }
-  std::filesystem::remove_all(root);
+  if (!std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP")) std::filesystem::remove_all(root);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -96,7 +97,11 @@ class JsonReader {
 
   Json object(int depth) {
     ++p_;  // '{'
-    std::vector<std::pair<std::string, Json>> members;
+    // Members gather in this depth's scratch vector, kept between objects (one allocation per
+    // object, the object's own, instead of a vector grown and dropped for each).
+    if (object_scratch_.size() <= static_cast<std::size_t>(depth)) object_scratch_.resize(depth + 1);
+    auto& members = object_scratch_[depth];
+    members.clear();
     std::unordered_map<std::string_view, std::size_t> index;  // filled once the object is large
     space();
     if (p_ != end_ && *p_ == '}') {
@@ -151,20 +156,23 @@ class JsonReader {
     auto& obj = out.get_ref<Json::object_t&>();
     obj.reserve(members.size());
     for (auto& m : members) obj.emplace_back(std::move(m.first), std::move(m.second));
+    members.clear();
     return out;
   }
 
   Json array(int depth) {
     ++p_;  // '['
     Json out = Json::array();
-    auto& arr = out.get_ref<Json::array_t&>();
     space();
     if (p_ != end_ && *p_ == ']') {
       ++p_;
       return out;
     }
+    if (array_scratch_.size() <= static_cast<std::size_t>(depth)) array_scratch_.resize(depth + 1);
+    auto& items = array_scratch_[depth];  // as object()'s members
+    items.clear();
     for (;;) {
-      arr.push_back(value(depth + 1));
+      items.push_back(value(depth + 1));
       space();
       if (p_ != end_ && *p_ == ',') {
         ++p_;
@@ -172,10 +180,15 @@ class JsonReader {
       }
       if (p_ != end_ && *p_ == ']') {
         ++p_;
-        return out;
+        break;
       }
       fail("',' or ']'");
     }
+    auto& arr = out.get_ref<Json::array_t&>();
+    arr.reserve(items.size());
+    for (auto& v : items) arr.push_back(std::move(v));
+    items.clear();
+    return out;
   }
 
   // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as nlohmann types it: without fraction or
@@ -348,6 +361,9 @@ class JsonReader {
   const char* begin_;
   const char* p_;
   const char* end_;
+  // By depth. Deques: growing one keeps the references that the levels above hold into it.
+  std::deque<std::vector<std::pair<std::string, Json>>> object_scratch_;
+  std::deque<std::vector<Json>> array_scratch_;
 };
 
 }  // namespace detail

@@ -64,15 +64,27 @@ inline const Json& na_cell() {
   return na;
 }
 
-// One statistic's (diff, relative error) for one row; `int_cols` says pandas parsed both whole
+// classify(), numbers without a str() and lower() of them.
+inline ValType classify_fast(const Json& v) {
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    return std::isnan(x) ? ValType::nan : std::isinf(x) ? (x > 0 ? ValType::inf : ValType::neg_inf) : ValType::num;
+  }
+  if (v.is_number()) return ValType::num;  // an integer's str() is its digits
+  return classify(v);
+}
+
+// One statistic's (diff, relative error) for one row, from the cells and their str() (made once per
+// cell: this runs for every row of a million-entry compare); `int_cols` says pandas parsed both whole
 // columns as integers.
-inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
-  if (py_str(n) == py_str(b)) return {"0", "0"};
-  const ValType tn = classify(n), tb = classify(b);
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, const std::string& n_text,
+                                                     const std::string& b_text, bool int_cols) {
+  if (n_text == b_text) return {"0", "0"};
+  const ValType tn = classify_fast(n), tb = classify_fast(b);
   using V = ValType;
   if (tn == V::na || tb == V::na) return {"N/A", "N/A"};
   if (tn == V::num && tb == V::num) {
-    const double x = pandas_parse(py_str(n))->value, y = pandas_parse(py_str(b))->value;
+    const double x = pandas_parse(n_text)->value, y = pandas_parse(b_text)->value;
     const double diff = x - y;
     const std::string d = int_cols ? std::to_string(static_cast<long long>(diff)) : py_float_str(diff);
     if (y == 0) return {d, "inf"};
@@ -89,6 +101,9 @@ inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& 
   if (tn == V::num && tb == V::inf) return {"-inf", "-inf"};
   if (tn == V::num && tb == V::neg_inf) return {"inf", "inf"};
   return {"N/A", "N/A"};
+}
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
+  return stat_diff(n, b, py_str(n), py_str(b), int_cols);
 }
 
 inline bool is_inf_or_nan(const Json& v) {
@@ -253,20 +268,25 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
     }
   }
   if (mode == CsvMode::summary) {
+    const std::string na = "N/A";
     for (int s = 0; s < 4; ++s) {
       // pandas.to_numeric(column.astype(str)): integer results only when every cell is an integer.
-      bool n_int = true, b_int = true;
-      for (const TableRow& r : t.rows) {
-        const auto pn = pandas_parse(py_str(r.npu->stats[s]));
-        n_int = n_int && pn && pn->is_int;
-        const auto pb = r.bench ? pandas_parse(py_str(r.bench->stats[s])) : std::nullopt;
-        b_int = b_int && pb && pb->is_int;
-      }
-      for (TableRow& r : t.rows) {
-        const auto [d, rel] =
-            detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_int && b_int);
-        r.diff[s] = d;
-        r.diff[4 + s] = rel;
+      // The cells are written as if not (one str() per cell), and again in the rare column of integers.
+      bool ints = true;
+      for (int pass = 0; pass < 2; ++pass) {
+        for (TableRow& r : t.rows) {
+          const std::string n_text = py_str(r.npu->stats[s]), b_text = r.bench ? py_str(r.bench->stats[s]) : na;
+          if (pass == 0 && ints) {
+            const auto pn = pandas_parse(n_text);
+            const auto pb = r.bench ? pandas_parse(b_text) : std::nullopt;
+            ints = pn && pn->is_int && pb && pb->is_int;
+          }
+          auto [d, rel] = detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text,
+                                            b_text, pass == 1);
+          r.diff[s] = std::move(d);
+          r.diff[4 + s] = std::move(rel);
+        }
+        if (!ints) break;
       }
     }
   }
@@ -312,36 +332,53 @@ inline std::vector<std::string> table_header(const Table& t) {
 }
 
 // The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
-inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
-  const auto cell = [](const Json& v) {
-    if (v.is_number_float() && std::isinf(v.get<double>())) return std::string(v.get<double>() > 0 ? " inf" : " -inf");
-    return py_str(v);
+// The row's cells as msprobe's CSV holds them, each handed to put(std::string_view) in column order
+// (the CSV appends them where they are: a vector of strings per row cost as much as the rest).
+template <class Put>
+void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
+  char buf[40];
+  const auto cell = [&](const Json& v) {
+    if (v.is_number_float()) {
+      const double x = v.get<double>();
+      if (std::isinf(x)) return put(std::string_view(x > 0 ? " inf" : " -inf"));
+      if (!std::isnan(x))  // py_str's text, without a string
+        return put(std::string_view(buf, static_cast<std::size_t>(io::write_python_float(buf, x) - buf)));
+    }
+    put(std::string_view(py_str(v)));
   };
   const Row& n = *r.npu;
   const Row* b = r.bench;
   const std::string na = "N/A";
-  std::vector<std::string> c = {n.name,  b ? b->name : na,  n.dtype,         b ? b->dtype : na,
-                                n.shape, b ? b->shape : na, n.requires_grad, b ? b->requires_grad : na};
+  for (const std::string* c : {&n.name, b ? &b->name : &na, &n.dtype, b ? &b->dtype : &na, &n.shape,
+                               b ? &b->shape : &na, &n.requires_grad, b ? &b->requires_grad : &na})
+    put(std::string_view(*c));
   if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
     if (t.mode == CsvMode::summary)
-      for (const auto& d : r.diff) c.push_back(d);
+      for (const auto& d : r.diff) put(std::string_view(d));
     else
-      for (const auto& m : r.metrics) c.push_back(m);
-    for (const auto& s : n.stats) c.push_back(cell(s));
-    for (int s = 0; s < 4; ++s) c.push_back(b ? cell(b->stats[s]) : na);
+      for (const auto& m : r.metrics) put(std::string_view(m));
+    for (const auto& s : n.stats) cell(s);
+    for (int s = 0; s < 4; ++s) b ? cell(b->stats[s]) : put(std::string_view(na));
   } else {
-    c.push_back(n.md5);
-    c.push_back(b ? b->md5 : na);
+    put(std::string_view(n.md5));
+    put(std::string_view(b ? b->md5 : na));
   }
-  c.push_back(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False");
+  put(std::string_view(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False"));
   static const char* kLevel[] = {"pass", "warning", "error"};
-  c.emplace_back(kLevel[r.level]);
+  put(std::string_view(kLevel[r.level]));
   std::string msg = "[";
   for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
-  c.push_back(msg + "]");
-  if (t.stack_column) c.push_back(n.stack ? *n.stack : na);
+  msg += "]";
+  put(std::string_view(msg));
+  if (t.stack_column) put(std::string_view(n.stack ? *n.stack : na));
   if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
-    c.push_back("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]");
+    put(std::string_view("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]"));
+}
+
+// The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
+inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
+  std::vector<std::string> c;
+  each_table_cell(t, r, [&](std::string_view v) { c.emplace_back(v); });
   return c;
 }
 
@@ -351,19 +388,27 @@ template <class Sink>
 void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
   std::string out;
   out.reserve(chunk + 4096);
-  const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      if (i) out += ',';
-      io::append_csv_field(out, cells[i]);
-    }
-    out += '\n';
-    if (out.size() >= chunk) {
-      sink(std::string_view(out));
-      out.clear();
-    }
+  const auto flush = [&] {
+    if (out.size() < chunk) return;
+    sink(std::string_view(out));
+    out.clear();
   };
-  line(table_header(t));
-  for (const TableRow& r : t.rows) line(table_cells(t, r));
+  const std::vector<std::string> header = table_header(t);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    if (i) out += ',';
+    io::append_csv_field(out, header[i]);
+  }
+  out += '\n';
+  for (const TableRow& r : t.rows) {
+    bool first = true;
+    each_table_cell(t, r, [&](std::string_view v) {
+      if (!first) out += ',';
+      first = false;
+      io::append_csv_field(out, v);
+    });
+    out += '\n';
+    flush();
+  }
   if (!out.empty()) sink(std::string_view(out));
 }
 

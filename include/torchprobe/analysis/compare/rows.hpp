@@ -78,8 +78,12 @@ inline Json summary_cell(const Json& v) {
 inline Row leaf_row(const Json& item, const std::string& op_name, const std::string& state) {
   Row r;
   r.state = state;
-  const auto get = [&](const char* k) { return item.contains(k) ? item[k] : Json(); };
-  const Json data_name = get("data_name");
+  static const Json kNull;
+  const auto get = [&](const char* k) -> const Json& {  // a reference: a copy per key cost a row's time
+    const auto it = item.find(k);
+    return it == item.end() ? kNull : *it;
+  };
+  const Json& data_name = get("data_name");
   if (data_name.is_string() && !data_name.get<std::string>().empty()) r.data_name = data_name.get<std::string>();
   r.name = op_name;
   if (r.data_name != "-1") r.name = r.data_name.substr(0, r.data_name.rfind('.'));
@@ -88,11 +92,11 @@ inline Row leaf_row(const Json& item, const std::string& op_name, const std::str
   static const char* kStats[4] = {"Max", "Min", "Mean", "Norm"};
   Json stats[4];
   for (int i = 0; i < 4; ++i) stats[i] = get(kStats[i]);
-  const Json dtype = get("dtype");
+  const Json& dtype = get("dtype");
   const bool has_dtype = !(dtype.is_null() || (dtype.is_string() && dtype.get<std::string>().empty()) ||
                            (dtype.is_boolean() && !dtype.get<bool>()));
   const std::string type = get("type").is_string() ? get("type").get<std::string>() : "";
-  const Json value = get("value");
+  const Json& value = get("value");
   if (has_dtype) {
     r.dtype = py_str(dtype);
     r.shape = py_str(get("shape"));
@@ -122,7 +126,7 @@ inline Row leaf_row(const Json& item, const std::string& op_name, const std::str
     for (auto& s : stats) s = value;
   }
   for (int i = 0; i < 4; ++i) r.stats[i] = summary_cell(stats[i]);
-  const Json md5 = get("md5");
+  const Json& md5 = get("md5");
   r.md5 = md5.is_string() && !md5.get<std::string>().empty() ? md5.get<std::string>()
                                                              : crc32_hex(item.contains("value") ? py_str(value) : "");
   return r;
