@@ -5,7 +5,8 @@
 // script renders only the rows in view of a scrolled box, again on each scroll; sorting sorts the
 // data. Rows in the data: [target, bench (0: same name as the target), match (index into
 // "methods"), input error, output error, verdict (0 pass, 1 warning, 2 error)], errors as the sort
-// keys of the static table (inf 1e308, nan -1).
+// keys of the static table (inf 1e308, nan -1). Once drawn, <body> gets data-ready-ms: the
+// milliseconds from the start of the page's navigation (tools/report_open_time.py reads it).
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -99,6 +100,7 @@ inline const char* kVirtualScript = R"(
     order.sort(function(x,y){var p=k(x),q=k(y),d=typeof p==='string'?p.localeCompare(q):p-q;return (up?d:-d)||x-y;});
     first=last=-1;render();});})(c);}
   render();
+  document.body.setAttribute('data-ready-ms',String(Math.round(performance.now())));
   document.body.setAttribute('data-ready','1');
 })();
 )";
