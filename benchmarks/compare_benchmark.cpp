@@ -109,6 +109,7 @@ class StageLog : public std::stringbuf {
 // What one measured child process reports: its wall seconds (and exit status), and its max RSS.
 struct Measured {
   double seconds = 0, rss_mb = 0;
+  double cpu = 0;  // user + system seconds: unlike the wall time, not stretched by other work on the machine
   int status = 0;
 };
 
@@ -141,6 +142,8 @@ Measured in_child(Body body) {
   m.seconds = got ? in[0] : -1;
   m.status = got ? static_cast<int>(in[1]) : -1;
   m.rss_mb = static_cast<double>(u.ru_maxrss) / 1024.0;
+  m.cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
   return m;
 }
 
@@ -185,9 +188,9 @@ Figures run(std::size_t n, const std::filesystem::path& root) {
     return total;
   });
   std::printf(
-      "%8zu entries a side: compare %.2f s, max RSS %.0f MB; baseline (nlohmann::json::parse of both dump.json) "
-      "%.2f s, max RSS %.0f MB; compare / baseline %.1fx\n",
-      n, f.compare.seconds, f.compare.rss_mb, f.baseline.seconds, f.baseline.rss_mb,
+      "%8zu entries a side: compare %.2f s (CPU %.2f s), max RSS %.0f MB; baseline (nlohmann::json::parse of both "
+      "dump.json) %.2f s (CPU %.2f s), max RSS %.0f MB; compare / baseline %.1fx\n",
+      n, f.compare.seconds, f.compare.cpu, f.compare.rss_mb, f.baseline.seconds, f.baseline.cpu, f.baseline.rss_mb,
       f.compare.seconds / f.baseline.seconds);
   if (std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP"))  // e.g. to open report.html (tools/report_open_time.py)
     std::printf("    kept %s\n", dir.string().c_str());
@@ -213,17 +216,20 @@ int main(int argc, char** argv) {
     done.push_back(run(n, root));
   }
   // Linear work grows 10x per 10x entries; more than that is a step growing faster than linearly.
-  std::printf("\n%10s %12s %10s %14s %12s %14s %12s\n", "entries", "compare s", "RSS MB", "baseline s", "vs baseline",
-              "time growth", "RSS growth");
+  std::printf("\n%10s %11s %9s %8s %11s %12s %12s %11s %11s\n", "entries", "compare s", "CPU s", "RSS MB", "baseline s",
+              "vs baseline", "time growth", "CPU growth", "RSS growth");
   for (std::size_t i = 0; i < done.size(); ++i) {
     const Figures& f = done[i];
-    char growth[32] = "-", rss[32] = "-";
+    char growth[3][32] = {"-", "-", "-"};
     if (i > 0) {
-      std::snprintf(growth, sizeof growth, "%.1fx", f.compare.seconds / done[i - 1].compare.seconds);
-      std::snprintf(rss, sizeof rss, "%.1fx", f.compare.rss_mb / done[i - 1].compare.rss_mb);
+      const Measured& p = done[i - 1].compare;
+      std::snprintf(growth[0], sizeof growth[0], "%.1fx", f.compare.seconds / p.seconds);
+      std::snprintf(growth[1], sizeof growth[1], "%.1fx", f.compare.cpu / p.cpu);
+      std::snprintf(growth[2], sizeof growth[2], "%.1fx", f.compare.rss_mb / p.rss_mb);
     }
-    std::printf("%10zu %12.2f %10.0f %14.2f %11.1fx %14s %12s\n", f.n, f.compare.seconds, f.compare.rss_mb,
-                f.baseline.seconds, f.compare.seconds / f.baseline.seconds, growth, rss);
+    std::printf("%10zu %11.2f %9.2f %8.0f %11.2f %11.1fx %12s %11s %11s\n", f.n, f.compare.seconds, f.compare.cpu,
+                f.compare.rss_mb, f.baseline.seconds, f.compare.seconds / f.baseline.seconds, growth[0], growth[1],
+                growth[2]);
   }
   if (!std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP")) std::filesystem::remove_all(root);
   return 0;

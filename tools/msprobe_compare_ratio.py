@@ -9,9 +9,10 @@ For each N (default 10000 100000) it makes, or reuses, two dumps of N statistics
 tools/gen_compare_dumps.py (DIR/N/target, DIR/N/bench), then runs msprobe's Python compare on them in
 a child process, as the reference dumps were compared: msprobe.pytorch.compare.pt_compare.pt_compare
 with {"npu_path": .../dump.json, "bench_path": .../dump.json} (summary mode; no stack.json in these
-dumps) -- and prints its wall time and the child's max RSS. With --torchprobe, `torchprobe compare`'s
-benchmark binary is not run; give the benchmark's figure by hand instead (--tp N=SECONDS) to print the
-ratio msprobe / TorchProbe.
+dumps) -- and prints its wall time and the child's max RSS. Give TorchProbe's figure at the same size
+(the compare benchmark's end-to-end seconds, benchmarks/compare_benchmark.cpp) with --tp N=SECONDS to
+print the ratio msprobe / TorchProbe. msprobe's package imports einops for an NPU operator that compare
+never calls; where einops is missing the child stubs it.
 """
 import argparse
 import os

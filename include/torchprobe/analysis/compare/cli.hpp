@@ -15,6 +15,7 @@
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/first_divergence.hpp"
 #include "torchprobe/analysis/compare/html_report.hpp"
+#include "torchprobe/analysis/compare/msprobe_csv.hpp"
 #include "torchprobe/analysis/compare/msprobe_table.hpp"
 #include "torchprobe/analysis/compare/progress.hpp"
 #include "torchprobe/analysis/compare/user_map.hpp"
