@@ -173,6 +173,7 @@ Figures run(std::size_t n, const std::filesystem::path& root) {
     o.bench = dir / "bench";
     o.out = dir / "out";
     o.timestamp = "20260101000000";
+    o.exit_after = true;  // as the CLI runs it: the child exits right after
     const auto t0 = Clock::now();
     StageLog buf(t0);
     std::ostream log(&buf);
