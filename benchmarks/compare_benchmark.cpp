@@ -1,13 +1,17 @@
 // `torchprobe compare` end to end (issue 41, item 6): two synthetic transformer-like statistics dumps
 // of N entries a side (1x/10x/100x: 10k, 100k, 1M), compared by compare::run_compare (read, pair,
 // judge, CSV + first_divergence.json + report.html). Prints wall time per stage and end to end, the
-// max RSS, and the ratio to a baseline of the same run: parsing both dump.json files with nlohmann.
-// Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
+// max RSS, the ratio to a baseline of the same run (parsing both dump.json files with nlohmann), and
+// the growth of time and RSS per 10x entries. Each measurement runs in a child process of its own,
+// so that its max RSS is its own. Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
+// TORCHPROBE_COMPARE_BENCH_KEEP=1 keeps the dumps and outputs (the path is printed).
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -102,44 +106,98 @@ class StageLog : public std::stringbuf {
   std::string line_;
 };
 
-double max_rss_mb() {
+// What one measured child process reports: its wall seconds (and exit status), and its max RSS.
+struct Measured {
+  double seconds = 0, rss_mb = 0;
+  double cpu = 0;  // user + system seconds: unlike the wall time, not stretched by other work on the machine
+  int status = 0;
+};
+
+// Runs `body` in a child process: each measurement gets its own max RSS (the nlohmann baseline of
+// 1M entries peaks higher than the compare; one process would report the larger of the two), and
+// the seconds are the child's own, written to a pipe. `body` returns the seconds it measured.
+template <class Body>
+Measured in_child(Body body) {
+  std::fflush(stdout);
+  int fd[2];
+  if (::pipe(fd) != 0) std::abort();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fd[0]);
+    int status = 0;
+    const double s = body(status);
+    const double out[2] = {s, static_cast<double>(status)};
+    if (::write(fd[1], out, sizeof out) != static_cast<ssize_t>(sizeof out)) std::_Exit(3);
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  ::close(fd[1]);
+  double in[2] = {-1, -1};
+  const bool got = ::read(fd[0], in, sizeof in) == static_cast<ssize_t>(sizeof in);
+  ::close(fd[0]);
+  int wstatus = 0;
   rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
+  ::wait4(pid, &wstatus, 0, &u);
+  Measured m;
+  m.seconds = got ? in[0] : -1;
+  m.status = got ? static_cast<int>(in[1]) : -1;
+  m.rss_mb = static_cast<double>(u.ru_maxrss) / 1024.0;
+  m.cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  return m;
 }
 
-void run(std::size_t n, const std::filesystem::path& root) {
+struct Figures {
+  std::size_t n = 0;
+  Measured compare, baseline;
+};
+
+Figures run(std::size_t n, const std::filesystem::path& root) {
   const auto dir = root / std::to_string(n);
   write_side(dir / "target", n, false);
   write_side(dir / "bench", n, true);
-  auto t0 = Clock::now();
-  for (const char* side : {"target", "bench"}) {
-    std::ifstream in(dir / side / "dump.json");
-    const auto j = nlohmann::json::parse(in);
-    if (j.at("data").size() != n) std::printf("unexpected entry count\n");
-  }
-  const double parse = seconds_since(t0);
-  torchprobe::compare::CompareOptions o;
-  o.target = dir / "target";
-  o.bench = dir / "bench";
-  o.out = dir / "out";
-  o.timestamp = "20260101000000";
-  t0 = Clock::now();
-  StageLog buf(t0);
-  std::ostream log(&buf);
-  const int rc = torchprobe::compare::run_compare(o, log);
-  const double total = seconds_since(t0);
+  Figures f;
+  f.n = n;
+  f.baseline = in_child([&](int& status) {
+    const auto t0 = Clock::now();
+    for (const char* side : {"target", "bench"}) {
+      std::ifstream in(dir / side / "dump.json");
+      const auto j = nlohmann::json::parse(in);
+      if (j.at("data").size() != n) status = 1;
+    }
+    return seconds_since(t0);
+  });
+  f.compare = in_child([&](int& status) {
+    torchprobe::compare::CompareOptions o;
+    o.target = dir / "target";
+    o.bench = dir / "bench";
+    o.out = dir / "out";
+    o.timestamp = "20260101000000";
+    o.exit_after = true;  // as the CLI runs it: the child exits right after
+    const auto t0 = Clock::now();
+    StageLog buf(t0);
+    std::ostream log(&buf);
+    status = torchprobe::compare::run_compare(o, log);
+    const double total = seconds_since(t0);
+    std::printf("%8zu entries a side: compare %.2f s end to end (exit %d)\n", n, total, status);
+    double prev = 0;
+    for (const auto& [t, line] : buf.lines) {
+      std::printf("    %+7.2f s  until: %.150s\n", t - prev, line.c_str());
+      prev = t;
+    }
+    std::printf("    %+7.2f s  (writing the outputs after the last stage)\n", total - prev);
+    return total;
+  });
   std::printf(
-      "%8zu entries a side: compare %.2f s end to end (exit %d), max RSS %.0f MB; baseline (nlohmann parse of "
-      "both dump.json) %.2f s, ratio %.1fx\n",
-      n, total, rc, max_rss_mb(), parse, total / parse);
-  double prev = 0;
-  for (const auto& [t, line] : buf.lines) {
-    std::printf("    %+7.2f s  until: %s\n", t - prev, line.c_str());
-    prev = t;
-  }
-  std::printf("    %+7.2f s  (writing the outputs after the last stage)\n", total - prev);
-  std::filesystem::remove_all(dir);
+      "%8zu entries a side: compare %.2f s (CPU %.2f s), max RSS %.0f MB; baseline (nlohmann::json::parse of both "
+      "dump.json) %.2f s (CPU %.2f s), max RSS %.0f MB; compare / baseline %.1fx\n",
+      n, f.compare.seconds, f.compare.cpu, f.compare.rss_mb, f.baseline.seconds, f.baseline.cpu, f.baseline.rss_mb,
+      f.compare.seconds / f.baseline.seconds);
+  if (std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP"))  // e.g. to open report.html (tools/report_open_time.py)
+    std::printf("    kept %s\n", dir.string().c_str());
+  else
+    std::filesystem::remove_all(dir);
+  return f;
 }
 
 }  // namespace
@@ -149,14 +207,31 @@ int main(int argc, char** argv) {
   const bool quick = tpbench::quick_mode();
   const std::size_t largest = argc > 1 ? std::stoul(argv[1]) : 1000000;
   const auto root = std::filesystem::temp_directory_path() / ("tp_compare_bench_" + std::to_string(::getpid()));
+  std::vector<Figures> done;
   for (const std::size_t n : {10000u, 100000u, 1000000u}) {
     if (quick && n > 10000) {
       std::printf("%8zu entries a side: skipped by quick mode\n", static_cast<std::size_t>(n));
       continue;
     }
     if (n > largest) continue;
-    run(n, root);
+    done.push_back(run(n, root));
   }
-  std::filesystem::remove_all(root);
+  // Linear work grows 10x per 10x entries; more than that is a step growing faster than linearly.
+  std::printf("\n%10s %11s %9s %8s %11s %12s %12s %11s %11s\n", "entries", "compare s", "CPU s", "RSS MB", "baseline s",
+              "vs baseline", "time growth", "CPU growth", "RSS growth");
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    const Figures& f = done[i];
+    char growth[3][32] = {"-", "-", "-"};
+    if (i > 0) {
+      const Measured& p = done[i - 1].compare;
+      std::snprintf(growth[0], sizeof growth[0], "%.1fx", f.compare.seconds / p.seconds);
+      std::snprintf(growth[1], sizeof growth[1], "%.1fx", f.compare.cpu / p.cpu);
+      std::snprintf(growth[2], sizeof growth[2], "%.1fx", f.compare.rss_mb / p.rss_mb);
+    }
+    std::printf("%10zu %11.2f %9.2f %8.0f %11.2f %11.1fx %12s %11s %11s\n", f.n, f.compare.seconds, f.compare.cpu,
+                f.compare.rss_mb, f.baseline.seconds, f.compare.seconds / f.baseline.seconds, growth[0], growth[1],
+                growth[2]);
+  }
+  if (!std::getenv("TORCHPROBE_COMPARE_BENCH_KEEP")) std::filesystem::remove_all(root);
   return 0;
 }

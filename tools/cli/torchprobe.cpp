@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.progress_tty = ::isatty(STDERR_FILENO) == 1;
+    options.exit_after = true;  // main returns right after run_compare
     options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
       std::string error;
       auto cells = torchprobe::compare::pt_tensor_cells(npu, bench, &error);

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "torchprobe/analysis/compare/json_reader.hpp"
+
 namespace torchprobe::compare {
 
 // Bad input: the CLI reports what() and exits with status 2.
@@ -102,15 +104,27 @@ inline void unmark_python_floats(nlohmann::ordered_json& j) {
 }
 }  // namespace detail
 
-inline nlohmann::ordered_json read_json_file(const std::filesystem::path& path) {
+// The whole file as text, in one read of its size (a stream iterator reads it byte by byte).
+inline std::string read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot be opened (missing or unreadable)");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec) {
+    text.resize(static_cast<std::size_t>(size));
+    in.read(text.data(), static_cast<std::streamsize>(size));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+  }
+  if (in) text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());  // it grew meanwhile
+  return text;
+}
+
+inline nlohmann::ordered_json read_json_file(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
   try {
-    auto j = nlohmann::ordered_json::parse(detail::mark_python_floats(text));
-    detail::unmark_python_floats(j);
-    return j;
-  } catch (const nlohmann::json::parse_error& e) {
+    return parse_json_text(text);
+  } catch (const JsonSyntaxError& e) {
     throw InputError(path.string() + ": not valid JSON (truncated or corrupt): " + e.what());
   }
 }
@@ -175,6 +189,12 @@ inline Dump load_dump(const std::filesystem::path& dump_json) {
     }
   }
   return d;
+}
+
+// Once its rows are made, a dump's entries are needed by name only (stats_origin): their values,
+// most of the memory of a large dump (a million entries: gigabytes of JSON nodes), become nulls.
+inline void drop_entry_values(Dump& d) {
+  for (auto& kv : d.data.get_ref<nlohmann::ordered_json::object_t&>()) kv.second = nullptr;
 }
 
 // One dump.json of each side to compare, and the rank suffix of its output ("" for one pair).

@@ -15,39 +15,17 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "torchprobe/analysis/compare/first_divergence.hpp"
+#include "torchprobe/analysis/compare/html_table.hpp"
 #include "torchprobe/analysis/compare/html_text.hpp"
 
 namespace torchprobe::compare {
 
 namespace html {
-
-inline std::string number(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
-
-// A sort key the table script can compare as a number: inf sorts last, nan below everything.
-inline std::string sort_key(double x) {
-  if (std::isnan(x)) return "-1";
-  if (std::isinf(x)) return "1e308";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
-// pass: within the threshold; warning: outputs diverge, carried in by diverging inputs; error:
-// outputs diverge here (the entry is a source).
-inline const char* verdict_class(const EntryVerdict& v) {
-  if (v.source) return "error";
-  if (v.outputs_diverge || v.inputs_diverge) return "warning";
-  return "pass";
-}
 
 inline const char* kStyle = R"(
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -120,14 +98,32 @@ inline std::string error_chart(const Judgement& j) {
          "\" dy=\"-4\" font-size=\"10\" text-anchor=\"end\" fill=\"#c62828\">threshold " + number(j.threshold) +
          "</text>";
   }
+  // Past the static table's size a point per entry would be a million SVG elements: the line then
+  // goes through each pixel column's lowest and highest error, and only diverging entries (the
+  // first kStaticTableRows of them) get their dot.
+  const bool reduced = j.verdicts.size() > kStaticTableRows;
   std::string path;
-  for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
-    const EntryVerdict& v = j.verdicts[i];
-    path += (i ? " L" : "M") + number(x_of(i)) + " " + number(y_of(v.output_error));
+  if (!reduced) {
+    for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
+      const EntryVerdict& v = j.verdicts[i];
+      path += (i ? " L" : "M") + number(x_of(i)) + " " + number(y_of(v.output_error));
+    }
+  } else {
+    for (std::size_t i = 0; i < j.verdicts.size();) {
+      const double x = std::floor(x_of(i));
+      double top = H, bottom = 0;
+      for (; i < j.verdicts.size() && std::floor(x_of(i)) == x; ++i) {
+        top = std::min(top, y_of(j.verdicts[i].output_error));
+        bottom = std::max(bottom, y_of(j.verdicts[i].output_error));
+      }
+      path += (path.empty() ? "M" : " L") + number(x) + " " + number(bottom) + " L" + number(x) + " " + number(top);
+    }
   }
   if (!path.empty()) s += "<path d=\"" + path + "\" fill=\"none\" stroke=\"#90a4ae\"/>";
+  std::size_t dots = 0;
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
+    if (reduced && &v != j.source && (!v.outputs_diverge || ++dots > kStaticTableRows)) continue;
     const char* fill = v.source ? "#c62828" : v.outputs_diverge ? "#ef6c00" : "#2e7d32";
     s += "<circle cx=\"" + number(x_of(i)) + "\" cy=\"" + number(y_of(v.output_error)) + "\" r=\"2.5\" fill=\"" + fill +
          "\"><title>" + escape(v.pair->target->name) + ": " + number(v.output_error) + "</title></circle>";
@@ -139,7 +135,8 @@ inline std::string error_chart(const Judgement& j) {
     }
   }
   s += "<text x=\"" + number((L + W - R) / 2) + "\" y=\"" + number(H - 8) +
-       "\" font-size=\"11\" text-anchor=\"middle\">paired entries in execution order (forward, then backward)</text>";
+       "\" font-size=\"11\" text-anchor=\"middle\">paired entries in execution order (forward, then backward)" +
+       (reduced ? "; dots on diverging entries only" : "") + "</text>";
   return s + "</svg>";
 }
 
@@ -162,11 +159,13 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   std::vector<std::string> pending;
   for (const auto& kv : children) pending.push_back(kv.first);
   std::set<std::string> placed;
+  // A set of the entry names: a scan of the entries per parent was quadratic in the dump's size.
+  std::unordered_set<std::string_view> entry_names;
+  for (const Entry& e : j.target_entries) entry_names.insert(e.name);
   while (!pending.empty()) {
     const std::string parent = pending.back();
     pending.pop_back();
-    const bool known =
-        std::any_of(j.target_entries.begin(), j.target_entries.end(), [&](const Entry& e) { return e.name == parent; });
+    const bool known = entry_names.count(parent) > 0;
     if (known || !placed.insert(parent).second) continue;
     const auto up = t.parents.find(parent);
     if (up == t.parents.end()) {
@@ -195,7 +194,18 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   for (auto& kv : children) std::stable_sort(kv.second.begin(), kv.second.end(), by_first);
   std::stable_sort(roots.begin(), roots.end(), by_first);
   std::string s;
+  // A tree of more nodes than the static table's rows is drawn up to that many (in tree order): a
+  // browser lays out a hundred thousand nested lists for seconds; the table has every entry.
+  std::size_t drawn = 0, skipped = 0;
   const auto node = [&](const auto& self, const std::string& name, int depth) -> void {
+    if (drawn >= kStaticTableRows) {
+      ++skipped;
+      const auto k = children.find(name);
+      if (k != children.end() && depth < 64)
+        for (const std::string& c : k->second) self(self, c, depth + 1);
+      return;
+    }
+    ++drawn;
     const auto v = verdict_of.find(name);
     const char* cls = v == verdict_of.end() ? "unpaired" : verdict_class(*v->second);
     s += "<li><span class=\"" + std::string(cls) + "\">" + escape(name) + "</span>";
@@ -211,26 +221,10 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     s += "</li>";
   };
   for (const std::string& r : roots) node(node, r, 0);
+  if (skipped)
+    s += "<li class=\"meta\">... and " + std::to_string(skipped) +
+         " more modules, not drawn (the table below has every paired entry)</li>";
   return s.empty() ? "<p class=\"meta\">No module entries.</p>" : "<ul class=\"tree\">" + s + "</ul>";
-}
-
-inline std::string entry_table(const Judgement& j) {
-  std::string s =
-      "<table id=\"entries\"><thead><tr><th>#</th><th>target entry</th><th>bench entries</th><th>match</th>"
-      "<th>input error</th><th>output error</th><th>verdict</th></tr></thead><tbody>";
-  for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
-    const EntryVerdict& v = j.verdicts[i];
-    std::string bench;
-    for (const Entry* e : v.pair->bench) bench += (bench.empty() ? "" : " + ") + e->name;
-    const char* cls = verdict_class(v);
-    s += std::string("<tr") + (&v == j.source ? " class=\"source\"" : "") + "><td class=\"num\" data-key=\"" +
-         std::to_string(i) + "\">" + std::to_string(i) + "</td><td>" + escape(v.pair->target->name) + "</td><td>" +
-         escape(bench) + "</td><td>" + escape(v.pair->method) + "</td><td class=\"num\" data-key=\"" +
-         sort_key(v.input_error) + "\">" + number(v.input_error) + "</td><td class=\"num\" data-key=\"" +
-         sort_key(v.output_error) + "\">" + number(v.output_error) + "</td><td class=\"" + cls + "\">" + cls +
-         "</td></tr>";
-  }
-  return s + "</tbody></table>";
 }
 
 inline std::string frames(const nlohmann::ordered_json& stack) {
@@ -285,14 +279,25 @@ inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j,
   s += "<h2>Module tree (target)</h2>" + html::module_tree(t, j) + "\n";
   s += "<h2>Stack of the " + std::string(j.source ? "source" : "first diverging entry") + "</h2>" +
        html::frames(answer ? detail::stack_of(t, answer->pair->target->name) : nlohmann::ordered_json()) + "\n";
-  s += "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>" + html::entry_table(j) + "\n";
+  bool virtualised = false;
+  s +=
+      "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>" + html::entry_table(j, virtualised) + "\n";
   const auto& un = report["unmatched"];
   s += "<h2>Unmatched</h2><details><summary>" + std::to_string(un["target_only"].size()) + " target-only, " +
        std::to_string(un["bench_only"].size()) + " bench-only</summary><ul>";
-  for (const char* side : {"target_only", "bench_only"}) {
-    for (const auto& e : un[side]) s += std::string("<li>") + side + ": " + escape(e.get<std::string>()) + "</li>";
+  for (const char* side : {"target_only", "bench_only"}) {  // a long list: its start (the JSON has it all)
+    std::size_t shown = 0;
+    for (const auto& e : un[side]) {
+      if (++shown > html::kStaticTableRows) {
+        s += std::string("<li>") + side + ": ... and " + std::to_string(un[side].size() - html::kStaticTableRows) +
+             " more (first_divergence.json lists them all)</li>";
+        break;
+      }
+      s += std::string("<li>") + side + ": " + escape(e.get<std::string>()) + "</li>";
+    }
   }
-  s += "</ul></details>\n<script>" + std::string(html::kScript) + "</script>\n</body></html>\n";
+  s += "</ul></details>\n<script>" + std::string(virtualised ? html::kVirtualScript : html::kScript) +
+       "</script>\n</body></html>\n";
   return s;
 }
 

@@ -52,6 +52,16 @@ inline std::optional<double> number(const Json& v) {
   return std::nullopt;
 }
 
+// py_str(a) == py_str(b), without making the texts when both are doubles: Python's repr names each
+// double apart (-0.0 too), and every NaN "nan".
+inline bool same_text(const Json& a, const Json& b) {
+  if (a.is_number_float() && b.is_number_float()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
+  }
+  return py_str(a) == py_str(b);
+}
+
 inline std::string reversed_shape(const std::string& shape) {
   if (shape.size() < 2 || shape.front() != '[') return shape;
   std::vector<std::string> dims;
@@ -94,7 +104,7 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
   const double eps = dtype_epsilon(t.dtype);
   double worst = 0;
   for (int s = 0; s < 4; ++s) {
-    if (py_str(t.stats[s]) == py_str(b.stats[s])) continue;
+    if (detail::same_text(t.stats[s], b.stats[s])) continue;
     const auto x = detail::number(t.stats[s]), y = detail::number(b.stats[s]);
     if (!x || !y) {
       // msprobe leaves Mean and Norm of an integer tensor (indices, positions) null: a statistic

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchprobe/analysis/compare/python_text.hpp"
@@ -24,10 +25,12 @@ using TensorCellsFn = std::function<std::array<std::string, 6>(const Row& npu, c
 
 struct TableRow {
   const Row* npu = nullptr;
-  const Row* bench = nullptr;          // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
-  std::string diff[8];                 // Max/Min/Mean/L2norm diff, then the four RelativeErr
-  std::array<std::string, 6> metrics;  // tensor mode: Cosine ... Five Thousandths Err Ratio
-  int level = 0;                       // 0 pass, 1 warning, 2 error
+  const Row* bench = nullptr;  // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
+  std::string diff[8];         // Max/Min/Mean/L2norm diff, then the four RelativeErr
+  // Tensor mode: Cosine ... Five Thousandths Err Ratio (six cells); empty in the other modes, where
+  // six empty strings per row were 190 MB of a million-entry compare.
+  std::vector<std::string> metrics;
+  int level = 0;  // 0 pass, 1 warning, 2 error
   std::vector<std::string> messages;
 };
 
@@ -63,15 +66,27 @@ inline const Json& na_cell() {
   return na;
 }
 
-// One statistic's (diff, relative error) for one row; `int_cols` says pandas parsed both whole
+// classify(), numbers without a str() and lower() of them.
+inline ValType classify_fast(const Json& v) {
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    return std::isnan(x) ? ValType::nan : std::isinf(x) ? (x > 0 ? ValType::inf : ValType::neg_inf) : ValType::num;
+  }
+  if (v.is_number()) return ValType::num;  // an integer's str() is its digits
+  return classify(v);
+}
+
+// One statistic's (diff, relative error) for one row, from the cells and their str() (made once per
+// cell: this runs for every row of a million-entry compare); `int_cols` says pandas parsed both whole
 // columns as integers.
-inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
-  if (py_str(n) == py_str(b)) return {"0", "0"};
-  const ValType tn = classify(n), tb = classify(b);
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, const std::string& n_text,
+                                                     const std::string& b_text, bool int_cols) {
+  if (n_text == b_text) return {"0", "0"};
+  const ValType tn = classify_fast(n), tb = classify_fast(b);
   using V = ValType;
   if (tn == V::na || tb == V::na) return {"N/A", "N/A"};
   if (tn == V::num && tb == V::num) {
-    const double x = pandas_parse(py_str(n))->value, y = pandas_parse(py_str(b))->value;
+    const double x = pandas_parse(n_text)->value, y = pandas_parse(b_text)->value;
     const double diff = x - y;
     const std::string d = int_cols ? std::to_string(static_cast<long long>(diff)) : py_float_str(diff);
     if (y == 0) return {d, "inf"};
@@ -88,6 +103,9 @@ inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& 
   if (tn == V::num && tb == V::inf) return {"-inf", "-inf"};
   if (tn == V::num && tb == V::neg_inf) return {"inf", "inf"};
   return {"N/A", "N/A"};
+}
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
+  return stat_diff(n, b, py_str(n), py_str(b), int_cols);
 }
 
 inline bool is_inf_or_nan(const Json& v) {
@@ -252,30 +270,37 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
     }
   }
   if (mode == CsvMode::summary) {
+    const std::string na = "N/A";
     for (int s = 0; s < 4; ++s) {
       // pandas.to_numeric(column.astype(str)): integer results only when every cell is an integer.
-      bool n_int = true, b_int = true;
-      for (const TableRow& r : t.rows) {
-        const auto pn = pandas_parse(py_str(r.npu->stats[s]));
-        n_int = n_int && pn && pn->is_int;
-        const auto pb = r.bench ? pandas_parse(py_str(r.bench->stats[s])) : std::nullopt;
-        b_int = b_int && pb && pb->is_int;
-      }
-      for (TableRow& r : t.rows) {
-        const auto [d, rel] =
-            detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_int && b_int);
-        r.diff[s] = d;
-        r.diff[4 + s] = rel;
+      // The cells are written as if not (one str() per cell), and again in the rare column of integers.
+      bool ints = true;
+      for (int pass = 0; pass < 2; ++pass) {
+        for (TableRow& r : t.rows) {
+          const std::string n_text = py_str(r.npu->stats[s]), b_text = r.bench ? py_str(r.bench->stats[s]) : na;
+          if (pass == 0 && ints) {
+            const auto pn = pandas_parse(n_text);
+            const auto pb = r.bench ? pandas_parse(b_text) : std::nullopt;
+            ints = pn && pn->is_int && pb && pb->is_int;
+          }
+          auto [d, rel] = detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text,
+                                            b_text, pass == 1);
+          r.diff[s] = std::move(d);
+          r.diff[4 + s] = std::move(rel);
+        }
+        if (!ints) break;
       }
     }
   }
   if (mode == CsvMode::tensor) {
     for (TableRow& r : t.rows) {
       // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported
-      if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells)
-        r.metrics = tensor_cells(*r.npu, *r.bench);
-      else
-        r.metrics.fill("unsupported");
+      if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells) {
+        const auto cells = tensor_cells(*r.npu, *r.bench);
+        r.metrics.assign(cells.begin(), cells.end());
+      } else {
+        r.metrics.assign(6, "unsupported");
+      }
     }
   }
   for (std::size_t i = 0; i < t.rows.size();) {  // one entry's rows are contiguous
@@ -285,74 +310,6 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
     detail::judge_entry(group, mode);
   }
   return t;
-}
-
-inline std::vector<std::string> table_header(const Table& t) {
-  std::vector<std::string> h = {"NPU Name",         "Bench Name",         "NPU Dtype",         "Bench Dtype",
-                                "NPU Tensor Shape", "Bench Tensor Shape", "NPU Requires_grad", "Bench Requires_grad"};
-  if (t.mode == CsvMode::summary) {
-    for (const char* c : {"Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
-                          "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
-                          "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
-      h.emplace_back(c);
-  } else if (t.mode == CsvMode::tensor) {
-    for (const char* c :
-         {"Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio",
-          "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
-      h.emplace_back(c);
-  } else {
-    h.emplace_back("NPU MD5");
-    h.emplace_back("BENCH MD5");
-  }
-  for (const char* c : {"Requires_grad Consistent", "Result", "Err_message"}) h.emplace_back(c);
-  if (t.stack_column) h.emplace_back("NPU_Stack_Info");
-  if (t.mode == CsvMode::tensor) h.emplace_back("Data_name");
-  return h;
-}
-
-// The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
-inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
-  const auto cell = [](const Json& v) {
-    if (v.is_number_float() && std::isinf(v.get<double>())) return std::string(v.get<double>() > 0 ? " inf" : " -inf");
-    return py_str(v);
-  };
-  const Row& n = *r.npu;
-  const Row* b = r.bench;
-  const std::string na = "N/A";
-  std::vector<std::string> c = {n.name,  b ? b->name : na,  n.dtype,         b ? b->dtype : na,
-                                n.shape, b ? b->shape : na, n.requires_grad, b ? b->requires_grad : na};
-  if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
-    if (t.mode == CsvMode::summary)
-      for (const auto& d : r.diff) c.push_back(d);
-    else
-      for (const auto& m : r.metrics) c.push_back(m);
-    for (const auto& s : n.stats) c.push_back(cell(s));
-    for (int s = 0; s < 4; ++s) c.push_back(b ? cell(b->stats[s]) : na);
-  } else {
-    c.push_back(n.md5);
-    c.push_back(b ? b->md5 : na);
-  }
-  c.push_back(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False");
-  static const char* kLevel[] = {"pass", "warning", "error"};
-  c.emplace_back(kLevel[r.level]);
-  std::string msg = "[";
-  for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
-  c.push_back(msg + "]");
-  if (t.stack_column) c.push_back(n.stack ? *n.stack : na);
-  if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
-    c.push_back("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]");
-  return c;
-}
-
-inline std::string table_csv(const Table& t) {
-  std::string out;
-  const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
-    out += '\n';
-  };
-  line(table_header(t));
-  for (const TableRow& r : t.rows) line(table_cells(t, r));
-  return out;
 }
 
 }  // namespace torchprobe::compare

@@ -78,8 +78,12 @@ inline Json summary_cell(const Json& v) {
 inline Row leaf_row(const Json& item, const std::string& op_name, const std::string& state) {
   Row r;
   r.state = state;
-  const auto get = [&](const char* k) { return item.contains(k) ? item[k] : Json(); };
-  const Json data_name = get("data_name");
+  static const Json kNull;
+  const auto get = [&](const char* k) -> const Json& {  // a reference: a copy per key cost a row's time
+    const auto it = item.find(k);
+    return it == item.end() ? kNull : *it;
+  };
+  const Json& data_name = get("data_name");
   if (data_name.is_string() && !data_name.get<std::string>().empty()) r.data_name = data_name.get<std::string>();
   r.name = op_name;
   if (r.data_name != "-1") r.name = r.data_name.substr(0, r.data_name.rfind('.'));
@@ -88,11 +92,11 @@ inline Row leaf_row(const Json& item, const std::string& op_name, const std::str
   static const char* kStats[4] = {"Max", "Min", "Mean", "Norm"};
   Json stats[4];
   for (int i = 0; i < 4; ++i) stats[i] = get(kStats[i]);
-  const Json dtype = get("dtype");
+  const Json& dtype = get("dtype");
   const bool has_dtype = !(dtype.is_null() || (dtype.is_string() && dtype.get<std::string>().empty()) ||
                            (dtype.is_boolean() && !dtype.get<bool>()));
   const std::string type = get("type").is_string() ? get("type").get<std::string>() : "";
-  const Json value = get("value");
+  const Json& value = get("value");
   if (has_dtype) {
     r.dtype = py_str(dtype);
     r.shape = py_str(get("shape"));
@@ -122,7 +126,7 @@ inline Row leaf_row(const Json& item, const std::string& op_name, const std::str
     for (auto& s : stats) s = value;
   }
   for (int i = 0; i < 4; ++i) r.stats[i] = summary_cell(stats[i]);
-  const Json md5 = get("md5");
+  const Json& md5 = get("md5");
   r.md5 = md5.is_string() && !md5.get<std::string>().empty() ? md5.get<std::string>()
                                                              : crc32_hex(item.contains("value") ? py_str(value) : "");
   return r;
@@ -210,12 +214,18 @@ inline std::vector<Row> dump_rows(const Dump& d) {
           (is_digits(second) ? std::to_string(order) : second) + "." + (is_digits(last) ? std::to_string(order) : last);
     }
     // reorder_index: inputs (and anything else), parameters, outputs, parameters_grad.
+    // Each row's place is decided before any is moved (a row is moved, not copied, into `ordered`).
+    const auto place = [](const std::string& state) {
+      return state == "parameters" ? 1 : state == "output" ? 2 : state == "parameters_grad" ? 3 : 0;
+    };
+    std::vector<int> places;
+    places.reserve(items.size());
+    for (const Row& r : items) places.push_back(place(r.state));
     std::vector<Row> ordered;
-    for (const char* state : {"", "parameters", "output", "parameters_grad"}) {
-      for (auto& r : items) {
-        const bool other = r.state != "parameters" && r.state != "output" && r.state != "parameters_grad";
-        if ((*state == '\0' && other) || r.state == state) ordered.push_back(r);
-      }
+    ordered.reserve(items.size());
+    for (int p = 0; p < 4; ++p) {
+      for (std::size_t k = 0; k < items.size(); ++k)
+        if (places[k] == p) ordered.push_back(std::move(items[k]));
     }
     for (std::size_t i = 0; i < ordered.size(); ++i) {
       Row& r = ordered[i];

@@ -1,0 +1,125 @@
+#pragma once
+// The text of msprobe's compare_result_{timestamp}.csv from a Table (msprobe_table.hpp): its header,
+// each row's cells as msprobe writes them, and the whole CSV, as one string or in pieces for a file.
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "torchprobe/analysis/compare/msprobe_table.hpp"
+#include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/python_csv.hpp"
+
+namespace torchprobe::compare {
+
+inline std::vector<std::string> table_header(const Table& t) {
+  std::vector<std::string> h = {"NPU Name",         "Bench Name",         "NPU Dtype",         "Bench Dtype",
+                                "NPU Tensor Shape", "Bench Tensor Shape", "NPU Requires_grad", "Bench Requires_grad"};
+  if (t.mode == CsvMode::summary) {
+    for (const char* c : {"Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
+                          "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
+                          "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
+      h.emplace_back(c);
+  } else if (t.mode == CsvMode::tensor) {
+    for (const char* c :
+         {"Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio",
+          "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"})
+      h.emplace_back(c);
+  } else {
+    h.emplace_back("NPU MD5");
+    h.emplace_back("BENCH MD5");
+  }
+  for (const char* c : {"Requires_grad Consistent", "Result", "Err_message"}) h.emplace_back(c);
+  if (t.stack_column) h.emplace_back("NPU_Stack_Info");
+  if (t.mode == CsvMode::tensor) h.emplace_back("Data_name");
+  return h;
+}
+
+// The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
+// The row's cells as msprobe's CSV holds them, each handed to put(std::string_view) in column order
+// (the CSV appends them where they are: a vector of strings per row cost as much as the rest).
+template <class Put>
+void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
+  char buf[40];
+  const auto cell = [&](const Json& v) {
+    if (v.is_number_float()) {
+      const double x = v.get<double>();
+      if (std::isinf(x)) return put(std::string_view(x > 0 ? " inf" : " -inf"));
+      if (!std::isnan(x))  // py_str's text, without a string
+        return put(std::string_view(buf, static_cast<std::size_t>(io::write_python_float(buf, x) - buf)));
+    }
+    put(std::string_view(py_str(v)));
+  };
+  const Row& n = *r.npu;
+  const Row* b = r.bench;
+  const std::string na = "N/A";
+  for (const std::string* c : {&n.name, b ? &b->name : &na, &n.dtype, b ? &b->dtype : &na, &n.shape,
+                               b ? &b->shape : &na, &n.requires_grad, b ? &b->requires_grad : &na})
+    put(std::string_view(*c));
+  if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
+    if (t.mode == CsvMode::summary)
+      for (const auto& d : r.diff) put(std::string_view(d));
+    else
+      for (const auto& m : r.metrics) put(std::string_view(m));
+    for (const auto& s : n.stats) cell(s);
+    for (int s = 0; s < 4; ++s) b ? cell(b->stats[s]) : put(std::string_view(na));
+  } else {
+    put(std::string_view(n.md5));
+    put(std::string_view(b ? b->md5 : na));
+  }
+  put(std::string_view(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False"));
+  static const char* kLevel[] = {"pass", "warning", "error"};
+  put(std::string_view(kLevel[r.level]));
+  std::string msg = "[";
+  for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
+  msg += "]";
+  put(std::string_view(msg));
+  if (t.stack_column) put(std::string_view(n.stack ? *n.stack : na));
+  if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
+    put(std::string_view("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]"));
+}
+
+// The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
+inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
+  std::vector<std::string> c;
+  each_table_cell(t, r, [&](std::string_view v) { c.emplace_back(v); });
+  return c;
+}
+
+// The CSV, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a gigabyte:
+// held whole, the text alone would double the memory the compare needs).
+template <class Sink>
+void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
+  std::string out;
+  out.reserve(chunk + 4096);
+  const auto flush = [&] {
+    if (out.size() < chunk) return;
+    sink(std::string_view(out));
+    out.clear();
+  };
+  const std::vector<std::string> header = table_header(t);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    if (i) out += ',';
+    io::append_csv_field(out, header[i]);
+  }
+  out += '\n';
+  for (const TableRow& r : t.rows) {
+    bool first = true;
+    each_table_cell(t, r, [&](std::string_view v) {
+      if (!first) out += ',';
+      first = false;
+      io::append_csv_field(out, v);
+    });
+    out += '\n';
+    flush();
+  }
+  if (!out.empty()) sink(std::string_view(out));
+}
+
+inline std::string table_csv(const Table& t) {
+  std::string out;
+  table_csv_chunks(t, [&](std::string_view piece) { out.append(piece); });
+  return out;
+}
+
+}  // namespace torchprobe::compare
