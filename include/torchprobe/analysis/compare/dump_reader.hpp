@@ -51,59 +51,6 @@ inline std::string recovery_missing(const nlohmann::ordered_json& doc) {
                                                                           : std::string("(not said)");
 }
 
-namespace detail {
-// Python's json writes NaN, Infinity and -Infinity as bare tokens, which nlohmann rejects: outside
-// strings they become marker strings, turned back into doubles after parsing.
-constexpr const char* kNanMark = "\\u0001tp:NaN";
-constexpr const char* kInfMark = "\\u0001tp:Infinity";
-constexpr const char* kNegInfMark = "\\u0001tp:-Infinity";
-
-inline std::string mark_python_floats(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) {
-        out += text[++i];
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') in_string = true;
-    const auto at = [&](const char* token) { return text.compare(i, std::strlen(token), token) == 0; };
-    if (at("NaN")) {
-      out += std::string("\"") + kNanMark + "\"";
-      i += 2;
-    } else if (at("Infinity")) {
-      out += std::string("\"") + kInfMark + "\"";
-      i += 7;
-    } else if (at("-Infinity")) {
-      out += std::string("\"") + kNegInfMark + "\"";
-      i += 8;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-inline void unmark_python_floats(nlohmann::ordered_json& j) {
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    if (s.size() > 4 && s[0] == '\x01' && s.compare(1, 3, "tp:") == 0) {
-      const std::string t = s.substr(4);
-      j = t == "NaN" ? std::nan("") : t == "Infinity" ? HUGE_VAL : -HUGE_VAL;
-    }
-  } else if (j.is_structured()) {
-    for (auto& v : j) unmark_python_floats(v);
-  }
-}
-}  // namespace detail
-
 // The whole file as text, in one read of its size (a stream iterator reads it byte by byte).
 inline std::string read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

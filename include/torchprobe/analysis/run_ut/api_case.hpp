@@ -97,11 +97,10 @@ inline Dump read_dump(const std::string& path) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Json root;
   try {
-    root = Json::parse(compare::detail::mark_python_floats(text));
-  } catch (const nlohmann::json::exception& e) {
+    root = compare::parse_json_text(text);
+  } catch (const compare::JsonSyntaxError& e) {
     throw RunUtError(path + ": malformed JSON (" + std::string(e.what()) + ")");
   }
-  compare::detail::unmark_python_floats(root);
   return parse_dump(root, path);
 }
 
