@@ -162,7 +162,11 @@ class OrderedJsonBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
 // Parses JSON text (with Python's NaN / Infinity / -Infinity); throws JsonSyntaxError.
 inline nlohmann::ordered_json parse_json_text(std::string_view text) {
   detail::OrderedJsonBuilder builder;
-  nlohmann::ordered_json::sax_parse(detail::mark_python_floats(text), &builder);
+  // Most dumps have no non-finite float: then the text is parsed where it is, without a marked copy.
+  if (text.find("NaN") == std::string_view::npos && text.find("Infinity") == std::string_view::npos)
+    nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &builder);
+  else
+    nlohmann::ordered_json::sax_parse(detail::mark_python_floats(text), &builder);
   return std::move(builder.result);
 }
 
