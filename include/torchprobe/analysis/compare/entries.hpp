@@ -14,6 +14,11 @@ struct Entry {
   std::vector<const Row*> rows;
   bool is_module() const { return name.rfind("Module.", 0) == 0 || name.rfind("Cell.", 0) == 0; }
   std::string suffix(const Row& r) const { return r.name.rfind(name, 0) == 0 ? r.name.substr(name.size()) : r.name; }
+  const Row* first_output() const {
+    for (const Row* r : rows)
+      if (r->is_output()) return r;
+    return nullptr;
+  }
   const Row* row(const std::string& suffix_) const {
     for (const Row* r : rows) {
       if (suffix(*r) == suffix_) return r;

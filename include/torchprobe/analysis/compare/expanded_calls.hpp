@@ -23,12 +23,6 @@ inline bool expanded_api(const std::string& canon) {
   static const std::set<std::string> kExpanded = {"multi_head_attention_forward", "scaled_dot_product_attention"};
   return kExpanded.count(canon) > 0;
 }
-
-inline const Row* first_output(const Entry& e) {
-  for (const Row* r : e.rows)
-    if (r->is_output()) return r;
-  return nullptr;
-}
 }  // namespace detail
 
 // Returns whether it took back template pairs that crossed an expanded call (the templates pair the
@@ -167,7 +161,7 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
       for (const Row* r : p.rows) {
         if (!r->is_output()) continue;
         for (std::size_t k = run.size(); k-- > 0;) {
-          const Row* o = detail::first_output(*run[k]);
+          const Row* o = run[k]->first_output();
           if (o && o->shape == r->shape && o->dtype == r->dtype) {
             links.push_back(python_is_target ? RowLink{r, o} : RowLink{o, r});
             member_of_output[out_k] = run[k];

@@ -94,11 +94,8 @@ inline std::vector<Item> canonical_items(const std::vector<const Entry*>& entrie
 constexpr std::size_t kLookahead = 8;
 inline std::string signature(const Item& it) {
   const Entry* e = it.direction == "forward" ? it.members.back() : it.members.front();
-  for (const Row* r : e->rows) {
-    if (!r->is_output()) continue;
-    return (float_dtype(r->dtype) ? std::string("float") : r->dtype) + r->shape;
-  }
-  return "";
+  const Row* r = e->first_output();
+  return r ? (float_dtype(r->dtype) ? std::string("float") : r->dtype) + r->shape : "";
 }
 
 // The number of elements of a shape as the dumps write it ("[4, 3]": 12; not a shape: -1).
@@ -204,12 +201,10 @@ inline std::vector<RowLink> same_suffix_links(const Entry& t, const Entry& b) {
 }
 
 inline std::string value_key(const Entry& e) {
-  for (const Row* r : e.rows) {
-    if (r->is_output())
-      return e.direction + "|" + r->dtype + "|" + r->shape + "|" + py_str(r->stats[0]) + "|" + py_str(r->stats[1]) +
-             "|" + py_str(r->stats[2]) + "|" + py_str(r->stats[3]) + "|" + r->md5;
-  }
-  return "";
+  const Row* r = e.first_output();
+  return r ? e.direction + "|" + r->dtype + "|" + r->shape + "|" + py_str(r->stats[0]) + "|" + py_str(r->stats[1]) +
+                 "|" + py_str(r->stats[2]) + "|" + py_str(r->stats[3]) + "|" + r->md5
+           : "";
 }
 
 }  // namespace detail

@@ -1,17 +1,19 @@
 #pragma once
 // Why an entry has no partner, when it is in one dump by nature (issue 41, items 2 and 4): a C++
 // dump against msprobe's Python dump of the same model has calls that only one side can record.
-// Such entries are listed with their reason (first_divergence.json's unmatched.explained), never
+// Such entries are listed with their reason (first_divergence.json's unmatched.by_nature), never
 // as data missing from the other side; everything else stays target-only or bench-only.
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/entries.hpp"
 #include "torchprobe/analysis/compare/statistics_origin.hpp"
+#include "torchprobe/analysis/compare/templates.hpp"
 
 namespace torchprobe::compare {
 
@@ -20,89 +22,18 @@ namespace detail {
 // msprobe 26's LOW_RISK_API_SET (msprobe/pytorch/dump/api_dump/api_risk_level.py): APIs its dump
 // leaves out by default. A copy of msprobe's list, kept as msprobe spells it.
 inline const std::set<std::string>& msprobe_low_risk_apis() {
-  static const std::set<std::string> kLowRisk = {"squeeze",
-                                                 "unsqueeze",
-                                                 "reshape",
-                                                 "reshape_as",
-                                                 "view",
-                                                 "view_as",
-                                                 "flatten",
-                                                 "unflatten",
-                                                 "expand",
-                                                 "expand_as",
-                                                 "repeat",
-                                                 "repeat_interleave",
-                                                 "tile",
-                                                 "transpose",
-                                                 "permute",
-                                                 "moveaxis",
-                                                 "movedim",
-                                                 "swapaxes",
-                                                 "swapdims",
-                                                 "chunk",
-                                                 "unsafe_chunk",
-                                                 "split",
-                                                 "split_with_sizes",
-                                                 "unsafe_split",
-                                                 "unsafe_split_with_sizes",
-                                                 "tensor_split",
-                                                 "hsplit",
-                                                 "vsplit",
-                                                 "dsplit",
-                                                 "unbind",
-                                                 "stack",
-                                                 "cat",
-                                                 "concat",
-                                                 "concatenate",
-                                                 "hstack",
-                                                 "vstack",
-                                                 "dstack",
-                                                 "column_stack",
-                                                 "row_stack",
-                                                 "align_as",
-                                                 "align_to",
-                                                 "atleast_1d",
-                                                 "atleast_2d",
-                                                 "atleast_3d",
-                                                 "ravel",
-                                                 "clamp",
-                                                 "unfold",
-                                                 "type_as",
-                                                 "to",
-                                                 "float",
-                                                 "double",
-                                                 "int",
-                                                 "long",
-                                                 "half",
-                                                 "bfloat16",
-                                                 "byte",
-                                                 "char",
-                                                 "bool",
-                                                 "cfloat",
-                                                 "numpy",
-                                                 "empty",
-                                                 "empty_like",
-                                                 "zeros",
-                                                 "zeros_like",
-                                                 "ones",
-                                                 "ones_like",
-                                                 "full",
-                                                 "full_like",
-                                                 "arange",
-                                                 "linspace",
-                                                 "logspace",
-                                                 "eye",
-                                                 "identity",
-                                                 "diag",
-                                                 "diagflat",
-                                                 "diag_embed",
-                                                 "triu",
-                                                 "tril",
-                                                 "triu_indices",
-                                                 "tril_indices",
-                                                 "clone",
-                                                 "__bool__",
-                                                 "stride"};
+  // clang-format off
+  static const std::set<std::string> kLowRisk = {
+      "squeeze", "unsqueeze", "reshape", "reshape_as", "view", "view_as", "flatten", "unflatten", "expand",
+      "expand_as", "repeat", "repeat_interleave", "tile", "transpose", "permute", "moveaxis", "movedim", "swapaxes",
+      "swapdims", "chunk", "unsafe_chunk", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes",
+      "tensor_split", "hsplit", "vsplit", "dsplit", "unbind", "stack", "cat", "concat", "concatenate", "hstack",
+      "vstack", "dstack", "column_stack", "row_stack", "align_as", "align_to", "atleast_1d", "atleast_2d",
+      "atleast_3d", "ravel", "clamp", "unfold", "type_as", "to", "float", "double", "int", "long", "half", "bfloat16",
+      "byte", "char", "bool", "cfloat", "numpy", "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like",
+      "full", "full_like", "arange", "linspace", "logspace", "eye", "identity", "diag", "diagflat", "diag_embed",
+      "triu", "tril", "triu_indices", "tril_indices", "clone", "__bool__", "stride"};
+  // clang-format on
   return kLowRisk;
 }
 
@@ -120,11 +51,6 @@ inline const char* cpp_only_reason(const std::string& api) {
   };
   const auto it = kReasons.find(api);
   return it == kReasons.end() ? nullptr : it->second;
-}
-
-inline std::string api_of(const Entry& e) {
-  const auto p = split_dots(e.name);
-  return p.size() == 4 ? p[1] : "";
 }
 
 // Every entry construct.json names, as a key or as a parent.
@@ -154,7 +80,8 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
   bool low_risk_dumped = false;
   const auto t_structure = detail::structure_names(t), b_structure = detail::structure_names(b);
   for (const Entry& e : python_target ? target_entries : bench_entries) {
-    if (!e.is_module() && detail::msprobe_low_risk_apis().count(detail::api_of(e))) low_risk_dumped = true;
+    if (!e.is_module() && detail::msprobe_low_risk_apis().count(std::get<1>(detail::api_parts(e))))
+      low_risk_dumped = true;
   }
   const auto reason = [&](const Entry& e, bool target_side) -> std::string {
     const auto& other = target_side ? b_structure : t_structure;
@@ -175,7 +102,7 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
                            "module (its parent uses the weights directly)";
     }
     if (python_side || e.name.rfind("Aten.", 0) != 0) return "";
-    const std::string api = detail::api_of(e);
+    const std::string api = std::get<1>(detail::api_parts(e));
     if (const char* r = detail::cpp_only_reason(api)) return r;
     if (!low_risk_dumped && detail::msprobe_low_risk_apis().count(api))
       return "msprobe 26 leaves its low-risk APIs (views, reshapes, creation ops: api_risk_level.py) out of "
