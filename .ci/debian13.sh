@@ -28,7 +28,7 @@ CLEAN_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 # libunwind8: capture_call_stack loads it at run time (as on Debian 12, where libtorch pulls it
 # in), so the stack-trace test compares libunwind with glibc here too.
 PACKAGES=(g++ cmake make libtorch-dev python3-torch libxsimd-dev nlohmann-json3-dev
-          doctest-dev zlib1g-dev libbenchmark-dev binutils libunwind8)
+          doctest-dev zlib1g-dev libbenchmark-dev binutils libunwind8 libsimdjson-dev)
 # Changing anything in the stamp (the recipe number or the package list) makes the
 # next run reinstall the packages in the kept chroot.
 STAMP_FILE=/etc/torchprobe-ci.stamp

@@ -5401,7 +5401,10 @@ namespace torchprobe::io {
 inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 inline void append_csv_field(std::string& out, std::string_view s) {
-  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
+  // One pass over the characters (find_first_of calls memchr on the four for every character).
+  const bool plain =
+      std::none_of(s.begin(), s.end(), [](char c) { return c == ',' || c == '"' || c == '\r' || c == '\n'; });
+  if (plain) {
     out.append(s);
     return;
   }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include "../skip.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -365,4 +366,29 @@ TEST_CASE("the float sums' allowance: not between two TorchProbe dumps, not on a
   CHECK(norm_pair({8, 64}, 22.640547, true).status == 1);
   // Max of 3.25 moved by 200 epsilons (a weight scaled by 1 + 1000 * 2^-23 moves it by more).
   CHECK(norm_pair({1000, 1000}, 22.640811, true, 3.25 * (1 + 200 * std::ldexp(1.0, -23))).status == 1);
+}
+
+TEST_CASE("a number passed as int on one side and float on the other is the same number, not a dtype divergence") {
+  // C++ passes softplus's beta as 1.0 where Python's nn.Softplus passes 1: msprobe writes
+  // "<class 'float'>" for one and "<class 'int'>" for the other.
+  const auto scalar = [](const char* dtype, const Json& value) {
+    Row r;
+    r.name = "Aten.softplus.0.forward.input.1";
+    r.dtype = dtype;
+    r.shape = "[]";
+    for (auto& s : r.stats) s = value;
+    return r;
+  };
+  const Row py_int = scalar("<class 'int'>", 1), cpp_float = scalar("<class 'float'>", 1.0);
+  const Row other = scalar("<class 'float'>", 1.5), text = scalar("<class 'str'>", "1");
+  for (const JudgeMode mode : {JudgeMode::tol, JudgeMode::exact}) {
+    CHECK(row_error({&py_int, &cpp_float}, mode, false) == 0);
+    CHECK(row_error({&cpp_float, &py_int}, mode, false) == 0);
+    CHECK(row_error({&py_int, &other}, mode, false) > kDefaultTolEpsilons);  // 1 against 1.5 diverges
+    CHECK(row_error({&py_int, &text}, mode, false) == kInf);                 // a string is no number
+  }
+  // 1 against 1 + 2^-52 (one float64 epsilon): within the tol mode's threshold, not exact.
+  const Row near = scalar("<class 'float'>", 1.0 + std::ldexp(1.0, -52));
+  CHECK(row_error({&py_int, &near}, JudgeMode::tol, false) <= kDefaultTolEpsilons);
+  CHECK(row_error({&py_int, &near}, JudgeMode::exact, false) == kInf);
 }

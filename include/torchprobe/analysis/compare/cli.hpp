@@ -9,10 +9,14 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <exception>
+#include <utility>
 #include <unordered_set>
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/dump_rows_reader.hpp"
 #include "torchprobe/analysis/compare/first_divergence.hpp"
 #include "torchprobe/analysis/compare/html_report.hpp"
 #include "torchprobe/analysis/compare/msprobe_csv.hpp"
@@ -128,7 +132,8 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
 // A step recovered incomplete after a crash (`torchprobe recover`) holds the first entries of the
 // step: the entries of `other` after the last one it has were not recovered, and are left out of the
 // comparison (said on `log`) rather than reported as unpaired.
-inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::ostream& log) {
+inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::vector<Row>& other_rows,
+                                  std::ostream& log) {
   if (incomplete.incomplete.empty()) return;
   // Set lookups and one cut of the tail: ordered_json's contains() and erase() scan the entries, so
   // a call per entry was quadratic in the dump's size.
@@ -141,9 +146,65 @@ inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::ostr
     if (has.count((entries.begin() + static_cast<std::ptrdiff_t>(at))->first)) last = at + 1;
   const std::size_t dropped = entries.size() - last;
   while (entries.size() > last) entries.pop_back();
+  // Rows are in entry order: the cut entries' rows are the tail.
+  while (!other_rows.empty() && other_rows.back().entry_index >= last) other_rows.pop_back();
   log << "note: " << incomplete.file.string()
       << " is a step recovered incomplete after a crash (missing: " << incomplete.incomplete << "); the " << dropped
       << " entries of " << other.file.string() << " after its last one are left out, not reported as unpaired\n";
+}
+
+// A function run on a thread of its own; finish() waits for it and rethrows what it threw. Its
+// destructor waits too, so that an error on the calling thread never leaves it running.
+class BackgroundTask {
+ public:
+  BackgroundTask() = default;
+  BackgroundTask(const BackgroundTask&) = delete;
+  BackgroundTask& operator=(const BackgroundTask&) = delete;
+  ~BackgroundTask() {
+    if (thread_.joinable()) thread_.join();
+  }
+  template <class Fn>
+  void start(Fn& fn) {
+    thread_ = std::thread([this, &fn] {
+      try {
+        fn();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+  }
+  void finish() {
+    if (thread_.joinable()) thread_.join();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  std::thread thread_;
+  std::exception_ptr error_;
+};
+
+// Both sides read at once, one thread each (compare's reading is most of its time, and a second
+// core is idle meanwhile). An error of the target is reported first, as if read in turn.
+inline std::pair<DumpRows, DumpRows> load_both(const std::filesystem::path& target,
+                                               const std::filesystem::path& bench) {
+  std::optional<DumpRows> t, b;
+  std::exception_ptr target_error, bench_error;
+  std::thread reader([&] {
+    try {
+      b = load_dump_rows(bench);
+    } catch (...) {
+      bench_error = std::current_exception();
+    }
+  });
+  try {
+    t = load_dump_rows(target);
+  } catch (...) {
+    target_error = std::current_exception();
+  }
+  reader.join();
+  if (target_error) std::rethrow_exception(target_error);
+  if (bench_error) std::rethrow_exception(bench_error);
+  return {std::move(*t), std::move(*b)};
 }
 
 inline int run_compare(const CompareOptions& o, std::ostream& log) {
@@ -159,10 +220,15 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
     if (!o.map.empty()) user_map = read_user_map(o.map);
     nlohmann::ordered_json summary = nlohmann::ordered_json::object();
     for (const DumpPair& p : pairs) {
-      Dump t = load_dump(p.target);
-      Dump b = load_dump(p.bench);
-      leave_out_unrecovered(t, b, log);
-      leave_out_unrecovered(b, t, log);
+      auto both = load_both(p.target, p.bench);
+      DumpRows& tside = both.first;
+      DumpRows& bside = both.second;
+      Dump& t = tside.dump;
+      Dump& b = bside.dump;
+      std::vector<Row>& trows = tside.rows;
+      std::vector<Row>& brows = bside.rows;
+      leave_out_unrecovered(t, b, brows, log);
+      leave_out_unrecovered(b, t, trows, log);
       if (t.task != b.task)
         throw InputError(p.target.string() + " has task \"" + t.task + "\" but " + p.bench.string() + " has \"" +
                          b.task + "\": compare needs the same task");
@@ -188,10 +254,6 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
           log << "[" << k << "/4] " << what << " (" << t.data.size() << " + " << b.data.size() << " entries)\n";
       };
       stage(1, "rows");
-      auto trows = dump_rows(t);
-      drop_entry_values(t);
-      auto brows = dump_rows(b);
-      drop_entry_values(b);
       stage(2, tensor_mode ? "msprobe's table, reading the .pt files" : "msprobe's table");
       TensorCellsFn cells;
       std::size_t files = 0;
@@ -205,17 +267,26 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
           return o.pt_cells(tdir / n.data_name, bdir / g.data_name);
         };
       }
-      Table table = msprobe_table(trows, brows, mode, t.has_stack_file, cells);
-      bar.finish();
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
-      {
+      Table table;
+      const auto write_csv = [&] {
+        table = msprobe_table(trows, brows, mode, t.has_stack_file, cells);
+        bar.finish();
         std::ofstream out(csv, std::ios::binary);
         table_csv_chunks(table, [&](std::string_view piece) {
           out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
         });
         out.flush();
         if (!out) throw std::runtime_error(csv.string() + ": cannot be written");
-      }
+      };
+      // msprobe's table and its CSV (a gigabyte for a million entries, whose writing waits on the
+      // disk) are made on a thread of their own while the entries are paired and judged: both only
+      // read the rows. Tensor mode stays on this thread: its progress bar writes to the log.
+      BackgroundTask csv_task;
+      if (tensor_mode)
+        write_csv();
+      else
+        csv_task.start(write_csv);
       stage(3, "matching and judging");
       // Entries are judged by the statistics every dump.json carries, tensor dumps included.
       Judgement j = judge(t, b, trows, brows, stats_mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
@@ -225,17 +296,17 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
       const fs::path page = o.out / ("report" + p.suffix + ".html");
       write_file(page, html_report(t, b, j, report));
+      csv_task.finish();  // rethrows what the CSV's thread threw
       diverged = diverged || j.diverged();
       log << p.target.string() << " vs " << p.bench.string() << ": " << j.summary_line() << "\n"
           << "  wrote " << csv.string() << ", " << fd.string() << " and " << page.string() << "\n";
       if (o.exit_after) {
         struct Left {
-          Dump t, b;
-          std::vector<Row> trows, brows;
+          DumpRows t, b;
           Table table;
           Judgement j;
         };
-        static_cast<void>(new Left{std::move(t), std::move(b), std::move(trows), std::move(brows), std::move(table),
+        static_cast<void>(new Left{std::move(tside), std::move(bside), std::move(table),
                                    std::move(j)});  // never deleted: see exit_after
       }
     }

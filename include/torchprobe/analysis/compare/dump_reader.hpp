@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,13 +29,16 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// construct.json: each entry's parent module. Hashed: a million entries made a tree slow to build.
+using Parents = std::unordered_map<std::string, std::string>;
+
 struct Dump {
   std::filesystem::path file;  // the dump.json
   std::string task, level;
   nlohmann::ordered_json data;  // entry name -> entry, in dump order
   bool has_stack_file = false;  // stack.json beside dump.json (msprobe then adds NPU_Stack_Info)
   std::map<std::string, nlohmann::ordered_json> stacks;  // entry name -> list of frames
-  std::map<std::string, std::string> parents;            // construct.json: entry -> parent module (non-null ones)
+  Parents parents;                                       // construct.json: entry -> parent module (non-null ones)
   bool has_md5 = false;                                  // some item carries "md5" (msprobe's md5 mode when both do)
   // A step recovered incomplete after a crash (`torchprobe recover`: "torchprobe_recovery" with
   // "complete": false): what it says is missing. Empty for a whole step.
@@ -92,26 +96,26 @@ inline bool any_md5(const nlohmann::ordered_json& j) {
 }
 }  // namespace detail
 
-inline Dump load_dump(const std::filesystem::path& dump_json) {
-  namespace fs = std::filesystem;
-  if (!fs::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
-  Dump d;
-  d.file = dump_json;
-  auto j = read_json_file(dump_json);
-  if (!j.is_object() || !j.contains("task") || !j["task"].is_string() || !j.contains("data") || !j["data"].is_object())
-    throw InputError(dump_json.string() + ": not a dump.json (needs a \"task\" string and a \"data\" object)");
-  d.task = j["task"].get<std::string>();
-  if (j.contains("level") && j["level"].is_string()) d.level = j["level"].get<std::string>();
-  d.incomplete = recovery_missing(j);
-  d.data = std::move(j["data"]);
-  if (d.data.empty()) throw InputError(dump_json.string() + ": the dump holds no entries (\"data\" is empty)");
-  for (auto it = d.data.begin(); it != d.data.end(); ++it) {
-    if (!it.value().is_object()) throw InputError(dump_json.string() + ": entry " + it.key() + " is not an object");
-  }
-  d.has_md5 = detail::any_md5(d.data);
+namespace detail {
+inline std::filesystem::path dump_dir(const Dump& d) {
+  return d.file.parent_path().empty() ? std::filesystem::path(".") : d.file.parent_path();
+}
 
-  const fs::path dir = dump_json.parent_path().empty() ? fs::path(".") : dump_json.parent_path();
-  const fs::path stack = dir / "stack.json";
+// construct.json beside the dump.json, into the dump.
+inline void load_construct_file(Dump& d) {
+  const std::filesystem::path construct = dump_dir(d) / "construct.json";
+  if (!std::filesystem::exists(construct)) return;
+  const auto c = read_json_file(construct);
+  if (!c.is_object()) throw InputError(construct.string() + ": construct.json must be an object");
+  for (auto it = c.begin(); it != c.end(); ++it) {
+    if (it.value().is_string()) d.parents[it.key()] = it.value().get<std::string>();
+  }
+}
+
+// stack.json beside the dump.json, into the dump.
+inline void load_stack_file(Dump& d) {
+  namespace fs = std::filesystem;
+  const fs::path stack = dump_dir(d) / "stack.json";
   if (fs::exists(stack)) {
     d.has_stack_file = true;
     const auto s = read_json_file(stack);
@@ -127,15 +131,38 @@ inline Dump load_dump(const std::filesystem::path& dump_json) {
       for (auto it = s.begin(); it != s.end(); ++it) d.stacks[it.key()] = it.value();
     }
   }
-  const fs::path construct = dir / "construct.json";
-  if (fs::exists(construct)) {
-    const auto c = read_json_file(construct);
-    if (!c.is_object()) throw InputError(construct.string() + ": construct.json must be an object");
-    for (auto it = c.begin(); it != c.end(); ++it) {
-      if (it.value().is_string()) d.parents[it.key()] = it.value().get<std::string>();
-    }
+}
+
+// The dump whose dump.json at `dump_json` holds `text`.
+inline Dump dump_from_text(const std::filesystem::path& dump_json, const std::string& text) {
+  Dump d;
+  d.file = dump_json;
+  nlohmann::ordered_json j;
+  try {
+    j = parse_json_text(text);
+  } catch (const JsonSyntaxError& e) {
+    throw InputError(dump_json.string() + ": not valid JSON (truncated or corrupt): " + e.what());
   }
+  if (!j.is_object() || !j.contains("task") || !j["task"].is_string() || !j.contains("data") || !j["data"].is_object())
+    throw InputError(dump_json.string() + ": not a dump.json (needs a \"task\" string and a \"data\" object)");
+  d.task = j["task"].get<std::string>();
+  if (j.contains("level") && j["level"].is_string()) d.level = j["level"].get<std::string>();
+  d.incomplete = recovery_missing(j);
+  d.data = std::move(j["data"]);
+  if (d.data.empty()) throw InputError(dump_json.string() + ": the dump holds no entries (\"data\" is empty)");
+  for (auto it = d.data.begin(); it != d.data.end(); ++it) {
+    if (!it.value().is_object()) throw InputError(dump_json.string() + ": entry " + it.key() + " is not an object");
+  }
+  d.has_md5 = any_md5(d.data);
+  load_stack_file(d);
+  load_construct_file(d);
   return d;
+}
+}  // namespace detail
+
+inline Dump load_dump(const std::filesystem::path& dump_json) {
+  if (!std::filesystem::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
+  return detail::dump_from_text(dump_json, read_text_file(dump_json));
 }
 
 // Once its rows are made, a dump's entries are needed by name only (stats_origin): their values,

@@ -6,6 +6,7 @@
 // neighbours: the pair is a group (method "group"), its outputs linked to the last ATen call with
 // the same shape and dtype, and its backward with those calls' backward entries.
 #include <algorithm>
+#include <unordered_set>
 #include <map>
 #include <set>
 #include <string>
@@ -30,7 +31,7 @@ inline bool expanded_api(const std::string& canon) {
 // inside its one call): the caller then runs the templates again on what is left. Costs one scan of
 // the names unless a side has an unpaired expanded call; then linear in the entries per such call.
 inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                                std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+                                std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
   const auto is_expanded = [](const Entry& e) {
     if (e.is_module() || e.direction != "forward" || e.name.rfind("Aten.", 0) == 0) return false;
     const auto [prefix, api, dir] = detail::api_parts(e);

@@ -80,9 +80,11 @@ inline bool forward_first(const Entry& a, const Entry& b) {
 
 // The first entry, in execution order, whose inputs are all finite and some output is not.
 inline const Entry* first_overflow(const std::vector<Entry>& entries) {
+  // Execution order (forward_first); entries come in dump order, so a stable partition is that sort.
   std::vector<const Entry*> order;
+  order.reserve(entries.size());
   for (const Entry& e : entries) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return forward_first(*a, *b); });
+  std::stable_partition(order.begin(), order.end(), [](const Entry* e) { return e->direction == "forward"; });
   for (const Entry* e : order) {
     bool finite_in = true, bad_out = false;
     for (const Row* r : e->rows) {
@@ -168,11 +170,13 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   std::vector<Row> st, sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
+  // Execution order (forward_first): the pairs come in target order, so a stable partition.
   std::vector<const EntryPair*> order;
+  order.reserve(j.matching.pairs.size());
   for (const EntryPair& p : j.matching.pairs) order.push_back(&p);
-  std::stable_sort(order.begin(), order.end(), [](const EntryPair* a, const EntryPair* b) {
-    return detail::forward_first(*a->target, *b->target);
-  });
+  std::stable_partition(order.begin(), order.end(),
+                        [](const EntryPair* p) { return p->target->direction == "forward"; });
+  j.verdicts.reserve(order.size());
   for (const EntryPair* p : order)
     j.verdicts.push_back(judge_pair(*p, mode, j.threshold, csv_mode == CsvMode::md5, levels, j.float_sums));
   for (EntryVerdict& v : j.verdicts) {

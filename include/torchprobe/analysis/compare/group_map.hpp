@@ -16,6 +16,7 @@
 // backward entry's inputs are the gradients of the forward outputs, its outputs those of the
 // forward inputs: `input.N` <-> `output.N`).
 #include <map>
+#include <unordered_set>
 #include <set>
 #include <string>
 #include <utility>
@@ -83,7 +84,7 @@ std::vector<std::vector<const EntryT*>> group_runs(const std::vector<const Entry
 // Pairs what the group items of `map` describe, among the entries not yet in `by_target`/`used`.
 template <class EntryT, class PairT>
 void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& bench, const UserMap& map,
-                  std::map<const EntryT*, PairT>& by_target, std::set<const EntryT*>& used) {
+                  std::map<const EntryT*, PairT>& by_target, std::unordered_set<const EntryT*>& used) {
   const auto unpaired = [&](const std::vector<EntryT>& side, bool is_target, bool forward) {
     std::vector<const EntryT*> out;
     for (const EntryT& e : side) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -142,7 +143,9 @@ inline std::string error_chart(const Judgement& j) {
 
 // The target's module tree from construct.json, each module coloured by its verdict.
 inline std::string module_tree(const Dump& t, const Judgement& j) {
-  std::map<std::string, const EntryVerdict*> verdict_of;
+  // Hashed lookups by names that outlive them (a million-entry tree of strings was slow).
+  std::unordered_map<std::string_view, const EntryVerdict*> verdict_of;
+  verdict_of.reserve(j.verdicts.size());
   for (const EntryVerdict& v : j.verdicts) verdict_of[v.pair->target->name] = &v;
   std::map<std::string, std::vector<std::string>> children;
   std::vector<std::string> roots;
@@ -176,7 +179,8 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     }
   }
   // Execution order: a node comes where the first entry under it does.
-  std::map<std::string, std::size_t> first;
+  std::unordered_map<std::string, std::size_t> first;  // owns its keys: the sort below moves the names
+  first.reserve(j.target_entries.size());
   for (std::size_t i = 0; i < j.target_entries.size(); ++i) first.emplace(j.target_entries[i].name, i);
   const auto first_of = [&](const auto& self, const std::string& name, int depth) -> std::size_t {
     const auto f = first.find(name);

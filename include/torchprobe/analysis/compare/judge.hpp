@@ -83,10 +83,18 @@ inline std::string reversed_shape(const std::string& shape) {
 
 // A paired row's error in the mode's unit (epsilons for tol; 0 or infinity for exact).
 // `float_sums`: a side's Mean and Norm are float sums, so theirs count beyond the allowance only.
+// A Python number passed as an argument: str(type(value)) of an int or a float.
+inline bool python_number_class(const std::string& dtype) {
+  return dtype == "<class 'int'>" || dtype == "<class 'float'>";
+}
+
 inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_sums = false) {
   const Row& t = *l.target;
   const Row& b = *l.bench;
-  if (t.dtype != b.dtype) return kInf;
+  // The same number written int on one side and float on the other (Python passes softplus's beta
+  // as 1, C++ as 1.0) is judged as floats; any other dtype difference is a divergence.
+  const bool int_and_float = t.dtype != b.dtype && python_number_class(t.dtype) && python_number_class(b.dtype);
+  if (t.dtype != b.dtype && !int_and_float) return kInf;
   if (l.reshaped ? detail::shape_numel(b.shape) != detail::shape_numel(t.shape)
                  : (l.transposed ? detail::reversed_shape(b.shape) : b.shape) != t.shape)
     return kInf;
@@ -101,7 +109,7 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
       if (const auto v = detail::number(r->stats[s]); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
     }
   }
-  const double eps = dtype_epsilon(t.dtype);
+  const double eps = dtype_epsilon(int_and_float ? "<class 'float'>" : t.dtype);
   double worst = 0;
   for (int s = 0; s < 4; ++s) {
     if (detail::same_text(t.stats[s], b.stats[s])) continue;

@@ -15,6 +15,9 @@
 //             output, kept only while both sides' order is preserved.
 // Inside a pair, rows link by their suffix (".input.0") or by the template's argument map.
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <map>
 #include <set>
 #include <string>
@@ -33,7 +36,7 @@ namespace torchprobe::compare {
 // Pass 4: templates, in order of (canonical name, direction) on each side. Run again after pass 4b,
 // which may take back pairs that crossed an expanded call.
 inline void pair_templates(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                           std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+                           std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
   const auto left = [&](const std::vector<Entry>& side, bool is_target) {
     std::vector<const Entry*> out;
     for (const Entry& e : side) {
@@ -92,13 +95,14 @@ inline void pair_templates(const std::vector<Entry>& target, const std::vector<E
 
 // `*_parents`: construct.json of each side (entry -> its module), for the alignment inside modules.
 inline Matching match_entries(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                              const UserMap* user_map = nullptr,
-                              const std::map<std::string, std::string>* target_parents = nullptr,
-                              const std::map<std::string, std::string>* bench_parents = nullptr) {
+                              const UserMap* user_map = nullptr, const Parents* target_parents = nullptr,
+                              const Parents* bench_parents = nullptr) {
   Matching m;
-  std::map<std::string, const Entry*> bench_by_key;
+  std::unordered_map<std::string_view, const Entry*> bench_by_key;  // the first entry of each key
+  bench_by_key.reserve(bench.size());
   for (const Entry& e : bench) bench_by_key.emplace(e.key, &e);
-  std::set<const Entry*> used;
+  std::unordered_set<const Entry*> used;
+  used.reserve(bench.size());
   std::map<const Entry*, EntryPair> by_target;
   for (const Entry& t : target) {  // pass 1: exact
     const auto it = bench_by_key.find(t.key);
@@ -179,7 +183,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
     if (it == by_target.end())
       m.target_only.push_back(&t);
     else if (!it->second.bench.empty())
-      m.pairs.push_back(it->second);
+      m.pairs.push_back(std::move(it->second));
   }
   for (const Entry& b : bench) {
     if (!used.count(&b)) m.bench_only.push_back(&b);

@@ -7,6 +7,7 @@
 // one side then stays inside its module: it cannot shift every later call of the same API onto the wrong partner, as
 // the global k-th-occurrence rule of the template pass can.
 #include <algorithm>
+#include <unordered_set>
 #include <map>
 #include <unordered_map>
 #include <set>
@@ -56,9 +57,8 @@ namespace torchprobe::compare {
 // The pass: pairs what it aligns in `by_target` / `used` (method "align"). `*_parents`: each side's
 // construct.json, entry -> its module.
 inline void align_inside_modules(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                                 const std::map<std::string, std::string>* target_parents,
-                                 const std::map<std::string, std::string>* bench_parents,
-                                 std::map<const Entry*, EntryPair>& by_target, std::set<const Entry*>& used) {
+                                 const Parents* target_parents, const Parents* bench_parents,
+                                 std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
   // A call's backward entries ("Aten.addmm.0" -> Aten.addmm.0.backward), to pair with its forward.
   std::map<std::string, std::vector<const Entry*>> t_backward, b_backward;
   for (const Entry& e : target)
@@ -80,7 +80,7 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
   // Each module's forward non-module calls, in dump order, indexed once (a scan of the whole side per
   // module was quadratic in the dump's size).
   using Children = std::unordered_map<std::string, std::vector<const Entry*>>;
-  const auto children_of = [](const std::vector<Entry>& side, const std::map<std::string, std::string>& parents) {
+  const auto children_of = [](const std::vector<Entry>& side, const Parents& parents) {
     Children out;
     for (const Entry& e : side) {
       if (e.direction != "forward" || e.is_module()) continue;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "torchprobe/analysis/compare/python_text.hpp"
@@ -79,8 +80,8 @@ inline ValType classify_fast(const Json& v) {
 // One statistic's (diff, relative error) for one row, from the cells and their str() (made once per
 // cell: this runs for every row of a million-entry compare); `int_cols` says pandas parsed both whole
 // columns as integers.
-inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, const std::string& n_text,
-                                                     const std::string& b_text, bool int_cols) {
+inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, std::string_view n_text,
+                                                     std::string_view b_text, bool int_cols) {
   if (n_text == b_text) return {"0", "0"};
   const ValType tn = classify_fast(n), tb = classify_fast(b);
   using V = ValType;
@@ -106,6 +107,15 @@ inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& 
 }
 inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
   return stat_diff(n, b, py_str(n), py_str(b), int_cols);
+}
+
+// str() of a table cell: a finite float's is written into `buf` (no string made: this runs eight
+// times per row of a million-entry compare), anything else's kept in `keep`.
+inline std::string_view cell_text(const Json& v, char (&buf)[40], std::string& keep) {
+  if (v.is_number_float() && std::isfinite(v.get<double>()))
+    return std::string_view(buf, static_cast<std::size_t>(io::write_python_float(buf, v.get<double>()) - buf));
+  keep = py_str(v);
+  return keep;
 }
 
 inline bool is_inf_or_nan(const Json& v) {
@@ -251,17 +261,30 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
   Table t;
   t.mode = mode;
   t.stack_column = stack_column;
-  std::map<std::string, std::vector<const Row*>> by_key;
-  for (const Row& b : bench) by_key[b.key].push_back(&b);
+  // Bench rows by key: the first of each key hashed, the others chained in bench order (a vector
+  // per key, or a tree of a million keys, cost more than the rest of the table).
+  constexpr std::size_t kEnd = static_cast<std::size_t>(-1);
+  std::unordered_map<std::string_view, std::size_t> first_of;
+  first_of.reserve(bench.size());
+  std::vector<std::size_t> next(bench.size(), kEnd), last_of(bench.size(), kEnd);
+  for (std::size_t i = 0; i < bench.size(); ++i) {
+    const auto [it, added] = first_of.emplace(bench[i].key, i);
+    if (!added) next[last_of[it->second]] = i;
+    last_of[it->second] = i;  // the chain's last, kept at its first
+  }
+  last_of.clear();
+  last_of.shrink_to_fit();
+  t.rows.reserve(npu.size());
   for (const Row& n : npu) {
-    const auto it = by_key.find(n.key);
-    if (it == by_key.end()) {
+    const auto it = first_of.find(n.key);
+    if (it == first_of.end()) {
       TableRow row;
       row.npu = &n;
       t.rows.push_back(std::move(row));
       continue;
     }
-    for (const Row* b : it->second) {
+    for (std::size_t k = it->second; k != kEnd; k = next[k]) {
+      const Row* b = &bench[k];
       const bool comparable = n.dtype == b->dtype || (float_dtype(n.dtype) && float_dtype(b->dtype));
       TableRow row;
       row.npu = &n;
@@ -277,7 +300,11 @@ inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& 
       bool ints = true;
       for (int pass = 0; pass < 2; ++pass) {
         for (TableRow& r : t.rows) {
-          const std::string n_text = py_str(r.npu->stats[s]), b_text = r.bench ? py_str(r.bench->stats[s]) : na;
+          char n_buf[40], b_buf[40];
+          std::string n_keep, b_keep;
+          const std::string_view n_text = detail::cell_text(r.npu->stats[s], n_buf, n_keep);
+          const std::string_view b_text =
+              r.bench ? detail::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
           if (pass == 0 && ints) {
             const auto pn = pandas_parse(n_text);
             const auto pb = r.bench ? pandas_parse(b_text) : std::nullopt;

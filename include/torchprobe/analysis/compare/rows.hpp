@@ -7,9 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <unordered_map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,73 +74,147 @@ inline std::string crc32_hex(const std::string& s) {
 // msprobe's set_summary: a value whose str() is "nan" in any case becomes the string "Nan".
 inline Json summary_cell(const Json& v) {
   if (v.is_null()) return "None";
+  if (v.is_number_float()) return std::isnan(v.get<double>()) ? Json("Nan") : v;  // no str() of each number
+  if (v.is_number() || v.is_boolean()) return v;
   const std::string s = py_str(v);
   if (s == "nan" || s == "NaN" || s == "Nan" || s == "NAN") return "Nan";
   return v;
 }
 
-inline Row leaf_row(const Json& item, const std::string& op_name, const std::string& state) {
+// The JSON trees rows are made from: nlohmann's (Node = `const Json*`), and simdjson's DOM elements
+// (dump_rows_reader.hpp specializes NodeOps for them). A node gives: its type as nlohmann names it,
+// a string's text, str() of it as Python prints it, its value as a table cell, its size, its
+// members and items in order, and a member by key (a node for which found() is false if none).
+using JsonType = nlohmann::detail::value_t;
+template <class Node>
+struct NodeOps;
+
+template <>
+struct NodeOps<const Json*> {
+  static JsonType type(const Json* n) { return n->type(); }
+  static std::string_view string(const Json* n) { return n->get_ref<const std::string&>(); }
+  static std::string py_text(const Json* n) { return py_str(*n); }
+  static Json cell(const Json* n) { return *n; }
+  static std::size_t size(const Json* n) { return n->size(); }
+  template <class F>
+  static void members(const Json* n, F&& f) {
+    for (auto it = n->begin(); it != n->end(); ++it) f(std::string_view(it.key()), &it.value());
+  }
+  template <class F>
+  static void items(const Json* n, F&& f) {
+    for (const Json& item : *n) f(&item);
+  }
+  static const Json* find(const Json* n, const char* key) {
+    const auto it = n->find(key);
+    return it == n->end() ? nullptr : &*it;
+  }
+  static bool found(const Json* n) { return n != nullptr; }
+};
+
+// str(type(value)) in Python, for the value's JSON type. (A std::map keyed by nlohmann's value_t
+// gave floats "<class 'int'>": value_t's operator< ranks the three number types equal.)
+inline const char* python_class_name(JsonType t) {
+  switch (t) {
+    case JsonType::null: return "<class 'NoneType'>";
+    case JsonType::boolean: return "<class 'bool'>";
+    case JsonType::number_integer:
+    case JsonType::number_unsigned: return "<class 'int'>";
+    case JsonType::number_float: return "<class 'float'>";
+    case JsonType::string: return "<class 'str'>";
+    case JsonType::array: return "<class 'list'>";
+    case JsonType::object: return "<class 'dict'>";
+    default: return "<class 'object'>";
+  }
+}
+
+// nlohmann's empty(): null, and arrays and objects without elements.
+template <class Node>
+bool node_empty(const Node& n) {
+  using Ops = NodeOps<Node>;
+  const JsonType t = Ops::type(n);
+  return t == JsonType::null || ((t == JsonType::array || t == JsonType::object) && Ops::size(n) == 0);
+}
+
+template <class Node>
+Row leaf_row(const Node& item, const std::string& op_name, const std::string& state) {
+  using Ops = NodeOps<Node>;
   Row r;
   r.state = state;
-  static const Json kNull;
-  const auto get = [&](const char* k) -> const Json& {  // a reference: a copy per key cost a row's time
-    const auto it = item.find(k);
-    return it == item.end() ? kNull : *it;
-  };
-  const Json& data_name = get("data_name");
-  if (data_name.is_string() && !data_name.get<std::string>().empty()) r.data_name = data_name.get<std::string>();
+  // The keys read, found in one pass over the item's members (a find() per key scanned them each).
+  enum Key { kMax, kMin, kMean, kNorm, kDataName, kRequiresGrad, kDtype, kType, kValue, kShape, kMd5, kKeys };
+  static const char* const kNames[kKeys] = {"Max",   "Min",  "Mean",  "Norm",  "data_name", "requires_grad",
+                                            "dtype", "type", "value", "shape", "md5"};
+  Node found[kKeys] = {};
+  bool has[kKeys] = {};
+  Ops::members(item, [&](std::string_view k, const Node& v) {
+    for (int i = 0; i < kKeys; ++i) {
+      // the first letter rules out nearly every name before a comparison
+      if (!k.empty() && k[0] == kNames[i][0] && k == kNames[i]) {
+        found[i] = v;
+        has[i] = true;
+        break;
+      }
+    }
+  });
+  const auto type_of = [&](int k) { return has[k] ? Ops::type(found[k]) : JsonType::null; };
+  const auto cell = [&](int k) { return has[k] ? Ops::cell(found[k]) : Json(); };
+  const auto text = [&](int k) { return has[k] ? Ops::py_text(found[k]) : std::string("None"); };
+  const auto string = [&](int k) { return Ops::string(found[k]); };  // when type_of(k) is string
+  if (type_of(kDataName) == JsonType::string && !string(kDataName).empty())
+    r.data_name = std::string(string(kDataName));
   r.name = op_name;
   if (r.data_name != "-1") r.name = r.data_name.substr(0, r.data_name.rfind('.'));
-  if (item.contains("requires_grad") && !item["requires_grad"].is_null())
-    r.requires_grad = py_str(item["requires_grad"]);
-  static const char* kStats[4] = {"Max", "Min", "Mean", "Norm"};
+  if (type_of(kRequiresGrad) != JsonType::null) r.requires_grad = text(kRequiresGrad);
   Json stats[4];
-  for (int i = 0; i < 4; ++i) stats[i] = get(kStats[i]);
-  const Json& dtype = get("dtype");
-  const bool has_dtype = !(dtype.is_null() || (dtype.is_string() && dtype.get<std::string>().empty()) ||
-                           (dtype.is_boolean() && !dtype.get<bool>()));
-  const std::string type = get("type").is_string() ? get("type").get<std::string>() : "";
-  const Json& value = get("value");
+  for (int i = 0; i < 4; ++i) stats[i] = cell(kMax + i);
+  const JsonType dtype = type_of(kDtype);
+  const bool has_dtype = !(dtype == JsonType::null || (dtype == JsonType::string && string(kDtype).empty()) ||
+                           (dtype == JsonType::boolean && !cell(kDtype).template get<bool>()));
+  const std::string type = type_of(kType) == JsonType::string ? std::string(string(kType)) : "";
+  const JsonType value = type_of(kValue);
   if (has_dtype) {
-    r.dtype = py_str(dtype);
-    r.shape = py_str(get("shape"));
+    r.dtype = text(kDtype);
+    r.shape = text(kShape);
   } else if (type == "torch.Size") {
     r.dtype = type;
-    r.shape = py_str(value);
+    r.shape = text(kValue);
   } else if (type == "slice") {
     r.dtype = type;
-    r.shape = "(" + std::to_string(value.is_array() ? value.size() : 0) + ",)";
+    r.shape = "(" + std::to_string(value == JsonType::array ? Ops::size(found[kValue]) : 0) + ",)";
   } else if (type == "ellipsis") {
     r.dtype = type;
     r.shape = "[]";
-    for (auto& s : stats) s = value;
+    for (auto& s : stats) s = cell(kValue);
   } else {
-    static const std::map<nlohmann::detail::value_t, std::string> kClass = {
-        {nlohmann::detail::value_t::null, "<class 'NoneType'>"},
-        {nlohmann::detail::value_t::boolean, "<class 'bool'>"},
-        {nlohmann::detail::value_t::number_integer, "<class 'int'>"},
-        {nlohmann::detail::value_t::number_unsigned, "<class 'int'>"},
-        {nlohmann::detail::value_t::number_float, "<class 'float'>"},
-        {nlohmann::detail::value_t::string, "<class 'str'>"},
-        {nlohmann::detail::value_t::array, "<class 'list'>"},
-        {nlohmann::detail::value_t::object, "<class 'dict'>"}};
-    const auto cls = kClass.find(value.type());
-    r.dtype = cls == kClass.end() ? "<class 'object'>" : cls->second;
+    r.dtype = python_class_name(value);
     r.shape = "[]";
-    for (auto& s : stats) s = value;
+    for (auto& s : stats) s = cell(kValue);
   }
   for (int i = 0; i < 4; ++i) r.stats[i] = summary_cell(stats[i]);
-  const Json& md5 = get("md5");
-  r.md5 = md5.is_string() && !md5.get<std::string>().empty() ? md5.get<std::string>()
-                                                             : crc32_hex(item.contains("value") ? py_str(value) : "");
+  static const std::string kEmptyCrc = crc32_hex("");
+  r.md5 = type_of(kMd5) == JsonType::string && !string(kMd5).empty() ? std::string(string(kMd5))
+          : has[kValue]                                              ? crc32_hex(text(kValue))
+                                                                     : kEmptyCrc;
   return r;
 }
 
 // msprobe's op_item_parse.
-inline void parse_items(const Json& data, const std::string& op_name, const std::string& state, int depth,
-                        std::vector<Row>& out) {
+inline bool names_parameters_grad(std::string_view name) {
+  constexpr std::string_view kPart = "parameters_grad";
+  for (std::size_t at = name.find(kPart); at != std::string_view::npos; at = name.find(kPart, at + 1)) {
+    const std::size_t end = at + kPart.size();
+    if ((at == 0 || name[at - 1] == '.') && (end == name.size() || name[end] == '.')) return true;
+  }
+  return false;
+}
+
+// `grads`: op_name has a "parameters_grad" component (list items then keep the name).
+template <class Node>
+void parse_items(const Node& data, const std::string& op_name, const std::string& state, int depth,
+                 std::vector<Row>& out, bool grads) {
+  using Ops = NodeOps<Node>;
   if (depth > 50) throw InputError("entry " + op_name + " nests deeper than 50 levels");
-  if (data.is_null()) {
+  if (Ops::type(data) == JsonType::null) {
     Row r;
     r.name = op_name;
     r.state = state;
@@ -145,103 +223,136 @@ inline void parse_items(const Json& data, const std::string& op_name, const std:
     out.push_back(std::move(r));
     return;
   }
-  if (data.empty()) return;
-  if (data.is_array()) {
-    const bool grads = [&] {
-      for (const auto& p : split_dots(op_name)) {
-        if (p == "parameters_grad") return true;
-      }
-      return false;
-    }();
-    for (std::size_t i = 0; i < data.size(); ++i)
-      parse_items(data[i], grads ? op_name : op_name + "." + std::to_string(i), state, depth + 1, out);
-  } else if (data.is_object()) {
-    if (data.contains("type") && data["type"].is_string()) {
+  if (node_empty(data)) return;
+  if (Ops::type(data) == JsonType::array) {
+    std::size_t i = 0;
+    Ops::items(data, [&](const Node& item) {
+      parse_items(item, grads ? op_name : op_name + "." + std::to_string(i), state, depth + 1, out, grads);
+      ++i;
+    });
+  } else if (Ops::type(data) == JsonType::object) {
+    const Node type = Ops::find(data, "type");
+    if (Ops::found(type) && Ops::type(type) == JsonType::string) {
       out.push_back(leaf_row(data, op_name, state));
       return;
     }
-    for (auto it = data.begin(); it != data.end(); ++it)
-      parse_items(it.value(), op_name + "." + it.key(), state, depth + 1, out);
+    Ops::members(data, [&](std::string_view key, const Node& v) {
+      parse_items(v, op_name + "." + std::string(key), state, depth + 1, out, grads || names_parameters_grad(key));
+    });
   }
 }
 
 }  // namespace detail
 
-// The rows of one dump, in msprobe's order, with their compare keys.
-inline std::vector<Row> dump_rows(const Dump& d) {
-  std::vector<Row> rows;
-  std::map<std::string, int> backward_count;
-  std::size_t index = 0;
-  for (auto it = d.data.begin(); it != d.data.end(); ++it, ++index) {
-    const std::string& op_name = it.key();
-    const Json& op = it.value();
-    const auto parts = detail::split_dots(op_name);
-    const std::string last = parts.back(), second = parts.size() >= 2 ? parts[parts.size() - 2] : "";
-    std::vector<Row> items;
+// Makes the rows of a dump entry by entry, in dump order: msprobe's order within an entry, and the
+// compare keys, whose backward call numbers count the entries seen before. The fast reader
+// (dump_rows_reader.hpp) feeds it one entry at a time, so that no whole dump is held as JSON nodes.
+class RowMaker {
+ public:
+  explicit RowMaker(const Dump& d) : dump_(d) {}
+
+  // Appends the rows of entry `op_name` (the entry's position in dump order is counted here); `op`
+  // is the entry's node (rows.hpp's node functions: a `const Json*`, or a simdjson DOM element).
+  template <class Node>
+  void add(const std::string& op_name, const Node& op, std::vector<Row>& rows) {
+    const std::size_t index = index_++;
+    // The name's last two dot-separated parts, and what comes before each (msprobe splits on dots).
+    const std::size_t last_dot = op_name.rfind('.');
+    const std::string_view name(op_name);
+    const std::string_view last = last_dot == std::string::npos ? name : name.substr(last_dot + 1);
+    const std::size_t second_dot =
+        last_dot == std::string::npos || last_dot == 0 ? std::string::npos : op_name.rfind('.', last_dot - 1);
+    const std::string_view second = last_dot == std::string::npos ? std::string_view()
+                                    : second_dot == std::string::npos
+                                        ? name.substr(0, last_dot)
+                                        : name.substr(second_dot + 1, last_dot - second_dot - 1);
+    const std::size_t parts = static_cast<std::size_t>(std::count(op_name.begin(), op_name.end(), '.')) + 1;
+    std::vector<Row>& items = items_;  // kept between entries: its room is reused
+    items.clear();
     if (last == "parameters_grad" || second == "parameters_grad") {
-      detail::parse_items(op, op_name, "parameters_grad", 0, items);
+      detail::parse_items(op, op_name, "parameters_grad", 0, items, true);
     } else {
+      const bool grads_name = detail::names_parameters_grad(op_name);
       static const std::pair<const char*, const char*> kIo[] = {{"input_args", "input"},
                                                                 {"input_kwargs", "input"},
                                                                 {"input", "input"},
                                                                 {"output", "output"},
                                                                 {"parameters", "parameters"}};
       for (const auto& [key, state] : kIo) {
-        if (op.contains(key)) detail::parse_items(op[key], op_name + "." + state, state, 0, items);
+        const Node item = detail::NodeOps<Node>::find(op, key);
+        if (detail::NodeOps<Node>::found(item))
+          detail::parse_items(item, op_name + "." + state, state, 0, items, grads_name);
       }
     }
     // split_data_name_components: entries named neither ...forward/backward[.N] nor parameters_grad
     // are skipped by msprobe.
     std::string stem, call, direction;
     if (last == "parameters_grad" || second == "parameters_grad") {
-      stem = detail::join_dots(parts, parts.size() - 1);
+      stem = last_dot == std::string::npos ? "" : op_name.substr(0, last_dot);
       direction = "parameters_grad";
     } else if (last == "forward" || second == "forward" || last == "backward" || second == "backward") {
       direction = (last == "forward" || second == "forward") ? "forward" : "backward";
-      stem = parts.size() > 2 ? detail::join_dots(parts, parts.size() - 2) : "";
-      call = second + "." + last;
+      stem = parts > 2 ? op_name.substr(0, second_dot) : "";
+      call = std::string(second) + "." + std::string(last);
     }
-    if (stem.empty()) continue;
+    if (stem.empty()) return;
     int order = 0;  // counted even for an entry without rows, as msprobe does
-    if (direction == "backward") order = backward_count[stem]++;
-    if (items.empty()) continue;
-    const auto is_digits = [](const std::string& s) {
+    if (direction == "backward") order = backward_count_[stem]++;
+    if (items.empty()) return;
+    const auto is_digits = [](std::string_view s) {
       return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
     };
     std::string new_call = call;
     if (direction == "backward" && (is_digits(second) || is_digits(last))) {
-      new_call =
-          (is_digits(second) ? std::to_string(order) : second) + "." + (is_digits(last) ? std::to_string(order) : last);
+      new_call = (is_digits(second) ? std::to_string(order) : std::string(second)) + "." +
+                 (is_digits(last) ? std::to_string(order) : std::string(last));
     }
     // reorder_index: inputs (and anything else), parameters, outputs, parameters_grad.
-    // Each row's place is decided before any is moved (a row is moved, not copied, into `ordered`).
     const auto place = [](const std::string& state) {
       return state == "parameters" ? 1 : state == "output" ? 2 : state == "parameters_grad" ? 3 : 0;
     };
-    std::vector<int> places;
-    places.reserve(items.size());
-    for (const Row& r : items) places.push_back(place(r.state));
-    std::vector<Row> ordered;
-    ordered.reserve(items.size());
+    // Each row's place is decided before any is moved (a row is moved, not copied, into `rows`).
+    places_.clear();
+    for (const Row& r : items) places_.push_back(place(r.state));
+    const std::string entry_key = new_call == call ? op_name : stem + "." + new_call;
+    bool first = true;
     for (int p = 0; p < 4; ++p) {
-      for (std::size_t k = 0; k < items.size(); ++k)
-        if (places[k] == p) ordered.push_back(std::move(items[k]));
-    }
-    for (std::size_t i = 0; i < ordered.size(); ++i) {
-      Row& r = ordered[i];
-      r.entry = op_name;
-      r.entry_index = index;
-      std::string suffix = r.name;  // full name with every occurrence of the entry name removed
-      for (std::size_t pos; (pos = suffix.find(op_name)) != std::string::npos;) suffix.erase(pos, op_name.size());
-      r.entry_key = new_call == call ? op_name : stem + "." + new_call;
-      r.key = new_call == call ? r.name : r.entry_key + suffix;
-      if (i == 0 && d.has_stack_file) {
-        const auto s = d.stacks.find(op_name);
-        if (s != d.stacks.end() && !s->second.is_null()) r.stack = py_str(s->second);
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        if (places_[k] != p) continue;
+        Row& r = items[k];
+        r.entry = op_name;
+        r.entry_index = index;
+        r.entry_key = entry_key;
+        if (new_call == call) {
+          r.key = r.name;
+        } else {
+          std::string suffix = r.name;  // full name with every occurrence of the entry name removed
+          for (std::size_t pos; (pos = suffix.find(op_name)) != std::string::npos;) suffix.erase(pos, op_name.size());
+          r.key = entry_key + suffix;
+        }
+        if (first && dump_.has_stack_file) {
+          const auto s = dump_.stacks.find(op_name);
+          if (s != dump_.stacks.end() && !s->second.is_null()) r.stack = py_str(s->second);
+        }
+        first = false;
+        rows.push_back(std::move(r));
       }
-      rows.push_back(std::move(r));
     }
   }
+
+ private:
+  const Dump& dump_;
+  std::unordered_map<std::string, int> backward_count_;
+  std::vector<Row> items_;
+  std::vector<int> places_;
+  std::size_t index_ = 0;
+};
+
+// The rows of one dump, in msprobe's order, with their compare keys.
+inline std::vector<Row> dump_rows(const Dump& d) {
+  std::vector<Row> rows;
+  RowMaker maker(d);
+  for (auto it = d.data.begin(); it != d.data.end(); ++it) maker.add(it.key(), &it.value(), rows);
   return rows;
 }
 

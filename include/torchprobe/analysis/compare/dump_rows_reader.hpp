@@ -1,0 +1,358 @@
+#pragma once
+// A dump.json read straight into compare rows, one entry at a time. Reading the whole "data" object
+// into JSON nodes first (load_dump) costs gigabytes for a million entries and most of the reading
+// time; here simdjson's On-Demand parser walks the text, each entry becomes a small JSON value
+// that RowMaker turns into rows (rows.hpp), and only the entry names are kept (Dump::data, values
+// null). Any text that is not plain (Python's NaN or Infinity, a repeated entry name, invalid
+// JSON, a number beyond 64 bits, an entry that is not an object, ...) is read by load_dump instead,
+// which gives it exactly the meaning and the error messages it always had. Without simdjson
+// (TORCHPROBE_HAVE_SIMDJSON unset: a build that did not find it) every dump is read that way.
+#include <string.h>  // memmem
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/rows.hpp"
+
+#if defined(TORCHPROBE_HAVE_SIMDJSON)
+#include <simdjson.h>
+#endif
+
+namespace torchprobe::compare {
+
+// A dump (its entries' values dropped) with its rows.
+struct DumpRows {
+  Dump dump;
+  std::vector<Row> rows;
+};
+
+namespace detail {
+
+// load_dump, then the rows, then the values dropped.
+inline DumpRows dump_rows_through_json(const std::filesystem::path& dump_json, const std::string& text) {
+  DumpRows out{dump_from_text(dump_json, text), {}};
+  out.rows = dump_rows(out.dump);
+  drop_entry_values(out.dump);
+  return out;
+}
+
+#if defined(TORCHPROBE_HAVE_SIMDJSON)
+// The text needs load_dump's reading (see the file's comment).
+struct NotPlain {};
+
+// Python's bare NaN / Infinity outside strings; a dump holding none of the words at all is plain.
+inline bool has_python_floats(std::string_view text) {
+  return text.find("NaN") != std::string_view::npos || text.find("Infinity") != std::string_view::npos;
+}
+
+// A top-level value other than "data" (small: "task", "torchprobe_recovery", ...), read from its
+// text by compare's JSON reader.
+inline Json small_value(simdjson::ondemand::value v) {
+  using simdjson::ondemand::json_type;
+  const json_type t = v.type().value();
+  std::string_view text;
+  if (t == json_type::object) {
+    simdjson::ondemand::object o = v.get_object();
+    text = o.raw_json();
+  } else if (t == json_type::array) {
+    simdjson::ondemand::array a = v.get_array();
+    text = a.raw_json();
+  } else {
+    text = v.raw_json_token();
+  }
+  try {
+    return parse_json_text(text);
+  } catch (const JsonSyntaxError&) {
+    throw NotPlain{};
+  }
+}
+
+// An integer written -0 (nlohmann reads it as a signed integer, simdjson's DOM as 0 like any other):
+// a text holding one anywhere (even inside a string) is load_dump's to read.
+inline bool has_integer_negative_zero(std::string_view text) {
+  for (const char *p = text.data(), *end = text.data() + text.size();
+       (p = static_cast<const char*>(::memmem(p, static_cast<std::size_t>(end - p), "-0", 2))) != nullptr; p += 2) {
+    const char next = p + 2 < end ? p[2] : ' ';
+    if (next != '.' && next != 'e' && next != 'E' && !(next >= '0' && next <= '9')) return true;
+  }
+  return false;
+}
+
+// A node of simdjson's DOM for rows.hpp; `present` is false for a member that is not there.
+struct DomNode {
+  simdjson::dom::element value;
+  bool present = false;
+};
+
+// Python's repr of a DOM value, as py_repr does it for nlohmann's.
+inline std::string dom_py_repr(simdjson::dom::element v) {
+  using T = simdjson::dom::element_type;
+  switch (v.type()) {
+    case T::NULL_VALUE: return "None";
+    case T::BOOL: return bool(v) ? "True" : "False";
+    case T::INT64: return std::to_string(std::int64_t(v));
+    case T::UINT64: return std::to_string(std::uint64_t(v));
+    case T::DOUBLE: return py_float_str(double(v));
+    case T::STRING: return py_str_repr(std::string_view(v));
+    case T::ARRAY: {
+      std::string out = "[";
+      bool first = true;
+      for (simdjson::dom::element item : simdjson::dom::array(v)) {
+        out += (first ? "" : ", ") + dom_py_repr(item);
+        first = false;
+      }
+      return out + "]";
+    }
+    case T::OBJECT: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto member : simdjson::dom::object(v)) {
+        out += (first ? "" : ", ") + py_str_repr(member.key) + ": " + dom_py_repr(member.value);
+        first = false;
+      }
+      return out + "}";
+    }
+    default:  // a kind a newer simdjson adds (big integers): load_dump's to read
+      break;
+  }
+  throw NotPlain{};
+}
+
+// A DOM value as the JSON value nlohmann's parser makes of the same text: a non-negative integer
+// is number_unsigned, a negative one number_integer.
+inline Json dom_to_json(simdjson::dom::element v) {
+  using T = simdjson::dom::element_type;
+  switch (v.type()) {
+    case T::NULL_VALUE: return Json(nullptr);
+    case T::BOOL: return Json(bool(v));
+    case T::INT64: {
+      const std::int64_t i = v;
+      return i < 0 ? Json(i) : Json(static_cast<std::uint64_t>(i));
+    }
+    case T::UINT64: return Json(std::uint64_t(v));
+    case T::DOUBLE: return Json(double(v));
+    case T::STRING: return Json(std::string(std::string_view(v)));
+    case T::ARRAY: {
+      Json out = Json::array();
+      for (simdjson::dom::element item : simdjson::dom::array(v)) out.push_back(dom_to_json(item));
+      return out;
+    }
+    case T::OBJECT: {
+      Json out = Json::object();
+      auto& members = static_cast<Json::object_t::Container&>(out.get_ref<Json::object_t&>());
+      for (const auto member : simdjson::dom::object(v))
+        members.emplace_back(std::string(member.key), dom_to_json(member.value));
+      return out;
+    }
+    default: break;
+  }
+  throw NotPlain{};
+}
+
+// A repeated key anywhere in the entry (load_dump keeps the first place and the last value; the
+// DOM keeps both) makes it load_dump's to read; says whether some object has an "md5" key.
+inline bool check_dom_entry(simdjson::dom::element v, int depth) {
+  using T = simdjson::dom::element_type;
+  if (depth > 64) throw NotPlain{};
+  bool md5 = false;
+  if (v.type() == T::ARRAY) {
+    for (simdjson::dom::element item : simdjson::dom::array(v)) md5 = check_dom_entry(item, depth + 1) || md5;
+  } else if (v.type() == T::OBJECT) {
+    const simdjson::dom::object o(v);
+    std::string_view keys[16];
+    std::size_t n = 0;
+    for (const auto member : o) {
+      if (n < 16) {
+        for (std::size_t i = 0; i < n; ++i)
+          if (keys[i] == member.key) throw NotPlain{};
+        keys[n++] = member.key;
+      } else {
+        throw NotPlain{};  // a large object: not worth a set here, and no dump item is one
+      }
+      md5 = md5 || member.key == "md5";
+      md5 = check_dom_entry(member.value, depth + 1) || md5;
+    }
+  }
+  return md5;
+}
+
+template <>
+struct NodeOps<DomNode> {
+  static JsonType type(const DomNode& n) {
+    using T = simdjson::dom::element_type;
+    switch (n.value.type()) {
+      case T::ARRAY: return JsonType::array;
+      case T::OBJECT: return JsonType::object;
+      case T::INT64: return std::int64_t(n.value) < 0 ? JsonType::number_integer : JsonType::number_unsigned;
+      case T::UINT64: return JsonType::number_unsigned;
+      case T::DOUBLE: return JsonType::number_float;
+      case T::STRING: return JsonType::string;
+      case T::BOOL: return JsonType::boolean;
+      case T::NULL_VALUE: return JsonType::null;
+      default: break;
+    }
+    throw NotPlain{};
+  }
+  static std::string_view string(const DomNode& n) { return std::string_view(n.value); }
+  static std::string py_text(const DomNode& n) {
+    return n.value.type() == simdjson::dom::element_type::STRING ? std::string(std::string_view(n.value))
+                                                                 : dom_py_repr(n.value);
+  }
+  static Json cell(const DomNode& n) { return dom_to_json(n.value); }
+  static std::size_t size(const DomNode& n) {
+    return n.value.type() == simdjson::dom::element_type::ARRAY ? simdjson::dom::array(n.value).size()
+                                                                : simdjson::dom::object(n.value).size();
+  }
+  template <class F>
+  static void members(const DomNode& n, F&& f) {
+    for (const auto member : simdjson::dom::object(n.value)) f(member.key, DomNode{member.value, true});
+  }
+  template <class F>
+  static void items(const DomNode& n, F&& f) {
+    for (simdjson::dom::element item : simdjson::dom::array(n.value)) f(DomNode{item, true});
+  }
+  static DomNode find(const DomNode& n, const char* key) {
+    simdjson::dom::element v;
+    if (simdjson::dom::object(n.value).at_key(key).get(v) != simdjson::SUCCESS) return {};
+    return DomNode{v, true};
+  }
+  static bool found(const DomNode& n) { return n.present; }
+};
+
+// construct.json read as load_construct_file reads it; a file it cannot take is read by that.
+inline void load_construct_file_fast(Dump& d) {
+  const std::filesystem::path construct = dump_dir(d) / "construct.json";
+  if (!std::filesystem::exists(construct)) return;
+  std::string text = read_text_file(construct);
+  const std::size_t length = text.size();
+  Parents parents;
+  try {
+    if (has_python_floats(text)) throw NotPlain{};
+    text.reserve(length + simdjson::SIMDJSON_PADDING);
+    simdjson::ondemand::parser parser;
+    simdjson::ondemand::document doc =
+        parser.iterate(simdjson::padded_string_view(text.data(), length, text.capacity()));
+    for (auto field : doc.get_object()) {
+      std::string key(static_cast<std::string_view>(field.unescaped_key()));
+      simdjson::ondemand::value v = field.value();
+      const auto type = v.type().value();
+      std::string parent;
+      if (type == simdjson::ondemand::json_type::string) {
+        parent = std::string(static_cast<std::string_view>(v.get_string()));
+      } else if (type == simdjson::ondemand::json_type::null) {
+        if (!v.is_null()) throw NotPlain{};
+        if (parents.count(key)) throw NotPlain{};  // a repeated key: nlohmann keeps its last value
+        continue;
+      } else {
+        throw NotPlain{};  // construct.json maps names to names or null
+      }
+      if (!parents.emplace(std::move(key), std::move(parent)).second) throw NotPlain{};
+    }
+    if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) throw NotPlain{};
+  } catch (const NotPlain&) {
+    load_construct_file(d);
+    return;
+  } catch (const simdjson::simdjson_error&) {
+    load_construct_file(d);
+    return;
+  }
+  d.parents = std::move(parents);
+}
+
+// The fast path; throws NotPlain or simdjson_error where load_dump must read the text.
+inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std::string& text) {
+  const std::size_t length = text.size();
+  text.reserve(length + simdjson::SIMDJSON_PADDING);
+  simdjson::ondemand::parser parser;
+  simdjson::dom::parser entry_parser;
+  simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.capacity()));
+  DumpRows out;
+  Dump& d = out.dump;
+  d.file = dump_json;
+  d.data = Json::object();
+  load_stack_file(d);  // before the rows: an entry's first row carries its stack
+  load_construct_file_fast(d);
+  RowMaker maker(d);
+  // Room for the rows before they are made: growing a vector of rows moves them all, and touches
+  // twice the memory. A row's JSON takes 100 bytes or more; the pages of the room not used are
+  // never touched, so they cost address space, not memory.
+  out.rows.reserve(length / 100);
+  // Only a text that holds "md5" somewhere can have an item with that key.
+  const bool may_hold_md5 = ::memmem(text.data(), length, "md5", 3) != nullptr;
+  auto& names = static_cast<Json::object_t::Container&>(d.data.get_ref<Json::object_t&>());
+  std::vector<std::uint64_t> name_hashes;  // a repeated entry name is load_dump's to read
+  bool has_task = false, has_data = false;
+  std::vector<std::string> seen_keys;
+  for (auto field : doc.get_object()) {
+    const std::string key(static_cast<std::string_view>(field.unescaped_key()));
+    if (std::find(seen_keys.begin(), seen_keys.end(), key) != seen_keys.end()) throw NotPlain{};
+    seen_keys.push_back(key);
+    simdjson::ondemand::value v = field.value();
+    if (key == "task") {
+      if (v.type().value() != simdjson::ondemand::json_type::string) throw NotPlain{};
+      d.task = std::string(static_cast<std::string_view>(v.get_string()));
+      has_task = true;
+    } else if (key == "level") {
+      if (v.type().value() == simdjson::ondemand::json_type::string)
+        d.level = std::string(static_cast<std::string_view>(v.get_string()));
+    } else if (key == "torchprobe_recovery") {
+      Json doc_part = Json::object();
+      doc_part["torchprobe_recovery"] = small_value(v);
+      d.incomplete = recovery_missing(doc_part);
+    } else if (key == "data") {
+      if (v.type().value() != simdjson::ondemand::json_type::object) throw NotPlain{};
+      has_data = true;
+      for (auto entry : v.get_object()) {
+        std::string name(static_cast<std::string_view>(entry.unescaped_key()));
+        simdjson::ondemand::value body = entry.value();
+        if (body.type().value() != simdjson::ondemand::json_type::object) throw NotPlain{};
+        // The entry's text, read again by simdjson's DOM parser where it lies in the padded text
+        // (so no copy), for members by key in any order.
+        simdjson::ondemand::object body_object = body.get_object();
+        const std::string_view span = body_object.raw_json();
+        const simdjson::dom::element op = entry_parser.parse(span.data(), span.size(), false);
+        const bool md5 = check_dom_entry(op, 0);
+        d.has_md5 = d.has_md5 || (may_hold_md5 && md5);
+        maker.add(name, DomNode{op, true}, out.rows);
+        name_hashes.push_back(std::hash<std::string>{}(name));
+        names.emplace_back(std::move(name), nullptr);
+      }
+    } else {
+      static_cast<void>(small_value(v));  // not needed, but read: invalid JSON is load_dump's to report
+    }
+  }
+  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) throw NotPlain{};  // text after the object
+  if (!has_task || !has_data || names.empty()) throw NotPlain{};
+  std::sort(name_hashes.begin(), name_hashes.end());
+  if (std::adjacent_find(name_hashes.begin(), name_hashes.end()) != name_hashes.end()) throw NotPlain{};
+  return out;
+}
+#endif
+
+}  // namespace detail
+
+// The dump at `dump_json` with its rows (rows.hpp), as load_dump + dump_rows would make them, and
+// its entries' values dropped (drop_entry_values). Errors are load_dump's InputErrors.
+inline DumpRows load_dump_rows(const std::filesystem::path& dump_json) {
+  if (!std::filesystem::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
+  std::string text = read_text_file(dump_json);
+#if defined(TORCHPROBE_HAVE_SIMDJSON)
+  if (!detail::has_python_floats(text) && !detail::has_integer_negative_zero(text)) {
+    try {
+      return detail::dump_rows_on_demand(dump_json, text);
+    } catch (const detail::NotPlain&) {
+    } catch (const simdjson::simdjson_error&) {
+    }
+  }
+#endif
+  return detail::dump_rows_through_json(dump_json, text);
+}
+
+}  // namespace torchprobe::compare
