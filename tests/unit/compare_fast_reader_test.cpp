@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -59,7 +60,16 @@ void write(const fs::path& path, const std::string& text) {
 }
 
 // A dump.json of one entry whose first input's "Max" is `max_text`, and `extra` after the entry.
-std::string one_entry_dump(const std::string& max_text, const std::string& extra = "") {
+std::string one_entry_dump(const std::string& max_text, const std::string& extra = "");
+
+// A plain dump whose "level" holds `level_text` (a value the reader has no use for, but must check).
+std::string with_level(const std::string& level_text) {
+  std::string text = one_entry_dump("1.0");
+  const std::string from = R"("level": "L1")";
+  return text.replace(text.find(from), from.size(), "\"level\": " + level_text);
+}
+
+std::string one_entry_dump(const std::string& max_text, const std::string& extra) {
   return R"({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {)"
          R"("Aten.add.0.forward": {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2],)"
          R"( "Max": )" +
@@ -71,14 +81,14 @@ std::string one_entry_dump(const std::string& max_text, const std::string& extra
 }
 
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
+// What load_dump_rows reads with simdjson (the same gates), not handing it to load_dump.
 bool reads_fast(const fs::path& path) {
   std::string text = read_text_file(path);
-  if (detail::has_python_floats(text)) return false;
+  if (detail::has_python_floats(text) || detail::has_integer_negative_zero(text)) return false;
   try {
     static_cast<void>(detail::dump_rows_on_demand(path, text));
     return true;
-  } catch (const detail::NotPlain&) {
-  } catch (const simdjson::simdjson_error&) {
+  } catch (...) {
   }
   return false;
 }
@@ -144,16 +154,22 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
   const fs::path dir = fs::temp_directory_path() / ("tp_fast_reader_" + std::to_string(::getpid()));
   const fs::path path = dir / "dump.json";
 
-  SUBCASE("a plain dump is read fast, negative zero and integers keeping their JSON types") {
-    write(path, one_entry_dump("-0"));
+  SUBCASE("a plain dump is read fast, integers keeping nlohmann's types; an integer -0 goes to load_dump") {
+    write(path, one_entry_dump("-0.0"));
     REQUIRE(reads_fast(path));
     const DumpRows rows = load_dump_rows(path);
     CHECK(differences(rows, detail::dump_rows_through_json(path, read_text_file(path))) == "");
     REQUIRE(rows.rows.size() == 2);
-    CHECK(rows.rows[0].stats[0].is_number_integer());
-    CHECK_FALSE(rows.rows[0].stats[0].is_number_unsigned());  // -0 is nlohmann's integer, not unsigned
-    CHECK(rows.rows[0].stats[2].is_number_unsigned());
+    CHECK(rows.rows[0].stats[0].is_number_float());
+    CHECK(std::signbit(rows.rows[0].stats[0].get<double>()));
+    CHECK(rows.rows[0].stats[2].is_number_unsigned());  // 1
+    CHECK(rows.rows[0].stats[3].is_number_integer());   // -2
     CHECK(rows.rows[0].stats[3].get<long>() == -2);
+    write(path, one_entry_dump("-0"));
+    CHECK_FALSE(reads_fast(path));  // simdjson's DOM reads it as 0 like any other
+    const DumpRows zero = load_dump_rows(path);
+    CHECK(zero.rows[0].stats[0].is_number_integer());
+    CHECK_FALSE(zero.rows[0].stats[0].is_number_unsigned());  // nlohmann's -0: a signed integer
   }
   SUBCASE("Python's NaN, a repeated entry and a repeated key go to load_dump") {
     for (const std::string& text :
@@ -177,7 +193,8 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
           one_entry_dump("123456789012345678901234567890"), one_entry_dump("nan"), one_entry_dump("1") + " x",
           one_entry_dump("1").substr(0, 120), std::string(R"({"task": "statistics", "data": {}})"),
           std::string(R"({"task": "statistics", "data": {"Aten.add.0.forward": 3}})"),
-          std::string(R"({"data": {"Aten.add.0.forward": {}}})"), std::string("[1, 2]")}) {
+          std::string(R"({"data": {"Aten.add.0.forward": {}}})"), std::string("[1, 2]"), with_level("nul"),
+          with_level("[1,,2]"), with_level("{\"a\" 1}")}) {
       CAPTURE(bad);
       write(path, bad);
       CHECK_FALSE(reads_fast(path));
@@ -195,6 +212,29 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
       CHECK(message.find(path.string()) == 0);
       CHECK_THROWS_WITH_AS(load_dump_rows(path), message.c_str(), InputError);
     }
+  }
+  SUBCASE("with dump.json and stack.json both bad, the message is dump.json's, as load_dump reads them") {
+    write(dir / "stack.json", "{");
+    for (const std::string& bad : {std::string(R"({"data": {"Aten.add.0.forward": {}}})"),
+                                   one_entry_dump("1").substr(0, 120), one_entry_dump("01")}) {
+      CAPTURE(bad);
+      write(path, bad);
+      std::string message;
+      try {
+        static_cast<void>(load_dump_rows(path));
+      } catch (const InputError& e) {
+        message = e.what();
+      }
+      CHECK(message.find(path.string() + ": ") == 0);
+    }
+    write(path, one_entry_dump("1.0"));  // a good dump: now the bad stack.json is the error
+    std::string message;
+    try {
+      static_cast<void>(load_dump_rows(path));
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    CHECK(message.find((dir / "stack.json").string()) == 0);
   }
   fs::remove_all(dir);
 #endif

@@ -392,3 +392,15 @@ TEST_CASE("a number passed as int on one side and float on the other is the same
   CHECK(row_error({&py_int, &near}, JudgeMode::tol, false) <= kDefaultTolEpsilons);
   CHECK(row_error({&py_int, &near}, JudgeMode::exact, false) == kInf);
 }
+
+TEST_CASE("a CSV that cannot be written, on its own thread, fails the compare with status 2 naming the file") {
+  const fs::path dir = temp_dir("csv_unwritable");
+  three_linear(Variant::same).write(dir / "a");
+  three_linear(Variant::same).write(dir / "b");
+  const fs::path csv = dir / "out" / "compare_result_20260101000000.csv";
+  fs::create_directories(csv);  // a directory where the CSV goes: its stream fails
+  const Run r = compare_dirs(dir / "a", dir / "b", dir / "out");
+  CHECK(r.status == 2);
+  CHECK(r.log.find(csv.string() + ": cannot be written") != std::string::npos);
+  fs::remove_all(dir);
+}

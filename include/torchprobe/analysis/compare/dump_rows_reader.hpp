@@ -10,6 +10,7 @@
 #include <string.h>  // memmem
 
 #include <algorithm>
+#include <new>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -166,18 +167,18 @@ inline bool check_dom_entry(simdjson::dom::element v, int depth) {
     for (simdjson::dom::element item : simdjson::dom::array(v)) md5 = check_dom_entry(item, depth + 1) || md5;
   } else if (v.type() == T::OBJECT) {
     const simdjson::dom::object o(v);
-    std::string_view keys[16];
-    std::size_t n = 0;
+    std::vector<std::string_view> keys;  // a tensor's handful compared pairwise, more sorted
     for (const auto member : o) {
-      if (n < 16) {
-        for (std::size_t i = 0; i < n; ++i)
-          if (keys[i] == member.key) throw NotPlain{};
-        keys[n++] = member.key;
-      } else {
-        throw NotPlain{};  // a large object: not worth a set here, and no dump item is one
-      }
+      if (keys.size() < 16)
+        for (const std::string_view k : keys)
+          if (k == member.key) throw NotPlain{};
+      keys.push_back(member.key);
       md5 = md5 || member.key == "md5";
       md5 = check_dom_entry(member.value, depth + 1) || md5;
+    }
+    if (keys.size() > 16) {
+      std::sort(keys.begin(), keys.end());
+      if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) throw NotPlain{};
     }
   }
   return md5;
@@ -235,10 +236,9 @@ inline void load_construct_file_fast(Dump& d) {
   Parents parents;
   try {
     if (has_python_floats(text)) throw NotPlain{};
-    text.reserve(length + simdjson::SIMDJSON_PADDING);
+    text.resize(length + simdjson::SIMDJSON_PADDING, ' ');  // what simdjson may read past the text
     simdjson::ondemand::parser parser;
-    simdjson::ondemand::document doc =
-        parser.iterate(simdjson::padded_string_view(text.data(), length, text.capacity()));
+    simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.size()));
     for (auto field : doc.get_object()) {
       std::string key(static_cast<std::string_view>(field.unescaped_key()));
       simdjson::ondemand::value v = field.value();
@@ -269,10 +269,17 @@ inline void load_construct_file_fast(Dump& d) {
 // The fast path; throws NotPlain or simdjson_error where load_dump must read the text.
 inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std::string& text) {
   const std::size_t length = text.size();
-  text.reserve(length + simdjson::SIMDJSON_PADDING);
+  // simdjson reads up to SIMDJSON_PADDING bytes past the text: spaces, taken off again on the way
+  // out (load_dump, which may read the text next, names byte offsets in its messages).
+  struct Padding {
+    std::string& text;
+    std::size_t length;
+    ~Padding() { text.resize(length); }
+  } padding{text, length};
+  text.resize(length + simdjson::SIMDJSON_PADDING, ' ');
   simdjson::ondemand::parser parser;
   simdjson::dom::parser entry_parser;
-  simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.capacity()));
+  simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.size()));
   DumpRows out;
   Dump& d = out.dump;
   d.file = dump_json;
@@ -281,11 +288,9 @@ inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std:
   load_construct_file_fast(d);
   RowMaker maker(d);
   // Room for the rows before they are made: growing a vector of rows moves them all, and touches
-  // twice the memory. A row's JSON takes 100 bytes or more; the pages of the room not used are
-  // never touched, so they cost address space, not memory.
-  out.rows.reserve(length / 100);
-  // Only a text that holds "md5" somewhere can have an item with that key.
-  const bool may_hold_md5 = ::memmem(text.data(), length, "md5", 3) != nullptr;
+  // twice the memory. A tensor's JSON takes 200 bytes or more (a scalar's less: then the vector
+  // grows); the pages of the room not used are never touched, so they cost address space only.
+  out.rows.reserve(length / 200);
   auto& names = static_cast<Json::object_t::Container&>(d.data.get_ref<Json::object_t&>());
   std::vector<std::uint64_t> name_hashes;  // a repeated entry name is load_dump's to read
   bool has_task = false, has_data = false;
@@ -302,6 +307,8 @@ inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std:
     } else if (key == "level") {
       if (v.type().value() == simdjson::ondemand::json_type::string)
         d.level = std::string(static_cast<std::string_view>(v.get_string()));
+      else
+        static_cast<void>(small_value(v));  // read all the same: a skipped value is not checked
     } else if (key == "torchprobe_recovery") {
       Json doc_part = Json::object();
       doc_part["torchprobe_recovery"] = small_value(v);
@@ -318,8 +325,8 @@ inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std:
         simdjson::ondemand::object body_object = body.get_object();
         const std::string_view span = body_object.raw_json();
         const simdjson::dom::element op = entry_parser.parse(span.data(), span.size(), false);
-        const bool md5 = check_dom_entry(op, 0);
-        d.has_md5 = d.has_md5 || (may_hold_md5 && md5);
+        const bool md5 = check_dom_entry(op, 0) || name == "md5";  // any_md5 counts entry names too
+        d.has_md5 = d.has_md5 || md5;
         maker.add(name, DomNode{op, true}, out.rows);
         name_hashes.push_back(std::hash<std::string>{}(name));
         names.emplace_back(std::move(name), nullptr);
@@ -347,8 +354,11 @@ inline DumpRows load_dump_rows(const std::filesystem::path& dump_json) {
   if (!detail::has_python_floats(text) && !detail::has_integer_negative_zero(text)) {
     try {
       return detail::dump_rows_on_demand(dump_json, text);
-    } catch (const detail::NotPlain&) {
-    } catch (const simdjson::simdjson_error&) {
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (...) {
+      // NotPlain, simdjson's errors, and any error of the side files or the rows: load_dump reads
+      // the dump again and decides what is reported, in its order (dump.json before stack.json).
     }
   }
 #endif
