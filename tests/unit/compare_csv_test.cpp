@@ -123,6 +123,37 @@ TEST_CASE("the CSV of stat_mix step0 vs step1 equals msprobe's compare_stat, col
   CHECK(table_csv(table) == slurp(ref_csv));
 }
 
+TEST_CASE("the CSV written while the table is made is msprobe's CSV byte for byte, in pieces of any size") {
+  const fs::path ref_csv = kRef / "compare_stat" / "compare_result_20261129065020.csv";
+  if (!fs::exists(ref_csv)) TP_SKIP("no reference dumps at " << kRef);
+  const Dump t = load_dump(kRef / "stat_mix/step0/proc10163/dump.json");
+  const Dump b = load_dump(kRef / "stat_mix/step1/proc10163/dump.json");
+  const std::vector<Row> tr = dump_rows(t), br = dump_rows(b);
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{100}, std::size_t{1} << 22}) {
+    CAPTURE(chunk);
+    std::string csv;
+    std::size_t pieces = 0;
+    msprobe_csv_chunks(
+        tr, br, CsvMode::summary, t.has_stack_file, {},
+        [&](std::string_view piece) {
+          csv.append(piece);
+          ++pieces;
+        },
+        chunk);
+    CHECK(csv == slurp(ref_csv));
+    CHECK(pieces >= (chunk == 1 ? tr.size() : 1));  // one piece a row when every row fills a piece
+  }
+  // md5 dumps: the same text as the whole table's
+  if (!fs::exists(kRef / "md5_mix")) TP_SKIP("no md5 reference dumps at " << kRef);
+  const Dump mt = load_dump(kRef / "md5_mix/step0/proc10270/dump.json");
+  const Dump mb = load_dump(kRef / "md5_mix/step1/proc10270/dump.json");
+  const std::vector<Row> mtr = dump_rows(mt), mbr = dump_rows(mb);
+  std::string streamed;
+  msprobe_csv_chunks(mtr, mbr, CsvMode::md5, mt.has_stack_file, {}, [&](std::string_view p) { streamed.append(p); });
+  CHECK(streamed == table_csv(msprobe_table(mtr, mbr, CsvMode::md5, mt.has_stack_file)));
+  CHECK(streamed.find("error") != std::string::npos);  // a differing CRC-32 among its rows
+}
+
 TEST_CASE("md5 dumps give msprobe's md5 columns: CRC-32 equal is pass, different is error") {
   if (!fs::exists(kRef / "md5_mix")) TP_SKIP("no reference dumps at " << kRef);
   const Dump t = load_dump(kRef / "md5_mix/step0/proc10270/dump.json");

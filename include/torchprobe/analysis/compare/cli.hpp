@@ -268,14 +268,12 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
         };
       }
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
-      Table table;
       const auto write_csv = [&] {
-        table = msprobe_table(trows, brows, mode, t.has_stack_file, cells);
-        bar.finish();
         std::ofstream out(csv, std::ios::binary);
-        table_csv_chunks(table, [&](std::string_view piece) {
+        msprobe_csv_chunks(trows, brows, mode, t.has_stack_file, cells, [&](std::string_view piece) {
           out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
         });
+        bar.finish();
         out.flush();
         if (!out) throw std::runtime_error(csv.string() + ": cannot be written");
       };
@@ -303,11 +301,9 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       if (o.exit_after) {
         struct Left {
           DumpRows t, b;
-          Table table;
           Judgement j;
         };
-        static_cast<void>(new Left{std::move(tside), std::move(bside), std::move(table),
-                                   std::move(j)});  // never deleted: see exit_after
+        static_cast<void>(new Left{std::move(tside), std::move(bside), std::move(j)});  // never deleted: see exit_after
       }
     }
     return diverged ? 1 : 0;

@@ -86,34 +86,67 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
   return c;
 }
 
-// The CSV, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a gigabyte:
-// held whole, the text alone would double the memory the compare needs).
+namespace detail {
+// The CSV's text, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a
+// gigabyte: held whole, the text alone would double the memory the compare needs).
+template <class Sink>
+class CsvPieces {
+ public:
+  CsvPieces(const Table& shape, Sink& sink, std::size_t chunk) : shape_(shape), sink_(sink), chunk_(chunk) {
+    out_.reserve(chunk + 4096);
+    const std::vector<std::string> header = table_header(shape);
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      if (i) out_ += ',';
+      io::append_csv_field(out_, header[i]);
+    }
+    out_ += '\n';
+  }
+  void row(const TableRow& r) {
+    bool first = true;
+    each_table_cell(shape_, r, [&](std::string_view v) {
+      if (!first) out_ += ',';
+      first = false;
+      io::append_csv_field(out_, v);
+    });
+    out_ += '\n';
+    if (out_.size() < chunk_) return;
+    sink_(std::string_view(out_));
+    out_.clear();
+  }
+  void finish() {
+    if (!out_.empty()) sink_(std::string_view(out_));
+    out_.clear();
+  }
+
+ private:
+  const Table& shape_;  // its mode and stack column
+  Sink& sink_;
+  std::size_t chunk_;
+  std::string out_;
+};
+}  // namespace detail
+
+// The CSV of a table, handed to `sink` in pieces of about `chunk` bytes.
 template <class Sink>
 void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
-  std::string out;
-  out.reserve(chunk + 4096);
-  const auto flush = [&] {
-    if (out.size() < chunk) return;
-    sink(std::string_view(out));
-    out.clear();
-  };
-  const std::vector<std::string> header = table_header(t);
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    if (i) out += ',';
-    io::append_csv_field(out, header[i]);
-  }
-  out += '\n';
-  for (const TableRow& r : t.rows) {
-    bool first = true;
-    each_table_cell(t, r, [&](std::string_view v) {
-      if (!first) out += ',';
-      first = false;
-      io::append_csv_field(out, v);
-    });
-    out += '\n';
-    flush();
-  }
-  if (!out.empty()) sink(std::string_view(out));
+  detail::CsvPieces<Sink> csv(t, sink, chunk);
+  for (const TableRow& r : t.rows) csv.row(r);
+  csv.finish();
+}
+
+// msprobe's CSV of `npu` against `bench` (msprobe_table's rows) written while the table is made, one
+// entry's rows at a time: the same text as table_csv_chunks(msprobe_table(...)), without the table.
+template <class Sink>
+void msprobe_csv_chunks(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
+                        const TensorCellsFn& tensor_cells, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
+  Table shape;
+  shape.mode = mode;
+  shape.stack_column = stack_column;
+  detail::CsvPieces<Sink> csv(shape, sink, chunk);
+  each_table_group(npu, bench, mode, tensor_cells, [&](std::vector<TableRow>& group) {
+    for (const TableRow& r : group) csv.row(r);
+  });
+  csv.finish();
 }
 
 inline std::string table_csv(const Table& t) {

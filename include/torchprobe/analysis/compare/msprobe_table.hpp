@@ -253,89 +253,108 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
 
 }  // namespace detail
 
-// Pairs `npu` rows with `bench` rows by compare key (msprobe's outer merge, kept in NPU order,
-// bench-only rows dropped) and fills the statistics differences (tensor mode: the metric cells from
-// `tensor_cells`) and verdicts.
-inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
-                           const TensorCellsFn& tensor_cells = {}) {
-  Table t;
-  t.mode = mode;
-  t.stack_column = stack_column;
+// msprobe's table, one entry's rows at a time: pairs `npu` rows with `bench` rows by compare key
+// (msprobe's outer merge, kept in NPU order, bench-only rows dropped), fills the statistics
+// differences (tensor mode: the metric cells from `tensor_cells`) and the verdicts, and hands each
+// entry's finished rows to `take(std::vector<TableRow>&)`. Nothing of the table is kept here: the
+// CSV of a million entries is written from it without a gigabyte of rows (msprobe_csv.hpp).
+template <class Take>
+void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode,
+                      const TensorCellsFn& tensor_cells, Take&& take) {
   // Bench rows by key: the first of each key hashed, the others chained in bench order (a vector
   // per key, or a tree of a million keys, cost more than the rest of the table).
   constexpr std::size_t kEnd = static_cast<std::size_t>(-1);
-  std::unordered_map<std::string_view, std::size_t> first_of;
-  first_of.reserve(bench.size());
-  std::vector<std::size_t> next(bench.size(), kEnd), last_of(bench.size(), kEnd);
-  for (std::size_t i = 0; i < bench.size(); ++i) {
-    const auto [it, added] = first_of.emplace(bench[i].key, i);
-    if (!added) next[last_of[it->second]] = i;
-    last_of[it->second] = i;  // the chain's last, kept at its first
-  }
-  last_of.clear();
-  last_of.shrink_to_fit();
-  t.rows.reserve(npu.size());
-  for (const Row& n : npu) {
-    const auto it = first_of.find(n.key);
-    if (it == first_of.end()) {
-      TableRow row;
-      row.npu = &n;
-      t.rows.push_back(std::move(row));
-      continue;
+  std::vector<std::pair<const Row*, const Row*>> pairs;  // (npu, bench or null), the table's rows
+  {
+    std::unordered_map<std::string_view, std::size_t> first_of;
+    first_of.reserve(bench.size());
+    std::vector<std::size_t> next(bench.size(), kEnd), last_of(bench.size(), kEnd);
+    for (std::size_t i = 0; i < bench.size(); ++i) {
+      const auto [it, added] = first_of.emplace(bench[i].key, i);
+      if (!added) next[last_of[it->second]] = i;
+      last_of[it->second] = i;  // the chain's last, kept at its first
     }
-    for (std::size_t k = it->second; k != kEnd; k = next[k]) {
-      const Row* b = &bench[k];
-      const bool comparable = n.dtype == b->dtype || (float_dtype(n.dtype) && float_dtype(b->dtype));
-      TableRow row;
-      row.npu = &n;
-      row.bench = comparable ? b : nullptr;
-      t.rows.push_back(std::move(row));
+    pairs.reserve(npu.size());
+    for (const Row& n : npu) {
+      const auto it = first_of.find(n.key);
+      if (it == first_of.end()) {
+        pairs.emplace_back(&n, nullptr);
+        continue;
+      }
+      for (std::size_t k = it->second; k != kEnd; k = next[k]) {
+        const Row* b = &bench[k];
+        const bool comparable = n.dtype == b->dtype || (float_dtype(n.dtype) && float_dtype(b->dtype));
+        pairs.emplace_back(&n, comparable ? b : nullptr);
+      }
     }
   }
+  const std::string na = "N/A";
+  // pandas.to_numeric(column.astype(str)): a column's differences are integers only when every cell
+  // of it, on both sides, is one; decided over the whole table before any row is made.
+  bool ints[4] = {true, true, true, true};
   if (mode == CsvMode::summary) {
-    const std::string na = "N/A";
     for (int s = 0; s < 4; ++s) {
-      // pandas.to_numeric(column.astype(str)): integer results only when every cell is an integer.
-      // The cells are written as if not (one str() per cell), and again in the rare column of integers.
-      bool ints = true;
-      for (int pass = 0; pass < 2; ++pass) {
-        for (TableRow& r : t.rows) {
+      for (const auto& [n, b] : pairs) {
+        char n_buf[40], b_buf[40];
+        std::string n_keep, b_keep;
+        const auto pn = pandas_parse(detail::cell_text(n->stats[s], n_buf, n_keep));
+        const auto pb = b ? pandas_parse(detail::cell_text(b->stats[s], b_buf, b_keep)) : std::nullopt;
+        if (!(pn && pn->is_int && pb && pb->is_int)) {
+          ints[s] = false;
+          break;
+        }
+      }
+    }
+  }
+  std::vector<TableRow> group;
+  std::vector<TableRow*> members;
+  for (std::size_t i = 0; i < pairs.size();) {  // one entry's rows are contiguous
+    group.clear();
+    const std::string& entry = pairs[i].first->entry;
+    for (; i < pairs.size() && pairs[i].first->entry == entry; ++i) {
+      TableRow r;
+      r.npu = pairs[i].first;
+      r.bench = pairs[i].second;
+      if (mode == CsvMode::summary) {
+        for (int s = 0; s < 4; ++s) {
           char n_buf[40], b_buf[40];
           std::string n_keep, b_keep;
           const std::string_view n_text = detail::cell_text(r.npu->stats[s], n_buf, n_keep);
           const std::string_view b_text =
               r.bench ? detail::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
-          if (pass == 0 && ints) {
-            const auto pn = pandas_parse(n_text);
-            const auto pb = r.bench ? pandas_parse(b_text) : std::nullopt;
-            ints = pn && pn->is_int && pb && pb->is_int;
-          }
           auto [d, rel] = detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text,
-                                            b_text, pass == 1);
+                                            b_text, ints[s]);
           r.diff[s] = std::move(d);
           r.diff[4 + s] = std::move(rel);
         }
-        if (!ints) break;
+      } else if (mode == CsvMode::tensor) {
+        // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported
+        if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells) {
+          const auto cells = tensor_cells(*r.npu, *r.bench);
+          r.metrics.assign(cells.begin(), cells.end());
+        } else {
+          r.metrics.assign(6, "unsupported");
+        }
       }
+      group.push_back(std::move(r));
     }
+    members.clear();
+    for (TableRow& r : group) members.push_back(&r);
+    detail::judge_entry(members, mode);
+    take(group);
   }
-  if (mode == CsvMode::tensor) {
-    for (TableRow& r : t.rows) {
-      // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported
-      if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells) {
-        const auto cells = tensor_cells(*r.npu, *r.bench);
-        r.metrics.assign(cells.begin(), cells.end());
-      } else {
-        r.metrics.assign(6, "unsupported");
-      }
-    }
-  }
-  for (std::size_t i = 0; i < t.rows.size();) {  // one entry's rows are contiguous
-    std::vector<TableRow*> group;
-    const std::string& entry = t.rows[i].npu->entry;
-    for (; i < t.rows.size() && t.rows[i].npu->entry == entry; ++i) group.push_back(&t.rows[i]);
-    detail::judge_entry(group, mode);
-  }
+}
+
+// The whole table (each_table_group's rows, kept).
+inline Table msprobe_table(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
+                           const TensorCellsFn& tensor_cells = {}) {
+  Table t;
+  t.mode = mode;
+  t.stack_column = stack_column;
+  t.rows.reserve(npu.size());
+  each_table_group(npu, bench, mode, tensor_cells, [&](std::vector<TableRow>& group) {
+    for (TableRow& r : group) t.rows.push_back(std::move(r));
+  });
   return t;
 }
 
