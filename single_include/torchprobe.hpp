@@ -5430,6 +5430,16 @@ inline void append_csv_row(std::string& out, const std::vector<std::string>& fie
   out += "\r\n";
 }
 
+// A float formatted as Python formats it with a fixed precision ("%.3g", "%.14f" in printf's words,
+// '{:.3g}', '{:.14f}' in Python's): "nan", "inf", "-inf" for the non-finite.
+inline std::string python_float_format(double v, const char* printf_format) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[400];  // "%.14f" of the largest double takes 324
+  std::snprintf(buf, sizeof buf, printf_format, v);
+  return buf;
+}
+
 // Python's str(float): the shortest repr, with "nan", "inf", "-inf".
 inline std::string python_float_str(double v) {
   if (std::isnan(v)) return "nan";

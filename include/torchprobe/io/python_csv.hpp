@@ -4,6 +4,7 @@
 // (a byte order mark first): msprobe's grad_probe and GradComparator files.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,16 @@ inline void append_csv_row(std::string& out, const std::vector<std::string>& fie
     append_csv_field(out, fields[i]);
   }
   out += "\r\n";
+}
+
+// A float formatted as Python formats it with a fixed precision ("%.3g", "%.14f" in printf's words,
+// '{:.3g}', '{:.14f}' in Python's): "nan", "inf", "-inf" for the non-finite.
+inline std::string python_float_format(double v, const char* printf_format) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[400];  // "%.14f" of the largest double takes 324
+  std::snprintf(buf, sizeof buf, printf_format, v);
+  return buf;
 }
 
 // Python's str(float): the shortest repr, with "nan", "inf", "-inf".

@@ -184,27 +184,17 @@ class BackgroundTask {
 };
 
 // Both sides read at once, one thread each (compare's reading is most of its time, and a second
-// core is idle meanwhile). An error of the target is reported first, as if read in turn.
+// core is idle meanwhile). An error of the target is reported first, as if read in turn: the bench's
+// reading is waited for while it unwinds, and what that threw is dropped.
 inline std::pair<DumpRows, DumpRows> load_both(const std::filesystem::path& target,
                                                const std::filesystem::path& bench) {
-  std::optional<DumpRows> t, b;
-  std::exception_ptr target_error, bench_error;
-  std::thread reader([&] {
-    try {
-      b = load_dump_rows(bench);
-    } catch (...) {
-      bench_error = std::current_exception();
-    }
-  });
-  try {
-    t = load_dump_rows(target);
-  } catch (...) {
-    target_error = std::current_exception();
-  }
-  reader.join();
-  if (target_error) std::rethrow_exception(target_error);
-  if (bench_error) std::rethrow_exception(bench_error);
-  return {std::move(*t), std::move(*b)};
+  std::optional<DumpRows> b;
+  const auto read_bench = [&] { b = load_dump_rows(bench); };
+  BackgroundTask reader;
+  reader.start(read_bench);
+  DumpRows t = load_dump_rows(target);
+  reader.finish();
+  return {std::move(t), std::move(*b)};
 }
 
 inline int run_compare(const CompareOptions& o, std::ostream& log) {

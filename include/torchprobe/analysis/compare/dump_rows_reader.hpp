@@ -48,11 +48,6 @@ inline DumpRows dump_rows_through_json(const std::filesystem::path& dump_json, c
 // The text needs load_dump's reading (see the file's comment).
 struct NotPlain {};
 
-// Python's bare NaN / Infinity outside strings; a dump holding none of the words at all is plain.
-inline bool has_python_floats(std::string_view text) {
-  return text.find("NaN") != std::string_view::npos || text.find("Infinity") != std::string_view::npos;
-}
-
 // A top-level value other than "data" (small: "task", "torchprobe_recovery", ...), read from its
 // text by compare's JSON reader.
 inline Json small_value(simdjson::ondemand::value v) {
@@ -227,6 +222,19 @@ struct NodeOps<DomNode> {
   static bool found(const DomNode& n) { return n.present; }
 };
 
+// Starts reading `text` (its first `length` bytes) with simdjson's On-Demand parser, which reads up to
+// SIMDJSON_PADDING bytes past a text: `text` gets them, as spaces.
+inline simdjson::ondemand::document iterate_padded(simdjson::ondemand::parser& parser, std::string& text,
+                                                   std::size_t length) {
+  text.resize(length + simdjson::SIMDJSON_PADDING, ' ');
+  return parser.iterate(simdjson::padded_string_view(text.data(), length, text.size()));
+}
+
+// Nothing but whitespace follows the document's value (else the text is not JSON).
+inline bool read_to_end(simdjson::ondemand::document& doc) {
+  return doc.current_location().error() == simdjson::OUT_OF_BOUNDS;
+}
+
 // construct.json read as load_construct_file reads it; a file it cannot take is read by that.
 inline void load_construct_file_fast(Dump& d) {
   const std::filesystem::path construct = dump_dir(d) / "construct.json";
@@ -236,9 +244,8 @@ inline void load_construct_file_fast(Dump& d) {
   Parents parents;
   try {
     if (has_python_floats(text)) throw NotPlain{};
-    text.resize(length + simdjson::SIMDJSON_PADDING, ' ');  // what simdjson may read past the text
     simdjson::ondemand::parser parser;
-    simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.size()));
+    simdjson::ondemand::document doc = iterate_padded(parser, text, length);
     for (auto field : doc.get_object()) {
       std::string key(static_cast<std::string_view>(field.unescaped_key()));
       simdjson::ondemand::value v = field.value();
@@ -255,31 +262,29 @@ inline void load_construct_file_fast(Dump& d) {
       }
       if (!parents.emplace(std::move(key), std::move(parent)).second) throw NotPlain{};
     }
-    if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) throw NotPlain{};
-  } catch (const NotPlain&) {
-    load_construct_file(d);
-    return;
-  } catch (const simdjson::simdjson_error&) {
+    if (!read_to_end(doc)) throw NotPlain{};
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (...) {  // NotPlain, simdjson's errors
     load_construct_file(d);
     return;
   }
   d.parents = std::move(parents);
 }
 
-// The fast path; throws NotPlain or simdjson_error where load_dump must read the text.
+// The fast path; throws (NotPlain, simdjson's errors, ...) where load_dump must read the text.
 inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std::string& text) {
   const std::size_t length = text.size();
-  // simdjson reads up to SIMDJSON_PADDING bytes past the text: spaces, taken off again on the way
-  // out (load_dump, which may read the text next, names byte offsets in its messages).
+  // The padding iterate_padded adds is taken off again on the way out (load_dump, which may read the
+  // text next, names byte offsets in its messages).
   struct Padding {
     std::string& text;
     std::size_t length;
     ~Padding() { text.resize(length); }
   } padding{text, length};
-  text.resize(length + simdjson::SIMDJSON_PADDING, ' ');
   simdjson::ondemand::parser parser;
   simdjson::dom::parser entry_parser;
-  simdjson::ondemand::document doc = parser.iterate(simdjson::padded_string_view(text.data(), length, text.size()));
+  simdjson::ondemand::document doc = iterate_padded(parser, text, length);
   DumpRows out;
   Dump& d = out.dump;
   d.file = dump_json;
@@ -335,7 +340,7 @@ inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std:
       static_cast<void>(small_value(v));  // not needed, but read: invalid JSON is load_dump's to report
     }
   }
-  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) throw NotPlain{};  // text after the object
+  if (!read_to_end(doc)) throw NotPlain{};
   if (!has_task || !has_data || names.empty()) throw NotPlain{};
   std::sort(name_hashes.begin(), name_hashes.end());
   if (std::adjacent_find(name_hashes.begin(), name_hashes.end()) != name_hashes.end()) throw NotPlain{};

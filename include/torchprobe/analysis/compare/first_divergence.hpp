@@ -73,14 +73,9 @@ struct Judgement {
 };
 
 namespace detail {
-inline bool forward_first(const Entry& a, const Entry& b) {
-  const bool fa = a.direction == "forward", fb = b.direction == "forward";
-  return fa != fb ? fa : a.index < b.index;
-}
-
 // The first entry, in execution order, whose inputs are all finite and some output is not.
 inline const Entry* first_overflow(const std::vector<Entry>& entries) {
-  // Execution order (forward_first); entries come in dump order, so a stable partition is that sort.
+  // Execution order: forward entries first, each part in dump order (the entries' own order).
   std::vector<const Entry*> order;
   order.reserve(entries.size());
   for (const Entry& e : entries) order.push_back(&e);
@@ -170,7 +165,7 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   std::vector<Row> st, sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
-  // Execution order (forward_first): the pairs come in target order, so a stable partition.
+  // Execution order: forward pairs first, each part in target order (the pairs' own order).
   std::vector<const EntryPair*> order;
   order.reserve(j.matching.pairs.size());
   for (const EntryPair& p : j.matching.pairs) order.push_back(&p);

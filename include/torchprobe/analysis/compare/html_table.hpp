@@ -14,18 +14,13 @@
 
 #include "torchprobe/analysis/compare/first_divergence.hpp"
 #include "torchprobe/analysis/compare/html_text.hpp"
+#include "torchprobe/io/python_csv.hpp"
 
 namespace torchprobe::compare::html {
 
 constexpr std::size_t kStaticTableRows = 5000;
 
-inline std::string number(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
+inline std::string number(double x) { return io::python_float_format(x, "%.3g"); }
 
 // A sort key the table script can compare as a number: inf sorts last, nan below everything.
 inline std::string sort_key(double x) {

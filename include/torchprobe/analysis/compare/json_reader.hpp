@@ -157,13 +157,18 @@ class OrderedJsonBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
   Json* last_ = nullptr;
 };
 
+// Python's bare NaN / Infinity may be in the text: a text holding neither word at all has none.
+inline bool has_python_floats(std::string_view text) {
+  return text.find("NaN") != std::string_view::npos || text.find("Infinity") != std::string_view::npos;
+}
+
 }  // namespace detail
 
 // Parses JSON text (with Python's NaN / Infinity / -Infinity); throws JsonSyntaxError.
 inline nlohmann::ordered_json parse_json_text(std::string_view text) {
   detail::OrderedJsonBuilder builder;
   // Most dumps have no non-finite float: then the text is parsed where it is, without a marked copy.
-  if (text.find("NaN") == std::string_view::npos && text.find("Infinity") == std::string_view::npos)
+  if (!detail::has_python_floats(text))
     nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &builder);
   else
     nlohmann::ordered_json::sax_parse(detail::mark_python_floats(text), &builder);

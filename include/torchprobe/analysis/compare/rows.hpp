@@ -58,12 +58,6 @@ inline std::vector<std::string> split_dots(const std::string& s) {
   return parts;
 }
 
-inline std::string join_dots(const std::vector<std::string>& p, std::size_t n) {
-  std::string out;
-  for (std::size_t i = 0; i < n && i < p.size(); ++i) out += (i ? "." : "") + p[i];
-  return out;
-}
-
 inline std::string crc32_hex(const std::string& s) {
   const auto crc = ::crc32(0L, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size()));
   char buf[16];

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "torchprobe/io/python_csv.hpp"
+
 namespace torchprobe::run_ut {
 
 // numpy's str() of a float32: the shortest digits that read back as the same float32, laid out as
@@ -49,13 +51,7 @@ inline std::string numpy_float32_str(float v) {
 }
 
 // Python's "{:.14f}".format(x).
-inline std::string python_fixed14(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[400];
-  std::snprintf(buf, sizeof buf, "%.14f", v);
-  return buf;
-}
+inline std::string python_fixed14(double v) { return io::python_float_format(v, "%.14f"); }
 
 struct Cell {
   enum class Kind { space, f64, f32, integer, text };
