@@ -55,10 +55,10 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-Table table_of(const Dump& t, const Dump& b, std::vector<Row>& tr, std::vector<Row>& br) {
+Table table_of(const Dump& t, const Dump& b, RowSet& tr, RowSet& br) {
   tr = dump_rows(t);
   br = dump_rows(b);
-  return msprobe_table(tr, br, t.has_md5 && b.has_md5 ? CsvMode::md5 : CsvMode::summary, t.has_stack_file);
+  return msprobe_table(tr.rows, br.rows, t.has_md5 && b.has_md5 ? CsvMode::md5 : CsvMode::summary, t.has_stack_file);
 }
 }  // namespace
 
@@ -105,7 +105,7 @@ TEST_CASE("the CSV of stat_mix step0 vs step1 equals msprobe's compare_stat, col
   if (!fs::exists(ref_csv)) TP_SKIP("no reference dumps at " << kRef);
   const Dump t = load_dump(kRef / "stat_mix/step0/proc10163/dump.json");
   const Dump b = load_dump(kRef / "stat_mix/step1/proc10163/dump.json");
-  std::vector<Row> tr, br;
+  RowSet tr, br;
   const Table table = table_of(t, b, tr, br);
   const auto ours = read_csv(table_csv(table));
   const auto ref = read_csv(slurp(ref_csv));
@@ -128,7 +128,8 @@ TEST_CASE("the CSV written while the table is made is msprobe's CSV byte for byt
   if (!fs::exists(ref_csv)) TP_SKIP("no reference dumps at " << kRef);
   const Dump t = load_dump(kRef / "stat_mix/step0/proc10163/dump.json");
   const Dump b = load_dump(kRef / "stat_mix/step1/proc10163/dump.json");
-  const std::vector<Row> tr = dump_rows(t), br = dump_rows(b);
+  const RowSet trs = dump_rows(t), brs = dump_rows(b);
+  const std::vector<Row>&tr = trs.rows, &br = brs.rows;
   for (const std::size_t chunk : {std::size_t{1}, std::size_t{100}, std::size_t{1} << 22}) {
     CAPTURE(chunk);
     std::string csv;
@@ -147,7 +148,8 @@ TEST_CASE("the CSV written while the table is made is msprobe's CSV byte for byt
   if (!fs::exists(kRef / "md5_mix")) TP_SKIP("no md5 reference dumps at " << kRef);
   const Dump mt = load_dump(kRef / "md5_mix/step0/proc10270/dump.json");
   const Dump mb = load_dump(kRef / "md5_mix/step1/proc10270/dump.json");
-  const std::vector<Row> mtr = dump_rows(mt), mbr = dump_rows(mb);
+  const RowSet mtrs = dump_rows(mt), mbrs = dump_rows(mb);
+  const std::vector<Row>&mtr = mtrs.rows, &mbr = mbrs.rows;
   std::string streamed;
   msprobe_csv_chunks(mtr, mbr, CsvMode::md5, mt.has_stack_file, {}, [&](std::string_view p) { streamed.append(p); });
   CHECK(streamed == table_csv(msprobe_table(mtr, mbr, CsvMode::md5, mt.has_stack_file)));
@@ -159,7 +161,7 @@ TEST_CASE("md5 dumps give msprobe's md5 columns: CRC-32 equal is pass, different
   const Dump t = load_dump(kRef / "md5_mix/step0/proc10270/dump.json");
   const Dump b = load_dump(kRef / "md5_mix/step1/proc10270/dump.json");
   REQUIRE(t.has_md5);
-  std::vector<Row> tr, br;
+  RowSet tr, br;
   const auto csv = read_csv(table_csv(table_of(t, b, tr, br)));
   const std::vector<std::string> header = {"NPU Name",
                                            "Bench Name",
@@ -209,7 +211,7 @@ TEST_CASE("rows without a partner or with incomparable dtypes are N/A, with mspr
   b.add("Torch.add.0.forward", entry({as_dtype(f, "torch.int64")}, {f}));
   const fs::path dir = temp_dir("na");
   const Dump t = load_dump(a.write(dir / "a")), g = load_dump(b.write(dir / "b"));
-  std::vector<Row> tr, br;
+  RowSet tr, br;
   const auto csv = read_csv(table_csv(table_of(t, g, tr, br)));
   REQUIRE(csv.size() == 5);
   // float32 vs int64: msprobe blanks the bench side (Match.gen_dtype_condition)
@@ -246,7 +248,7 @@ TEST_CASE("backward call numbers are recounted by order of appearance, as msprob
   b.add("Module.fc.Linear.backward.0", other);
   const fs::path dir = temp_dir("renumber");
   const Dump t = load_dump(a.write(dir / "a")), d = load_dump(b.write(dir / "b"));
-  std::vector<Row> tr, br;
+  RowSet tr, br;
   const auto csv = read_csv(table_csv(table_of(t, d, tr, br)));
   REQUIRE(csv.size() == 5);
   CHECK(csv[1][0] == "Functional.relu.5.backward.input.0");

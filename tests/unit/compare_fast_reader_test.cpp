@@ -10,9 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_rows_reader.hpp"
+#include "torchprobe/analysis/compare/name_index.hpp"
+#include "torchprobe/analysis/compare/text_store.hpp"
 
 namespace compare_fast_reader_test {
 namespace fs = std::filesystem;
@@ -38,7 +41,7 @@ std::string differences(const DumpRows& a, const DumpRows& b) {
                 x.stack == y.stack;
     for (int s = 0; s < 4; ++s)  // dump(): the value and its type (1 unsigned, -1 integer, 1.0 float)
       same = same && x.stats[s].dump() == y.stats[s].dump() && x.stats[s].type() == y.stats[s].type();
-    if (!same) note("row " + std::to_string(i) + " (" + x.name + ")");
+    if (!same) note("row " + std::to_string(i) + " (" + std::string(x.name) + ")");
   }
   return out;
 }
@@ -81,16 +84,20 @@ std::string one_entry_dump(const std::string& max_text, const std::string& extra
 }
 
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
-// What load_dump_rows reads with simdjson (the same gates), not handing it to load_dump.
-bool reads_fast(const fs::path& path) {
-  std::string text = read_text_file(path);
-  if (detail::has_python_floats(text) || detail::has_integer_negative_zero(text)) return false;
+// What load_dump_rows reads with simdjson, not handing it to load_dump; read in pieces of one byte,
+// the file is taken or refused alike.
+bool reads_fast_in(const fs::path& path, std::size_t piece) {
   try {
-    static_cast<void>(detail::dump_rows_on_demand(path, text));
+    static_cast<void>(detail::dump_rows_in_pieces(path, piece));
     return true;
   } catch (...) {
   }
   return false;
+}
+bool reads_fast(const fs::path& path) {
+  const bool fast = reads_fast_in(path, std::size_t(8) << 20);
+  CHECK(reads_fast_in(path, 1) == fast);
+  return fast;
 }
 #endif
 
@@ -114,7 +121,12 @@ TEST_CASE("the fast reader makes load_dump's rows on every committed dump, types
     }
     if (!reads_fast(path)) continue;
     ++fast;
-    CHECK(differences(detail::dump_rows_on_demand(path, text), through_json) == "");
+    CHECK(differences(detail::dump_rows_in_pieces(path), through_json) == "");
+    // read in pieces of 1 and 13 bytes: every key, value and entry split across reads somewhere
+    for (const std::size_t piece : {1, 13}) {
+      CAPTURE(piece);
+      CHECK(differences(detail::dump_rows_in_pieces(path, piece), through_json) == "");
+    }
     CHECK(differences(load_dump_rows(path), through_json) == "");
   }
   MESSAGE(fast << " of " << dumps.size() << " committed dumps read by the fast reader");
@@ -133,7 +145,9 @@ TEST_CASE("a scalar argument's dtype is str(type(value)) as Python prints it, wi
   const std::vector<std::string> python = {"<class 'float'>", "<class 'int'>",      "<class 'int'>", "<class 'bool'>",
                                            "<class 'str'>",   "<class 'NoneType'>", "<class 'list'>"};
   const std::string text = read_text_file(path);
-  std::vector<DumpRows> readings = {detail::dump_rows_through_json(path, text), load_dump_rows(path)};
+  std::vector<DumpRows> readings;
+  readings.push_back(detail::dump_rows_through_json(path, text));
+  readings.push_back(load_dump_rows(path));
   for (const DumpRows& rows : readings) {
     REQUIRE(rows.rows.size() == python.size());
     for (std::size_t i = 0; i < python.size(); ++i) {
@@ -238,6 +252,73 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
   }
   fs::remove_all(dir);
 #endif
+}
+
+TEST_CASE("strings with brackets, quotes and backslashes are read whole, wherever the pieces of the file end") {
+#if !defined(TORCHPROBE_HAVE_SIMDJSON)
+  MESSAGE("SKIPPED: built without simdjson: compare reads every dump with load_dump");
+  return;
+#else
+  const fs::path dir = fs::temp_directory_path() / ("tp_fast_pieces_" + std::to_string(::getpid()));
+  const fs::path path = dir / "dump.json";
+  // An entry name with an escape, a string value ending in an escaped backslash next to a quote,
+  // brackets inside strings, and a second entry after them: each must end where its brace does.
+  write(path, R"({"task": "statistics", "level": "L1", "data": {)"
+              R"("Functional.pad.0.forward": {"input_args": [{"type": "str", "value": "}]{[\\\"}"},)"
+              R"( {"type": "str", "value": "a\\"}, {"type": "int", "value": 3}], "input_kwargs": {}, "output": []},)"
+              R"( "Aten.\u0061dd.0.forward": {"input_args": [{"type": "str", "value": "]\"}"}], "output": []}}})");
+  const DumpRows through_json = detail::dump_rows_through_json(path, read_text_file(path));
+  REQUIRE(through_json.rows.size() == 4);
+  CHECK(through_json.rows[3].name == "Aten.add.0.forward.input.0");  // the escape read as "a"
+  for (std::size_t piece = 1; piece <= 48; ++piece) {
+    CAPTURE(piece);
+    CHECK(differences(detail::dump_rows_in_pieces(path, piece), through_json) == "");
+  }
+  // a control character in an entry name, or invalid UTF-8 there, is load_dump's to report
+  for (const std::string& name :
+       {std::string("Aten.a") + '\x01' + "dd.0.forward", std::string("Aten.") + '\xff' + "add.0.forward"}) {
+    write(path, R"({"task": "statistics", "data": {")" + name + R"(": {"input_args": [], "output": []}}})");
+    CHECK_FALSE(reads_fast(path));
+    CHECK_THROWS_AS(load_dump_rows(path), InputError);
+  }
+  fs::remove_all(dir);
+#endif
+}
+
+TEST_CASE("rows keep their text through a move of their store, and a text kept twice is interned once") {
+  TextStore store;
+  std::vector<std::string_view> kept;
+  std::vector<std::string> expected;
+  for (int i = 0; i < 100000; ++i) {  // about 3 MB: several blocks
+    expected.push_back("Module.layers." + std::to_string(i) + ".attn.Linear.forward.0.input.0");
+    kept.push_back(store.keep(expected.back()));
+  }
+  const std::string_view a = store.intern("torch.float32"), b = store.intern(std::string("torch.") + "float32");
+  CHECK(a.data() == b.data());
+  CHECK(store.intern("torch.bfloat16").data() != a.data());
+  TextStore moved = std::move(store);
+  for (std::size_t i = 0; i < kept.size(); ++i) REQUIRE(kept[i] == expected[i]);
+  CHECK(moved.keep("x") == "x");
+  CHECK(moved.intern("torch.float32").data() == a.data());  // the interned set moved along
+}
+
+TEST_CASE("a name index finds the first item of each name among many, and nothing for a name it lacks") {
+  std::vector<std::string> names;
+  for (int i = 0; i < 50000; ++i) names.push_back("Aten.add." + std::to_string(i % 20000) + ".forward");
+  const auto name_of = [&](std::size_t i) { return std::string_view(names[i]); };
+  detail::NameIndex index(names.size());
+  std::size_t repeats = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::size_t first = index.insert(names[i], i, name_of);
+    if (first != detail::NameIndex::npos) {
+      ++repeats;
+      REQUIRE(first == i % 20000);  // the first item of the name, not the latest
+    }
+  }
+  CHECK(repeats == 30000);
+  for (std::size_t i = 0; i < 20000; ++i) REQUIRE(index.find(names[i], name_of) == i);
+  CHECK(index.find("Aten.add.20000.forward", name_of) == detail::NameIndex::npos);
+  CHECK(index.find("", name_of) == detail::NameIndex::npos);
 }
 
 }  // namespace compare_fast_reader_test

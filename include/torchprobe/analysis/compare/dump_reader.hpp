@@ -55,14 +55,16 @@ inline std::string recovery_missing(const nlohmann::ordered_json& doc) {
                                                                           : std::string("(not said)");
 }
 
-// The whole file as text, in one read of its size (a stream iterator reads it byte by byte).
-inline std::string read_text_file(const std::filesystem::path& path) {
+// The whole file as text, in one read of its size (a stream iterator reads it byte by byte), with
+// room for `spare` more bytes (a parser's padding: growing the text later would copy it).
+inline std::string read_text_file(const std::filesystem::path& path, std::size_t spare = 0) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string() + ": cannot be opened (missing or unreadable)");
   std::string text;
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec) {
+    text.reserve(static_cast<std::size_t>(size) + spare);
     text.resize(static_cast<std::size_t>(size));
     in.read(text.data(), static_cast<std::streamsize>(size));
     text.resize(static_cast<std::size_t>(in.gcount()));

@@ -1,17 +1,17 @@
 #pragma once
 // A dump.json read straight into compare rows, one entry at a time. Reading the whole "data" object
 // into JSON nodes first (load_dump) costs gigabytes for a million entries and most of the reading
-// time; here simdjson's On-Demand parser walks the text, each entry becomes a small JSON value
-// that RowMaker turns into rows (rows.hpp), and only the entry names are kept (Dump::data, values
-// null). Any text that is not plain (Python's NaN or Infinity, a repeated entry name, invalid
-// JSON, a number beyond 64 bits, an entry that is not an object, ...) is read by load_dump instead,
-// which gives it exactly the meaning and the error messages it always had. Without simdjson
-// (TORCHPROBE_HAVE_SIMDJSON unset: a build that did not find it) every dump is read that way.
-#include <string.h>  // memmem
-
+// time; here the file is read in pieces (json_pieces.hpp), each entry's text is parsed by simdjson's
+// DOM parser and turned into rows by RowMaker (rows.hpp), and only the entry names are kept
+// (Dump::data, values null): neither the whole text nor a tree of it is ever held. Any text that is
+// not plain (Python's NaN or Infinity, a repeated entry name, invalid JSON, a number beyond 64 bits,
+// an entry that is not an object, ...) is read by load_dump instead, which gives it exactly the
+// meaning and the error messages it always had. Without simdjson (TORCHPROBE_HAVE_SIMDJSON unset: a
+// build that did not find it) every dump is read that way.
 #include <algorithm>
 #include <new>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -24,45 +24,35 @@
 
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
 #include <simdjson.h>
+
+#include "torchprobe/analysis/compare/json_pieces.hpp"
 #endif
 
 namespace torchprobe::compare {
 
-// A dump (its entries' values dropped) with its rows.
+// A dump (its entries' values dropped) with its rows and their text.
 struct DumpRows {
   Dump dump;
   std::vector<Row> rows;
+  TextStore text;
 };
 
 namespace detail {
 
 // load_dump, then the rows, then the values dropped.
 inline DumpRows dump_rows_through_json(const std::filesystem::path& dump_json, const std::string& text) {
-  DumpRows out{dump_from_text(dump_json, text), {}};
-  out.rows = dump_rows(out.dump);
+  DumpRows out{dump_from_text(dump_json, text), {}, {}};
+  RowSet rows = dump_rows(out.dump);
+  out.rows = std::move(rows.rows);
+  out.text = std::move(rows.text);
   drop_entry_values(out.dump);
   return out;
 }
 
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
-// The text needs load_dump's reading (see the file's comment).
-struct NotPlain {};
-
 // A top-level value other than "data" (small: "task", "torchprobe_recovery", ...), read from its
 // text by compare's JSON reader.
-inline Json small_value(simdjson::ondemand::value v) {
-  using simdjson::ondemand::json_type;
-  const json_type t = v.type().value();
-  std::string_view text;
-  if (t == json_type::object) {
-    simdjson::ondemand::object o = v.get_object();
-    text = o.raw_json();
-  } else if (t == json_type::array) {
-    simdjson::ondemand::array a = v.get_array();
-    text = a.raw_json();
-  } else {
-    text = v.raw_json_token();
-  }
+inline Json small_value(std::string_view text) {
   try {
     return parse_json_text(text);
   } catch (const JsonSyntaxError&) {
@@ -72,9 +62,13 @@ inline Json small_value(simdjson::ondemand::value v) {
 
 // An integer written -0 (nlohmann reads it as a signed integer, simdjson's DOM as 0 like any other):
 // a text holding one anywhere (even inside a string) is load_dump's to read.
+// (Each '-' found by memchr: memmem's set-up per call cost a second for the "-0." of a million
+// entries' negative statistics.)
 inline bool has_integer_negative_zero(std::string_view text) {
-  for (const char *p = text.data(), *end = text.data() + text.size();
-       (p = static_cast<const char*>(::memmem(p, static_cast<std::size_t>(end - p), "-0", 2))) != nullptr; p += 2) {
+  const char* const end = text.data() + text.size();
+  for (const char* p = text.data();
+       (p = static_cast<const char*>(std::memchr(p, '-', static_cast<std::size_t>(end - p)))) != nullptr; ++p) {
+    if (p + 1 == end || p[1] != '0') continue;
     const char next = p + 2 < end ? p[2] : ' ';
     if (next != '.' && next != 'e' && next != 'E' && !(next >= '0' && next <= '9')) return true;
   }
@@ -239,9 +233,10 @@ inline bool read_to_end(simdjson::ondemand::document& doc) {
 inline void load_construct_file_fast(Dump& d) {
   const std::filesystem::path construct = dump_dir(d) / "construct.json";
   if (!std::filesystem::exists(construct)) return;
-  std::string text = read_text_file(construct);
+  std::string text = read_text_file(construct, simdjson::SIMDJSON_PADDING);
   const std::size_t length = text.size();
   Parents parents;
+  parents.reserve(length / 48);  // a line of construct.json is about that long: no rehash on the way
   try {
     if (has_python_floats(text)) throw NotPlain{};
     simdjson::ondemand::parser parser;
@@ -272,75 +267,76 @@ inline void load_construct_file_fast(Dump& d) {
   d.parents = std::move(parents);
 }
 
-// The fast path; throws (NotPlain, simdjson's errors, ...) where load_dump must read the text.
-inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std::string& text) {
-  const std::size_t length = text.size();
-  // The padding iterate_padded adds is taken off again on the way out (load_dump, which may read the
-  // text next, names byte offsets in its messages).
-  struct Padding {
-    std::string& text;
-    std::size_t length;
-    ~Padding() { text.resize(length); }
-  } padding{text, length};
-  simdjson::ondemand::parser parser;
+// The fast path, reading the file in pieces of `piece` bytes (json_pieces.hpp); throws (NotPlain,
+// simdjson's errors, ...) where load_dump must read the text.
+inline DumpRows dump_rows_in_pieces(const std::filesystem::path& dump_json, std::size_t piece = std::size_t(8) << 20) {
+  JsonPieces text(dump_json, piece);
   simdjson::dom::parser entry_parser;
-  simdjson::ondemand::document doc = iterate_padded(parser, text, length);
   DumpRows out;
   Dump& d = out.dump;
   d.file = dump_json;
   d.data = Json::object();
   load_stack_file(d);  // before the rows: an entry's first row carries its stack
   load_construct_file_fast(d);
-  RowMaker maker(d);
+  RowMaker maker(d, out.text);
   // Room for the rows before they are made: growing a vector of rows moves them all, and touches
   // twice the memory. A tensor's JSON takes 200 bytes or more (a scalar's less: then the vector
   // grows); the pages of the room not used are never touched, so they cost address space only.
-  out.rows.reserve(length / 200);
+  std::error_code size_error;
+  out.rows.reserve(static_cast<std::size_t>(std::filesystem::file_size(dump_json, size_error)) / 200);
   auto& names = static_cast<Json::object_t::Container&>(d.data.get_ref<Json::object_t&>());
   std::vector<std::uint64_t> name_hashes;  // a repeated entry name is load_dump's to read
   bool has_task = false, has_data = false;
   std::vector<std::string> seen_keys;
-  for (auto field : doc.get_object()) {
-    const std::string key(static_cast<std::string_view>(field.unescaped_key()));
+  // Each member of the outer object and of "data": a key, ':', a value, then ',' or the closing brace.
+  const auto each_member = [&](const auto& take) {
+    int c = text.next_token();
+    if (c == '}') return;
+    for (;; c = text.next_token()) {
+      if (c != '"') throw NotPlain{};
+      std::string key(text.string());
+      text.expect(':');
+      take(std::move(key));
+      text.release();
+      c = text.next_token();
+      if (c == '}') return;
+      if (c != ',') throw NotPlain{};
+    }
+  };
+  text.expect('{');
+  each_member([&](std::string key) {
     if (std::find(seen_keys.begin(), seen_keys.end(), key) != seen_keys.end()) throw NotPlain{};
     seen_keys.push_back(key);
-    simdjson::ondemand::value v = field.value();
-    if (key == "task") {
-      if (v.type().value() != simdjson::ondemand::json_type::string) throw NotPlain{};
-      d.task = std::string(static_cast<std::string_view>(v.get_string()));
-      has_task = true;
-    } else if (key == "level") {
-      if (v.type().value() == simdjson::ondemand::json_type::string)
-        d.level = std::string(static_cast<std::string_view>(v.get_string()));
-      else
-        static_cast<void>(small_value(v));  // read all the same: a skipped value is not checked
-    } else if (key == "torchprobe_recovery") {
-      Json doc_part = Json::object();
-      doc_part["torchprobe_recovery"] = small_value(v);
-      d.incomplete = recovery_missing(doc_part);
-    } else if (key == "data") {
-      if (v.type().value() != simdjson::ondemand::json_type::object) throw NotPlain{};
-      has_data = true;
-      for (auto entry : v.get_object()) {
-        std::string name(static_cast<std::string_view>(entry.unescaped_key()));
-        simdjson::ondemand::value body = entry.value();
-        if (body.type().value() != simdjson::ondemand::json_type::object) throw NotPlain{};
-        // The entry's text, read again by simdjson's DOM parser where it lies in the padded text
-        // (so no copy), for members by key in any order.
-        simdjson::ondemand::object body_object = body.get_object();
-        const std::string_view span = body_object.raw_json();
-        const simdjson::dom::element op = entry_parser.parse(span.data(), span.size(), false);
-        const bool md5 = check_dom_entry(op, 0) || name == "md5";  // any_md5 counts entry names too
-        d.has_md5 = d.has_md5 || md5;
-        maker.add(name, DomNode{op, true}, out.rows);
-        name_hashes.push_back(std::hash<std::string>{}(name));
-        names.emplace_back(std::move(name), nullptr);
+    if (key != "data") {  // small values, read by compare's JSON reader
+      const Json v = small_value(text.value());
+      if (key == "task") {
+        if (!v.is_string()) throw NotPlain{};
+        d.task = v.get<std::string>();
+        has_task = true;
+      } else if (key == "level" && v.is_string()) {
+        d.level = v.get<std::string>();
+      } else if (key == "torchprobe_recovery") {
+        Json doc_part = Json::object();
+        doc_part["torchprobe_recovery"] = v;
+        d.incomplete = recovery_missing(doc_part);
       }
-    } else {
-      static_cast<void>(small_value(v));  // not needed, but read: invalid JSON is load_dump's to report
+      return;
     }
-  }
-  if (!read_to_end(doc)) throw NotPlain{};
+    text.expect('{');
+    has_data = true;
+    each_member([&](std::string name) {
+      // The entry's text, parsed by simdjson's DOM parser where it lies, for members by key in any order.
+      const std::string_view span = text.value();
+      if (span.empty() || span.front() != '{' || has_integer_negative_zero(span)) throw NotPlain{};
+      const simdjson::dom::element op = entry_parser.parse(span.data(), span.size(), false);
+      const bool md5 = check_dom_entry(op, 0) || name == "md5";  // any_md5 counts entry names too
+      d.has_md5 = d.has_md5 || md5;
+      maker.add(name, DomNode{op, true}, out.rows);
+      name_hashes.push_back(std::hash<std::string>{}(name));
+      names.emplace_back(std::move(name), nullptr);
+    });
+  });
+  if (text.next_token() != -1) throw NotPlain{};  // only whitespace after the outer object
   if (!has_task || !has_data || names.empty()) throw NotPlain{};
   std::sort(name_hashes.begin(), name_hashes.end());
   if (std::adjacent_find(name_hashes.begin(), name_hashes.end()) != name_hashes.end()) throw NotPlain{};
@@ -354,20 +350,17 @@ inline DumpRows dump_rows_on_demand(const std::filesystem::path& dump_json, std:
 // its entries' values dropped (drop_entry_values). Errors are load_dump's InputErrors.
 inline DumpRows load_dump_rows(const std::filesystem::path& dump_json) {
   if (!std::filesystem::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
-  std::string text = read_text_file(dump_json);
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
-  if (!detail::has_python_floats(text) && !detail::has_integer_negative_zero(text)) {
-    try {
-      return detail::dump_rows_on_demand(dump_json, text);
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (...) {
-      // NotPlain, simdjson's errors, and any error of the side files or the rows: load_dump reads
-      // the dump again and decides what is reported, in its order (dump.json before stack.json).
-    }
+  try {
+    return detail::dump_rows_in_pieces(dump_json);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (...) {
+    // NotPlain, simdjson's errors, and any error of the side files or the rows: load_dump reads
+    // the dump again and decides what is reported, in its order (dump.json before stack.json).
   }
 #endif
-  return detail::dump_rows_through_json(dump_json, text);
+  return detail::dump_rows_through_json(dump_json, read_text_file(dump_json));
 }
 
 }  // namespace torchprobe::compare

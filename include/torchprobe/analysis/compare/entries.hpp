@@ -1,7 +1,9 @@
 #pragma once
 // A dump's entries as compare pairs them: each entry with its rows (rows.hpp), a pair of entries
 // with its row links, and the result of the matching passes (matching.hpp).
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchprobe/analysis/compare/rows.hpp"
@@ -9,17 +11,20 @@
 namespace torchprobe::compare {
 
 struct Entry {
-  std::string name, key, direction;  // direction: forward | backward | parameters_grad
-  std::size_t index = 0;             // position in dump order
+  std::string_view name, key;  // views of the rows' text (RowSet, DumpRows)
+  std::string_view direction;  // forward | backward | parameters_grad
+  std::size_t index = 0;       // position in dump order
   std::vector<const Row*> rows;
   bool is_module() const { return name.rfind("Module.", 0) == 0 || name.rfind("Cell.", 0) == 0; }
-  std::string suffix(const Row& r) const { return r.name.rfind(name, 0) == 0 ? r.name.substr(name.size()) : r.name; }
+  std::string_view suffix(const Row& r) const {
+    return r.name.rfind(name, 0) == 0 ? r.name.substr(name.size()) : r.name;
+  }
   const Row* first_output() const {
     for (const Row* r : rows)
       if (r->is_output()) return r;
     return nullptr;
   }
-  const Row* row(const std::string& suffix_) const {
+  const Row* row(std::string_view suffix_) const {
     for (const Row* r : rows) {
       if (suffix(*r) == suffix_) return r;
     }
@@ -35,9 +40,12 @@ inline std::vector<Entry> dump_entries(const std::vector<Row>& rows) {
       e.name = r.entry;
       e.key = r.entry_key;
       e.index = r.entry_index;
-      const auto parts = detail::split_dots(r.entry);
-      for (const auto& p : parts) {
-        if (p == "forward" || p == "backward" || p == "parameters_grad") e.direction = p;
+      for (std::size_t at = 0; at <= r.entry.size();) {  // the last dot-separated part that names one
+        const std::size_t dot = std::min(r.entry.find('.', at), r.entry.size());
+        const std::string_view part = r.entry.substr(at, dot - at);
+        for (const char* d : {"forward", "backward", "parameters_grad"})
+          if (part == d) e.direction = d;
+        at = dot + 1;
       }
       out.push_back(std::move(e));
     }

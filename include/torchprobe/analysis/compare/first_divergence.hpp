@@ -58,15 +58,15 @@ struct Judgement {
     if (rows_within_allowance > 0)
       sums = "; " + std::to_string(rows_within_allowance) +
              " rows differ in Mean or Norm only as float sums do (the more exact side: " + more_exact() + ")";
-    if (source) return s + "first divergence (source): " + source->pair->target->name + sums;
+    if (source) return s + "first divergence (source): " + std::string(source->pair->target->name) + sums;
     if (first_diverging) {
       // A call one side makes alone since the last clean pair is the cause: name it.
       const auto alone = first_diverging->inputs_diverge ? detail::unmatched_before(*this, *first_diverging)
                                                          : std::vector<std::string>{};
       if (!alone.empty())
-        return s + "divergence from " + first_diverging->pair->target->name + ", after a call one side makes alone (" +
-               alone.front() + ")" + sums;
-      return s + "divergence from " + first_diverging->pair->target->name + " (no clean source)" + sums;
+        return s + "divergence from " + std::string(first_diverging->pair->target->name) +
+               ", after a call one side makes alone (" + alone.front() + ")" + sums;
+      return s + "divergence from " + std::string(first_diverging->pair->target->name) + " (no clean source)" + sums;
     }
     return s + "no divergence" + sums;
   }
@@ -103,9 +103,9 @@ inline nlohmann::ordered_json num(double x) {
   return x;
 }
 
-inline nlohmann::ordered_json module_chain(const Dump& d, const std::string& entry) {
+inline nlohmann::ordered_json module_chain(const Dump& d, std::string_view entry) {
   auto chain = nlohmann::ordered_json::array();
-  std::string cur = entry;
+  std::string cur(entry);
   for (int depth = 0; depth < 256; ++depth) {
     const auto it = d.parents.find(cur);
     if (it == d.parents.end()) break;
@@ -115,8 +115,8 @@ inline nlohmann::ordered_json module_chain(const Dump& d, const std::string& ent
   return chain;
 }
 
-inline nlohmann::ordered_json stack_of(const Dump& d, const std::string& entry) {
-  const auto it = d.stacks.find(entry);
+inline nlohmann::ordered_json stack_of(const Dump& d, std::string_view entry) {
+  const auto it = d.stacks.find(std::string(entry));
   return it == d.stacks.end() ? nlohmann::ordered_json::array() : it->second;
 }
 }  // namespace detail
@@ -137,12 +137,13 @@ inline std::vector<std::string> unmatched_before(const Judgement& j, const Entry
   };
   std::vector<std::string> cause;
   for (const Entry* e : j.matching.target_only)
-    if (inside(e, true)) cause.push_back("target: " + e->name);
+    if (inside(e, true)) cause.push_back("target: " + std::string(e->name));
   for (const Entry* e : j.matching.bench_only)
-    if (inside(e, false)) cause.push_back("bench: " + e->name);
+    if (inside(e, false)) cause.push_back("bench: " + std::string(e->name));
   for (const auto& x : j.matching.explained)
     if (!x.entry->is_module() && inside(x.entry, x.target_side))
-      cause.push_back(std::string(x.target_side ? "target: " : "bench: ") + x.entry->name + " (by nature)");
+      cause.push_back(std::string(x.target_side ? "target: " : "bench: ") + std::string(x.entry->name) +
+                      " (by nature)");
   return cause;
 }
 }  // namespace detail
@@ -162,7 +163,8 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
   j.matching = match_entries(j.target_entries, j.bench_entries, user_map, &t.parents, &b.parents);
   j.matching.explained =
       explain_unmatched(j.matching, j.target_entries, j.bench_entries, t, b, j.target_origin, j.bench_origin);
-  std::vector<Row> st, sb;
+  RowSet st;
+  std::vector<Row> sb;
   std::map<const Row*, int> levels;
   if (mode == JudgeMode::msprobe) levels = msprobe_levels(j.matching, csv_mode, st, sb);
   // Execution order: forward pairs first, each part in target order (the pairs' own order).
@@ -215,7 +217,7 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
   o["worst_input_row"] = v.worst_input;
   o["worst_output_row"] = v.worst_output;
   // innermost op: the first diverging API entry inside this module (an API is its own innermost op)
-  std::string innermost = p.target->name;
+  std::string_view innermost = p.target->name;
   if (p.target->is_module()) {
     for (const EntryVerdict& w : j.verdicts) {
       if (w.pair->target->is_module() || !(w.inputs_diverge || w.outputs_diverge)) continue;

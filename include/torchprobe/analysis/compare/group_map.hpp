@@ -53,15 +53,18 @@ inline GroupArg group_arg(const std::string& text, bool backward) {
   return a;
 }
 
+// The first `parts` dot-separated parts of `name` (all of it when it has no more).
+inline std::string leading_parts(std::string_view name, int parts) {
+  std::size_t dot = std::string_view::npos;
+  for (int k = 0; k < parts; ++k) {
+    dot = name.find('.', dot + 1);
+    if (dot == std::string_view::npos) return std::string(name);
+  }
+  return std::string(name.substr(0, dot));
+}
 // "Aten.addmm.0.forward" -> "Aten.addmm"; "Aten.addmm.0.forward" -> call "Aten.addmm.0".
-inline std::string api_of(const std::string& name) {
-  const auto p = split_dots(name);
-  return p.size() >= 2 ? p[0] + "." + p[1] : name;
-}
-inline std::string call_of(const std::string& name) {
-  const auto p = split_dots(name);
-  return p.size() >= 3 ? p[0] + "." + p[1] + "." + p[2] : name;
-}
+inline std::string api_of(std::string_view name) { return leading_parts(name, 2); }
+inline std::string call_of(std::string_view name) { return leading_parts(name, 3); }
 
 // The runs of `apis` among `entries` (unpaired, one direction, execution order).
 template <class EntryT>
@@ -136,11 +139,11 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
           const EntryT* single = t_single ? t[0] : b[0];
           if (single) {
             for (const Row* r : single->rows) {
-              const std::string suffix = single->suffix(*r);
+              const std::string_view suffix = single->suffix(*r);
               // forward outputs (backward inputs) belong to the last call, the rest to the first
               const bool to_last = r->is_output() != backward;
               const std::size_t other = to_last ? (t_single ? b.size() : t.size()) - 1 : 0;
-              const detail::GroupArg mine{0, suffix}, theirs{other, suffix};
+              const detail::GroupArg mine{0, std::string(suffix)}, theirs{other, std::string(suffix)};
               t_single ? add(mine, theirs) : add(theirs, mine);
             }
           }

@@ -147,11 +147,13 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   std::unordered_map<std::string_view, const EntryVerdict*> verdict_of;
   verdict_of.reserve(j.verdicts.size());
   for (const EntryVerdict& v : j.verdicts) verdict_of[v.pair->target->name] = &v;
-  std::map<std::string, std::vector<std::string>> children;
-  std::vector<std::string> roots;
+  // Every name is a view of text that outlives the tree: the rows' (entries) or t.parents' (modules
+  // known from construct.json only).
+  std::map<std::string_view, std::vector<std::string_view>> children;
+  std::vector<std::string_view> roots;
   for (const Entry& e : j.target_entries) {
     if (!e.is_module()) continue;
-    const auto p = t.parents.find(e.name);
+    const auto p = t.parents.find(std::string(e.name));
     if (p == t.parents.end())
       roots.push_back(e.name);
     else
@@ -159,18 +161,19 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   }
   // Parents with no entry of their own (a container no guard marks) hang under their own parent
   // from construct.json, or are roots.
-  std::vector<std::string> pending;
+  std::vector<std::string_view> pending;
   for (const auto& kv : children) pending.push_back(kv.first);
-  std::set<std::string> placed;
+  std::set<std::string_view> placed;
   // A set of the entry names: a scan of the entries per parent was quadratic in the dump's size.
   std::unordered_set<std::string_view> entry_names;
-  for (const Entry& e : j.target_entries) entry_names.insert(e.name);
+  if (!pending.empty())
+    for (const Entry& e : j.target_entries) entry_names.insert(e.name);
   while (!pending.empty()) {
-    const std::string parent = pending.back();
+    const std::string_view parent = pending.back();
     pending.pop_back();
     const bool known = entry_names.count(parent) > 0;
     if (known || !placed.insert(parent).second) continue;
-    const auto up = t.parents.find(parent);
+    const auto up = t.parents.find(std::string(parent));
     if (up == t.parents.end()) {
       roots.push_back(parent);
     } else {
@@ -179,34 +182,40 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     }
   }
   // Execution order: a node comes where the first entry under it does.
-  std::unordered_map<std::string, std::size_t> first;  // owns its keys: the sort below moves the names
+  std::unordered_map<std::string_view, std::size_t> first;
   first.reserve(j.target_entries.size());
   for (std::size_t i = 0; i < j.target_entries.size(); ++i) first.emplace(j.target_entries[i].name, i);
-  const auto first_of = [&](const auto& self, const std::string& name, int depth) -> std::size_t {
+  const auto first_of = [&](const auto& self, std::string_view name, int depth) -> std::size_t {
     const auto f = first.find(name);
     if (f != first.end() || depth >= 64) return f != first.end() ? f->second : j.target_entries.size();
     std::size_t m = j.target_entries.size();
     const auto k = children.find(name);
     if (k != children.end())
-      for (const std::string& c : k->second) m = std::min(m, self(self, c, depth + 1));
+      for (const std::string_view c : k->second) m = std::min(m, self(self, c, depth + 1));
     first.emplace(name, m);
     return m;
   };
-  const auto by_first = [&](const std::string& a, const std::string& b) {
-    return first_of(first_of, a, 0) < first_of(first_of, b, 0);
+  // Each name's place found once, then a stable sort by it (a comparison looking both up cost seconds
+  // for a hundred thousand modules).
+  std::vector<std::pair<std::size_t, std::string_view>> keyed;
+  const auto sort_by_first = [&](std::vector<std::string_view>& names) {
+    keyed.clear();
+    for (const std::string_view n : names) keyed.emplace_back(first_of(first_of, n, 0), n);
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < names.size(); ++i) names[i] = keyed[i].second;
   };
-  for (auto& kv : children) std::stable_sort(kv.second.begin(), kv.second.end(), by_first);
-  std::stable_sort(roots.begin(), roots.end(), by_first);
+  for (auto& kv : children) sort_by_first(kv.second);
+  sort_by_first(roots);
   std::string s;
   // A tree of more nodes than the static table's rows is drawn up to that many (in tree order): a
   // browser lays out a hundred thousand nested lists for seconds; the table has every entry.
   std::size_t drawn = 0, skipped = 0;
-  const auto node = [&](const auto& self, const std::string& name, int depth) -> void {
+  const auto node = [&](const auto& self, std::string_view name, int depth) -> void {
     if (drawn >= kStaticTableRows) {
       ++skipped;
       const auto k = children.find(name);
       if (k != children.end() && depth < 64)
-        for (const std::string& c : k->second) self(self, c, depth + 1);
+        for (const std::string_view c : k->second) self(self, c, depth + 1);
       return;
     }
     ++drawn;
@@ -219,12 +228,12 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     const auto k = children.find(name);
     if (k != children.end() && depth < 64) {
       s += "<ul class=\"tree\">";
-      for (const std::string& c : k->second) self(self, c, depth + 1);
+      for (const std::string_view c : k->second) self(self, c, depth + 1);
       s += "</ul>";
     }
     s += "</li>";
   };
-  for (const std::string& r : roots) node(node, r, 0);
+  for (const std::string_view r : roots) node(node, r, 0);
   if (skipped)
     s += "<li class=\"meta\">... and " + std::to_string(skipped) +
          " more modules, not drawn (the table below has every paired entry)</li>";

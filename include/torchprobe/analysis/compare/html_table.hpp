@@ -40,7 +40,7 @@ inline const char* verdict_class(const EntryVerdict& v) {
 }
 
 // A JSON string literal that cannot end its <script>: '<' is written \u003c.
-inline void json_string(std::string& out, const std::string& s) {
+inline void json_string(std::string& out, std::string_view s) {
   out += '"';
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -114,7 +114,7 @@ inline std::string entries_data(const Judgement& j) {
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
     std::string bench;
-    for (const Entry* e : v.pair->bench) bench += (bench.empty() ? "" : " + ") + e->name;
+    for (const Entry* e : v.pair->bench) bench.append(bench.empty() ? "" : " + ").append(e->name);
     std::size_t m = 0;
     while (m < methods.size() && methods[m] != v.pair->method) ++m;
     if (m == methods.size()) methods.push_back(v.pair->method);
@@ -157,7 +157,7 @@ inline std::string entry_table(const Judgement& j, bool& virtualised) {
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
     std::string bench;
-    for (const Entry* e : v.pair->bench) bench += (bench.empty() ? "" : " + ") + e->name;
+    for (const Entry* e : v.pair->bench) bench.append(bench.empty() ? "" : " + ").append(e->name);
     const char* cls = verdict_class(v);
     s += std::string("<tr") + (&v == j.source ? " class=\"source\"" : "") + "><td class=\"num\" data-key=\"" +
          std::to_string(i) + "\">" + std::to_string(i) + "</td><td>" + escape(v.pair->target->name) + "</td><td>" +

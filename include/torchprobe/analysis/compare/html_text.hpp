@@ -1,10 +1,11 @@
 #pragma once
 // Text put into the HTML pages the tools write (compare's report.html, grad-compare's summary.html).
 #include <string>
+#include <string_view>
 
 namespace torchprobe::compare::html {
 
-inline std::string escape(const std::string& s) {
+inline std::string escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (const char c : s) {

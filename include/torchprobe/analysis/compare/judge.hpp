@@ -30,7 +30,7 @@ inline const char* judge_mode_name(JudgeMode m) {
 constexpr double kDefaultTolEpsilons = 64;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-inline double dtype_epsilon(const std::string& dtype) {
+inline double dtype_epsilon(std::string_view dtype) {
   if (dtype == "torch.float32" || dtype == "torch.complex64") return std::ldexp(1.0, -23);
   if (dtype == "torch.float16") return std::ldexp(1.0, -10);
   if (dtype == "torch.bfloat16") return std::ldexp(1.0, -7);
@@ -62,8 +62,8 @@ inline bool same_text(const Json& a, const Json& b) {
   return py_str(a) == py_str(b);
 }
 
-inline std::string reversed_shape(const std::string& shape) {
-  if (shape.size() < 2 || shape.front() != '[') return shape;
+inline std::string reversed_shape(std::string_view shape) {
+  if (shape.size() < 2 || shape.front() != '[') return std::string(shape);
   std::vector<std::string> dims;
   std::string cur;
   for (const char c : shape.substr(1, shape.size() - 2)) {
@@ -84,7 +84,7 @@ inline std::string reversed_shape(const std::string& shape) {
 // A paired row's error in the mode's unit (epsilons for tol; 0 or infinity for exact).
 // `float_sums`: a side's Mean and Norm are float sums, so theirs count beyond the allowance only.
 // A Python number passed as an argument: str(type(value)) of an int or a float.
-inline bool python_number_class(const std::string& dtype) {
+inline bool python_number_class(std::string_view dtype) {
   return dtype == "<class 'int'>" || dtype == "<class 'float'>";
 }
 
@@ -141,7 +141,7 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
 struct EntryVerdict {
   const EntryPair* pair = nullptr;
   double input_error = 0, output_error = 0;
-  std::string worst_input, worst_output;  // target row names
+  std::string_view worst_input, worst_output;  // target row names
   bool inputs_diverge = false, outputs_diverge = false;
   bool source = false;                    // outputs diverge by more than 10x the inputs' error
   bool inputs_source = false;             // a source by its inputs (first_divergence.hpp)
@@ -149,7 +149,7 @@ struct EntryVerdict {
   std::size_t rows_within_allowance = 0;  // rows over the threshold but for the float sums' allowance
 };
 
-inline bool castable(const std::string& dtype) { return float_dtype(dtype) || dtype == "torch.float64"; }
+inline bool castable(std::string_view dtype) { return float_dtype(dtype) || dtype == "torch.float64"; }
 
 // Judges one pair. `threshold` is in the mode's unit; `msprobe_levels` maps target rows to
 // msprobe's verdict (used in msprobe mode).
@@ -197,18 +197,21 @@ inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double thresh
 
 // msprobe's verdict for every linked row, from a table built on the links themselves (so pairs
 // made by templates or values get msprobe's rules as well).
-inline std::map<const Row*, int> msprobe_levels(const Matching& m, CsvMode mode, std::vector<Row>& storage_t,
+// The table's rows are copies of the linked rows in `storage_t` / `storage_b`, keyed by their
+// number (its text kept in storage_t's store).
+inline std::map<const Row*, int> msprobe_levels(const Matching& m, CsvMode mode, RowSet& storage_t,
                                                 std::vector<Row>& storage_b) {
   for (const EntryPair& p : m.pairs) {
     for (const RowLink& l : p.links) {
-      storage_t.push_back(*l.target);
-      storage_t.back().key = std::to_string(storage_t.size());
-      storage_t.back().entry = p.target->name;
+      std::vector<Row>& rows_t = storage_t.rows;
+      rows_t.push_back(*l.target);
+      rows_t.back().key = storage_t.text.keep(std::to_string(rows_t.size()));
+      rows_t.back().entry = p.target->name;
       storage_b.push_back(*l.bench);
-      storage_b.back().key = storage_t.back().key;
+      storage_b.back().key = rows_t.back().key;
     }
   }
-  const Table table = msprobe_table(storage_t, storage_b, mode, false);
+  const Table table = msprobe_table(storage_t.rows, storage_b, mode, false);
   std::map<const Row*, int> out;
   std::size_t i = 0;
   for (const EntryPair& p : m.pairs) {

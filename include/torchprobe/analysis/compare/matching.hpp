@@ -27,6 +27,7 @@
 #include "torchprobe/analysis/compare/entries.hpp"
 #include "torchprobe/analysis/compare/group_map.hpp"
 #include "torchprobe/analysis/compare/module_alignment.hpp"
+#include "torchprobe/analysis/compare/name_index.hpp"
 #include "torchprobe/analysis/compare/expanded_calls.hpp"
 #include "torchprobe/analysis/compare/templates.hpp"
 #include "torchprobe/analysis/compare/user_map.hpp"
@@ -98,21 +99,22 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
                               const UserMap* user_map = nullptr, const Parents* target_parents = nullptr,
                               const Parents* bench_parents = nullptr) {
   Matching m;
-  std::unordered_map<std::string_view, const Entry*> bench_by_key;  // the first entry of each key
-  bench_by_key.reserve(bench.size());
-  for (const Entry& e : bench) bench_by_key.emplace(e.key, &e);
+  const auto key_of = [&](std::size_t i) { return bench[i].key; };
+  detail::NameIndex bench_by_key(bench.size());  // the first entry of each key
+  for (std::size_t i = 0; i < bench.size(); ++i) bench_by_key.insert(bench[i].key, i, key_of);
   std::unordered_set<const Entry*> used;
   used.reserve(bench.size());
   std::map<const Entry*, EntryPair> by_target;
   for (const Entry& t : target) {  // pass 1: exact
-    const auto it = bench_by_key.find(t.key);
-    if (it == bench_by_key.end() || used.count(it->second)) continue;
-    used.insert(it->second);
-    by_target[&t] = EntryPair{&t, {it->second}, {}, "exact", detail::same_suffix_links(t, *it->second)};
+    const std::size_t at = bench_by_key.find(t.key, key_of);
+    if (at == detail::NameIndex::npos || used.count(&bench[at])) continue;
+    const Entry* b = &bench[at];
+    used.insert(b);
+    by_target.emplace_hint(by_target.end(), &t, EntryPair{&t, {b}, {}, "exact", detail::same_suffix_links(t, *b)});
   }
   if (user_map) {  // pass 2: the user's items, in file order
-    std::map<std::string, const Entry*> te, be;
-    std::map<std::string, std::pair<const Entry*, const Row*>> tr, br;
+    std::map<std::string_view, const Entry*> te, be;
+    std::map<std::string_view, std::pair<const Entry*, const Row*>> tr, br;
     for (const Entry& e : target) {
       te[e.name] = &e;
       for (const Row* r : e.rows) tr[r->name] = {&e, r};
@@ -178,12 +180,16 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       by_target[t] = EntryPair{t, {b}, {}, "value", detail::same_suffix_links(*t, *b)};
     }
   }
+  // by_target's keys point into `target`: walked together, in the same order.
+  m.pairs.reserve(by_target.size());
+  auto it = by_target.begin();
   for (const Entry& t : target) {
-    const auto it = by_target.find(&t);
-    if (it == by_target.end())
+    if (it == by_target.end() || it->first != &t) {
       m.target_only.push_back(&t);
-    else if (!it->second.bench.empty())
-      m.pairs.push_back(std::move(it->second));
+      continue;
+    }
+    if (!it->second.bench.empty()) m.pairs.push_back(std::move(it->second));
+    ++it;
   }
   for (const Entry& b : bench) {
     if (!used.count(&b)) m.bench_only.push_back(&b);

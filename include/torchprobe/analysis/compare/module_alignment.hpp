@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,7 +61,7 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
                                  const Parents* target_parents, const Parents* bench_parents,
                                  std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
   // A call's backward entries ("Aten.addmm.0" -> Aten.addmm.0.backward), to pair with its forward.
-  std::map<std::string, std::vector<const Entry*>> t_backward, b_backward;
+  std::unordered_map<std::string, std::vector<const Entry*>> t_backward, b_backward;  // looked up only
   for (const Entry& e : target)
     if (e.direction == "backward") t_backward[detail::call_of(e.name)].push_back(&e);
   for (const Entry& e : bench)
@@ -79,12 +80,12 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
   };
   // Each module's forward non-module calls, in dump order, indexed once (a scan of the whole side per
   // module was quadratic in the dump's size).
-  using Children = std::unordered_map<std::string, std::vector<const Entry*>>;
+  using Children = std::unordered_map<std::string_view, std::vector<const Entry*>>;  // keys: the parents' names
   const auto children_of = [](const std::vector<Entry>& side, const Parents& parents) {
     Children out;
     for (const Entry& e : side) {
       if (e.direction != "forward" || e.is_module()) continue;
-      const auto p = parents.find(e.name);
+      const auto p = parents.find(std::string(e.name));
       if (p != parents.end()) out[p->second].push_back(&e);
     }
     return out;
@@ -93,7 +94,7 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
   for (const Entry& tm : target) {
     const auto pm = by_target.find(&tm);
     if (!tm.is_module() || tm.direction != "forward" || pm == by_target.end() || pm->second.method != "exact") continue;
-    const auto inside = [&](bool is_target, const std::string& module) {
+    const auto inside = [&](bool is_target, std::string_view module) {
       const Children& children = is_target ? t_children : b_children;
       std::vector<const Entry*> out;
       const auto c = children.find(module);

@@ -52,17 +52,23 @@ void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
   };
   const Row& n = *r.npu;
   const Row* b = r.bench;
-  const std::string na = "N/A";
-  for (const std::string* c : {&n.name, b ? &b->name : &na, &n.dtype, b ? &b->dtype : &na, &n.shape,
-                               b ? &b->shape : &na, &n.requires_grad, b ? &b->requires_grad : &na})
-    put(std::string_view(*c));
+  const std::string_view na = "N/A";
+  for (const std::string_view c : {n.name, b ? b->name : na, n.dtype, b ? b->dtype : na, n.shape, b ? b->shape : na,
+                                   n.requires_grad, b ? b->requires_grad : na})
+    put(c);
   if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
     if (t.mode == CsvMode::summary)
       for (const auto& d : r.diff) put(std::string_view(d));
     else
       for (const auto& m : r.metrics) put(std::string_view(m));
-    for (const auto& s : n.stats) cell(s);
-    for (int s = 0; s < 4; ++s) b ? cell(b->stats[s]) : put(std::string_view(na));
+    for (int s = 0; s < 8; ++s) {
+      if (r.known_stats & (1u << s))
+        put(r.stat_text[s].view());
+      else if (s < 4)
+        cell(n.stats[s]);
+      else
+        b ? cell(b->stats[s - 4]) : put(std::string_view(na));
+    }
   } else {
     put(std::string_view(n.md5));
     put(std::string_view(b ? b->md5 : na));

@@ -4,8 +4,11 @@
 // (statistics) and md5 modes, and the tensor ("all") mode whose six metric cells come from the .pt
 // files through a callback (tensor_metrics.hpp, which needs libtorch). Columns, formulas and
 // strings follow msprobe 26.0 (../shared/spec/compare-spec.md section 1).
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -13,8 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "torchprobe/analysis/compare/name_index.hpp"
 #include "torchprobe/analysis/compare/python_text.hpp"
 #include "torchprobe/analysis/compare/rows.hpp"
+#include "torchprobe/analysis/compare/stat_diff.hpp"
 
 namespace torchprobe::compare {
 
@@ -27,7 +32,11 @@ using TensorCellsFn = std::function<std::array<std::string, 6>(const Row& npu, c
 struct TableRow {
   const Row* npu = nullptr;
   const Row* bench = nullptr;  // null: unmatched, or its dtype was not comparable (msprobe writes N/A)
-  std::string diff[8];         // Max/Min/Mean/L2norm diff, then the four RelativeErr
+  CellText diff[8];            // Max/Min/Mean/L2norm diff, then the four RelativeErr
+  // Summary mode: the statistics' texts already made for the differences (NPU's four, then the
+  // bench's), for the CSV; bit k of `known_stats` says stat_text[k] holds one (a finite float's).
+  CellText stat_text[8];
+  unsigned char known_stats = 0;
   // Tensor mode: Cosine ... Five Thousandths Err Ratio (six cells); empty in the other modes, where
   // six empty strings per row were 190 MB of a million-entry compare.
   std::vector<std::string> metrics;
@@ -42,81 +51,6 @@ struct Table {
 };
 
 namespace detail {
-
-// CalcStatsDiff.classify
-enum class ValType { num, nan, inf, neg_inf, device, na, other };
-inline std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-inline ValType classify(const Json& v) {
-  const std::string s = lower(py_str(v));
-  if (s == "nan") return ValType::nan;
-  if (s == "inf") return ValType::inf;
-  if (s == "-inf") return ValType::neg_inf;
-  if (v.is_number()) return ValType::num;
-  if (v.is_string() && s != "true" && s != "false" && pandas_parse(v.get<std::string>())) return ValType::num;
-  if (s.find("npu") != std::string::npos || s.find("cpu") != std::string::npos || s.find("cuda") != std::string::npos)
-    return ValType::device;
-  if (py_str(v) == "N/A") return ValType::na;
-  return ValType::other;
-}
-
-inline const Json& na_cell() {
-  static const Json na = "N/A";
-  return na;
-}
-
-// classify(), numbers without a str() and lower() of them.
-inline ValType classify_fast(const Json& v) {
-  if (v.is_number_float()) {
-    const double x = v.get<double>();
-    return std::isnan(x) ? ValType::nan : std::isinf(x) ? (x > 0 ? ValType::inf : ValType::neg_inf) : ValType::num;
-  }
-  if (v.is_number()) return ValType::num;  // an integer's str() is its digits
-  return classify(v);
-}
-
-// One statistic's (diff, relative error) for one row, from the cells and their str() (made once per
-// cell: this runs for every row of a million-entry compare); `int_cols` says pandas parsed both whole
-// columns as integers.
-inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, std::string_view n_text,
-                                                     std::string_view b_text, bool int_cols) {
-  if (n_text == b_text) return {"0", "0"};
-  const ValType tn = classify_fast(n), tb = classify_fast(b);
-  using V = ValType;
-  if (tn == V::na || tb == V::na) return {"N/A", "N/A"};
-  if (tn == V::num && tb == V::num) {
-    const double x = pandas_parse(n_text)->value, y = pandas_parse(b_text)->value;
-    const double diff = x - y;
-    const std::string d = int_cols ? std::to_string(static_cast<long long>(diff)) : py_float_str(diff);
-    if (y == 0) return {d, "inf"};
-    return {d, py_float_str(std::fabs(diff / y * 100)) + "%"};
-  }
-  const auto dev_or_other = [](V t) { return t == V::device || t == V::other; };
-  if (dev_or_other(tn) || dev_or_other(tb)) {
-    if (tn == V::device && tb == V::device) return {"N/A", "N/A"};
-    return {"Diff", "Diff"};
-  }
-  if (tn == V::nan || tb == V::nan) return {"Nan", "Nan"};
-  if (tn == V::inf && (tb == V::num || tb == V::neg_inf)) return {"inf", "inf"};
-  if (tn == V::neg_inf && (tb == V::num || tb == V::inf)) return {"-inf", "-inf"};
-  if (tn == V::num && tb == V::inf) return {"-inf", "-inf"};
-  if (tn == V::num && tb == V::neg_inf) return {"inf", "inf"};
-  return {"N/A", "N/A"};
-}
-inline std::pair<std::string, std::string> stat_diff(const Json& n, const Json& b, bool int_cols) {
-  return stat_diff(n, b, py_str(n), py_str(b), int_cols);
-}
-
-// str() of a table cell: a finite float's is written into `buf` (no string made: this runs eight
-// times per row of a million-entry compare), anything else's kept in `keep`.
-inline std::string_view cell_text(const Json& v, char (&buf)[40], std::string& keep) {
-  if (v.is_number_float() && std::isfinite(v.get<double>()))
-    return std::string_view(buf, static_cast<std::size_t>(io::write_python_float(buf, v.get<double>()) - buf));
-  keep = py_str(v);
-  return keep;
-}
 
 inline bool is_inf_or_nan(const Json& v) {
   if (v.is_number_float()) return !std::isfinite(v.get<double>());
@@ -141,7 +75,7 @@ inline bool py_equal(const Json& a, const Json& b) {
 inline double max_norm_rel(const std::vector<TableRow*>& rows) {
   double best = 0.0;
   for (const TableRow* r : rows) {
-    const std::string& v = r->diff[7];
+    const std::string_view v = r->diff[7];
     if (v.empty() || v.back() != '%') continue;
     best = std::max(best, py_percent_to_float(v));
   }
@@ -172,15 +106,19 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
   for (TableRow* r : rows) (r->npu->is_output() ? out : in).push_back(r);
   enum { kNone, kInputs, kAll } ignore = kNone;
   if (!in.empty()) {
-    const auto parts = split_dots(in.front()->npu->name);
-    if (parts.size() >= 2) {
+    // The name's second dot-separated part (the API), found in place: a vector of its parts per entry
+    // cost a second of a million-entry table.
+    const std::string_view name = in.front()->npu->name;
+    const std::size_t dot = name.find('.');
+    if (dot != std::string_view::npos) {
+      const std::string_view api = name.substr(dot + 1, name.find('.', dot + 1) - (dot + 1));
       static const char* kAllIgnore[] = {
           "empty",     "empty_like",   "numpy", "to", "__setitem__", "empty_with_format", "new_empty_strided",
           "new_empty", "empty_strided"};
       static const char* kInIgnore[] = {"_reduce_scatter_base", "_all_gather_base", "all_to_all_single",
                                         "batch_isend_irecv"};
-      for (const char* n : kAllIgnore) ignore = parts[1] == n ? kAll : ignore;
-      for (const char* n : kInIgnore) ignore = parts[1] == n ? kInputs : ignore;
+      for (const char* n : kAllIgnore) ignore = api == n ? kAll : ignore;
+      for (const char* n : kInIgnore) ignore = api == n ? kInputs : ignore;
     }
   }
   // get_data_list_by_ignore_info: nothing, the outputs, or inputs then outputs
@@ -189,7 +127,7 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
   if (ignore == kNone) checked.insert(checked.end(), out.begin(), out.end());
   if (mode == CsvMode::md5) {
     for (TableRow* r : checked) {
-      const std::string nb = r->bench ? r->bench->md5 : "N/A";
+      const std::string_view nb = r->bench ? r->bench->md5 : "N/A";
       if (r->npu->md5 == nb) continue;
       if (nb == "N/A" || nb == "Nan" || nb.empty() || r->npu->md5 == "N/A" || r->npu->md5.empty())
         raise(*r, 1, "warning: The parameter of NPU does not match the bench.");
@@ -266,22 +204,25 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
   constexpr std::size_t kEnd = static_cast<std::size_t>(-1);
   std::vector<std::pair<const Row*, const Row*>> pairs;  // (npu, bench or null), the table's rows
   {
-    std::unordered_map<std::string_view, std::size_t> first_of;
-    first_of.reserve(bench.size());
+    const auto key_of = [&](std::size_t i) { return bench[i].key; };
+    detail::NameIndex first_of(bench.size());
     std::vector<std::size_t> next(bench.size(), kEnd), last_of(bench.size(), kEnd);
     for (std::size_t i = 0; i < bench.size(); ++i) {
-      const auto [it, added] = first_of.emplace(bench[i].key, i);
-      if (!added) next[last_of[it->second]] = i;
-      last_of[it->second] = i;  // the chain's last, kept at its first
+      std::size_t first = first_of.insert(bench[i].key, i, key_of);
+      if (first == detail::NameIndex::npos)
+        first = i;
+      else
+        next[last_of[first]] = i;
+      last_of[first] = i;  // the chain's last, kept at its first
     }
     pairs.reserve(npu.size());
     for (const Row& n : npu) {
-      const auto it = first_of.find(n.key);
-      if (it == first_of.end()) {
+      const std::size_t first = first_of.find(n.key, key_of);
+      if (first == detail::NameIndex::npos) {
         pairs.emplace_back(&n, nullptr);
         continue;
       }
-      for (std::size_t k = it->second; k != kEnd; k = next[k]) {
+      for (std::size_t k = first; k != kEnd; k = next[k]) {
         const Row* b = &bench[k];
         const bool comparable = n.dtype == b->dtype || (float_dtype(n.dtype) && float_dtype(b->dtype));
         pairs.emplace_back(&n, comparable ? b : nullptr);
@@ -310,7 +251,7 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
   std::vector<TableRow*> members;
   for (std::size_t i = 0; i < pairs.size();) {  // one entry's rows are contiguous
     group.clear();
-    const std::string& entry = pairs[i].first->entry;
+    const std::string_view entry = pairs[i].first->entry;
     for (; i < pairs.size() && pairs[i].first->entry == entry; ++i) {
       TableRow r;
       r.npu = pairs[i].first;
@@ -322,10 +263,16 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
           const std::string_view n_text = detail::cell_text(r.npu->stats[s], n_buf, n_keep);
           const std::string_view b_text =
               r.bench ? detail::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
-          auto [d, rel] = detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text,
-                                            b_text, ints[s]);
-          r.diff[s] = std::move(d);
-          r.diff[4 + s] = std::move(rel);
+          detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text, b_text, ints[s],
+                            r.diff[s], r.diff[4 + s]);
+          if (n_text.data() == n_buf) {
+            r.stat_text[s] = n_text;
+            r.known_stats |= static_cast<unsigned char>(1u << s);
+          }
+          if (r.bench && b_text.data() == b_buf) {
+            r.stat_text[4 + s] = b_text;
+            r.known_stats |= static_cast<unsigned char>(1u << (4 + s));
+          }
         }
       } else if (mode == CsvMode::tensor) {
         // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported

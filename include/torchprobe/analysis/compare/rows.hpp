@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <string>
 #include <string_view>
@@ -19,35 +20,43 @@
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/python_text.hpp"
+#include "torchprobe/analysis/compare/text_store.hpp"
 
 namespace torchprobe::compare {
 
 using Json = nlohmann::ordered_json;
 
+// A row's texts are views: of the TextStore of its dump's rows (text_store.hpp), or of literals.
 struct Row {
-  std::string name;             // NPU/Bench Name
-  std::string key;              // compare key: name with the backward call number recounted
-  std::string entry;            // the dump.json entry it belongs to
-  std::string entry_key;        // the entry's name with the backward call number recounted
-  std::size_t entry_index = 0;  // the entry's position in dump order
-  std::string state;            // input | output | parameters | parameters_grad
-  std::string dtype, shape;     // str() of msprobe's values
-  Json stats[4];                // Max, Min, Mean, Norm as msprobe's table holds them ("None", "Nan" as strings)
-  std::string requires_grad = "N/A";
-  std::string md5;
-  std::string data_name = "-1";
-  std::optional<std::string> stack;  // str(list of frames), on an entry's first row only
-  bool is_output() const { return name.find(".output.") != std::string::npos; }
+  std::string_view name;          // NPU/Bench Name
+  std::string_view key;           // compare key: name with the backward call number recounted
+  std::string_view entry;         // the dump.json entry it belongs to
+  std::string_view entry_key;     // the entry's name with the backward call number recounted
+  std::size_t entry_index = 0;    // the entry's position in dump order
+  std::string_view state;         // input | output | parameters | parameters_grad
+  std::string_view dtype, shape;  // str() of msprobe's values
+  Json stats[4];                  // Max, Min, Mean, Norm as msprobe's table holds them ("None", "Nan" as strings)
+  std::string_view requires_grad = "N/A";
+  std::string_view md5;
+  std::string_view data_name = "-1";
+  std::optional<std::string_view> stack;  // str(list of frames), on an entry's first row only
+  bool is_output() const { return name.find(".output.") != std::string_view::npos; }
+};
+
+// A dump's rows with the text they refer to.
+struct RowSet {
+  std::vector<Row> rows;
+  TextStore text;
 };
 
 // msprobe's float class of dtypes: fp16, bf16 and fp32 compare with each other.
-inline bool float_dtype(const std::string& d) {
+inline bool float_dtype(std::string_view d) {
   return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
 }
 
 namespace detail {
 
-inline std::vector<std::string> split_dots(const std::string& s) {
+inline std::vector<std::string> split_dots(std::string_view s) {
   std::vector<std::string> parts(1);
   for (const char c : s) {
     if (c == '.')
@@ -130,7 +139,7 @@ bool node_empty(const Node& n) {
 }
 
 template <class Node>
-Row leaf_row(const Node& item, const std::string& op_name, const std::string& state) {
+Row leaf_row(const Node& item, const std::string& op_name, std::string_view state, TextStore& store) {
   using Ops = NodeOps<Node>;
   Row r;
   r.state = state;
@@ -154,11 +163,9 @@ Row leaf_row(const Node& item, const std::string& op_name, const std::string& st
   const auto cell = [&](int k) { return has[k] ? Ops::cell(found[k]) : Json(); };
   const auto text = [&](int k) { return has[k] ? Ops::py_text(found[k]) : std::string("None"); };
   const auto string = [&](int k) { return Ops::string(found[k]); };  // when type_of(k) is string
-  if (type_of(kDataName) == JsonType::string && !string(kDataName).empty())
-    r.data_name = std::string(string(kDataName));
-  r.name = op_name;
-  if (r.data_name != "-1") r.name = r.data_name.substr(0, r.data_name.rfind('.'));
-  if (type_of(kRequiresGrad) != JsonType::null) r.requires_grad = text(kRequiresGrad);
+  if (type_of(kDataName) == JsonType::string && !string(kDataName).empty()) r.data_name = store.keep(string(kDataName));
+  r.name = r.data_name != "-1" ? r.data_name.substr(0, r.data_name.rfind('.')) : store.keep(op_name);
+  if (type_of(kRequiresGrad) != JsonType::null) r.requires_grad = store.intern(text(kRequiresGrad));
   Json stats[4];
   for (int i = 0; i < 4; ++i) stats[i] = cell(kMax + i);
   const JsonType dtype = type_of(kDtype);
@@ -167,16 +174,16 @@ Row leaf_row(const Node& item, const std::string& op_name, const std::string& st
   const std::string type = type_of(kType) == JsonType::string ? std::string(string(kType)) : "";
   const JsonType value = type_of(kValue);
   if (has_dtype) {
-    r.dtype = text(kDtype);
-    r.shape = text(kShape);
+    r.dtype = store.intern(text(kDtype));
+    r.shape = store.intern(text(kShape));
   } else if (type == "torch.Size") {
-    r.dtype = type;
-    r.shape = text(kValue);
+    r.dtype = store.intern(type);
+    r.shape = store.intern(text(kValue));
   } else if (type == "slice") {
-    r.dtype = type;
-    r.shape = "(" + std::to_string(value == JsonType::array ? Ops::size(found[kValue]) : 0) + ",)";
+    r.dtype = store.intern(type);
+    r.shape = store.intern("(" + std::to_string(value == JsonType::array ? Ops::size(found[kValue]) : 0) + ",)");
   } else if (type == "ellipsis") {
-    r.dtype = type;
+    r.dtype = store.intern(type);
     r.shape = "[]";
     for (auto& s : stats) s = cell(kValue);
   } else {
@@ -186,9 +193,9 @@ Row leaf_row(const Node& item, const std::string& op_name, const std::string& st
   }
   for (int i = 0; i < 4; ++i) r.stats[i] = summary_cell(stats[i]);
   static const std::string kEmptyCrc = crc32_hex("");
-  r.md5 = type_of(kMd5) == JsonType::string && !string(kMd5).empty() ? std::string(string(kMd5))
-          : has[kValue]                                              ? crc32_hex(text(kValue))
-                                                                     : kEmptyCrc;
+  r.md5 = type_of(kMd5) == JsonType::string && !string(kMd5).empty() ? store.keep(string(kMd5))
+          : has[kValue]                                              ? store.keep(crc32_hex(text(kValue)))
+                                                                     : std::string_view(kEmptyCrc);
   return r;
 }
 
@@ -202,15 +209,17 @@ inline bool names_parameters_grad(std::string_view name) {
   return false;
 }
 
-// `grads`: op_name has a "parameters_grad" component (list items then keep the name).
+// `grads`: op_name has a "parameters_grad" component (list items then keep the name). `op_name` is
+// the item's name, grown in place for the items inside and given back as it came (a string made per
+// item and level cost an allocation per row).
 template <class Node>
-void parse_items(const Node& data, const std::string& op_name, const std::string& state, int depth,
-                 std::vector<Row>& out, bool grads) {
+void parse_items(const Node& data, std::string& op_name, std::string_view state, int depth, std::vector<Row>& out,
+                 bool grads, TextStore& store) {
   using Ops = NodeOps<Node>;
   if (depth > 50) throw InputError("entry " + op_name + " nests deeper than 50 levels");
   if (Ops::type(data) == JsonType::null) {
     Row r;
-    r.name = op_name;
+    r.name = store.keep(op_name);
     r.state = state;
     r.dtype = r.shape = "None";
     for (auto& s : r.stats) s = "None";
@@ -220,18 +229,24 @@ void parse_items(const Node& data, const std::string& op_name, const std::string
   if (node_empty(data)) return;
   if (Ops::type(data) == JsonType::array) {
     std::size_t i = 0;
+    const std::size_t length = op_name.size();
     Ops::items(data, [&](const Node& item) {
-      parse_items(item, grads ? op_name : op_name + "." + std::to_string(i), state, depth + 1, out, grads);
+      if (!grads) op_name.append(1, '.').append(std::to_string(i));
+      parse_items(item, op_name, state, depth + 1, out, grads, store);
+      op_name.resize(length);
       ++i;
     });
   } else if (Ops::type(data) == JsonType::object) {
     const Node type = Ops::find(data, "type");
     if (Ops::found(type) && Ops::type(type) == JsonType::string) {
-      out.push_back(leaf_row(data, op_name, state));
+      out.push_back(leaf_row(data, op_name, state, store));
       return;
     }
+    const std::size_t length = op_name.size();
     Ops::members(data, [&](std::string_view key, const Node& v) {
-      parse_items(v, op_name + "." + std::string(key), state, depth + 1, out, grads || names_parameters_grad(key));
+      op_name.append(1, '.').append(key);
+      parse_items(v, op_name, state, depth + 1, out, grads || names_parameters_grad(key), store);
+      op_name.resize(length);
     });
   }
 }
@@ -243,7 +258,8 @@ void parse_items(const Node& data, const std::string& op_name, const std::string
 // (dump_rows_reader.hpp) feeds it one entry at a time, so that no whole dump is held as JSON nodes.
 class RowMaker {
  public:
-  explicit RowMaker(const Dump& d) : dump_(d) {}
+  // The rows' texts are kept in `store`.
+  RowMaker(const Dump& d, TextStore& store) : dump_(d), store_(store) {}
 
   // Appends the rows of entry `op_name` (the entry's position in dump order is counted here); `op`
   // is the entry's node (rows.hpp's node functions: a `const Json*`, or a simdjson DOM element).
@@ -264,7 +280,8 @@ class RowMaker {
     std::vector<Row>& items = items_;  // kept between entries: its room is reused
     items.clear();
     if (last == "parameters_grad" || second == "parameters_grad") {
-      detail::parse_items(op, op_name, "parameters_grad", 0, items, true);
+      item_name_ = op_name;
+      detail::parse_items(op, item_name_, "parameters_grad", 0, items, true, store_);
     } else {
       const bool grads_name = detail::names_parameters_grad(op_name);
       static const std::pair<const char*, const char*> kIo[] = {{"input_args", "input"},
@@ -274,59 +291,69 @@ class RowMaker {
                                                                 {"parameters", "parameters"}};
       for (const auto& [key, state] : kIo) {
         const Node item = detail::NodeOps<Node>::find(op, key);
-        if (detail::NodeOps<Node>::found(item))
-          detail::parse_items(item, op_name + "." + state, state, 0, items, grads_name);
+        if (!detail::NodeOps<Node>::found(item)) continue;
+        item_name_.assign(op_name).append(1, '.').append(state);
+        detail::parse_items(item, item_name_, state, 0, items, grads_name, store_);
       }
     }
     // split_data_name_components: entries named neither ...forward/backward[.N] nor parameters_grad
     // are skipped by msprobe.
-    std::string stem, call, direction;
+    // (Views of the name: these were four strings made per entry.)
+    std::string_view stem, call, direction;
     if (last == "parameters_grad" || second == "parameters_grad") {
-      stem = last_dot == std::string::npos ? "" : op_name.substr(0, last_dot);
+      stem = last_dot == std::string::npos ? std::string_view() : name.substr(0, last_dot);
       direction = "parameters_grad";
     } else if (last == "forward" || second == "forward" || last == "backward" || second == "backward") {
       direction = (last == "forward" || second == "forward") ? "forward" : "backward";
-      stem = parts > 2 ? op_name.substr(0, second_dot) : "";
-      call = std::string(second) + "." + std::string(last);
+      if (parts > 2) {
+        stem = name.substr(0, second_dot);
+        call = name.substr(second_dot + 1);  // second "." last
+      }
     }
     if (stem.empty()) return;
     int order = 0;  // counted even for an entry without rows, as msprobe does
-    if (direction == "backward") order = backward_count_[stem]++;
+    if (direction == "backward") {
+      auto counted = backward_count_.find(stem);
+      if (counted == backward_count_.end()) counted = backward_count_.emplace(store_.keep(stem), 0).first;
+      order = counted->second++;
+    }
     if (items.empty()) return;
     const auto is_digits = [](std::string_view s) {
       return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
     };
-    std::string new_call = call;
+    std::string new_call(call);
     if (direction == "backward" && (is_digits(second) || is_digits(last))) {
       new_call = (is_digits(second) ? std::to_string(order) : std::string(second)) + "." +
                  (is_digits(last) ? std::to_string(order) : std::string(last));
     }
     // reorder_index: inputs (and anything else), parameters, outputs, parameters_grad.
-    const auto place = [](const std::string& state) {
+    const auto place = [](std::string_view state) {
       return state == "parameters" ? 1 : state == "output" ? 2 : state == "parameters_grad" ? 3 : 0;
     };
     // Each row's place is decided before any is moved (a row is moved, not copied, into `rows`).
     places_.clear();
     for (const Row& r : items) places_.push_back(place(r.state));
-    const std::string entry_key = new_call == call ? op_name : stem + "." + new_call;
+    const std::string_view entry = store_.keep(op_name);
+    const std::string_view entry_key =
+        new_call == call ? entry : store_.keep(std::string(stem).append(1, '.').append(new_call));
     bool first = true;
     for (int p = 0; p < 4; ++p) {
       for (std::size_t k = 0; k < items.size(); ++k) {
         if (places_[k] != p) continue;
         Row& r = items[k];
-        r.entry = op_name;
+        r.entry = entry;
         r.entry_index = index;
         r.entry_key = entry_key;
         if (new_call == call) {
           r.key = r.name;
         } else {
-          std::string suffix = r.name;  // full name with every occurrence of the entry name removed
+          std::string suffix(r.name);  // full name with every occurrence of the entry name removed
           for (std::size_t pos; (pos = suffix.find(op_name)) != std::string::npos;) suffix.erase(pos, op_name.size());
-          r.key = entry_key + suffix;
+          r.key = store_.keep(std::string(entry_key) + suffix);
         }
         if (first && dump_.has_stack_file) {
           const auto s = dump_.stacks.find(op_name);
-          if (s != dump_.stacks.end() && !s->second.is_null()) r.stack = py_str(s->second);
+          if (s != dump_.stacks.end() && !s->second.is_null()) r.stack = store_.keep(py_str(s->second));
         }
         first = false;
         rows.push_back(std::move(r));
@@ -336,18 +363,20 @@ class RowMaker {
 
  private:
   const Dump& dump_;
-  std::unordered_map<std::string, int> backward_count_;
+  TextStore& store_;
+  std::unordered_map<std::string_view, int> backward_count_;  // keys kept in store_
   std::vector<Row> items_;
+  std::string item_name_;  // the name parse_items grows, kept between entries: its room is reused
   std::vector<int> places_;
   std::size_t index_ = 0;
 };
 
 // The rows of one dump, in msprobe's order, with their compare keys.
-inline std::vector<Row> dump_rows(const Dump& d) {
-  std::vector<Row> rows;
-  RowMaker maker(d);
-  for (auto it = d.data.begin(); it != d.data.end(); ++it) maker.add(it.key(), &it.value(), rows);
-  return rows;
+inline RowSet dump_rows(const Dump& d) {
+  RowSet out;
+  RowMaker maker(d, out.text);
+  for (auto it = d.data.begin(); it != d.data.end(); ++it) maker.add(it.key(), &it.value(), out.rows);
+  return out;
 }
 
 }  // namespace torchprobe::compare

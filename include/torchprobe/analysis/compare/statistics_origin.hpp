@@ -16,6 +16,7 @@
 // (64 ε) from this, so it changes nothing there; a planted fault (a layer in bfloat16, a weight
 // scaled by 1 + 1000·2^-23) moves Max and Min by hundreds of ε or more and stays visible.
 #include <string>
+#include <string_view>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 
@@ -58,7 +59,7 @@ inline StatsOrigin stats_origin(const Dump& d) {
 }
 
 // Elements of a tensor from its shape as msprobe's table writes it ("[4, 8]"; "[]" is one).
-inline double shape_elements(const std::string& shape) {
+inline double shape_elements(std::string_view shape) {
   double n = 1;
   std::size_t i = 0;
   while (i < shape.size()) {
@@ -76,7 +77,7 @@ inline double shape_elements(const std::string& shape) {
 constexpr double kAccumulationEpsilonsPerElement = 1.0 / 1024;
 
 // The allowance above, in the dtype's epsilons, for a Mean or Norm of a tensor of this shape.
-inline double accumulation_allowance(const std::string& shape) {
+inline double accumulation_allowance(std::string_view shape) {
   return kAccumulationEpsilonsPerElement * shape_elements(shape);
 }
 

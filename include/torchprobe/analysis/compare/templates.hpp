@@ -95,11 +95,11 @@ constexpr std::size_t kLookahead = 8;
 inline std::string signature(const Item& it) {
   const Entry* e = it.direction == "forward" ? it.members.back() : it.members.front();
   const Row* r = e->first_output();
-  return r ? (float_dtype(r->dtype) ? std::string("float") : r->dtype) + r->shape : "";
+  return r ? std::string(float_dtype(r->dtype) ? std::string_view("float") : r->dtype) + std::string(r->shape) : "";
 }
 
 // The number of elements of a shape as the dumps write it ("[4, 3]": 12; not a shape: -1).
-inline long long shape_numel(const std::string& shape) {
+inline long long shape_numel(std::string_view shape) {
   if (shape.size() < 2 || shape.front() != '[') return -1;
   long long n = 1, cur = 0;
   bool digits = false;
@@ -119,7 +119,7 @@ inline long long shape_numel(const std::string& shape) {
 // The same integer elements, flattened to 1-D on one side (indices C++'s embedding_bag flattens):
 // compared by their statistics. Never for floats, whose permutations a shape is the only sign of.
 inline bool flattened(const Row& a, const Row& b) {
-  const auto flat = [](const std::string& s) { return s.find(',') == std::string::npos; };
+  const auto flat = [](std::string_view s) { return s.find(',') == std::string_view::npos; };
   const bool integer = a.dtype == b.dtype && a.dtype.rfind("torch.int", 0) == 0;
   return integer && !a.is_output() && a.shape != b.shape && flat(a.shape) != flat(b.shape) &&
          shape_numel(a.shape) > 0 && shape_numel(a.shape) == shape_numel(b.shape);
@@ -128,7 +128,7 @@ inline bool flattened(const Row& a, const Row& b) {
 // Row links between a Python item and an ATen item of the same canonical name (argument_maps.hpp).
 inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool py_is_target) {
   std::vector<RowLink> links;
-  const auto link = [&](const std::string& py_suffix, std::size_t member, const std::string& at_suffix, bool tr) {
+  const auto link = [&](std::string_view py_suffix, std::size_t member, std::string_view at_suffix, bool tr) {
     const Row* p = py.members[0]->row(py_suffix);
     const Row* a = member < at.members.size() ? at.members[member]->row(at_suffix) : nullptr;
     if (!p || !a) return;
@@ -155,7 +155,7 @@ inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool 
   } else if (forward) {
     const auto* map = argument_map(py.canon);
     for (const Row* r : pe.rows) {
-      const std::string s = pe.suffix(*r);
+      const std::string s(pe.suffix(*r));
       if (s.rfind(".input.", 0) != 0 || !map) {  // outputs, keywords, or an API without a map: same position
         link(s, 0, s, false);
         continue;
@@ -176,7 +176,7 @@ inline std::vector<RowLink> template_links(const Item& py, const Item& at, bool 
     // of the API's last autograd node: compared where they are the arguments' (same shape), never
     // for a composite API.
     for (const Row* r : pe.rows) {
-      const std::string s = pe.suffix(*r);
+      const std::string_view s = pe.suffix(*r);
       const Row* a = at.members[0]->row(s);
       if (!a) continue;
       if (r->is_output() && (last_node_gradients(py.canon) || a->shape != r->shape)) continue;
@@ -202,9 +202,11 @@ inline std::vector<RowLink> same_suffix_links(const Entry& t, const Entry& b) {
 
 inline std::string value_key(const Entry& e) {
   const Row* r = e.first_output();
-  return r ? e.direction + "|" + r->dtype + "|" + r->shape + "|" + py_str(r->stats[0]) + "|" + py_str(r->stats[1]) +
-                 "|" + py_str(r->stats[2]) + "|" + py_str(r->stats[3]) + "|" + r->md5
-           : "";
+  if (!r) return "";
+  std::string key(e.direction);
+  for (const std::string_view part : {r->dtype, r->shape}) key.append("|").append(part);
+  for (const Json& stat : r->stats) key.append("|").append(py_str(stat));
+  return key.append("|").append(r->md5);
 }
 
 }  // namespace detail

@@ -87,13 +87,13 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
     const auto& other = target_side ? b_structure : t_structure;
     const bool python_side = target_side == python_target;
     if (e.is_module()) {
-      std::string base = e.name;
+      std::string base(e.name);
       for (const char* d : {".forward.", ".backward.", ".parameters_grad."}) {
         const auto at = base.rfind(d);
         if (at != std::string::npos) base = base.substr(0, at);
       }
       const std::string fwd = base + ".forward." + detail::split_dots(e.name).back();
-      if (other.count(e.name) || other.count(fwd))
+      if (other.count(std::string(e.name)) || other.count(fwd))
         return "present in the other side's structure only (construct.json: a module inferred from its calls, "
                "with no ModuleGuard in C++)";
       return python_side ? "module call seen by msprobe's module hooks only: C++ sees a torch::nn module through "
