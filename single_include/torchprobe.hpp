@@ -39,7 +39,7 @@
 // ---- end torchprobe/version.hpp ----
 // ---- begin torchprobe/core/kinds.hpp ----
 // The two words a Debugger is named by: its capture level and its task (msprobe's "level" and
-// "task"), with the spellings config.json and dump.json use.
+// "task"), with the spellings config.json and dump.json use. Each list is spelled here once.
 #include <initializer_list>
 #include <string_view>
 
@@ -49,10 +49,15 @@ namespace torchprobe {
 // only what save() is given (debug.json).
 enum class Level { L0, L1, Mix, L2, Debug };
 
-// What is written for each captured tensor.
+// msprobe's tasks, by name (what is written for each captured tensor). A task class carries its
+// own name (task/task_traits.hpp), so a task of your own needs no value here.
 // GradProbe is no Debugger task: GradMonitor (task/grad_probe/monitor.hpp) runs it.
 // RunUt configures the `torchprobe run_ut` command (config/run_ut.hpp), not a dump.
 enum class Task { Statistics, Tensor, OverflowCheck, FreeBenchmark, Structure, GradProbe, RunUt };
+
+inline constexpr Level kLevels[] = {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
+inline constexpr Task kMsprobeTasks[] = {Task::Statistics, Task::Tensor,    Task::OverflowCheck, Task::FreeBenchmark,
+                                         Task::Structure,  Task::GradProbe, Task::RunUt};
 
 // A set of levels: those a task supports.
 class LevelSet {
@@ -90,6 +95,28 @@ constexpr std::string_view task_name(Task t) {
     case Task::RunUt: return "run_ut";
   }
   return "?";
+}
+
+// A task as config.json and dump.json name it: one of msprobe's (Task converts to it, so
+// `config.task == Task::Tensor` reads as it says) or a task class's own `name`. It views a name
+// with static storage: a literal, or a task class's constant.
+class TaskName {
+ public:
+  constexpr TaskName(Task t) : name_(task_name(t)) {}  // NOLINT: implicit on purpose
+  constexpr explicit TaskName(std::string_view static_name) : name_(static_name) {}
+  constexpr std::string_view str() const { return name_; }
+  friend constexpr bool operator==(TaskName a, TaskName b) { return a.name_ == b.name_; }
+  friend constexpr bool operator!=(TaskName a, TaskName b) { return !(a == b); }
+
+ private:
+  std::string_view name_;
+};
+
+// The msprobe task of this name, if it is one.
+constexpr const Task* find_msprobe_task(std::string_view name) {
+  for (const Task& t : kMsprobeTasks)
+    if (task_name(t) == name) return &t;
+  return nullptr;
 }
 
 }  // namespace torchprobe
@@ -367,7 +394,7 @@ struct RunUtConfig {
 };
 
 struct Config {
-  Task task = Task::Statistics;
+  TaskName task = Task::Statistics;
   Level level = Level::L1;
   std::string dump_path;
   IndexSet step, rank;
@@ -1131,13 +1158,6 @@ inline bool is_section_key(std::string_view name) {
   return k && k->place == KeyPlace::Section;
 }
 
-inline bool is_task_section_name(std::string_view name) {
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
-                 Task::GradProbe, Task::RunUt})
-    if (task_name(t) == name) return true;
-  return false;
-}
-
 inline bool is_foreign_task(std::string_view name) {
   return std::find(std::begin(kForeignTasks), std::end(kForeignTasks), name) != std::end(kForeignTasks);
 }
@@ -1145,7 +1165,7 @@ inline bool is_foreign_task(std::string_view name) {
 // What a task implementation declares (task/task_list.hpp makes these from the task classes): the
 // levels it supports and the keys of its section it reads besides kCommonSectionKeys.
 struct TaskDeclaration {
-  Task kind;
+  TaskName name;
   LevelSet levels;
   std::vector<std::string_view> keys;
 
@@ -1157,10 +1177,26 @@ struct TaskDeclaration {
 };
 using TaskCatalog = std::vector<TaskDeclaration>;
 
-inline const TaskDeclaration* find_task(const TaskCatalog& catalog, Task kind) {
+inline const TaskDeclaration* find_task(const TaskCatalog& catalog, std::string_view name) {
   for (const TaskDeclaration& d : catalog)
-    if (d.kind == kind) return &d;
+    if (d.name.str() == name) return &d;
   return nullptr;
+}
+
+// A task's section: one of msprobe's tasks, or a task of the catalog (a task of the user's own).
+inline bool is_task_section_name(std::string_view name, const TaskCatalog* catalog = nullptr) {
+  return find_msprobe_task(name) != nullptr || (catalog && find_task(*catalog, name) != nullptr);
+}
+
+// The names config key "task" takes: msprobe's, then the catalog's own, for error messages.
+inline std::string allowed_task_names(const TaskCatalog* catalog = nullptr) {
+  std::string text;
+  auto add = [&](std::string_view name) { text += (text.empty() ? "\"" : ", \"") + std::string(name) + "\""; };
+  for (Task t : kMsprobeTasks) add(task_name(t));
+  if (catalog)
+    for (const TaskDeclaration& d : *catalog)
+      if (!find_msprobe_task(d.name.str())) add(d.name.str());
+  return text;
 }
 
 // What a catalog offers, for error messages: levels "L0", "L1", "mix", "debug" with tasks
@@ -1180,10 +1216,10 @@ inline std::string describe_available(const TaskCatalog& catalog) {
       continue;
     done.push_back(&d);
     std::vector<std::string> levels, tasks;
-    for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+    for (Level l : kLevels)
       if (d.levels.contains(l)) levels.push_back(quoted(level_name(l)));
     for (const TaskDeclaration& e : catalog)
-      if (e.levels == d.levels) tasks.push_back(quoted(task_name(e.kind)));
+      if (e.levels == d.levels) tasks.push_back(quoted(e.name.str()));
     std::string levels_text;
     for (const std::string& l : levels) levels_text += (levels_text.empty() ? "" : ", ") + l;
     text += (text.empty() ? "" : "; ") + std::string(levels.size() == 1 ? "level " : "levels ") + levels_text +
@@ -1262,24 +1298,24 @@ inline bool asks_for_something(const json& v) {
   return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
 }
 
-inline Task parse_task(const json& v) {
-  const std::string allowed =
-      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\", \"run_ut\"";
+// One of msprobe's tasks, or a task the catalog declares (a task of the user's own).
+inline TaskName parse_task(const json& v, const TaskCatalog* catalog) {
+  const std::string allowed = allowed_task_names(catalog);
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
-                 Task::GradProbe, Task::RunUt})
-    if (task_name(t) == name) return t;
+  if (const Task* t = find_msprobe_task(name)) return *t;
+  if (const TaskDeclaration* d = catalog ? find_task(*catalog, name) : nullptr) return d->name;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
   reject("task", v, "it is not a task (names are case-sensitive)", allowed);
 }
 
 inline Level parse_level(const json& v) {
-  const std::string allowed = "\"L0\", \"L1\", \"mix\", \"L2\", \"debug\"";
+  std::string allowed;
+  for (Level l : kLevels) allowed += (allowed.empty() ? "\"" : ", \"") + std::string(level_name(l)) + "\"";
   if (!v.is_string()) reject("level", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+  for (Level l : kLevels)
     if (level_name(l) == name) return l;
   reject("level", v, "it is not a level (names are case-sensitive)", allowed);
 }
@@ -1331,10 +1367,10 @@ inline std::optional<std::uint32_t> parse_seed(const json& doc) {
   return static_cast<std::uint32_t>(v->get<uint64_t>());
 }
 
-inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
+inline void warn_about_top_level_keys(const json& doc, const TaskCatalog* catalog, std::vector<std::string>& warnings) {
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
-    if (is_task_section_name(k)) continue;  // other tasks' sections: silently ignored
+    if (is_task_section_name(k, catalog)) continue;  // other tasks' sections: silently ignored
     const ConfigKey* known = find_config_key(k);
     if (known && known->place == KeyPlace::Top && known->support == KeySupport::Read) continue;
     if (is_foreign_task(k))
@@ -1350,8 +1386,9 @@ inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>&
 
 // `reads(key)`: whether the task that runs reads this key of its section.
 template <class Reads>
-void warn_about_section_keys(const json& section, Task task, const Reads& reads, std::vector<std::string>& warnings) {
-  const std::string name(task_name(task));
+void warn_about_section_keys(const json& section, TaskName task, const Reads& reads,
+                             std::vector<std::string>& warnings) {
+  const std::string name(task.str());
   for (const auto& item : section.items()) {
     const std::string& k = item.key();
     const std::string label = quote(name + "." + k);
@@ -1409,9 +1446,9 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   using namespace detail;
   if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
   Config c;
-  warn_about_top_level_keys(doc, c.warnings);
+  warn_about_top_level_keys(doc, implemented, c.warnings);
 
-  if (const json* v = find(doc, "task")) c.task = parse_task(*v);
+  if (const json* v = find(doc, "task")) c.task = parse_task(*v, implemented);
   if (const json* v = find(doc, "level")) c.level = parse_level(*v);
   // run_ut writes under -o, not dump_path: msprobe's run_ut configs carry one, but it is not needed.
   if (c.task != Task::RunUt || find(doc, "dump_path")) c.dump_path = parse_dump_path(doc);
@@ -1438,17 +1475,17 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   // msprobe's L2 is a kernel dump, tensor task only; TorchProbe's L2 records ATen calls, nested ones
   // too, so statistics are as meaningful there as at L1.
   if (c.level == Level::L2 && c.task != Task::Tensor && c.task != Task::Statistics)
-    reject("task", std::string(task_name(c.task)), "level \"L2\" works with task \"statistics\" or \"tensor\"",
+    reject("task", std::string(c.task.str()), "level \"L2\" works with task \"statistics\" or \"tensor\"",
            "\"statistics\" or \"tensor\" when level is \"L2\"");
 
   if (implemented && c.task == Task::RunUt)
     reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
            describe_available(*implemented));
-  const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task) : nullptr;
+  const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task.str()) : nullptr;
   if (implemented && (!declared || !declared->levels.contains(c.level)))
-    throw ConfigError("config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " +
-                      quote(task_name(c.task)) + " is not available in this TorchProbe version (available: " +
-                      describe_available(*implemented) + ")");
+    throw ConfigError(
+        "config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " + quote(c.task.str()) +
+        " is not available in this TorchProbe version (available: " + describe_available(*implemented) + ")");
   auto reads = [&](std::string_view key) {
     if (declared) return declared->reads(key);
     const ConfigKey* known = find_config_key(key);
@@ -1456,7 +1493,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   };
 
   // The task's own section; sections of other tasks are not read.
-  const std::string section_name(task_name(c.task));
+  const std::string section_name(c.task.str());
   const json empty = json::object();
   const json* section = find(doc, section_name);
   if (section && !section->is_object())
@@ -1605,12 +1642,20 @@ class Options {
   }
 
   const nlohmann::json& overrides() const { return overrides_; }
+
+  // The "task" value as given (set() before the file, the file before msprobe's default), unchecked:
+  // PrecisionDebugger decides by it which debugger to build before resolving against that one's tasks.
+  nlohmann::json named_task() const {
+    if (overrides_.contains("task")) return overrides_["task"];
+    const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json("statistics");
+  }
   const std::optional<std::string>& config_path() const { return config_file_; }
 
   // The configuration to run with. `level` / `task` come from a Debugger's template arguments and win
   // over the file and over set("level"/"task"); a disagreement is reported in Config::warnings.
   // `implemented`: the tasks of the Debugger that will run (see parse_config).
-  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {},
+  Config resolve(std::optional<Level> level = {}, std::optional<TaskName> task = {},
                  const TaskCatalog* implemented = nullptr) const;
 
   // msprobe's shipped config.json without its "acc_check" section, which TorchProbe lacks.
@@ -1628,7 +1673,7 @@ class Options {
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
-inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task,
+inline Config Options::resolve(std::optional<Level> level, std::optional<TaskName> task,
                                const TaskCatalog* implemented) const {
   using detail::quote;
   using nlohmann::json;
@@ -1647,7 +1692,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
   for (const auto& item : overrides_.items()) {
     if (is_section_key(item.key())) continue;
     json& slot = doc[item.key()];
-    if (is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
+    if (is_task_section_name(item.key(), implemented) && slot.is_object() && item.value().is_object())
       slot.update(item.value());
     else
       slot = item.value();
@@ -1661,7 +1706,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
       // PrecisionDebugger runs task structure at mix when the file names another level: say why.
-      if (std::string(key) == "level" && task == Task::Structure && wanted == "mix" && slot != json("L0"))
+      if (std::string(key) == "level" && task == TaskName(Task::Structure) && wanted == "mix" && slot != json("L0"))
         note =
             "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
       notes.push_back(note);
@@ -1669,7 +1714,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
     slot = std::string(wanted);
   };
   if (level) impose("level", level_name(*level), level_source);
-  if (task) impose("task", task_name(*task), task_source);
+  if (task) impose("task", task->str(), task_source);
 
   // Section keys go into the section of the task that will actually run.
   const json* task_value = detail::find(doc, "task");
@@ -2039,6 +2084,16 @@ inline std::string tensor_file_name(const std::string& entry, const std::string&
   std::string name = entry;
   if (!file_key.empty()) name.append(".").append(file_key);
   return name.append(".pt");
+}
+
+// save()'s entries in debug.json: "{name}.{count}.debug" (msprobe's names); the gradients of a
+// saved value are "{name}_grad.{count}.debug".
+inline constexpr std::string_view kSaveSuffix = ".debug";
+inline std::string save_entry_name(const std::string& name, std::int64_t count) {
+  return name + "." + std::to_string(count) + std::string(kSaveSuffix);
+}
+inline bool is_save_entry(std::string_view entry) {
+  return entry.size() > kSaveSuffix.size() && entry.substr(entry.size() - kSaveSuffix.size()) == kSaveSuffix;
 }
 
 // ATen's in-place variants: "add_" (the op's name with one trailing underscore) and the
@@ -3256,30 +3311,40 @@ class NullSink {
 #include <array>
 #include <unordered_set>
 
-// ---- begin torchprobe/capture/call_check.hpp ----
-// A task that checks calls instead of recording them (free_benchmark re-runs each one) sees every
-// admitted outermost call whole: its operator, its inputs at the start, its outputs at the end.
-// Such a task makes no entries of calls (dump.json's "data" stays {}): no statistics, no stacks,
-// no backward hooks are built for them.
+// ---- begin torchprobe/task/task_traits.hpp ----
+// The task contract, written once: what a task class must have, what it may have, and how the
+// rest of TorchProbe finds out. check_task<T>() stops the build with a message that names what a
+// task lacks (as nlohmann/json's is_sax checks a SAX handler), before any deeper error.
 //
-// Optional part of a task policy, found by detection:
-//   template <class Values>
-//   std::unique_ptr<CallCheck> check_call(const OpInfo&, const Values& inputs, const std::string& name);
-//       at the start of the call named `name` (inputs are valid only now); null: not checked
-//   template <class Values> void check_call_end(CallCheck&, const Values& outputs);
+// Must have:
+//   static constexpr std::string_view name;            // config.json's "task", dump.json's "task"
+//   static constexpr LevelSet levels;                  // the levels it supports
+//   static constexpr std::array<std::string_view, N> config_keys;  // its section's keys it reads
+//                                                      // besides scope, list and data_mode
+//   static bool saves_tensors(const Config&);          // does the step get dump_tensor_data/?
+//   explicit T(const Config&);
+//   nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool gradient = false);
+//   bool keep(Record&);                                // every finished entry: kept or dropped
+// May have (found by detection; each is used only where present):
+//   bool summarize(const at::Tensor&, const Record&, TensorSummary&) const;  // compact CPU items
+//   bool ended() const + std::string end_reason() const;   // the task ends the dump (overflow_nums)
+//   bool decision_due() const + decide_held(commit);       // entries held until device values are read
+//   step_files(const std::vector<const Record*>&, step)    // {name, JSON} files added to each step
+//   step_text_files(step, rank)                            // {name, text} files added to each step
+//   void set_step(step);                                   // the step whose calls come next
+//   check_call(const OpInfo&, inputs, name) -> std::unique_ptr<CallCheck>   // re-runs calls instead
+//   + check_call_end(CallCheck&, outputs);                                  // of recording them
+#include <ATen/core/Tensor.h>
 
 
-// ---- begin torchprobe/capture/op_registry.hpp ----
-// What the probe knows about an operator, looked up once per operator (overload) and cached.
-//
-// RecordFunction hands the observer the operator's name as a `const char*` that points into the
-// operator's schema, so the pointer identifies the overload for the life of the process; the
-// cache is keyed by it and the schema is read only on the first call.
+// ---- begin torchprobe/core/op_info.hpp ----
+// What the probe knows about an operator (capture/op_registry.hpp looks it up once per overload).
+// A task that re-runs calls is handed it (check_call, task/task_traits.hpp), so it lives below
+// both the tasks and the capture.
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/record_function.h>
 
 
-namespace torchprobe::capture {
+namespace torchprobe {
 
 // How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
 // ints, so only the schema says that an int is really a dtype.
@@ -3304,266 +3369,13 @@ struct OpInfo {
   std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
 };
 
-// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
-// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
-// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
-inline const std::unordered_set<std::string_view>& infrastructure_ops() {
-  static const std::unordered_set<std::string_view> ops = {"detach",
-                                                           "detach_",
-                                                           "alias",
-                                                           "lift",
-                                                           "lift_fresh",
-                                                           "lift_fresh_copy",
-                                                           "empty",
-                                                           "empty_like",
-                                                           "empty_strided",
-                                                           "new_empty",
-                                                           "new_empty_strided",
-                                                           "ones_like",
-                                                           "zero_",
-                                                           "set_",
-                                                           "resize_",
-                                                           "resize_as_",
-                                                           "record_stream",
-                                                           "_version",
-                                                           "data",
-                                                           "set_data",
-                                                           "is_leaf",
-                                                           "output_nr",
-                                                           "requires_grad_",
-                                                           "retain_grad",
-                                                           "retains_grad",
-                                                           "_backward",
-                                                           "_fw_primal",
-                                                           "_make_dual",
-                                                           "_has_compatible_shallow_copy_type"};
-  return ops;
-}
+}  // namespace torchprobe
+// ---- end torchprobe/core/op_info.hpp ----
+// ---- begin torchprobe/core/site.hpp ----
+// Where a value sits inside its entry: a Site is what a task's describe() is told about each
+// tensor, so it belongs to the task contract (task/task_traits.hpp) and lives below it.
 
-// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
-// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
-// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
-inline bool internal_namespace(std::string_view ns) {
-  static const std::unordered_set<std::string_view> names = {"prim",
-                                                             "autograd",
-                                                             "profiler",
-                                                             "_caffe2",
-                                                             "c10d",
-                                                             "c10d_functional",
-                                                             "_c10d_functional",
-                                                             "_c10d_functional_autograd",
-                                                             "cuda",
-                                                             "mkldnn",
-                                                             "mkl",
-                                                             "onednn",
-                                                             "xnnpack",
-                                                             "fbgemm",
-                                                             "quantized",
-                                                             "_quantized",
-                                                             "inductor",
-                                                             "_inductor",
-                                                             "prims",
-                                                             "_prims",
-                                                             "debugprims",
-                                                             "rngprims",
-                                                             "higher_order",
-                                                             "_test",
-                                                             "_nested",
-                                                             "static_runtime",
-                                                             "fuser",
-                                                             "tensorexpr",
-                                                             "vulkan",
-                                                             "metal",
-                                                             "_torchbind",
-                                                             "_dtensor",
-                                                             "sparse",
-                                                             "_export",
-                                                             "_quant"};
-  return names.count(ns) != 0;
-}
-
-// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
-inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
-  const auto sep = q.find("::");
-  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
-  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
-}
-
-// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
-inline std::string api_family(std::string_view ns) {
-  std::string family(ns);
-  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
-  return family;
-}
-
-namespace detail {
-
-inline ArgKind kind_of(const c10::TypePtr& declared) {
-  c10::TypePtr t = declared;
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  switch (t->kind()) {
-    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
-    case c10::TypeKind::LayoutType: return ArgKind::Layout;
-    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
-    default: return ArgKind::Generic;
-  }
-}
-
-inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
-  auto info = std::make_unique<OpInfo>();
-  info->qualified = fn.name();
-  constexpr std::string_view ns = "aten::";
-  const std::string_view q = info->qualified;
-  if (q.substr(0, ns.size()) == ns) {
-    info->api = std::string(q.substr(ns.size()));
-    info->key = "Aten." + info->api + ".";
-    info->user_api = infrastructure_ops().count(info->api) == 0;
-  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
-    info->api = std::string(parts->second);
-    info->key = api_family(parts->first) + "." + info->api + ".";
-    info->user_api = true;
-  }
-  if (const auto opname = fn.operator_name()) {
-    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
-      info->schema_known = true;
-      for (const auto& a : handle->schema().arguments())
-        info->args.push_back(
-            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
-      info->returns = handle->schema().returns().size();
-      info->handle = *handle;
-    }
-  }
-  return info;
-}
-
-}  // namespace detail
-
-// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
-// the process), so a returned reference stays valid.
-class OpRegistry {
- public:
-  static const OpInfo& lookup(const at::RecordFunction& fn) {
-    const char* key = fn.name();
-    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
-    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
-    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
-    thread_local std::unordered_map<const char*, const OpInfo*> local;
-    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
-    const OpInfo& info = instance().find_or_add(fn, key);
-    local[key] = &info;
-    return info;
-  }
-
- private:
-  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
-  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
-    const auto parts = split_qualified(name);
-    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
-    return fn.operator_name().has_value();
-  }
-
-  static OpRegistry& instance() {
-    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
-    return *r;
-  }
-  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = ops_[key];
-    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
-    if (!slot) {
-      slot = detail::op_info_of(fn);
-      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
-      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- public:
-  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
-  // wrappers, not by the observer): its info, with a counter key of its own.
-  static const OpInfo& named(const std::string& family, const std::string& api) {
-    OpRegistry& r = instance();
-    std::lock_guard<std::mutex> lock(r.mutex_);
-    auto& slot = r.named_[family + "." + api];
-    if (!slot) {
-      slot = std::make_unique<OpInfo>();
-      slot->qualified = family + "::" + api;
-      slot->api = api;
-      slot->key = family + "." + api + ".";
-      slot->user_api = true;
-      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- private:
-  static const OpInfo& not_an_api() {
-    static const OpInfo none{};
-    return none;
-  }
-  std::mutex mutex_;
-  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
-  std::vector<std::unique_ptr<OpInfo>> retired_;
-  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
-  std::unordered_map<std::string, std::size_t> key_ids_;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/op_registry.hpp ----
-
-namespace torchprobe::capture {
-
-// What the task keeps of a call from its start to its end.
-struct CallCheck {
-  virtual ~CallCheck() = default;
-};
-
-template <class T, class = void>
-struct task_checks_calls : std::false_type {};
-template <class T>
-struct task_checks_calls<T, std::void_t<decltype(std::declval<T&>().check_call(
-                                std::declval<const OpInfo&>(), std::declval<const std::vector<c10::IValue>&>(),
-                                std::declval<const std::string&>()))>> : std::true_type {};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/call_check.hpp ----
-// ---- begin torchprobe/capture/value_encoder.hpp ----
-// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
-// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
-// Tensors are handed to the task's describer; everything else is encoded here.
-#include <c10/core/Layout.h>
-#include <c10/core/MemoryFormat.h>
-
-
-
-namespace torchprobe::capture {
-
-inline std::string layout_name(c10::Layout l) {
-  switch (l) {
-    case c10::kStrided: return "torch.strided";
-    case c10::kSparse: return "torch.sparse_coo";
-    case c10::kMkldnn: return "torch._mkldnn";
-    default: return "torch.layout";
-  }
-}
-
-// Python's str of a torch.memory_format without the "torch." prefix, as msprobe writes it.
-inline std::string memory_format_name(c10::MemoryFormat f) {
-  switch (f) {
-    case c10::MemoryFormat::Contiguous: return "contiguous_format";
-    case c10::MemoryFormat::Preserve: return "preserve_format";
-    case c10::MemoryFormat::ChannelsLast: return "channels_last";
-    case c10::MemoryFormat::ChannelsLast3d: return "channels_last_3d";
-    default: return "unknown_format";
-  }
-}
-
-inline nlohmann::ordered_json typed(const char* type, nlohmann::ordered_json value) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  j["type"] = type;
-  j["value"] = std::move(value);
-  return j;
-}
+namespace torchprobe {
 
 // A JSON pointer reference token: '~' and '/' must be escaped inside keys.
 inline std::string pointer_token(const std::string& key) {
@@ -3579,79 +3391,181 @@ inline std::string pointer_token(const std::string& key) {
   return out;
 }
 
-// Where a value sits: its JSON pointer inside the entry (for deferred statistics) and its
-// msprobe file key ("input.0", "input.1.0", "kwargs.bias", "output.0") for saved tensors.
+// Its JSON pointer inside the entry (for deferred statistics) and its msprobe file key
+// ("input.0", "input.1.0", "kwargs.bias", "output.0") for saved tensors.
 struct Site {
   std::string pointer;
   std::string file_key;
   Site child(const std::string& token) const { return {pointer + "/" + pointer_token(token), file_key + "." + token}; }
 };
 
-// DescribeTensor: callable(const at::Tensor&, const Site&) -> nlohmann::ordered_json
-template <class DescribeTensor>
-class ValueEncoder {
- public:
-  explicit ValueEncoder(DescribeTensor& describe) : describe_(describe) {}
+}  // namespace torchprobe
+// ---- end torchprobe/core/site.hpp ----
 
-  nlohmann::ordered_json encode(const c10::IValue& v, ArgKind kind, const Site& site, int depth = 0) {
-    if (depth > kMaxDepth) return nullptr;
-    if (v.isNone()) return nullptr;
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined()) return nullptr;
-      return describe_(t, site);
-    }
-    if (v.isBool()) return typed("bool", v.toBool());
-    if (v.isInt()) return encode_int(v.toInt(), kind);
-    if (v.isDouble()) return typed("float", v.toDouble());
-    if (v.isString()) return typed("str", v.toStringRef());
-    if (v.isDevice()) return typed("torch.device", v.toDevice().str());
-    if (v.isList()) return encode_sequence(v.toListRef(), kind, site, depth);
-    if (v.isTuple()) return encode_sequence(v.toTupleRef().elements(), kind, site, depth);
-    if (v.isGenericDict()) {
-      nlohmann::ordered_json out = nlohmann::ordered_json::object();
-      for (const auto& kv : v.toGenericDict()) {
-        const std::string key = kv.key().isString() ? kv.key().toStringRef() : c10::IValue(kv.key()).tagKind();
-        out[key] = encode(kv.value(), ArgKind::Generic, site.child(key), depth + 1);
-      }
-      return out;
-    }
-    return nullptr;  // generators, objects, storages...: msprobe writes null for what it cannot analyse
-  }
+namespace torchprobe {
 
- private:
-  template <class Elements>
-  nlohmann::ordered_json encode_sequence(const Elements& elements, ArgKind kind, const Site& site, int depth) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    std::size_t k = 0;
-    for (const c10::IValue& e : elements) out.push_back(encode(e, kind, site.child(std::to_string(k++)), depth + 1));
-    return out;
-  }
-
-  static nlohmann::ordered_json encode_int(std::int64_t i, ArgKind kind) {
-    switch (kind) {
-      case ArgKind::ScalarType: return typed("torch.dtype", dtype_name(static_cast<at::ScalarType>(i)));
-      case ArgKind::Layout: return typed("torch.layout", layout_name(static_cast<c10::Layout>(i)));
-      case ArgKind::MemoryFormat: {
-        nlohmann::ordered_json j = nlohmann::ordered_json::object();
-        j["type"] = "torch.memory_format";
-        j["format"] = memory_format_name(static_cast<c10::MemoryFormat>(i));
-        return j;
-      }
-      case ArgKind::Generic: break;
-    }
-    return typed("int", i);
-  }
-
-  DescribeTensor& describe_;
+// What a task that checks calls (check_call) keeps of one call from its start to its end.
+struct CallCheck {
+  virtual ~CallCheck() = default;
 };
 
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/value_encoder.hpp ----
+namespace task_traits {
+
+template <class T, class = void>
+struct has_name : std::false_type {};
+template <class T>
+struct has_name<T, std::enable_if_t<std::is_convertible_v<decltype(T::name), std::string_view>>> : std::true_type {};
+
+template <class T, class = void>
+struct has_levels : std::false_type {};
+template <class T>
+struct has_levels<T, std::enable_if_t<std::is_convertible_v<decltype(T::levels), LevelSet>>> : std::true_type {};
+
+template <class T, class = void>
+struct has_config_keys : std::false_type {};
+template <class T>
+struct has_config_keys<T,
+                       std::enable_if_t<std::is_convertible_v<decltype(*std::begin(T::config_keys)), std::string_view>>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct has_saves_tensors : std::false_type {};
+template <class T>
+struct has_saves_tensors<
+    T, std::enable_if_t<std::is_convertible_v<decltype(T::saves_tensors(std::declval<const Config&>())), bool>>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct has_describe : std::false_type {};
+template <class T>
+struct has_describe<
+    T, std::enable_if_t<std::is_convertible_v<decltype(std::declval<T&>().describe(std::declval<const at::Tensor&>(),
+                                                                                   std::declval<const Site&>(),
+                                                                                   std::declval<Record&>())),
+                                              nlohmann::ordered_json> &&
+                        std::is_convertible_v<decltype(std::declval<T&>().describe(std::declval<const at::Tensor&>(),
+                                                                                   std::declval<const Site&>(),
+                                                                                   std::declval<Record&>(), bool())),
+                                              nlohmann::ordered_json>>> : std::true_type {};
+
+template <class T, class = void>
+struct has_keep : std::false_type {};
+template <class T>
+struct has_keep<
+    T, std::enable_if_t<std::is_convertible_v<decltype(std::declval<T&>().keep(std::declval<Record&>())), bool>>>
+    : std::true_type {};
+
+// --- optional hooks ---
+
+template <class T, class = void>
+struct summarizes : std::false_type {};
+template <class T>
+struct summarizes<
+    T, std::void_t<decltype(std::declval<const T&>().summarize(
+           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct can_end : std::false_type {};
+template <class T>
+struct can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
+
+template <class T, class = void>
+struct says_end_reason : std::false_type {};
+template <class T>
+struct says_end_reason<
+    T, std::enable_if_t<std::is_convertible_v<decltype(std::declval<const T&>().end_reason()), std::string>>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct holds_entries : std::false_type {};
+template <class T>
+struct holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
+
+template <class T, class = void>
+struct decides_held : std::false_type {};
+template <class T>
+struct decides_held<T, std::void_t<decltype(std::declval<T&>().decide_held(std::function<void(Record&&)>()))>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct adds_files : std::false_type {};
+template <class T>
+struct adds_files<T, std::void_t<decltype(std::declval<T&>().step_files(
+                         std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
+
+template <class T, class = void>
+struct adds_text_files : std::false_type {};
+template <class T>
+struct adds_text_files<T, std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct follows_steps : std::false_type {};
+template <class T>
+struct follows_steps<T, std::void_t<decltype(std::declval<T&>().set_step(std::int64_t()))>> : std::true_type {};
+
+template <class T, class = void>
+struct checks_calls : std::false_type {};
+template <class T>
+struct checks_calls<T, std::void_t<decltype(std::declval<T&>().check_call(
+                           std::declval<const OpInfo&>(), std::declval<const std::vector<c10::IValue>&>(),
+                           std::declval<const std::string&>()))>> : std::true_type {};
+
+template <class T, class = void>
+struct ends_checks : std::false_type {};
+template <class T>
+struct ends_checks<T, std::void_t<decltype(std::declval<T&>().check_call_end(
+                          std::declval<CallCheck&>(), std::declval<const std::vector<c10::IValue>&>()))>>
+    : std::true_type {};
+
+}  // namespace task_traits
+
+// True when T is a complete task; check_task<T>() says what is missing.
+template <class T>
+inline constexpr bool is_task_v =
+    task_traits::has_name<T>::value&& task_traits::has_levels<T>::value&& task_traits::has_config_keys<T>::value&&
+        task_traits::has_saves_tensors<T>::value&& std::is_constructible_v<T, const Config&>&&
+            task_traits::has_describe<T>::value&& task_traits::has_keep<T>::value &&
+    (!task_traits::can_end<T>::value || task_traits::says_end_reason<T>::value) &&
+    (!task_traits::holds_entries<T>::value || task_traits::decides_held<T>::value) &&
+    (!task_traits::checks_calls<T>::value || task_traits::ends_checks<T>::value);
+
+template <class T>
+constexpr bool check_task() {
+  using namespace task_traits;
+  static_assert(has_name<T>::value,
+                "torchprobe: a task needs `static constexpr std::string_view name` (its name in config.json and "
+                "dump.json)");
+  static_assert(has_levels<T>::value, "torchprobe: a task needs `static constexpr LevelSet levels` (its levels)");
+  static_assert(has_config_keys<T>::value,
+                "torchprobe: a task needs `static constexpr std::array<std::string_view, N> config_keys` (the keys "
+                "of its config section it reads; {} for none)");
+  static_assert(has_saves_tensors<T>::value,
+                "torchprobe: a task needs `static bool saves_tensors(const Config&)` (does a step get "
+                "dump_tensor_data/?)");
+  static_assert(std::is_constructible_v<T, const Config&>, "torchprobe: a task needs a constructor `T(const Config&)`");
+  static_assert(has_describe<T>::value,
+                "torchprobe: a task needs `nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, "
+                "bool gradient = false)` (what a tensor becomes in dump.json)");
+  static_assert(has_keep<T>::value,
+                "torchprobe: a task needs `bool keep(Record&)` (whether a finished entry joins the step)");
+  static_assert(!can_end<T>::value || says_end_reason<T>::value,
+                "torchprobe: a task with `ended()` needs `std::string end_reason() const` (what the user is told)");
+  static_assert(!holds_entries<T>::value || decides_held<T>::value,
+                "torchprobe: a task with `decision_due()` needs `template <class Commit> void decide_held(Commit&&)`");
+  static_assert(!checks_calls<T>::value || ends_checks<T>::value,
+                "torchprobe: a task with `check_call(...)` needs `check_call_end(CallCheck&, const Values& outputs)`");
+  return is_task_v<T>;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/task_traits.hpp ----
 // ---- begin torchprobe/core/probe_guard.hpp ----
 // Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
 // the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
 // probe never adds nodes to the user's autograd graph.
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
 namespace torchprobe {
@@ -5845,7 +5759,7 @@ namespace torchprobe {
 
 class FreeBenchmarkTask {
  public:
-  static constexpr Task kind = Task::FreeBenchmark;
+  static constexpr std::string_view name = task_name(Task::FreeBenchmark);
   static constexpr LevelSet levels{Level::L1};
   static constexpr std::array<std::string_view, 8> config_keys{"fuzz_device",  "pert_mode",  "handler_type",
                                                                "fuzz_level",   "fuzz_stage", "if_preheat",
@@ -5862,7 +5776,7 @@ class FreeBenchmarkTask {
   }
 
   // Only save()'s values are described (debug.json): with statistics, as task statistics does.
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site&, Record&, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site&, Record&, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     put_stats(j, !empty && t.device().is_cpu() && stats::has_cpu_kernel(t.scalar_type()) ? stats::cpu_stats(t)
@@ -5871,12 +5785,11 @@ class FreeBenchmarkTask {
     return j;
   }
   // Calls make no entries; save()'s entries ("{name}.{n}.debug") are written as asked.
-  bool keep(Record& r) const { return r.name.size() > 6 && r.name.compare(r.name.size() - 6, 6, ".debug") == 0; }
+  bool keep(Record& r) const { return is_save_entry(r.name); }
 
   // The call starts: perturb its inputs and re-run it now, while they are as the user gave them.
   template <class Values>
-  std::unique_ptr<capture::CallCheck> check_call(const capture::OpInfo& op, const Values& inputs,
-                                                 const std::string& name) {
+  std::unique_ptr<CallCheck> check_call(const OpInfo& op, const Values& inputs, const std::string& name) {
     if (!op.handle || !op.schema_known || draws_random_numbers(op)) return nullptr;
     std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
     const std::ptrdiff_t valid = free_benchmark::first_valid_input(
@@ -5905,7 +5818,7 @@ class FreeBenchmarkTask {
 
   // The call ended: compare its outputs with the re-run's (and, with fix, take the re-run's).
   template <class Values>
-  void check_call_end(capture::CallCheck& check, const Values& outputs) {
+  void check_call_end(CallCheck& check, const Values& outputs) {
     Rerun& rerun = static_cast<Rerun&>(check);
     if (rerun.backward) {
       hook_backward(std::move(rerun.backward), outputs);
@@ -5945,7 +5858,7 @@ class FreeBenchmarkTask {
   const FreeBenchmarkConfig& settings() const { return cfg_; }
 
  private:
-  struct Rerun : capture::CallCheck {
+  struct Rerun : CallCheck {
     std::string name;
     std::vector<c10::IValue> outputs;  // the perturbed re-run's
     std::optional<free_benchmark::Sample> sample;
@@ -5955,8 +5868,8 @@ class FreeBenchmarkTask {
 
   // fuzz_stage backward: a snapshot of the inputs, for the backward recomputed when the gradient
   // comes. In-place and out= ops are left out (the op wrote the inputs the snapshot is of).
-  std::unique_ptr<capture::CallCheck> check_backward(const capture::OpInfo& op, const std::vector<c10::IValue>& stack,
-                                                     std::ptrdiff_t valid, const std::string& name) {
+  std::unique_ptr<CallCheck> check_backward(const OpInfo& op, const std::vector<c10::IValue>& stack,
+                                            std::ptrdiff_t valid, const std::string& name) {
     if (!c10::GradMode::is_enabled()) return nullptr;
     for (const auto& a : op.args)
       if (a.written) return nullptr;
@@ -5992,7 +5905,7 @@ class FreeBenchmarkTask {
 
   // Perturbs `stack` (the probe's copy of the inputs) as `mode` says and runs the op on it; the
   // outputs replace the inputs. False when nothing was perturbed (no re-run).
-  static bool rerun(const capture::OpInfo& op, PertMode mode, std::vector<c10::IValue>& stack, std::ptrdiff_t valid) {
+  static bool rerun(const OpInfo& op, PertMode mode, std::vector<c10::IValue>& stack, std::ptrdiff_t valid) {
     if (!free_benchmark::perturb(mode, stack, valid)) return false;
     auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : at::Tensor(); };
     for (std::size_t i = 0; i < stack.size() && i < op.args.size(); ++i)
@@ -6134,7 +6047,7 @@ class FreeBenchmarkTask {
     return c;
   }
 
-  static bool draws_random_numbers(const capture::OpInfo& op) {
+  static bool draws_random_numbers(const OpInfo& op) {
     static const std::unordered_set<std::string_view> random_ops = {
         "dropout",        "dropout_",       "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
         "native_dropout", "_fused_dropout", "bernoulli",       "bernoulli_",    "rand_like",
@@ -6394,11 +6307,6 @@ inline std::string forward_name_of(const std::string& backward_name) {
   return backward_name.substr(0, at) + ".forward" + backward_name.substr(at + 9);
 }
 
-// save()'s entries ("{name}.{count}.debug") are written as asked and take no part in the summary.
-inline bool is_debug_entry(const std::string& name) {
-  return name.size() > 6 && name.compare(name.size() - 6, 6, ".debug") == 0;
-}
-
 // The summary of one step's overflowing entries, given in dump order. Null when there are none.
 //
 // Roles, decided in dump order (an API's entry comes before the module entry that contains it):
@@ -6415,7 +6323,7 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
   std::size_t calls_seen = 0;
   for (const Record* record : records) {
     const Record& r = *record;
-    if (is_debug_entry(r.name)) continue;
+    if (is_save_entry(r.name)) continue;  // save() entries: written as asked, not summarised
     ++calls_seen;
     names.insert(r.name);
     if (r.parent && !r.parent->empty()) parent_of.emplace(r.name, *r.parent);
@@ -6427,7 +6335,7 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
   Json calls = Json::array();
   for (const Record* record : records) {
     const Record& r = *record;
-    if (is_debug_entry(r.name)) continue;
+    if (is_save_entry(r.name)) continue;  // save() entries: written as asked, not summarised
     const NonFiniteTensors n = nonfinite_tensors(r);
     const std::string forward = forward_name_of(r.name);
     const bool finite_inputs = !n.in_inputs && !is_parameters_grad(r.name) && !(forward.size() && names.count(forward));
@@ -7448,7 +7356,7 @@ class TensorSaver {
   // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
   // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
   // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
-  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
     if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     io::Reservation memory = writer_->reserve(bytes);
@@ -7479,7 +7387,7 @@ namespace torchprobe {
 
 class OverflowCheckTask {
  public:
-  static constexpr Task kind = Task::OverflowCheck;
+  static constexpr std::string_view name = task_name(Task::OverflowCheck);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix};
   static constexpr std::array<std::string_view, 1> config_keys{"overflow_nums"};
   // The tensors of the calls that overflow are saved, as classic msprobe does.
@@ -7495,8 +7403,7 @@ class OverflowCheckTask {
   // deferred decision without a GPU).
   void force_device_path(bool on) { force_device_ = on; }
 
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
-                                  bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
@@ -7517,7 +7424,7 @@ class OverflowCheckTask {
   // on the device; drops the rest, which frees their tensor references and nothing more.
   bool keep(Record& r) {
     if (ended_.load(std::memory_order_relaxed)) return false;
-    if (overflow::is_debug_entry(r.name)) {  // save() asked for exactly this value
+    if (is_save_entry(r.name)) {  // save() asked for exactly this value
       snapshot_saves(r);
       return true;
     }
@@ -7594,7 +7501,7 @@ class OverflowCheckTask {
   // Only a reference is kept here; keep() snapshots the tensors of the entries it keeps. An
   // in-place op's first argument is the exception: the op is about to overwrite it, so it is
   // copied now (on its device, so no host synchronisation either).
-  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
     const auto& writer = saver_.writer();
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
@@ -7958,7 +7865,7 @@ namespace torchprobe {
 
 class StatisticsTask {
  public:
-  static constexpr Task kind = Task::Statistics;
+  static constexpr std::string_view name = task_name(Task::Statistics);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
@@ -7973,8 +7880,7 @@ class StatisticsTask {
 
   // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
   // as msprobe does for the gradients it captures.
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
-                                  bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     TensorSummary summary;
     if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
       if (gradient) summary.requires_grad = false;
@@ -8080,7 +7986,7 @@ namespace torchprobe {
 
 class StructureTask {
  public:
-  static constexpr Task kind = Task::Structure;
+  static constexpr std::string_view name = task_name(Task::Structure);
   static constexpr LevelSet levels{Level::L0, Level::Mix};
   static constexpr std::array<std::string_view, 0> config_keys{};
   static bool saves_tensors(const Config&) { return false; }
@@ -8088,7 +7994,7 @@ class StructureTask {
   explicit StructureTask(const Config&) {}
 
   // Nothing of a tensor is kept: the item is dropped with the body in keep().
-  nlohmann::ordered_json describe(const at::Tensor&, const capture::Site&, Record&, bool /*gradient*/ = false) const {
+  nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool /*gradient*/ = false) const {
     return nullptr;
   }
 
@@ -8108,15 +8014,9 @@ class StructureTask {
 // ---- end torchprobe/task/structure.hpp ----
 // ---- begin torchprobe/task/task_list.hpp ----
 // TaskList<Tasks...>: the tasks a Debugger can run, as one list that PrecisionDebugger dispatches
-// on and that configuration checks and error messages read (TaskCatalog).
-//
-// A task class declares, besides what it does with each tensor (describe, keep, ...):
-//   static constexpr Task kind;                       // its msprobe name, through task_name(kind)
-//   static constexpr LevelSet levels;                 // the levels it supports
-//   static constexpr std::array<std::string_view, N> config_keys;  // section keys it reads besides
-//                                                     // scope, list and data_mode
-//   static bool saves_tensors(const Config&);         // does the step get dump_tensor_data/?
-// Adding a task is its header and one entry in the list of task/registry.hpp.
+// on and that configuration checks and error messages read (TaskCatalog). What a task class must
+// declare is task/task_traits.hpp's contract, checked here for every task of the list. Adding a
+// task is its header and one entry in the list of task/registry.hpp (or a list of your own).
 
 
 namespace torchprobe {
@@ -8128,8 +8028,8 @@ struct TaskTag {
 
 template <class TaskT>
 TaskDeclaration declaration_of() {
-  return TaskDeclaration{TaskT::kind, TaskT::levels,
-                         std::vector<std::string_view>(TaskT::config_keys.begin(), TaskT::config_keys.end())};
+  return TaskDeclaration{TaskName(TaskT::name), TaskT::levels,
+                         std::vector<std::string_view>(std::begin(TaskT::config_keys), std::end(TaskT::config_keys))};
 }
 
 namespace details {
@@ -8139,13 +8039,15 @@ struct find_task_class {
 };
 template <Task T, class First, class... Rest>
 struct find_task_class<T, First, Rest...> {
-  using type = std::conditional_t<First::kind == T, First, typename find_task_class<T, Rest...>::type>;
+  using type = std::conditional_t<First::name == task_name(T), First, typename find_task_class<T, Rest...>::type>;
 };
 }  // namespace details
 
 template <class... Tasks>
 struct TaskList {
-  // The class of kind T, or void when the list has none.
+  static_assert((check_task<Tasks>() && ...), "torchprobe: every task of a TaskList keeps the task contract");
+
+  // The class of msprobe's task T, or void when the list has none.
   template <Task T>
   using find = typename details::find_task_class<T, Tasks...>::type;
 
@@ -8154,10 +8056,10 @@ struct TaskList {
     return c;
   }
 
-  // Calls f(TaskTag<TaskT>{}) for the task of this kind; false when the list has none.
+  // Calls f(TaskTag<TaskT>{}) for the task of this name; false when the list has none.
   template <class F>
-  static bool visit(Task kind, F&& f) {
-    return ((Tasks::kind == kind ? (f(TaskTag<Tasks>{}), true) : false) || ...);
+  static bool visit(TaskName name, F&& f) {
+    return ((TaskName(Tasks::name) == name ? (f(TaskTag<Tasks>{}), true) : false) || ...);
   }
 };
 
@@ -8174,7 +8076,7 @@ namespace torchprobe {
 
 class TensorTask : public StatisticsTask {
  public:
-  static constexpr Task kind = Task::Tensor;
+  static constexpr std::string_view name = task_name(Task::Tensor);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
   static bool saves_tensors(const Config&) { return true; }
@@ -8506,6 +8408,223 @@ inline bool& wrapper_running() {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/dispatched_collectives.hpp ----
+// ---- begin torchprobe/capture/op_registry.hpp ----
+// What the probe knows about an operator, looked up once per operator (overload) and cached.
+//
+// RecordFunction hands the observer the operator's name as a `const char*` that points into the
+// operator's schema, so the pointer identifies the overload for the life of the process; the
+// cache is keyed by it and the schema is read only on the first call.
+
+
+
+namespace torchprobe::capture {
+
+// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
+// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
+// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
+inline const std::unordered_set<std::string_view>& infrastructure_ops() {
+  static const std::unordered_set<std::string_view> ops = {"detach",
+                                                           "detach_",
+                                                           "alias",
+                                                           "lift",
+                                                           "lift_fresh",
+                                                           "lift_fresh_copy",
+                                                           "empty",
+                                                           "empty_like",
+                                                           "empty_strided",
+                                                           "new_empty",
+                                                           "new_empty_strided",
+                                                           "ones_like",
+                                                           "zero_",
+                                                           "set_",
+                                                           "resize_",
+                                                           "resize_as_",
+                                                           "record_stream",
+                                                           "_version",
+                                                           "data",
+                                                           "set_data",
+                                                           "is_leaf",
+                                                           "output_nr",
+                                                           "requires_grad_",
+                                                           "retain_grad",
+                                                           "retains_grad",
+                                                           "_backward",
+                                                           "_fw_primal",
+                                                           "_make_dual",
+                                                           "_has_compatible_shallow_copy_type"};
+  return ops;
+}
+
+// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
+// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
+// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
+inline bool internal_namespace(std::string_view ns) {
+  static const std::unordered_set<std::string_view> names = {"prim",
+                                                             "autograd",
+                                                             "profiler",
+                                                             "_caffe2",
+                                                             "c10d",
+                                                             "c10d_functional",
+                                                             "_c10d_functional",
+                                                             "_c10d_functional_autograd",
+                                                             "cuda",
+                                                             "mkldnn",
+                                                             "mkl",
+                                                             "onednn",
+                                                             "xnnpack",
+                                                             "fbgemm",
+                                                             "quantized",
+                                                             "_quantized",
+                                                             "inductor",
+                                                             "_inductor",
+                                                             "prims",
+                                                             "_prims",
+                                                             "debugprims",
+                                                             "rngprims",
+                                                             "higher_order",
+                                                             "_test",
+                                                             "_nested",
+                                                             "static_runtime",
+                                                             "fuser",
+                                                             "tensorexpr",
+                                                             "vulkan",
+                                                             "metal",
+                                                             "_torchbind",
+                                                             "_dtensor",
+                                                             "sparse",
+                                                             "_export",
+                                                             "_quant"};
+  return names.count(ns) != 0;
+}
+
+// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
+inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
+  const auto sep = q.find("::");
+  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
+  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
+}
+
+// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
+inline std::string api_family(std::string_view ns) {
+  std::string family(ns);
+  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
+  return family;
+}
+
+namespace detail {
+
+inline ArgKind kind_of(const c10::TypePtr& declared) {
+  c10::TypePtr t = declared;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
+    case c10::TypeKind::LayoutType: return ArgKind::Layout;
+    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
+    default: return ArgKind::Generic;
+  }
+}
+
+inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
+  auto info = std::make_unique<OpInfo>();
+  info->qualified = fn.name();
+  constexpr std::string_view ns = "aten::";
+  const std::string_view q = info->qualified;
+  if (q.substr(0, ns.size()) == ns) {
+    info->api = std::string(q.substr(ns.size()));
+    info->key = "Aten." + info->api + ".";
+    info->user_api = infrastructure_ops().count(info->api) == 0;
+  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
+    info->api = std::string(parts->second);
+    info->key = api_family(parts->first) + "." + info->api + ".";
+    info->user_api = true;
+  }
+  if (const auto opname = fn.operator_name()) {
+    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
+      info->schema_known = true;
+      for (const auto& a : handle->schema().arguments())
+        info->args.push_back(
+            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
+      info->returns = handle->schema().returns().size();
+      info->handle = *handle;
+    }
+  }
+  return info;
+}
+
+}  // namespace detail
+
+// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
+// the process), so a returned reference stays valid.
+class OpRegistry {
+ public:
+  static const OpInfo& lookup(const at::RecordFunction& fn) {
+    const char* key = fn.name();
+    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
+    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
+    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
+    thread_local std::unordered_map<const char*, const OpInfo*> local;
+    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
+    const OpInfo& info = instance().find_or_add(fn, key);
+    local[key] = &info;
+    return info;
+  }
+
+ private:
+  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
+  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
+    const auto parts = split_qualified(name);
+    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
+    return fn.operator_name().has_value();
+  }
+
+  static OpRegistry& instance() {
+    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
+    return *r;
+  }
+  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = ops_[key];
+    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
+    if (!slot) {
+      slot = detail::op_info_of(fn);
+      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
+      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ public:
+  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
+  // wrappers, not by the observer): its info, with a counter key of its own.
+  static const OpInfo& named(const std::string& family, const std::string& api) {
+    OpRegistry& r = instance();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    auto& slot = r.named_[family + "." + api];
+    if (!slot) {
+      slot = std::make_unique<OpInfo>();
+      slot->qualified = family + "::" + api;
+      slot->api = api;
+      slot->key = family + "." + api + ".";
+      slot->user_api = true;
+      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ private:
+  static const OpInfo& not_an_api() {
+    static const OpInfo none{};
+    return none;
+  }
+  std::mutex mutex_;
+  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
+  std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
+  std::unordered_map<std::string, std::size_t> key_ids_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/op_registry.hpp ----
 // ---- begin torchprobe/capture/record_depth.hpp ----
 // How many records of one observer are open on a thread. An observer sees every record's start and
 // end, so only the outermost one is a call of the user's; the count belongs to an observer session
@@ -9124,6 +9243,105 @@ c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::siz
 
 #include <variant>
 
+// ---- begin torchprobe/capture/value_encoder.hpp ----
+// Turns the boxed arguments and results of an ATen call into msprobe's JSON, as msprobe's
+// data processor (core/dump/data_dump/data_processor/pytorch_processor.py) writes non-tensor values.
+// Tensors are handed to the task's describer; everything else is encoded here.
+#include <c10/core/Layout.h>
+#include <c10/core/MemoryFormat.h>
+
+
+
+namespace torchprobe::capture {
+
+inline std::string layout_name(c10::Layout l) {
+  switch (l) {
+    case c10::kStrided: return "torch.strided";
+    case c10::kSparse: return "torch.sparse_coo";
+    case c10::kMkldnn: return "torch._mkldnn";
+    default: return "torch.layout";
+  }
+}
+
+// Python's str of a torch.memory_format without the "torch." prefix, as msprobe writes it.
+inline std::string memory_format_name(c10::MemoryFormat f) {
+  switch (f) {
+    case c10::MemoryFormat::Contiguous: return "contiguous_format";
+    case c10::MemoryFormat::Preserve: return "preserve_format";
+    case c10::MemoryFormat::ChannelsLast: return "channels_last";
+    case c10::MemoryFormat::ChannelsLast3d: return "channels_last_3d";
+    default: return "unknown_format";
+  }
+}
+
+inline nlohmann::ordered_json typed(const char* type, nlohmann::ordered_json value) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["type"] = type;
+  j["value"] = std::move(value);
+  return j;
+}
+
+// DescribeTensor: callable(const at::Tensor&, const Site&) -> nlohmann::ordered_json
+template <class DescribeTensor>
+class ValueEncoder {
+ public:
+  explicit ValueEncoder(DescribeTensor& describe) : describe_(describe) {}
+
+  nlohmann::ordered_json encode(const c10::IValue& v, ArgKind kind, const Site& site, int depth = 0) {
+    if (depth > kMaxDepth) return nullptr;
+    if (v.isNone()) return nullptr;
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) return nullptr;
+      return describe_(t, site);
+    }
+    if (v.isBool()) return typed("bool", v.toBool());
+    if (v.isInt()) return encode_int(v.toInt(), kind);
+    if (v.isDouble()) return typed("float", v.toDouble());
+    if (v.isString()) return typed("str", v.toStringRef());
+    if (v.isDevice()) return typed("torch.device", v.toDevice().str());
+    if (v.isList()) return encode_sequence(v.toListRef(), kind, site, depth);
+    if (v.isTuple()) return encode_sequence(v.toTupleRef().elements(), kind, site, depth);
+    if (v.isGenericDict()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (const auto& kv : v.toGenericDict()) {
+        const std::string key = kv.key().isString() ? kv.key().toStringRef() : c10::IValue(kv.key()).tagKind();
+        out[key] = encode(kv.value(), ArgKind::Generic, site.child(key), depth + 1);
+      }
+      return out;
+    }
+    return nullptr;  // generators, objects, storages...: msprobe writes null for what it cannot analyse
+  }
+
+ private:
+  template <class Elements>
+  nlohmann::ordered_json encode_sequence(const Elements& elements, ArgKind kind, const Site& site, int depth) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    std::size_t k = 0;
+    for (const c10::IValue& e : elements) out.push_back(encode(e, kind, site.child(std::to_string(k++)), depth + 1));
+    return out;
+  }
+
+  static nlohmann::ordered_json encode_int(std::int64_t i, ArgKind kind) {
+    switch (kind) {
+      case ArgKind::ScalarType: return typed("torch.dtype", dtype_name(static_cast<at::ScalarType>(i)));
+      case ArgKind::Layout: return typed("torch.layout", layout_name(static_cast<c10::Layout>(i)));
+      case ArgKind::MemoryFormat: {
+        nlohmann::ordered_json j = nlohmann::ordered_json::object();
+        j["type"] = "torch.memory_format";
+        j["format"] = memory_format_name(static_cast<c10::MemoryFormat>(i));
+        return j;
+      }
+      case ArgKind::Generic: break;
+    }
+    return typed("int", i);
+  }
+
+  DescribeTensor& describe_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/value_encoder.hpp ----
 
 namespace torchprobe::capture {
 
@@ -10125,41 +10343,6 @@ class Journal {
 
 namespace torchprobe::details {
 
-// Optional parts of a task policy, found by detection:
-//  - bool ended() const: the task has seen enough and the dump ends (overflow_check's overflow_nums);
-//  - bool decision_due() const and decide_held(commit): keep() may hold entries back until values
-//    still on a device are read, and decides them in one batch (overflow_check on a device);
-//  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
-//    (overflow_check's overflow_summary.json).
-//  - step_text_files(step, rank): {file name, text} pairs likewise (free_benchmark's CSV).
-template <class T, class = void>
-struct task_can_end : std::false_type {};
-template <class T>
-struct task_can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
-template <class T, class = void>
-struct task_holds_entries : std::false_type {};
-template <class T>
-struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
-template <class T, class = void>
-struct task_adds_files : std::false_type {};
-template <class T>
-struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
-                              std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
-
-template <class T, class = void>
-struct task_adds_text_files : std::false_type {};
-template <class T>
-struct task_adds_text_files<T,
-                            std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
-    : std::true_type {};
-
-// - set_step(step): the number of the step whose calls come next, when a dumped step opens
-//   (free_benchmark's preheat counts calls per step).
-template <class T, class = void>
-struct task_follows_steps : std::false_type {};
-template <class T>
-struct task_follows_steps<T, std::void_t<decltype(std::declval<T&>().set_step(std::int64_t()))>> : std::true_type {};
-
 template <class TaskT>
 class Recorder {
  public:
@@ -10214,11 +10397,12 @@ class Recorder {
   // Entries the task held back until values still on a device are read (overflow_check) are
   // decided now, in one batch; those it keeps join the step. Called before each flush.
   void decide_held() {
-    if constexpr (task_holds_entries<TaskT>::value) task_.decide_held([this](Record&& r) { commit(std::move(r)); });
+    if constexpr (task_traits::holds_entries<TaskT>::value)
+      task_.decide_held([this](Record&& r) { commit(std::move(r)); });
   }
   // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
   bool ended() const {
-    if constexpr (task_can_end<TaskT>::value)
+    if constexpr (task_traits::can_end<TaskT>::value)
       return task_.ended();
     else
       return false;
@@ -10307,7 +10491,7 @@ class Recorder {
   }
 
   void decide_held_if_due() {
-    if constexpr (task_holds_entries<TaskT>::value)
+    if constexpr (task_traits::holds_entries<TaskT>::value)
       if (task_.decision_due()) decide_held();
   }
 
@@ -10628,27 +10812,12 @@ struct BodyAllocator {
 
 namespace torchprobe::capture {
 
-namespace detail {
-
-// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
-// kept as summaries until written; other tasks' tensors are described into JSON at capture.
-template <class T, class = void>
-struct task_summarizes : std::false_type {};
-template <class T>
-struct task_summarizes<
-    T, std::void_t<decltype(std::declval<const T&>().summarize(
-           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
-    : std::true_type {};
-
-}  // namespace detail
-
 // What an API call in flight carries from its start to its end.
 struct ApiCall {
   Record record;
   std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
   bool forward = false;                    // the forward entry is being recorded
   bool backward = false;                   // its backward is to be hooked
-  bool grad_enabled = false;
   std::uint64_t seq_begin = 0;
   std::vector<Edge> input_edges;
   std::string backward_name;
@@ -10656,7 +10825,7 @@ struct ApiCall {
   std::optional<std::string> backward_parent;
   std::string name;                  // the forward entry's name, whether or not it is dumped
   bool inside_backward = false;      // L2: its backward is inside the listed backward, dumped whatever its name
-  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
+  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_traits::checks_calls): its state
 };
 
 // `LevelNested` (L2): calls keep their forward name for the calls nested in them.
@@ -10675,7 +10844,7 @@ class ApiEntries {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     a.admitted = a.admitted || inside;
     if constexpr (LevelNested) call.name = a.name;
-    if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
+    if constexpr (task_traits::checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
       if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
       call.forward = call.check != nullptr;
       if (call.forward) call.record.name = std::move(a.name);  // errors name the call
@@ -10694,7 +10863,6 @@ class ApiEntries {
     if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
         detail::any_requires_grad(inputs)) {
       call.backward = true;
-      call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
@@ -10708,7 +10876,7 @@ class ApiEntries {
   // The call ended: its forward entry is complete.
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
-    if constexpr (task_checks_calls<TaskT>::value) {
+    if constexpr (task_traits::checks_calls<TaskT>::value) {
       if (call.check) core_->task().check_call_end(*call.check, outputs);
       return;
     }
@@ -10746,7 +10914,7 @@ class ApiEntries {
   // tensors that autograd does not track), inputs as they are now, before the collective runs.
   template <class Parents>
   void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
-    if constexpr (task_checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
+    if constexpr (task_traits::checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     if (!a.admitted) return;
     call.forward = true;
@@ -10821,7 +10989,7 @@ class ApiEntries {
   }
 
   bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
-    if constexpr (detail::task_summarizes<TaskT>::value)
+    if constexpr (task_traits::summarizes<TaskT>::value)
       return v.isTensor() && v.toTensor().defined() && core_->task().summarize(v.toTensor(), record, out);
     return false;
   }
@@ -10984,11 +11152,6 @@ struct ModuleInfo {
   std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
   std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
   std::string counter_key() const { return prefix; }
-  bool has_trainable_params() const {
-    for (const auto& p : params)
-      if (p.second.requires_grad()) return true;
-    return false;
-  }
 };
 
 // The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
@@ -12407,9 +12570,9 @@ struct SavedLeaf {
   std::string key;      // index path for the file name ("" for the value itself, "a", "b.0", ...)
 
   SavedLeaf child(const std::string& token) const {
-    return {pointer + "/" + capture::pointer_token(token), key.empty() ? token : key + "." + token};
+    return {pointer + "/" + pointer_token(token), key.empty() ? token : key + "." + token};
   }
-  capture::Site site() const { return {pointer, key}; }
+  Site site() const { return {pointer, key}; }
 };
 
 // Turns a SaveValue into msprobe's JSON; tensors go to `describe(tensor, site)`, and each tensor
@@ -12468,12 +12631,12 @@ class SaveCapture {
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
     const std::int64_t count = next_count(name);
     Record r;
-    r.name = name + "." + std::to_string(count) + ".debug";
+    r.name = save_entry_name(name, count);
     r.order = core->debug_entries().next_order();
     std::vector<std::pair<SavedLeaf, at::Tensor>> grads;
     {
       ProbeGuard guard;
-      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task().describe(t, site, r); };
+      auto describe = [&](const at::Tensor& t, const Site& site) { return core->task().describe(t, site, r); };
       r.body = encode_saved(value, SavedLeaf{}, describe, save_backward ? &grads : nullptr);
     }
     core->commit_debug(std::move(r));
@@ -12482,7 +12645,7 @@ class SaveCapture {
     auto entry = std::make_shared<GradEntry>();
     entry->core = core;
     entry->generation = core->generation();
-    entry->name = name + "_grad." + std::to_string(count) + ".debug";
+    entry->name = save_entry_name(name + "_grad", count);
     entry->order = core->debug_entries().next_order();
     entry->body = all_null_like(value);
     {
@@ -13000,7 +13163,7 @@ class StepLifecycle {
   // the user hears why once.
   bool may_start() {
     std::string why;
-    if constexpr (task_can_end<TaskT>::value) {
+    if constexpr (task_traits::can_end<TaskT>::value) {
       if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
     }
     if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
@@ -13022,7 +13185,7 @@ class StepLifecycle {
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
     const std::string directory = session_.step_directory();
-    if constexpr (task_follows_steps<TaskT>::value) core_->task().set_step(session_.step());
+    if constexpr (task_traits::follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
     // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
     // go first.
@@ -13246,7 +13409,7 @@ class StepLifecycle {
     if constexpr (sink_keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
-    d.task = std::string(task_name(TaskT::kind));
+    d.task = std::string(TaskT::name);
     d.level = std::string(level_name(level));
     d.directory = directory_;
     d.step = session_.step();
@@ -13254,9 +13417,9 @@ class StepLifecycle {
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
-    if constexpr (task_adds_files<TaskT>::value)
+    if constexpr (task_traits::adds_files<TaskT>::value)
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
-    if constexpr (task_adds_text_files<TaskT>::value)
+    if constexpr (task_traits::adds_text_files<TaskT>::value)
       if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
     if constexpr (sink_keeps_journal<Sink>::value)
       if (!d.task_files.empty() || !d.task_text_files.empty())
@@ -13273,7 +13436,7 @@ class StepLifecycle {
   std::string journal_header() const {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     h["journal"] = 1;
-    h["task"] = std::string(task_name(TaskT::kind));
+    h["task"] = std::string(TaskT::name);
     h["level"] = std::string(level_name(L));
     h["framework"] = "pytorch";
     h["dump_data_dir"] = dump_data_dir();
@@ -13491,9 +13654,10 @@ inline bool dropout_removed() {
 namespace torchprobe {
 
 // The Debugger of one task class: Debugger<L, Task::X> names a built-in one; a task of your own
-// (task/task_list.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
+// (task/task_traits.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
 template <Level L, class TaskT, class Sink = DirectorySink>
 class BasicDebugger final : public DebuggerInterface {
+  static_assert(check_task<TaskT>(), "torchprobe: the task keeps the task contract (task/task_traits.hpp)");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
   using Core = details::Recorder<TaskT>;
@@ -13501,11 +13665,12 @@ class BasicDebugger final : public DebuggerInterface {
 
  public:
   explicit BasicDebugger(const Options& options = Options())
-      : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
+      : core_(std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()))),
+        step_(core_) {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
   explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
@@ -14772,7 +14937,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (grad_)
       grad_->monitor(model);
     else
-      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << task_name(impl_->config().task)
+      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << impl_->config().task.str()
                 << "\" ignores it\n";
   }
   void wait_written() override {
@@ -14798,20 +14963,22 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
-  template <class TaskT>
-  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options) {
-    std::unique_ptr<DebuggerInterface> made;
-    auto one = [&](auto constant) {
-      constexpr Level l = decltype(constant)::value;
-      if constexpr (TaskT::levels.contains(l))
-        if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
-    };
-    one(std::integral_constant<Level, Level::L0>{});
-    one(std::integral_constant<Level, Level::L1>{});
-    one(std::integral_constant<Level, Level::Mix>{});
-    one(std::integral_constant<Level, Level::L2>{});
-    one(std::integral_constant<Level, Level::Debug>{});
-    return made;
+  // The debugger of each level the task supports (kLevels, core/kinds.hpp), chosen at run time.
+  template <class TaskT, std::size_t... I>
+  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options,
+                                                          std::index_sequence<I...> = {}) {
+    if constexpr (sizeof...(I) == 0) {
+      return make_at_level<TaskT>(level, options, std::make_index_sequence<std::size(kLevels)>{});
+    } else {
+      std::unique_ptr<DebuggerInterface> made;
+      auto one = [&](auto constant) {
+        constexpr Level l = decltype(constant)::value;
+        if constexpr (TaskT::levels.contains(l))
+          if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
+      };
+      (one(std::integral_constant<Level, kLevels[I]>{}), ...);
+      return made;
+    }
   }
 
   // dump_enable: the edited file replaces the debugger between two steps; the step number goes on,
@@ -14834,9 +15001,11 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
+  // grad_probe watches gradients, not calls: it is no task of the list, and a task of the list (a
+  // user's own) is no name resolve() knows without the list.
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
+    if (options.named_task() != nlohmann::json(std::string(task_name(Task::GradProbe)))) return nullptr;
     Config c = options.resolve();
-    if (c.task != Task::GradProbe) return nullptr;
     return std::make_unique<GradMonitor>(std::move(c));
   }
 

@@ -13,7 +13,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "torchprobe"
 # The probe's layers, bottom first. The top-level headers (debugger.hpp, ...) are above everything.
-LAYERS = ["core", "io", "stats", "config", "level", "sink", "details", "capture", "task", "."]
+LAYERS = ["core", "io", "stats", "config", "level", "sink", "task", "details", "capture", "."]
 # analysis/ is a component apart from the probe (CMake target torchprobe::analysis, used by the CLI):
 # nothing in the probe includes it, and each of its folders names the probe layers it may use.
 # analysis/compare is `torchprobe compare` (no libtorch): core/ and io/ only. analysis/run_ut is

@@ -37,9 +37,10 @@
 namespace torchprobe {
 
 // The Debugger of one task class: Debugger<L, Task::X> names a built-in one; a task of your own
-// (task/task_list.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
+// (task/task_traits.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
 template <Level L, class TaskT, class Sink = DirectorySink>
 class BasicDebugger final : public DebuggerInterface {
+  static_assert(check_task<TaskT>(), "torchprobe: the task keeps the task contract (task/task_traits.hpp)");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
   using Core = details::Recorder<TaskT>;
@@ -47,11 +48,12 @@ class BasicDebugger final : public DebuggerInterface {
 
  public:
   explicit BasicDebugger(const Options& options = Options())
-      : core_(std::make_shared<Core>(options.resolve(L, TaskT::kind, &TaskList<TaskT>::catalog()))), step_(core_) {
+      : core_(std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()))),
+        step_(core_) {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (details::task_can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
   explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}

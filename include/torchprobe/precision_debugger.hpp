@@ -7,7 +7,9 @@
 // at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
 // record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
 // configuration in use is kept.
+#include <cstddef>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,7 +78,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (grad_)
       grad_->monitor(model);
     else
-      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << task_name(impl_->config().task)
+      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << impl_->config().task.str()
                 << "\" ignores it\n";
   }
   void wait_written() override {
@@ -102,20 +104,22 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     return made;
   }
 
-  template <class TaskT>
-  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options) {
-    std::unique_ptr<DebuggerInterface> made;
-    auto one = [&](auto constant) {
-      constexpr Level l = decltype(constant)::value;
-      if constexpr (TaskT::levels.contains(l))
-        if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
-    };
-    one(std::integral_constant<Level, Level::L0>{});
-    one(std::integral_constant<Level, Level::L1>{});
-    one(std::integral_constant<Level, Level::Mix>{});
-    one(std::integral_constant<Level, Level::L2>{});
-    one(std::integral_constant<Level, Level::Debug>{});
-    return made;
+  // The debugger of each level the task supports (kLevels, core/kinds.hpp), chosen at run time.
+  template <class TaskT, std::size_t... I>
+  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options,
+                                                          std::index_sequence<I...> = {}) {
+    if constexpr (sizeof...(I) == 0) {
+      return make_at_level<TaskT>(level, options, std::make_index_sequence<std::size(kLevels)>{});
+    } else {
+      std::unique_ptr<DebuggerInterface> made;
+      auto one = [&](auto constant) {
+        constexpr Level l = decltype(constant)::value;
+        if constexpr (TaskT::levels.contains(l))
+          if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
+      };
+      (one(std::integral_constant<Level, kLevels[I]>{}), ...);
+      return made;
+    }
   }
 
   // dump_enable: the edited file replaces the debugger between two steps; the step number goes on,
@@ -138,9 +142,11 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (was_running) start_with(model_, rank_id_, tokens_);
   }
 
+  // grad_probe watches gradients, not calls: it is no task of the list, and a task of the list (a
+  // user's own) is no name resolve() knows without the list.
   static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
+    if (options.named_task() != nlohmann::json(std::string(task_name(Task::GradProbe)))) return nullptr;
     Config c = options.resolve();
-    if (c.task != Task::GradProbe) return nullptr;
     return std::make_unique<GradMonitor>(std::move(c));
   }
 

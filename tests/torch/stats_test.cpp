@@ -453,7 +453,7 @@ TEST_CASE("StatisticsTask::force_device_path defers the statistics and fills the
   device_task.force_device_path(true);
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     CAPTURE(k);
-    const tp::capture::Site site{"/input_args/0", "input.0"};
+    const tp::Site site{"/input_args/0", "input.0"};
     tp::Record cpu_record, device_record;
     const nlohmann::ordered_json want = cpu_task.describe(tensors[k], site, cpu_record);
     CHECK(cpu_record.pending.empty());

@@ -46,7 +46,7 @@ CapturedValue summary_value(tp::TensorSummary s) {
   return v;
 }
 
-CapturedValue plain_value(c10::IValue iv, tp::capture::ArgKind kind = tp::capture::ArgKind::Generic) {
+CapturedValue plain_value(c10::IValue iv, tp::ArgKind kind = tp::ArgKind::Generic) {
   CapturedValue v;
   v.kind = kind;
   v.set_plain(iv);
@@ -86,7 +86,7 @@ std::vector<tp::Record> sample_records() {
   call->add(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{1, 2}))));
   call->add(item(S::Arg, plain_value(c10::IValue(std::vector<int64_t>{}))));
   call->add(item(S::Kwarg, plain_value(c10::IValue(int64_t{-3})), &kAlpha));
-  call->add(item(S::Kwarg, plain_value(c10::IValue(int64_t{6}), tp::capture::ArgKind::ScalarType), &kDtype));
+  call->add(item(S::Kwarg, plain_value(c10::IValue(int64_t{6}), tp::ArgKind::ScalarType), &kDtype));
   call->add(item(S::Output, summary_value(summary(at::kBool, {0},
                                                   {tp::StatValue::boolean(true), tp::StatValue::boolean(false),
                                                    tp::StatValue::real(nan), tp::StatValue::real(-inf)},
@@ -166,7 +166,7 @@ TEST_CASE("a call's compact body gives back every value it was given, in order a
       at::kBool, {},
       {tp::StatValue::boolean(true), tp::StatValue::boolean(false), tp::StatValue(), tp::StatValue::real(1.0)}, false);
   call.add(item(S::Arg, summary_value(five_dims)));
-  call.add(item(S::Kwarg, plain_value(c10::IValue(int64_t{5}), tp::capture::ArgKind::ScalarType), &kDtype));
+  call.add(item(S::Kwarg, plain_value(c10::IValue(int64_t{5}), tp::ArgKind::ScalarType), &kDtype));
   call.add(item(S::Arg, plain_value(c10::IValue(-0.0))));
   call.add(item(S::Arg, plain_value(c10::IValue(std::string("text")))));
   call.add(item(S::Output, summary_value(flags)));
@@ -200,7 +200,7 @@ TEST_CASE("a call's compact body gives back every value it was given, in order a
       case 0: CHECK(same_summary(v.tensor(), five_dims)); break;
       case 1:
         CHECK(name == &kDtype);
-        CHECK(v.kind == tp::capture::ArgKind::ScalarType);
+        CHECK(v.kind == tp::ArgKind::ScalarType);
         CHECK(v.value().toInt() == 5);
         break;
       case 2: CHECK((v.value().isDouble() && std::signbit(v.value().toDouble()))); break;

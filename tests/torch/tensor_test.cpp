@@ -372,7 +372,7 @@ TEST_CASE("Recorder hands a kept entry's tensors to the writer and frees a dropp
   for (const std::string name : {"keep.0.forward", "drop.0.forward"}) {
     tp::Record r;
     r.name = name;
-    r.body["output"] = core->task().describe(torch::ones({1000}), tp::capture::Site{"/output", "output.0"}, r);
+    r.body["output"] = core->task().describe(torch::ones({1000}), tp::Site{"/output", "output.0"}, r);
     CHECK(r.saves.size() == 1);
     core->commit(std::move(r));
   }

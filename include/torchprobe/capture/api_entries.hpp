@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "torchprobe/capture/backward_probe.hpp"
-#include "torchprobe/capture/call_check.hpp"
 #include "torchprobe/capture/call_values.hpp"
 #include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/captured_call.hpp"
@@ -26,22 +25,9 @@
 #include "torchprobe/details/block_pool.hpp"
 #include "torchprobe/details/recorder.hpp"
 #include "torchprobe/io/call_stack_capture.hpp"
+#include "torchprobe/task/task_traits.hpp"
 
 namespace torchprobe::capture {
-
-namespace detail {
-
-// Tasks with a compact form of a tensor's item (StatisticsTask::summarize): their CPU tensors are
-// kept as summaries until written; other tasks' tensors are described into JSON at capture.
-template <class T, class = void>
-struct task_summarizes : std::false_type {};
-template <class T>
-struct task_summarizes<
-    T, std::void_t<decltype(std::declval<const T&>().summarize(
-           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
-    : std::true_type {};
-
-}  // namespace detail
 
 // What an API call in flight carries from its start to its end.
 struct ApiCall {
@@ -49,7 +35,6 @@ struct ApiCall {
   std::shared_ptr<CapturedCall> captured;  // the entry's body, in compact form until written
   bool forward = false;                    // the forward entry is being recorded
   bool backward = false;                   // its backward is to be hooked
-  bool grad_enabled = false;
   std::uint64_t seq_begin = 0;
   std::vector<Edge> input_edges;
   std::string backward_name;
@@ -57,7 +42,7 @@ struct ApiCall {
   std::optional<std::string> backward_parent;
   std::string name;                  // the forward entry's name, whether or not it is dumped
   bool inside_backward = false;      // L2: its backward is inside the listed backward, dumped whatever its name
-  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_checks_calls): its state
+  std::unique_ptr<CallCheck> check;  // a task that re-runs calls (task_traits::checks_calls): its state
 };
 
 // `LevelNested` (L2): calls keep their forward name for the calls nested in them.
@@ -76,7 +61,7 @@ class ApiEntries {
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     a.admitted = a.admitted || inside;
     if constexpr (LevelNested) call.name = a.name;
-    if constexpr (task_checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
+    if constexpr (task_traits::checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
       if (a.admitted) call.check = core_->task().check_call(op, inputs, a.name);
       call.forward = call.check != nullptr;
       if (call.forward) call.record.name = std::move(a.name);  // errors name the call
@@ -95,7 +80,6 @@ class ApiEntries {
     if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
         detail::any_requires_grad(inputs)) {
       call.backward = true;
-      call.grad_enabled = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
       for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
@@ -109,7 +93,7 @@ class ApiEntries {
   // The call ended: its forward entry is complete.
   template <class Outputs>
   void finish(const Outputs& outputs, ApiCall& call) {
-    if constexpr (task_checks_calls<TaskT>::value) {
+    if constexpr (task_traits::checks_calls<TaskT>::value) {
       if (call.check) core_->task().check_call_end(*call.check, outputs);
       return;
     }
@@ -147,7 +131,7 @@ class ApiEntries {
   // tensors that autograd does not track), inputs as they are now, before the collective runs.
   template <class Parents>
   void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
-    if constexpr (task_checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
+    if constexpr (task_traits::checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
     details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     if (!a.admitted) return;
     call.forward = true;
@@ -222,7 +206,7 @@ class ApiEntries {
   }
 
   bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
-    if constexpr (detail::task_summarizes<TaskT>::value)
+    if constexpr (task_traits::summarizes<TaskT>::value)
       return v.isTensor() && v.toTensor().defined() && core_->task().summarize(v.toTensor(), record, out);
     return false;
   }

@@ -40,11 +40,6 @@ struct ModuleInfo {
   std::string forward_name(std::int64_t n) const { return prefix + "forward." + std::to_string(n); }
   std::string backward_name(std::int64_t n) const { return prefix + "backward." + std::to_string(n); }
   std::string counter_key() const { return prefix; }
-  bool has_trainable_params() const {
-    for (const auto& p : params)
-      if (p.second.requires_grad()) return true;
-    return false;
-  }
 };
 
 // The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.

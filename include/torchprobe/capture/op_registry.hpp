@@ -18,30 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "torchprobe/core/op_info.hpp"
+
 namespace torchprobe::capture {
-
-// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
-// ints, so only the schema says that an int is really a dtype.
-enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
-
-struct ArgInfo {
-  std::string name;
-  bool kwarg_only = false;
-  ArgKind kind = ArgKind::Generic;
-  bool written = false;  // the op writes into it (in-place self, out=)
-};
-
-struct OpInfo {
-  std::string qualified;   // "aten::add"
-  std::string api;         // "add": the ATen name without namespace and overload
-  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
-  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
-  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
-  bool schema_known = false;
-  std::vector<ArgInfo> args;
-  std::size_t returns = 0;                    // how many values the schema returns
-  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
-};
 
 // Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
 // allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the

@@ -33,9 +33,9 @@ struct SavedLeaf {
   std::string key;      // index path for the file name ("" for the value itself, "a", "b.0", ...)
 
   SavedLeaf child(const std::string& token) const {
-    return {pointer + "/" + capture::pointer_token(token), key.empty() ? token : key + "." + token};
+    return {pointer + "/" + pointer_token(token), key.empty() ? token : key + "." + token};
   }
-  capture::Site site() const { return {pointer, key}; }
+  Site site() const { return {pointer, key}; }
 };
 
 // Turns a SaveValue into msprobe's JSON; tensors go to `describe(tensor, site)`, and each tensor
@@ -94,12 +94,12 @@ class SaveCapture {
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
     const std::int64_t count = next_count(name);
     Record r;
-    r.name = name + "." + std::to_string(count) + ".debug";
+    r.name = save_entry_name(name, count);
     r.order = core->debug_entries().next_order();
     std::vector<std::pair<SavedLeaf, at::Tensor>> grads;
     {
       ProbeGuard guard;
-      auto describe = [&](const at::Tensor& t, const capture::Site& site) { return core->task().describe(t, site, r); };
+      auto describe = [&](const at::Tensor& t, const Site& site) { return core->task().describe(t, site, r); };
       r.body = encode_saved(value, SavedLeaf{}, describe, save_backward ? &grads : nullptr);
     }
     core->commit_debug(std::move(r));
@@ -108,7 +108,7 @@ class SaveCapture {
     auto entry = std::make_shared<GradEntry>();
     entry->core = core;
     entry->generation = core->generation();
-    entry->name = name + "_grad." + std::to_string(count) + ".debug";
+    entry->name = save_entry_name(name + "_grad", count);
     entry->order = core->debug_entries().next_order();
     entry->body = all_null_like(value);
     {

@@ -11,6 +11,7 @@
 
 #include "torchprobe/capture/op_registry.hpp"
 #include "torchprobe/core/names.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 
 namespace torchprobe::capture {
@@ -41,28 +42,6 @@ inline nlohmann::ordered_json typed(const char* type, nlohmann::ordered_json val
   j["value"] = std::move(value);
   return j;
 }
-
-// A JSON pointer reference token: '~' and '/' must be escaped inside keys.
-inline std::string pointer_token(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
-
-// Where a value sits: its JSON pointer inside the entry (for deferred statistics) and its
-// msprobe file key ("input.0", "input.1.0", "kwargs.bias", "output.0") for saved tensors.
-struct Site {
-  std::string pointer;
-  std::string file_key;
-  Site child(const std::string& token) const { return {pointer + "/" + pointer_token(token), file_key + "." + token}; }
-};
 
 // DescribeTensor: callable(const at::Tensor&, const Site&) -> nlohmann::ordered_json
 template <class DescribeTensor>

@@ -95,13 +95,6 @@ inline bool is_section_key(std::string_view name) {
   return k && k->place == KeyPlace::Section;
 }
 
-inline bool is_task_section_name(std::string_view name) {
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
-                 Task::GradProbe, Task::RunUt})
-    if (task_name(t) == name) return true;
-  return false;
-}
-
 inline bool is_foreign_task(std::string_view name) {
   return std::find(std::begin(kForeignTasks), std::end(kForeignTasks), name) != std::end(kForeignTasks);
 }
@@ -109,7 +102,7 @@ inline bool is_foreign_task(std::string_view name) {
 // What a task implementation declares (task/task_list.hpp makes these from the task classes): the
 // levels it supports and the keys of its section it reads besides kCommonSectionKeys.
 struct TaskDeclaration {
-  Task kind;
+  TaskName name;
   LevelSet levels;
   std::vector<std::string_view> keys;
 
@@ -121,10 +114,26 @@ struct TaskDeclaration {
 };
 using TaskCatalog = std::vector<TaskDeclaration>;
 
-inline const TaskDeclaration* find_task(const TaskCatalog& catalog, Task kind) {
+inline const TaskDeclaration* find_task(const TaskCatalog& catalog, std::string_view name) {
   for (const TaskDeclaration& d : catalog)
-    if (d.kind == kind) return &d;
+    if (d.name.str() == name) return &d;
   return nullptr;
+}
+
+// A task's section: one of msprobe's tasks, or a task of the catalog (a task of the user's own).
+inline bool is_task_section_name(std::string_view name, const TaskCatalog* catalog = nullptr) {
+  return find_msprobe_task(name) != nullptr || (catalog && find_task(*catalog, name) != nullptr);
+}
+
+// The names config key "task" takes: msprobe's, then the catalog's own, for error messages.
+inline std::string allowed_task_names(const TaskCatalog* catalog = nullptr) {
+  std::string text;
+  auto add = [&](std::string_view name) { text += (text.empty() ? "\"" : ", \"") + std::string(name) + "\""; };
+  for (Task t : kMsprobeTasks) add(task_name(t));
+  if (catalog)
+    for (const TaskDeclaration& d : *catalog)
+      if (!find_msprobe_task(d.name.str())) add(d.name.str());
+  return text;
 }
 
 // What a catalog offers, for error messages: levels "L0", "L1", "mix", "debug" with tasks
@@ -144,10 +153,10 @@ inline std::string describe_available(const TaskCatalog& catalog) {
       continue;
     done.push_back(&d);
     std::vector<std::string> levels, tasks;
-    for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+    for (Level l : kLevels)
       if (d.levels.contains(l)) levels.push_back(quoted(level_name(l)));
     for (const TaskDeclaration& e : catalog)
-      if (e.levels == d.levels) tasks.push_back(quoted(task_name(e.kind)));
+      if (e.levels == d.levels) tasks.push_back(quoted(e.name.str()));
     std::string levels_text;
     for (const std::string& l : levels) levels_text += (levels_text.empty() ? "" : ", ") + l;
     text += (text.empty() ? "" : "; ") + std::string(levels.size() == 1 ? "level " : "levels ") + levels_text +

@@ -65,12 +65,20 @@ class Options {
   }
 
   const nlohmann::json& overrides() const { return overrides_; }
+
+  // The "task" value as given (set() before the file, the file before msprobe's default), unchecked:
+  // PrecisionDebugger decides by it which debugger to build before resolving against that one's tasks.
+  nlohmann::json named_task() const {
+    if (overrides_.contains("task")) return overrides_["task"];
+    const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json("statistics");
+  }
   const std::optional<std::string>& config_path() const { return config_file_; }
 
   // The configuration to run with. `level` / `task` come from a Debugger's template arguments and win
   // over the file and over set("level"/"task"); a disagreement is reported in Config::warnings.
   // `implemented`: the tasks of the Debugger that will run (see parse_config).
-  Config resolve(std::optional<Level> level = {}, std::optional<Task> task = {},
+  Config resolve(std::optional<Level> level = {}, std::optional<TaskName> task = {},
                  const TaskCatalog* implemented = nullptr) const;
 
   // msprobe's shipped config.json without its "acc_check" section, which TorchProbe lacks.
@@ -88,7 +96,7 @@ class Options {
   nlohmann::json overrides_ = nlohmann::json::object();
 };
 
-inline Config Options::resolve(std::optional<Level> level, std::optional<Task> task,
+inline Config Options::resolve(std::optional<Level> level, std::optional<TaskName> task,
                                const TaskCatalog* implemented) const {
   using detail::quote;
   using nlohmann::json;
@@ -107,7 +115,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
   for (const auto& item : overrides_.items()) {
     if (is_section_key(item.key())) continue;
     json& slot = doc[item.key()];
-    if (is_task_section_name(item.key()) && slot.is_object() && item.value().is_object())
+    if (is_task_section_name(item.key(), implemented) && slot.is_object() && item.value().is_object())
       slot.update(item.value());
     else
       slot = item.value();
@@ -121,7 +129,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
       // PrecisionDebugger runs task structure at mix when the file names another level: say why.
-      if (std::string(key) == "level" && task == Task::Structure && wanted == "mix" && slot != json("L0"))
+      if (std::string(key) == "level" && task == TaskName(Task::Structure) && wanted == "mix" && slot != json("L0"))
         note =
             "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
       notes.push_back(note);
@@ -129,7 +137,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<Task> t
     slot = std::string(wanted);
   };
   if (level) impose("level", level_name(*level), level_source);
-  if (task) impose("task", task_name(*task), task_source);
+  if (task) impose("task", task->str(), task_source);
 
   // Section keys go into the section of the task that will actually run.
   const json* task_value = detail::find(doc, "task");

@@ -32,24 +32,24 @@ inline bool asks_for_something(const json& v) {
   return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty()));
 }
 
-inline Task parse_task(const json& v) {
-  const std::string allowed =
-      "\"statistics\", \"tensor\", \"overflow_check\", \"free_benchmark\", \"structure\", \"grad_probe\", \"run_ut\"";
+// One of msprobe's tasks, or a task the catalog declares (a task of the user's own).
+inline TaskName parse_task(const json& v, const TaskCatalog* catalog) {
+  const std::string allowed = allowed_task_names(catalog);
   if (!v.is_string()) reject("task", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Task t : {Task::Statistics, Task::Tensor, Task::OverflowCheck, Task::FreeBenchmark, Task::Structure,
-                 Task::GradProbe, Task::RunUt})
-    if (task_name(t) == name) return t;
+  if (const Task* t = find_msprobe_task(name)) return *t;
+  if (const TaskDeclaration* d = catalog ? find_task(*catalog, name) : nullptr) return d->name;
   if (is_foreign_task(name))
     reject("task", v, "TorchProbe does not support msprobe's " + quote(name) + " task", allowed);
   reject("task", v, "it is not a task (names are case-sensitive)", allowed);
 }
 
 inline Level parse_level(const json& v) {
-  const std::string allowed = "\"L0\", \"L1\", \"mix\", \"L2\", \"debug\"";
+  std::string allowed;
+  for (Level l : kLevels) allowed += (allowed.empty() ? "\"" : ", \"") + std::string(level_name(l)) + "\"";
   if (!v.is_string()) reject("level", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
-  for (Level l : {Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug})
+  for (Level l : kLevels)
     if (level_name(l) == name) return l;
   reject("level", v, "it is not a level (names are case-sensitive)", allowed);
 }
@@ -101,10 +101,10 @@ inline std::optional<std::uint32_t> parse_seed(const json& doc) {
   return static_cast<std::uint32_t>(v->get<uint64_t>());
 }
 
-inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>& warnings) {
+inline void warn_about_top_level_keys(const json& doc, const TaskCatalog* catalog, std::vector<std::string>& warnings) {
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
-    if (is_task_section_name(k)) continue;  // other tasks' sections: silently ignored
+    if (is_task_section_name(k, catalog)) continue;  // other tasks' sections: silently ignored
     const ConfigKey* known = find_config_key(k);
     if (known && known->place == KeyPlace::Top && known->support == KeySupport::Read) continue;
     if (is_foreign_task(k))
@@ -120,8 +120,9 @@ inline void warn_about_top_level_keys(const json& doc, std::vector<std::string>&
 
 // `reads(key)`: whether the task that runs reads this key of its section.
 template <class Reads>
-void warn_about_section_keys(const json& section, Task task, const Reads& reads, std::vector<std::string>& warnings) {
-  const std::string name(task_name(task));
+void warn_about_section_keys(const json& section, TaskName task, const Reads& reads,
+                             std::vector<std::string>& warnings) {
+  const std::string name(task.str());
   for (const auto& item : section.items()) {
     const std::string& k = item.key();
     const std::string label = quote(name + "." + k);
@@ -179,9 +180,9 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   using namespace detail;
   if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
   Config c;
-  warn_about_top_level_keys(doc, c.warnings);
+  warn_about_top_level_keys(doc, implemented, c.warnings);
 
-  if (const json* v = find(doc, "task")) c.task = parse_task(*v);
+  if (const json* v = find(doc, "task")) c.task = parse_task(*v, implemented);
   if (const json* v = find(doc, "level")) c.level = parse_level(*v);
   // run_ut writes under -o, not dump_path: msprobe's run_ut configs carry one, but it is not needed.
   if (c.task != Task::RunUt || find(doc, "dump_path")) c.dump_path = parse_dump_path(doc);
@@ -208,17 +209,17 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   // msprobe's L2 is a kernel dump, tensor task only; TorchProbe's L2 records ATen calls, nested ones
   // too, so statistics are as meaningful there as at L1.
   if (c.level == Level::L2 && c.task != Task::Tensor && c.task != Task::Statistics)
-    reject("task", std::string(task_name(c.task)), "level \"L2\" works with task \"statistics\" or \"tensor\"",
+    reject("task", std::string(c.task.str()), "level \"L2\" works with task \"statistics\" or \"tensor\"",
            "\"statistics\" or \"tensor\" when level is \"L2\"");
 
   if (implemented && c.task == Task::RunUt)
     reject("task", "run_ut", "task \"run_ut\" configures the `torchprobe run_ut` command (its -config), not a dump",
            describe_available(*implemented));
-  const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task) : nullptr;
+  const TaskDeclaration* declared = implemented ? find_task(*implemented, c.task.str()) : nullptr;
   if (implemented && (!declared || !declared->levels.contains(c.level)))
-    throw ConfigError("config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " +
-                      quote(task_name(c.task)) + " is not available in this TorchProbe version (available: " +
-                      describe_available(*implemented) + ")");
+    throw ConfigError(
+        "config keys \"level\"/\"task\": level " + quote(level_name(c.level)) + " with task " + quote(c.task.str()) +
+        " is not available in this TorchProbe version (available: " + describe_available(*implemented) + ")");
   auto reads = [&](std::string_view key) {
     if (declared) return declared->reads(key);
     const ConfigKey* known = find_config_key(key);
@@ -226,7 +227,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   };
 
   // The task's own section; sections of other tasks are not read.
-  const std::string section_name(task_name(c.task));
+  const std::string section_name(c.task.str());
   const json empty = json::object();
   const json* section = find(doc, section_name);
   if (section && !section->is_object())

@@ -128,7 +128,7 @@ struct RunUtConfig {
 };
 
 struct Config {
-  Task task = Task::Statistics;
+  TaskName task = Task::Statistics;
   Level level = Level::L1;
   std::string dump_path;
   IndexSet step, rank;

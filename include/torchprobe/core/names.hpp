@@ -1,5 +1,6 @@
 #pragma once
 // Names that more than one part of TorchProbe must spell the same way.
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,16 @@ inline std::string tensor_file_name(const std::string& entry, const std::string&
   std::string name = entry;
   if (!file_key.empty()) name.append(".").append(file_key);
   return name.append(".pt");
+}
+
+// save()'s entries in debug.json: "{name}.{count}.debug" (msprobe's names); the gradients of a
+// saved value are "{name}_grad.{count}.debug".
+inline constexpr std::string_view kSaveSuffix = ".debug";
+inline std::string save_entry_name(const std::string& name, std::int64_t count) {
+  return name + "." + std::to_string(count) + std::string(kSaveSuffix);
+}
+inline bool is_save_entry(std::string_view entry) {
+  return entry.size() > kSaveSuffix.size() && entry.substr(entry.size() - kSaveSuffix.size()) == kSaveSuffix;
 }
 
 // ATen's in-place variants: "add_" (the op's name with one trailing underscore) and the

@@ -22,43 +22,9 @@
 #include "torchprobe/io/python_json.hpp"
 #include "torchprobe/io/record_text.hpp"
 #include "torchprobe/io/tensor_writer.hpp"
+#include "torchprobe/task/task_traits.hpp"
 
 namespace torchprobe::details {
-
-// Optional parts of a task policy, found by detection:
-//  - bool ended() const: the task has seen enough and the dump ends (overflow_check's overflow_nums);
-//  - bool decision_due() const and decide_held(commit): keep() may hold entries back until values
-//    still on a device are read, and decides them in one batch (overflow_check on a device);
-//  - step_files(records, step): {file name, JSON} pairs the task adds to each step directory
-//    (overflow_check's overflow_summary.json).
-//  - step_text_files(step, rank): {file name, text} pairs likewise (free_benchmark's CSV).
-template <class T, class = void>
-struct task_can_end : std::false_type {};
-template <class T>
-struct task_can_end<T, std::void_t<decltype(std::declval<const T&>().ended())>> : std::true_type {};
-template <class T, class = void>
-struct task_holds_entries : std::false_type {};
-template <class T>
-struct task_holds_entries<T, std::void_t<decltype(std::declval<const T&>().decision_due())>> : std::true_type {};
-template <class T, class = void>
-struct task_adds_files : std::false_type {};
-template <class T>
-struct task_adds_files<T, std::void_t<decltype(std::declval<const T&>().step_files(
-                              std::declval<const std::vector<const Record*>&>(), std::int64_t()))>> : std::true_type {};
-
-template <class T, class = void>
-struct task_adds_text_files : std::false_type {};
-template <class T>
-struct task_adds_text_files<T,
-                            std::void_t<decltype(std::declval<T&>().step_text_files(std::int64_t(), std::int64_t()))>>
-    : std::true_type {};
-
-// - set_step(step): the number of the step whose calls come next, when a dumped step opens
-//   (free_benchmark's preheat counts calls per step).
-template <class T, class = void>
-struct task_follows_steps : std::false_type {};
-template <class T>
-struct task_follows_steps<T, std::void_t<decltype(std::declval<T&>().set_step(std::int64_t()))>> : std::true_type {};
 
 template <class TaskT>
 class Recorder {
@@ -114,11 +80,12 @@ class Recorder {
   // Entries the task held back until values still on a device are read (overflow_check) are
   // decided now, in one batch; those it keeps join the step. Called before each flush.
   void decide_held() {
-    if constexpr (task_holds_entries<TaskT>::value) task_.decide_held([this](Record&& r) { commit(std::move(r)); });
+    if constexpr (task_traits::holds_entries<TaskT>::value)
+      task_.decide_held([this](Record&& r) { commit(std::move(r)); });
   }
   // Has the task ended the dump (overflow_check after overflow_nums overflowing calls)?
   bool ended() const {
-    if constexpr (task_can_end<TaskT>::value)
+    if constexpr (task_traits::can_end<TaskT>::value)
       return task_.ended();
     else
       return false;
@@ -207,7 +174,7 @@ class Recorder {
   }
 
   void decide_held_if_due() {
-    if constexpr (task_holds_entries<TaskT>::value)
+    if constexpr (task_traits::holds_entries<TaskT>::value)
       if (task_.decision_due()) decide_held();
   }
 

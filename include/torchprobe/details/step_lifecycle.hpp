@@ -59,7 +59,7 @@ class StepLifecycle {
   // the user hears why once.
   bool may_start() {
     std::string why;
-    if constexpr (task_can_end<TaskT>::value) {
+    if constexpr (task_traits::can_end<TaskT>::value) {
       if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
     }
     if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
@@ -81,7 +81,7 @@ class StepLifecycle {
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
     const std::string directory = session_.step_directory();
-    if constexpr (task_follows_steps<TaskT>::value) core_->task().set_step(session_.step());
+    if constexpr (task_traits::follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
     // A directory dumped again (set_init_step()): its earlier write, and the removal of its journal,
     // go first.
@@ -305,7 +305,7 @@ class StepLifecycle {
     if constexpr (sink_keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
-    d.task = std::string(task_name(TaskT::kind));
+    d.task = std::string(TaskT::name);
     d.level = std::string(level_name(level));
     d.directory = directory_;
     d.step = session_.step();
@@ -313,9 +313,9 @@ class StepLifecycle {
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
-    if constexpr (task_adds_files<TaskT>::value)
+    if constexpr (task_traits::adds_files<TaskT>::value)
       if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
-    if constexpr (task_adds_text_files<TaskT>::value)
+    if constexpr (task_traits::adds_text_files<TaskT>::value)
       if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
     if constexpr (sink_keeps_journal<Sink>::value)
       if (!d.task_files.empty() || !d.task_text_files.empty())
@@ -332,7 +332,7 @@ class StepLifecycle {
   std::string journal_header() const {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     h["journal"] = 1;
-    h["task"] = std::string(task_name(TaskT::kind));
+    h["task"] = std::string(TaskT::name);
     h["level"] = std::string(level_name(L));
     h["framework"] = "pytorch";
     h["dump_data_dir"] = dump_data_dir();

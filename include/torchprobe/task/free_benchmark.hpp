@@ -33,10 +33,9 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/capture/call_check.hpp"
-#include "torchprobe/capture/op_registry.hpp"
-#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/task/task_traits.hpp"
 #include "torchprobe/config/types.hpp"
+#include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/tensor_json.hpp"
@@ -51,7 +50,7 @@ namespace torchprobe {
 
 class FreeBenchmarkTask {
  public:
-  static constexpr Task kind = Task::FreeBenchmark;
+  static constexpr std::string_view name = task_name(Task::FreeBenchmark);
   static constexpr LevelSet levels{Level::L1};
   static constexpr std::array<std::string_view, 8> config_keys{"fuzz_device",  "pert_mode",  "handler_type",
                                                                "fuzz_level",   "fuzz_stage", "if_preheat",
@@ -68,7 +67,7 @@ class FreeBenchmarkTask {
   }
 
   // Only save()'s values are described (debug.json): with statistics, as task statistics does.
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site&, Record&, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site&, Record&, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     put_stats(j, !empty && t.device().is_cpu() && stats::has_cpu_kernel(t.scalar_type()) ? stats::cpu_stats(t)
@@ -77,12 +76,11 @@ class FreeBenchmarkTask {
     return j;
   }
   // Calls make no entries; save()'s entries ("{name}.{n}.debug") are written as asked.
-  bool keep(Record& r) const { return r.name.size() > 6 && r.name.compare(r.name.size() - 6, 6, ".debug") == 0; }
+  bool keep(Record& r) const { return is_save_entry(r.name); }
 
   // The call starts: perturb its inputs and re-run it now, while they are as the user gave them.
   template <class Values>
-  std::unique_ptr<capture::CallCheck> check_call(const capture::OpInfo& op, const Values& inputs,
-                                                 const std::string& name) {
+  std::unique_ptr<CallCheck> check_call(const OpInfo& op, const Values& inputs, const std::string& name) {
     if (!op.handle || !op.schema_known || draws_random_numbers(op)) return nullptr;
     std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
     const std::ptrdiff_t valid = free_benchmark::first_valid_input(
@@ -111,7 +109,7 @@ class FreeBenchmarkTask {
 
   // The call ended: compare its outputs with the re-run's (and, with fix, take the re-run's).
   template <class Values>
-  void check_call_end(capture::CallCheck& check, const Values& outputs) {
+  void check_call_end(CallCheck& check, const Values& outputs) {
     Rerun& rerun = static_cast<Rerun&>(check);
     if (rerun.backward) {
       hook_backward(std::move(rerun.backward), outputs);
@@ -151,7 +149,7 @@ class FreeBenchmarkTask {
   const FreeBenchmarkConfig& settings() const { return cfg_; }
 
  private:
-  struct Rerun : capture::CallCheck {
+  struct Rerun : CallCheck {
     std::string name;
     std::vector<c10::IValue> outputs;  // the perturbed re-run's
     std::optional<free_benchmark::Sample> sample;
@@ -161,8 +159,8 @@ class FreeBenchmarkTask {
 
   // fuzz_stage backward: a snapshot of the inputs, for the backward recomputed when the gradient
   // comes. In-place and out= ops are left out (the op wrote the inputs the snapshot is of).
-  std::unique_ptr<capture::CallCheck> check_backward(const capture::OpInfo& op, const std::vector<c10::IValue>& stack,
-                                                     std::ptrdiff_t valid, const std::string& name) {
+  std::unique_ptr<CallCheck> check_backward(const OpInfo& op, const std::vector<c10::IValue>& stack,
+                                            std::ptrdiff_t valid, const std::string& name) {
     if (!c10::GradMode::is_enabled()) return nullptr;
     for (const auto& a : op.args)
       if (a.written) return nullptr;
@@ -198,7 +196,7 @@ class FreeBenchmarkTask {
 
   // Perturbs `stack` (the probe's copy of the inputs) as `mode` says and runs the op on it; the
   // outputs replace the inputs. False when nothing was perturbed (no re-run).
-  static bool rerun(const capture::OpInfo& op, PertMode mode, std::vector<c10::IValue>& stack, std::ptrdiff_t valid) {
+  static bool rerun(const OpInfo& op, PertMode mode, std::vector<c10::IValue>& stack, std::ptrdiff_t valid) {
     if (!free_benchmark::perturb(mode, stack, valid)) return false;
     auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : at::Tensor(); };
     for (std::size_t i = 0; i < stack.size() && i < op.args.size(); ++i)
@@ -340,7 +338,7 @@ class FreeBenchmarkTask {
     return c;
   }
 
-  static bool draws_random_numbers(const capture::OpInfo& op) {
+  static bool draws_random_numbers(const OpInfo& op) {
     static const std::unordered_set<std::string_view> random_ops = {
         "dropout",        "dropout_",       "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
         "native_dropout", "_fused_dropout", "bernoulli",       "bernoulli_",    "rand_like",

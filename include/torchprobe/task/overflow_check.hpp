@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
@@ -39,7 +39,7 @@ namespace torchprobe {
 
 class OverflowCheckTask {
  public:
-  static constexpr Task kind = Task::OverflowCheck;
+  static constexpr std::string_view name = task_name(Task::OverflowCheck);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix};
   static constexpr std::array<std::string_view, 1> config_keys{"overflow_nums"};
   // The tensors of the calls that overflow are saved, as classic msprobe does.
@@ -55,8 +55,7 @@ class OverflowCheckTask {
   // deferred decision without a GPU).
   void force_device_path(bool on) { force_device_ = on; }
 
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
-                                  bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
     const bool empty = t.numel() == 0 || !t.has_storage();
     if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
@@ -77,7 +76,7 @@ class OverflowCheckTask {
   // on the device; drops the rest, which frees their tensor references and nothing more.
   bool keep(Record& r) {
     if (ended_.load(std::memory_order_relaxed)) return false;
-    if (overflow::is_debug_entry(r.name)) {  // save() asked for exactly this value
+    if (is_save_entry(r.name)) {  // save() asked for exactly this value
       snapshot_saves(r);
       return true;
     }
@@ -154,7 +153,7 @@ class OverflowCheckTask {
   // Only a reference is kept here; keep() snapshots the tensors of the entries it keeps. An
   // in-place op's first argument is the exception: the op is about to overwrite it, so it is
   // copied now (on its device, so no host synchronisation either).
-  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
     const auto& writer = saver_.writer();
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
 
 namespace torchprobe::overflow {
@@ -102,11 +103,6 @@ inline std::string forward_name_of(const std::string& backward_name) {
   return backward_name.substr(0, at) + ".forward" + backward_name.substr(at + 9);
 }
 
-// save()'s entries ("{name}.{count}.debug") are written as asked and take no part in the summary.
-inline bool is_debug_entry(const std::string& name) {
-  return name.size() > 6 && name.compare(name.size() - 6, 6, ".debug") == 0;
-}
-
 // The summary of one step's overflowing entries, given in dump order. Null when there are none.
 //
 // Roles, decided in dump order (an API's entry comes before the module entry that contains it):
@@ -123,7 +119,7 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
   std::size_t calls_seen = 0;
   for (const Record* record : records) {
     const Record& r = *record;
-    if (is_debug_entry(r.name)) continue;
+    if (is_save_entry(r.name)) continue;  // save() entries: written as asked, not summarised
     ++calls_seen;
     names.insert(r.name);
     if (r.parent && !r.parent->empty()) parent_of.emplace(r.name, *r.parent);
@@ -135,7 +131,7 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
   Json calls = Json::array();
   for (const Record* record : records) {
     const Record& r = *record;
-    if (is_debug_entry(r.name)) continue;
+    if (is_save_entry(r.name)) continue;  // save() entries: written as asked, not summarised
     const NonFiniteTensors n = nonfinite_tensors(r);
     const std::string forward = forward_name_of(r.name);
     const bool finite_inputs = !n.in_inputs && !is_parameters_grad(r.name) && !(forward.size() && names.count(forward));

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "torchprobe/core/tensor_json.hpp"
-#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/stats/checksum.hpp"
@@ -23,7 +23,7 @@ namespace torchprobe {
 
 class StatisticsTask {
  public:
-  static constexpr Task kind = Task::Statistics;
+  static constexpr std::string_view name = task_name(Task::Statistics);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
@@ -38,8 +38,7 @@ class StatisticsTask {
 
   // The dump.json item for one tensor. `gradient` tensors are written with requires_grad false,
   // as msprobe does for the gradients it captures.
-  nlohmann::ordered_json describe(const at::Tensor& t, const capture::Site& site, Record& record,
-                                  bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     TensorSummary summary;
     if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
       if (gradient) summary.requires_grad = false;

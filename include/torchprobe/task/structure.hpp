@@ -12,7 +12,7 @@
 #include <array>
 #include <string_view>
 
-#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/record.hpp"
 
@@ -20,7 +20,7 @@ namespace torchprobe {
 
 class StructureTask {
  public:
-  static constexpr Task kind = Task::Structure;
+  static constexpr std::string_view name = task_name(Task::Structure);
   static constexpr LevelSet levels{Level::L0, Level::Mix};
   static constexpr std::array<std::string_view, 0> config_keys{};
   static bool saves_tensors(const Config&) { return false; }
@@ -28,7 +28,7 @@ class StructureTask {
   explicit StructureTask(const Config&) {}
 
   // Nothing of a tensor is kept: the item is dropped with the body in keep().
-  nlohmann::ordered_json describe(const at::Tensor&, const capture::Site&, Record&, bool /*gradient*/ = false) const {
+  nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool /*gradient*/ = false) const {
     return nullptr;
   }
 

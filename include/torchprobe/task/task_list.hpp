@@ -1,20 +1,15 @@
 #pragma once
 // TaskList<Tasks...>: the tasks a Debugger can run, as one list that PrecisionDebugger dispatches
-// on and that configuration checks and error messages read (TaskCatalog).
-//
-// A task class declares, besides what it does with each tensor (describe, keep, ...):
-//   static constexpr Task kind;                       // its msprobe name, through task_name(kind)
-//   static constexpr LevelSet levels;                 // the levels it supports
-//   static constexpr std::array<std::string_view, N> config_keys;  // section keys it reads besides
-//                                                     // scope, list and data_mode
-//   static bool saves_tensors(const Config&);         // does the step get dump_tensor_data/?
-// Adding a task is its header and one entry in the list of task/registry.hpp.
-#include <memory>
+// on and that configuration checks and error messages read (TaskCatalog). What a task class must
+// declare is task/task_traits.hpp's contract, checked here for every task of the list. Adding a
+// task is its header and one entry in the list of task/registry.hpp (or a list of your own).
+#include <string_view>
 #include <type_traits>
 
 #include "torchprobe/config/keys.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/kinds.hpp"
+#include "torchprobe/task/task_traits.hpp"
 
 namespace torchprobe {
 
@@ -25,8 +20,8 @@ struct TaskTag {
 
 template <class TaskT>
 TaskDeclaration declaration_of() {
-  return TaskDeclaration{TaskT::kind, TaskT::levels,
-                         std::vector<std::string_view>(TaskT::config_keys.begin(), TaskT::config_keys.end())};
+  return TaskDeclaration{TaskName(TaskT::name), TaskT::levels,
+                         std::vector<std::string_view>(std::begin(TaskT::config_keys), std::end(TaskT::config_keys))};
 }
 
 namespace details {
@@ -36,13 +31,15 @@ struct find_task_class {
 };
 template <Task T, class First, class... Rest>
 struct find_task_class<T, First, Rest...> {
-  using type = std::conditional_t<First::kind == T, First, typename find_task_class<T, Rest...>::type>;
+  using type = std::conditional_t<First::name == task_name(T), First, typename find_task_class<T, Rest...>::type>;
 };
 }  // namespace details
 
 template <class... Tasks>
 struct TaskList {
-  // The class of kind T, or void when the list has none.
+  static_assert((check_task<Tasks>() && ...), "torchprobe: every task of a TaskList keeps the task contract");
+
+  // The class of msprobe's task T, or void when the list has none.
   template <Task T>
   using find = typename details::find_task_class<T, Tasks...>::type;
 
@@ -51,10 +48,10 @@ struct TaskList {
     return c;
   }
 
-  // Calls f(TaskTag<TaskT>{}) for the task of this kind; false when the list has none.
+  // Calls f(TaskTag<TaskT>{}) for the task of this name; false when the list has none.
   template <class F>
-  static bool visit(Task kind, F&& f) {
-    return ((Tasks::kind == kind ? (f(TaskTag<Tasks>{}), true) : false) || ...);
+  static bool visit(TaskName name, F&& f) {
+    return ((TaskName(Tasks::name) == name ? (f(TaskTag<Tasks>{}), true) : false) || ...);
   }
 };
 

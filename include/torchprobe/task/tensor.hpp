@@ -12,7 +12,7 @@ namespace torchprobe {
 
 class TensorTask : public StatisticsTask {
  public:
-  static constexpr Task kind = Task::Tensor;
+  static constexpr std::string_view name = task_name(Task::Tensor);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
   static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
   static bool saves_tensors(const Config&) { return true; }

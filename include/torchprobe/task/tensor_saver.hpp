@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-#include "torchprobe/capture/value_encoder.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
@@ -96,7 +96,7 @@ class TensorSaver {
   // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
   // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
   // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
-  void stage(const at::Tensor& t, const capture::Site& site, Record& record, nlohmann::ordered_json& item) const {
+  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
     if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     io::Reservation memory = writer_->reserve(bytes);
