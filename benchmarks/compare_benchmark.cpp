@@ -3,7 +3,8 @@
 // judge, CSV + first_divergence.json + report.html). Prints wall time per stage and end to end, the
 // max RSS, the ratio to a baseline of the same run (parsing both dump.json files with nlohmann), and
 // the growth of time and RSS per 10x entries. Each measurement runs in a child process of its own,
-// so that its max RSS is its own. Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
+// so that its max RSS is its own; the compare is the command-line tool itself where the build has it
+// (what a user runs: its start and its huge pages included). Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
 // TORCHPROBE_COMPARE_BENCH_KEEP=1 keeps the dumps and outputs (the path is printed).
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -83,35 +84,21 @@ void write_side(const std::filesystem::path& dir, std::size_t n, bool bench) {
   construct << "\n}\n";
 }
 
-// Records the time of each line run_compare logs ("[k/4] stage ...").
-class StageLog : public std::stringbuf {
- public:
-  explicit StageLog(Clock::time_point start) : start_(start) {}
-  std::vector<std::pair<double, std::string>> lines;
-
- protected:
-  int sync() override { return 0; }
-  int_type overflow(int_type c) override {
-    if (c == '\n') {
-      lines.emplace_back(seconds_since(start_), line_);
-      line_.clear();
-    } else if (c != traits_type::eof()) {
-      line_ += static_cast<char>(c);
-    }
-    return c;
-  }
-
- private:
-  Clock::time_point start_;
-  std::string line_;
-};
-
 // What one measured child process reports: its wall seconds (and exit status), and its max RSS.
 struct Measured {
   double seconds = 0, rss_mb = 0;
   double cpu = 0;  // user + system seconds: unlike the wall time, not stretched by other work on the machine
   int status = 0;
+  std::vector<std::pair<double, std::string>> lines;  // compare's log lines, with the second each came
 };
+
+Measured from_rusage(const rusage& u) {
+  Measured m;
+  m.rss_mb = static_cast<double>(u.ru_maxrss) / 1024.0;
+  m.cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  return m;
+}
 
 // Runs `body` in a child process: each measurement gets its own max RSS (the nlohmann baseline of
 // 1M entries peaks higher than the compare; one process would report the larger of the two), and
@@ -138,12 +125,65 @@ Measured in_child(Body body) {
   int wstatus = 0;
   rusage u{};
   ::wait4(pid, &wstatus, 0, &u);
-  Measured m;
+  Measured m = from_rusage(u);
   m.seconds = got ? in[0] : -1;
   m.status = got ? static_cast<int>(in[1]) : -1;
-  m.rss_mb = static_cast<double>(u.ru_maxrss) / 1024.0;
-  m.cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  return m;
+}
+
+// `torchprobe compare TARGET BENCH -o OUT` as a user runs it: the command-line tool (its start, its
+// huge pages above kHugePagesFromBytes, huge_pages.hpp), timed from fork to exit; its log (stderr)
+// comes through a pipe and each line is timed as it arrives. A build without the tool runs
+// run_compare in the child instead, as the tool does.
+Measured compare_in_child(const std::filesystem::path& dir) {
+  std::fflush(stdout);
+  int fd[2];
+  if (::pipe(fd) != 0) std::abort();
+  const auto t0 = Clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fd[0]);
+    ::dup2(fd[1], STDERR_FILENO);
+    ::close(fd[1]);
+    const std::string target = (dir / "target").string(), bench = (dir / "bench").string(),
+                      out = (dir / "out").string();
+#if defined(TORCHPROBE_CLI_PATH)
+    ::execl(TORCHPROBE_CLI_PATH, "torchprobe", "compare", target.c_str(), bench.c_str(), "-o", out.c_str(),
+            static_cast<char*>(nullptr));
+    std::perror(TORCHPROBE_CLI_PATH);
+    std::_Exit(127);
+#else
+    torchprobe::compare::CompareOptions o;
+    o.target = target;
+    o.bench = bench;
+    o.out = out;
+    o.exit_after = true;  // as the CLI runs it: the process exits right after
+    const int status = torchprobe::compare::run_compare(o, std::cerr);
+    std::_Exit(status);
+#endif
+  }
+  ::close(fd[1]);
+  std::vector<std::pair<double, std::string>> lines;
+  std::string line;
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fd[0], buf, sizeof buf)) > 0;) {
+    for (ssize_t i = 0; i < got; ++i) {
+      if (buf[i] != '\n') {
+        line += buf[i];
+        continue;
+      }
+      lines.emplace_back(seconds_since(t0), line);
+      line.clear();
+    }
+  }
+  ::close(fd[0]);
+  int wstatus = 0;
+  rusage u{};
+  ::wait4(pid, &wstatus, 0, &u);
+  Measured m = from_rusage(u);
+  m.seconds = seconds_since(t0);
+  m.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  m.lines = std::move(lines);
   return m;
 }
 
@@ -167,27 +207,14 @@ Figures run(std::size_t n, const std::filesystem::path& root) {
     }
     return seconds_since(t0);
   });
-  f.compare = in_child([&](int& status) {
-    torchprobe::compare::CompareOptions o;
-    o.target = dir / "target";
-    o.bench = dir / "bench";
-    o.out = dir / "out";
-    o.timestamp = "20260101000000";
-    o.exit_after = true;  // as the CLI runs it: the child exits right after
-    const auto t0 = Clock::now();
-    StageLog buf(t0);
-    std::ostream log(&buf);
-    status = torchprobe::compare::run_compare(o, log);
-    const double total = seconds_since(t0);
-    std::printf("%8zu entries a side: compare %.2f s end to end (exit %d)\n", n, total, status);
-    double prev = 0;
-    for (const auto& [t, line] : buf.lines) {
-      std::printf("    %+7.2f s  until: %.150s\n", t - prev, line.c_str());
-      prev = t;
-    }
-    std::printf("    %+7.2f s  (writing the outputs after the last stage)\n", total - prev);
-    return total;
-  });
+  f.compare = compare_in_child(dir);
+  std::printf("%8zu entries a side: compare %.2f s end to end (exit %d)\n", n, f.compare.seconds, f.compare.status);
+  double prev = 0;
+  for (const auto& [t, line] : f.compare.lines) {
+    std::printf("    %+7.2f s  until: %.150s\n", t - prev, line.c_str());
+    prev = t;
+  }
+  std::printf("    %+7.2f s  (writing the outputs after the last stage)\n", f.compare.seconds - prev);
   std::printf(
       "%8zu entries a side: compare %.2f s (CPU %.2f s), max RSS %.0f MB; baseline (nlohmann::json::parse of both "
       "dump.json) %.2f s (CPU %.2f s), max RSS %.0f MB; compare / baseline %.1fx\n",

@@ -6,6 +6,7 @@
 //   torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their journals
 //   (io/recovery.hpp)
 // Everything it does lives in headers (include/torchprobe/analysis/compare/, run_ut/), which the tests use too.
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "torchprobe/analysis/compare/cli.hpp"
 #include "torchprobe/analysis/compare/grad_compare.hpp"
+#include "torchprobe/analysis/compare/huge_pages.hpp"
 #include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/recovery.hpp"
@@ -88,6 +90,25 @@ int api_precision_compare_main(const std::vector<std::string>& args) {
   return 0;
 }
 }  // namespace
+
+// A big compare starts again with huge pages (huge_pages.hpp: a third of its time was page faults).
+// It does so from the program's preinit array, before any library's initializers run: libtorch's
+// take 0.6 s, which a restart from main would pay twice; from here only the loader's milliseconds
+// are. Only libc and plain library code (the argument parser, a directory walk) run this early; any
+// doubt, and main goes on with normal pages. Not under a sanitizer, whose runtime starts there too.
+static void huge_pages_for_a_big_compare(int argc, char** argv, char** envp) {
+  if (argc < 2 || std::strcmp(argv[1], "compare") != 0) return;
+  try {
+    const auto o = torchprobe::compare::parse_compare_args(std::vector<std::string>(argv + 2, argv + argc));
+    if (torchprobe::compare::dump_json_bytes({o.target, o.bench}) >= torchprobe::compare::kHugePagesFromBytes)
+      torchprobe::compare::rerun_with_huge_pages(argv, envp);
+  } catch (...) {  // bad arguments: main says so
+  }
+}
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+__attribute__((section(".preinit_array"),
+               used)) static void (*preinit_huge_pages)(int, char**, char**) = huge_pages_for_a_big_compare;
+#endif
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "torchprobe/analysis/compare/json_reader.hpp"
+#include "torchprobe/analysis/compare/parents.hpp"
 
 namespace torchprobe::compare {
 
@@ -28,9 +29,6 @@ namespace torchprobe::compare {
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-// construct.json: each entry's parent module. Hashed: a million entries made a tree slow to build.
-using Parents = std::unordered_map<std::string, std::string>;
 
 struct Dump {
   std::filesystem::path file;  // the dump.json
@@ -110,7 +108,7 @@ inline void load_construct_file(Dump& d) {
   const auto c = read_json_file(construct);
   if (!c.is_object()) throw InputError(construct.string() + ": construct.json must be an object");
   for (auto it = c.begin(); it != c.end(); ++it) {
-    if (it.value().is_string()) d.parents[it.key()] = it.value().get<std::string>();
+    if (it.value().is_string()) d.parents.set(it.key(), it.value().get_ref<const std::string&>());
   }
 }
 

@@ -242,12 +242,13 @@ inline void load_construct_file_fast(Dump& d) {
     simdjson::ondemand::parser parser;
     simdjson::ondemand::document doc = iterate_padded(parser, text, length);
     for (auto field : doc.get_object()) {
-      std::string key(static_cast<std::string_view>(field.unescaped_key()));
+      // Views of the parser's text, valid while the document is read: Parents keeps its own copies.
+      const auto key = static_cast<std::string_view>(field.unescaped_key());
       simdjson::ondemand::value v = field.value();
       const auto type = v.type().value();
-      std::string parent;
+      std::string_view parent;
       if (type == simdjson::ondemand::json_type::string) {
-        parent = std::string(static_cast<std::string_view>(v.get_string()));
+        parent = static_cast<std::string_view>(v.get_string());
       } else if (type == simdjson::ondemand::json_type::null) {
         if (!v.is_null()) throw NotPlain{};
         if (parents.count(key)) throw NotPlain{};  // a repeated key: nlohmann keeps its last value
@@ -255,7 +256,7 @@ inline void load_construct_file_fast(Dump& d) {
       } else {
         throw NotPlain{};  // construct.json maps names to names or null
       }
-      if (!parents.emplace(std::move(key), std::move(parent)).second) throw NotPlain{};
+      if (!parents.insert(key, parent)) throw NotPlain{};
     }
     if (!read_to_end(doc)) throw NotPlain{};
   } catch (const std::bad_alloc&) {

@@ -31,7 +31,7 @@ inline bool expanded_api(const std::string& canon) {
 // inside its one call): the caller then runs the templates again on what is left. Costs one scan of
 // the names unless a side has an unpaired expanded call; then linear in the entries per such call.
 inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                                std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
+                                PairsByTarget& by_target, TakenEntries& used) {
   const auto is_expanded = [](const Entry& e) {
     if (e.is_module() || e.direction != "forward" || e.name.rfind("Aten.", 0) == 0) return false;
     const auto [prefix, api, dir] = detail::api_parts(e);
@@ -49,12 +49,12 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
   // Who pairs with whom, kept current as pairs are taken back and made: a bench entry's target
   // entry, a target entry's pair (the lead of its group).
   std::unordered_map<const Entry*, const Entry*> target_of_bench, lead_of_target;
-  for (const auto& [t, p] : by_target) {
+  by_target.each([&](const Entry* t, const EntryPair& p) {
     for (const Entry* b : p.bench) target_of_bench[b] = t;
     if (!p.bench.empty())
       for (const Entry* g : p.target_group.empty() ? std::vector<const Entry*>{t} : p.target_group)
         lead_of_target[g] = t;
-  }
+  });
   const auto paired = [&](const Entry& e, bool is_target) {
     return is_target ? by_target.count(&e) > 0 : used.count(&e) > 0;
   };
@@ -62,8 +62,8 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
     const auto& index = is_target ? lead_of_target : target_of_bench;
     const auto lead = index.find(&e);
     if (lead == index.end()) return nullptr;
-    const auto it = by_target.find(lead->second);
-    return it == by_target.end() || it->second.bench.empty() ? nullptr : &it->second;
+    const EntryPair* p = by_target.find(lead->second);
+    return !p || p->bench.empty() ? nullptr : p;
   };
   // Takes back the template or alignment pair that holds e (exact, map and group pairs stay).
   const auto unpair = [&](const Entry& e, bool e_is_target) {
@@ -84,7 +84,7 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
   };
   // Each side's backward entry of a call ("Aten.bmm.0"), indexed once.
   const auto backward_index = [](const std::vector<Entry>& side) {
-    std::unordered_map<std::string, const Entry*> index;
+    std::unordered_map<std::string_view, const Entry*> index;  // keys: views of the entries' names
     for (const Entry& e : side)
       if (e.direction == "backward") index.emplace(detail::call_of(e.name), &e);
     return index;
@@ -96,7 +96,7 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
     const std::vector<Entry>& at_side = python_is_target ? bench : target;
     const auto& at_backward = python_is_target ? b_backward : t_backward;
     const auto& py_backward = python_is_target ? t_backward : b_backward;
-    const auto backward_of = [](const std::unordered_map<std::string, const Entry*>& index, const Entry& fwd) {
+    const auto backward_of = [](const std::unordered_map<std::string_view, const Entry*>& index, const Entry& fwd) {
       const auto it = index.find(detail::call_of(fwd.name));
       return it == index.end() ? nullptr : it->second;
     };

@@ -105,11 +105,11 @@ inline nlohmann::ordered_json num(double x) {
 
 inline nlohmann::ordered_json module_chain(const Dump& d, std::string_view entry) {
   auto chain = nlohmann::ordered_json::array();
-  std::string cur(entry);
+  std::string_view cur = entry;
   for (int depth = 0; depth < 256; ++depth) {
     const auto it = d.parents.find(cur);
     if (it == d.parents.end()) break;
-    chain.push_back(it->second);
+    chain.push_back(std::string(it->second));
     cur = it->second;
   }
   return chain;

@@ -53,18 +53,18 @@ inline GroupArg group_arg(const std::string& text, bool backward) {
   return a;
 }
 
-// The first `parts` dot-separated parts of `name` (all of it when it has no more).
-inline std::string leading_parts(std::string_view name, int parts) {
+// The first `parts` dot-separated parts of `name` (all of it when it has no more): a view of `name`.
+inline std::string_view leading_parts(std::string_view name, int parts) {
   std::size_t dot = std::string_view::npos;
   for (int k = 0; k < parts; ++k) {
     dot = name.find('.', dot + 1);
-    if (dot == std::string_view::npos) return std::string(name);
+    if (dot == std::string_view::npos) return name;
   }
-  return std::string(name.substr(0, dot));
+  return name.substr(0, dot);
 }
 // "Aten.addmm.0.forward" -> "Aten.addmm"; "Aten.addmm.0.forward" -> call "Aten.addmm.0".
-inline std::string api_of(std::string_view name) { return leading_parts(name, 2); }
-inline std::string call_of(std::string_view name) { return leading_parts(name, 3); }
+inline std::string_view api_of(std::string_view name) { return leading_parts(name, 2); }
+inline std::string_view call_of(std::string_view name) { return leading_parts(name, 3); }
 
 // The runs of `apis` among `entries` (unpaired, one direction, execution order).
 template <class EntryT>
@@ -85,9 +85,11 @@ std::vector<std::vector<const EntryT*>> group_runs(const std::vector<const Entry
 }  // namespace detail
 
 // Pairs what the group items of `map` describe, among the entries not yet in `by_target`/`used`.
-template <class EntryT, class PairT>
+// (`by_target`: a PairsByTarget, `used`: a TakenEntries; entries.hpp.)
+template <class EntryT, class Pairs, class Taken>
 void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& bench, const UserMap& map,
-                  std::map<const EntryT*, PairT>& by_target, std::unordered_set<const EntryT*>& used) {
+                  Pairs& by_target, Taken& used) {
+  using PairT = typename Pairs::mapped_type;
   const auto unpaired = [&](const std::vector<EntryT>& side, bool is_target, bool forward) {
     std::vector<const EntryT*> out;
     for (const EntryT& e : side) {
@@ -102,7 +104,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
     // Each side's unpaired backward entries by call ("Aten.addmm.0"), looked up once per run member.
     const auto by_call = [&](const std::vector<const EntryT*>& entries) {
       std::map<std::string, const EntryT*> out;
-      for (const EntryT* e : entries) out[detail::call_of(e->name)] = e;
+      for (const EntryT* e : entries) out[std::string(detail::call_of(e->name))] = e;
       return out;
     };
     const auto backward_t = by_call(unpaired(target, true, false)), backward_b = by_call(unpaired(bench, false, false));
@@ -112,7 +114,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
                                   const std::map<std::string, const EntryT*>& pool) {
         std::vector<const EntryT*> out(run.size(), nullptr);
         for (std::size_t m = 0; m < run.size(); ++m) {
-          const auto found = pool.find(detail::call_of(run[m]->name));
+          const auto found = pool.find(std::string(detail::call_of(run[m]->name)));
           if (found != pool.end()) out[m] = found->second;
         }
         return out;

@@ -153,7 +153,7 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   std::vector<std::string_view> roots;
   for (const Entry& e : j.target_entries) {
     if (!e.is_module()) continue;
-    const auto p = t.parents.find(std::string(e.name));
+    const auto p = t.parents.find(e.name);
     if (p == t.parents.end())
       roots.push_back(e.name);
     else
@@ -173,7 +173,7 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     pending.pop_back();
     const bool known = entry_names.count(parent) > 0;
     if (known || !placed.insert(parent).second) continue;
-    const auto up = t.parents.find(std::string(parent));
+    const auto up = t.parents.find(parent);
     if (up == t.parents.end()) {
       roots.push_back(parent);
     } else {

@@ -36,8 +36,8 @@ namespace torchprobe::compare {
 
 // Pass 4: templates, in order of (canonical name, direction) on each side. Run again after pass 4b,
 // which may take back pairs that crossed an expanded call.
-inline void pair_templates(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                           std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
+inline void pair_templates(const std::vector<Entry>& target, const std::vector<Entry>& bench, PairsByTarget& by_target,
+                           TakenEntries& used) {
   const auto left = [&](const std::vector<Entry>& side, bool is_target) {
     std::vector<const Entry*> out;
     for (const Entry& e : side) {
@@ -102,15 +102,14 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
   const auto key_of = [&](std::size_t i) { return bench[i].key; };
   detail::NameIndex bench_by_key(bench.size());  // the first entry of each key
   for (std::size_t i = 0; i < bench.size(); ++i) bench_by_key.insert(bench[i].key, i, key_of);
-  std::unordered_set<const Entry*> used;
-  used.reserve(bench.size());
-  std::map<const Entry*, EntryPair> by_target;
+  TakenEntries used(bench);
+  PairsByTarget by_target(target);
   for (const Entry& t : target) {  // pass 1: exact
     const std::size_t at = bench_by_key.find(t.key, key_of);
     if (at == detail::NameIndex::npos || used.count(&bench[at])) continue;
     const Entry* b = &bench[at];
     used.insert(b);
-    by_target.emplace_hint(by_target.end(), &t, EntryPair{&t, {b}, {}, "exact", detail::same_suffix_links(t, *b)});
+    by_target[&t] = EntryPair{&t, {b}, {}, "exact", detail::same_suffix_links(t, *b)};
   }
   if (user_map) {  // pass 2: the user's items, in file order
     std::map<std::string_view, const Entry*> te, be;
@@ -133,10 +132,9 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       } else if (tr.count(tn) && br.count(bn)) {
         const auto [t, trow] = tr[tn];
         const auto [b, brow] = br[bn];
-        const auto it = by_target.find(t);
-        if (it != by_target.end() && it->second.method != "map") continue;
-        const bool in_pair = it != by_target.end() &&
-                             std::find(it->second.bench.begin(), it->second.bench.end(), b) != it->second.bench.end();
+        const EntryPair* it = by_target.find(t);
+        if (it && it->method != "map") continue;
+        const bool in_pair = it && std::find(it->bench.begin(), it->bench.end(), b) != it->bench.end();
         if (used.count(b) && !in_pair) continue;
         EntryPair& p = by_target[t];
         if (!p.target) p = EntryPair{t, {}, {}, "map", {}};
@@ -180,17 +178,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       by_target[t] = EntryPair{t, {b}, {}, "value", detail::same_suffix_links(*t, *b)};
     }
   }
-  // by_target's keys point into `target`: walked together, in the same order.
-  m.pairs.reserve(by_target.size());
-  auto it = by_target.begin();
-  for (const Entry& t : target) {
-    if (it == by_target.end() || it->first != &t) {
-      m.target_only.push_back(&t);
-      continue;
-    }
-    if (!it->second.bench.empty()) m.pairs.push_back(std::move(it->second));
-    ++it;
-  }
+  m.pairs = by_target.take_pairs(m.target_only);
   for (const Entry& b : bench) {
     if (!used.count(&b)) m.bench_only.push_back(&b);
   }

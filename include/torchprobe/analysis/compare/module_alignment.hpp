@@ -58,10 +58,11 @@ namespace torchprobe::compare {
 // The pass: pairs what it aligns in `by_target` / `used` (method "align"). `*_parents`: each side's
 // construct.json, entry -> its module.
 inline void align_inside_modules(const std::vector<Entry>& target, const std::vector<Entry>& bench,
-                                 const Parents* target_parents, const Parents* bench_parents,
-                                 std::map<const Entry*, EntryPair>& by_target, std::unordered_set<const Entry*>& used) {
+                                 const Parents* target_parents, const Parents* bench_parents, PairsByTarget& by_target,
+                                 TakenEntries& used) {
   // A call's backward entries ("Aten.addmm.0" -> Aten.addmm.0.backward), to pair with its forward.
-  std::unordered_map<std::string, std::vector<const Entry*>> t_backward, b_backward;  // looked up only
+  // Keys: views of the entries' names, which outlive the pass.
+  std::unordered_map<std::string_view, std::vector<const Entry*>> t_backward, b_backward;  // looked up only
   for (const Entry& e : target)
     if (e.direction == "backward") t_backward[detail::call_of(e.name)].push_back(&e);
   for (const Entry& e : bench)
@@ -85,15 +86,15 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
     Children out;
     for (const Entry& e : side) {
       if (e.direction != "forward" || e.is_module()) continue;
-      const auto p = parents.find(std::string(e.name));
+      const auto p = parents.find(e.name);
       if (p != parents.end()) out[p->second].push_back(&e);
     }
     return out;
   };
   const Children t_children = children_of(target, *target_parents), b_children = children_of(bench, *bench_parents);
   for (const Entry& tm : target) {
-    const auto pm = by_target.find(&tm);
-    if (!tm.is_module() || tm.direction != "forward" || pm == by_target.end() || pm->second.method != "exact") continue;
+    const EntryPair* pm = by_target.find(&tm);
+    if (!tm.is_module() || tm.direction != "forward" || !pm || pm->method != "exact") continue;
     const auto inside = [&](bool is_target, std::string_view module) {
       const Children& children = is_target ? t_children : b_children;
       std::vector<const Entry*> out;
@@ -104,7 +105,7 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
       return out;
     };
     const auto ti = detail::canonical_items(inside(true, tm.name));
-    const auto bi = detail::canonical_items(inside(false, pm->second.bench.front()->name));
+    const auto bi = detail::canonical_items(inside(false, pm->bench.front()->name));
     const auto score = [](const detail::Item& x, const detail::Item& y) {
       if (x.canon != y.canon || x.direction != y.direction) return 0;
       if (x.aten == y.aten && x.members.size() != y.members.size()) return 0;

@@ -57,8 +57,8 @@ inline const char* cpp_only_reason(const std::string& api) {
 inline std::unordered_set<std::string> structure_names(const Dump& d) {
   std::unordered_set<std::string> names;
   for (const auto& kv : d.parents) {
-    names.insert(kv.first);
-    names.insert(kv.second);
+    names.insert(std::string(kv.first));
+    names.insert(std::string(kv.second));
   }
   return names;
 }
