@@ -331,11 +331,14 @@ constexpr std::string_view risk_level_name(RiskLevel r) {
 struct DataMode {
   bool forward = true, backward = true, input = true, output = true;
 
-  bool allows(bool is_forward, bool is_input) const {
-    return (is_forward ? forward : backward) && (is_input ? input : output);
-  }
+  // What is dumped, by direction and side (msprobe's data_mode: "all", "forward", "input", ...).
+  bool forward_inputs() const { return forward && input; }
+  bool forward_outputs() const { return forward && output; }
+  bool backward_inputs() const { return backward && input; }
+  bool backward_outputs() const { return backward && output; }
+  bool any_backward() const { return backward_inputs() || backward_outputs(); }
   // Module "parameters" ride on the forward output (msprobe collects them with it).
-  bool allows_parameters() const { return allows(true, false); }
+  bool allows_parameters() const { return forward_outputs(); }
   // parameters_grad entries: msprobe registers the grad hooks only when backward is dumped.
   bool allows_parameter_grads() const { return backward; }
 
@@ -10665,8 +10668,8 @@ class GradientRecorder final : public GradientReceiver {
     record_.name = std::move(name);
     record_.parent = std::move(parent);
     const DataMode& mode = core->config().data_mode;
-    want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
-    want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
+    want_in_ = mode.backward_inputs();
+    want_out_ = mode.backward_outputs();
     if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
     if (want_out_)
       record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));
@@ -10856,12 +10859,11 @@ class ApiEntries {
       call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = parents.forward();
-      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
+      if (mode.forward_inputs()) capture_inputs(op, inputs, call);
       if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
-        detail::any_requires_grad(inputs)) {
+    if (mode.any_backward() && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
       call.backward = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
@@ -10880,7 +10882,7 @@ class ApiEntries {
       if (call.check) core_->task().check_call_end(*call.check, outputs);
       return;
     }
-    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+    if (core_->config().data_mode.forward_outputs()) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
@@ -10921,7 +10923,7 @@ class ApiEntries {
     call.record.name = std::move(a.name);
     call.record.order = a.order;
     call.record.parent = parents.forward();
-    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/true)) {
+    if (core_->config().data_mode.forward_inputs()) {
       call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_inputs = true;
@@ -10934,7 +10936,7 @@ class ApiEntries {
 
   // The collective's work completed: msprobe's output is the arguments again, then the keyword values.
   void finish_collective(const Collective& c, ApiCall& call) {
-    if (c.ended && core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+    if (c.ended && core_->config().data_mode.forward_outputs()) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
@@ -11745,7 +11747,7 @@ class ModuleTracker {
       const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
       if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
       ep.input_edges.push_back(gradient_edge_of(*t));
-      if (ep.admitted && core_->config().data_mode.allows(true, true)) {
+      if (ep.admitted && core_->config().data_mode.forward_inputs()) {
         const std::string idx = std::to_string(ep.record.body["input_args"].size());
         ep.record.body["input_args"].push_back(
             core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
@@ -11889,7 +11891,7 @@ class ModuleTracker {
     if (tm.episode) close_episode(tm);
     auto m = std::make_unique<OpenModule>();
     open_module(tm, info, *m);
-    if (m->admitted && core_->config().data_mode.allows(true, true)) {
+    if (m->admitted && core_->config().data_mode.forward_inputs()) {
       try {
         auto describe = describer(m->record);
         ValueEncoder<decltype(describe)> encode(describe);
@@ -11925,11 +11927,11 @@ class ModuleTracker {
     m.seq_begin = at::sequence_number::peek();
     if (!m.admitted) return;
     const DataMode& mode = core_->config().data_mode;
-    if (mode.allows(true, true)) {
+    if (mode.forward_inputs()) {
       m.record.body["input_args"] = nlohmann::ordered_json::array();
       m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
     }
-    if (mode.allows(true, false) && !info.params.empty()) {
+    if (mode.forward_outputs() && !info.params.empty()) {
       ProbeGuard guard;
       nlohmann::ordered_json params = nlohmann::ordered_json::object();
       for (const auto& p : info.params)
@@ -11965,7 +11967,7 @@ class ModuleTracker {
         r.body["input_args"] = std::move(body["input_args"]);
         r.body["input_kwargs"] = std::move(body["input_kwargs"]);
       }
-      if (mode.allows(true, false)) {
+      if (mode.forward_outputs()) {
         ProbeGuard guard;
         auto describe = describer(r);
         ValueEncoder<decltype(describe)> encode(describe);
@@ -11978,7 +11980,7 @@ class ModuleTracker {
       }
       if (!r.body.empty()) core_->commit_last(std::move(r));
     }
-    if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
+    if (!with_backward || !m.grad_enabled || !mode.any_backward()) return;
     // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
     std::vector<at::Tensor> tensors;
     for (const at::Tensor& t : detail::tensors_of(outputs))

@@ -73,8 +73,8 @@ TEST_CASE("a document with only a dump_path gets msprobe's defaults, except risk
   CHECK(c.tensor_list.empty());
   CHECK(c.summary_mode == SummaryMode::Statistics);
   CHECK(c.overflow_nums == 1);
-  CHECK(c.data_mode.allows(true, true));
-  CHECK(c.data_mode.allows(false, false));
+  CHECK(c.data_mode.forward_inputs());
+  CHECK(c.data_mode.backward_outputs());
   CHECK(c.warnings.empty());
 }
 
@@ -298,39 +298,42 @@ TEST_CASE("data_mode rejects combining all, unknown modes, too many modes and no
 
 TEST_CASE("data_mode backward allows only backward entries, both sides") {
   const DataMode m = DataMode::parse({"backward"});
-  CHECK_FALSE(m.allows(true, true));
-  CHECK_FALSE(m.allows(true, false));
-  CHECK(m.allows(false, true));
-  CHECK(m.allows(false, false));
+  CHECK_FALSE(m.forward_inputs());
+  CHECK_FALSE(m.forward_outputs());
+  CHECK(m.backward_inputs());
+  CHECK(m.backward_outputs());
+  CHECK(m.any_backward());
   CHECK(m.allows_parameter_grads());
   CHECK_FALSE(m.allows_parameters());
 }
 
 TEST_CASE("data_mode forward plus input allows only the inputs of forward entries") {
   const DataMode m = DataMode::parse({"forward", "input"});
-  CHECK(m.allows(true, true));
-  CHECK_FALSE(m.allows(true, false));
-  CHECK_FALSE(m.allows(false, true));
-  CHECK_FALSE(m.allows(false, false));
+  CHECK(m.forward_inputs());
+  CHECK_FALSE(m.forward_outputs());
+  CHECK_FALSE(m.backward_inputs());
+  CHECK_FALSE(m.backward_outputs());
+  CHECK_FALSE(m.any_backward());  // no gradient hooks at all
   CHECK_FALSE(m.allows_parameters());
   CHECK_FALSE(m.allows_parameter_grads());
 }
 
 TEST_CASE("data_mode input allows forward inputs and backward inputs") {
   const DataMode m = DataMode::parse({"input"});
-  CHECK(m.allows(true, true));
-  CHECK_FALSE(m.allows(true, false));
-  CHECK(m.allows(false, true));
-  CHECK_FALSE(m.allows(false, false));
+  CHECK(m.forward_inputs());
+  CHECK_FALSE(m.forward_outputs());
+  CHECK(m.backward_inputs());
+  CHECK_FALSE(m.backward_outputs());
+  CHECK(m.any_backward());  // the hooks run, for the inputs' gradients
 }
 
 TEST_CASE("data_mode all and an empty data_mode allow everything") {
   for (const auto& modes : {std::vector<std::string>{"all"}, std::vector<std::string>{}}) {
     const DataMode m = DataMode::parse(modes);
-    CHECK(m.allows(true, true));
-    CHECK(m.allows(true, false));
-    CHECK(m.allows(false, true));
-    CHECK(m.allows(false, false));
+    CHECK(m.forward_inputs());
+    CHECK(m.forward_outputs());
+    CHECK(m.backward_inputs());
+    CHECK(m.backward_outputs());
   }
 }
 

@@ -73,12 +73,11 @@ class ApiEntries {
       call.record.name = std::move(a.name);
       call.record.order = a.order;
       call.record.parent = parents.forward();
-      if (mode.allows(/*forward=*/true, /*input=*/true)) capture_inputs(op, inputs, call);
+      if (mode.forward_inputs()) capture_inputs(op, inputs, call);
       if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if ((mode.allows(false, true) || mode.allows(false, false)) && c10::GradMode::is_enabled() &&
-        detail::any_requires_grad(inputs)) {
+    if (mode.any_backward() && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
       call.backward = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
@@ -97,7 +96,7 @@ class ApiEntries {
       if (call.check) core_->task().check_call_end(*call.check, outputs);
       return;
     }
-    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+    if (core_->config().data_mode.forward_outputs()) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;
@@ -138,7 +137,7 @@ class ApiEntries {
     call.record.name = std::move(a.name);
     call.record.order = a.order;
     call.record.parent = parents.forward();
-    if (core_->config().data_mode.allows(/*forward=*/true, /*input=*/true)) {
+    if (core_->config().data_mode.forward_inputs()) {
       call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_inputs = true;
@@ -151,7 +150,7 @@ class ApiEntries {
 
   // The collective's work completed: msprobe's output is the arguments again, then the keyword values.
   void finish_collective(const Collective& c, ApiCall& call) {
-    if (c.ended && core_->config().data_mode.allows(/*forward=*/true, /*input=*/false)) {
+    if (c.ended && core_->config().data_mode.forward_outputs()) {
       if (!call.captured) call.captured = new_body(0);
       CapturedCall& cc = *call.captured;
       cc.has_outputs = true;

@@ -25,8 +25,8 @@ class GradientRecorder final : public GradientReceiver {
     record_.name = std::move(name);
     record_.parent = std::move(parent);
     const DataMode& mode = core->config().data_mode;
-    want_in_ = mode.allows(/*forward=*/false, /*input=*/true);
-    want_out_ = mode.allows(/*forward=*/false, /*input=*/false);
+    want_in_ = mode.backward_inputs();
+    want_out_ = mode.backward_outputs();
     if (want_in_) record_.body["input"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(outputs, nullptr));
     if (want_out_)
       record_.body["output"] = nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(inputs, nullptr));

@@ -129,7 +129,7 @@ class ModuleTracker {
       const c10::TensorImpl* impl = t->unsafeGetTensorImpl();
       if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
       ep.input_edges.push_back(gradient_edge_of(*t));
-      if (ep.admitted && core_->config().data_mode.allows(true, true)) {
+      if (ep.admitted && core_->config().data_mode.forward_inputs()) {
         const std::string idx = std::to_string(ep.record.body["input_args"].size());
         ep.record.body["input_args"].push_back(
             core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
@@ -273,7 +273,7 @@ class ModuleTracker {
     if (tm.episode) close_episode(tm);
     auto m = std::make_unique<OpenModule>();
     open_module(tm, info, *m);
-    if (m->admitted && core_->config().data_mode.allows(true, true)) {
+    if (m->admitted && core_->config().data_mode.forward_inputs()) {
       try {
         auto describe = describer(m->record);
         ValueEncoder<decltype(describe)> encode(describe);
@@ -309,11 +309,11 @@ class ModuleTracker {
     m.seq_begin = at::sequence_number::peek();
     if (!m.admitted) return;
     const DataMode& mode = core_->config().data_mode;
-    if (mode.allows(true, true)) {
+    if (mode.forward_inputs()) {
       m.record.body["input_args"] = nlohmann::ordered_json::array();
       m.record.body["input_kwargs"] = nlohmann::ordered_json::object();
     }
-    if (mode.allows(true, false) && !info.params.empty()) {
+    if (mode.forward_outputs() && !info.params.empty()) {
       ProbeGuard guard;
       nlohmann::ordered_json params = nlohmann::ordered_json::object();
       for (const auto& p : info.params)
@@ -349,7 +349,7 @@ class ModuleTracker {
         r.body["input_args"] = std::move(body["input_args"]);
         r.body["input_kwargs"] = std::move(body["input_kwargs"]);
       }
-      if (mode.allows(true, false)) {
+      if (mode.forward_outputs()) {
         ProbeGuard guard;
         auto describe = describer(r);
         ValueEncoder<decltype(describe)> encode(describe);
@@ -362,7 +362,7 @@ class ModuleTracker {
       }
       if (!r.body.empty()) core_->commit_last(std::move(r));
     }
-    if (!with_backward || !m.grad_enabled || !(mode.allows(false, true) || mode.allows(false, false))) return;
+    if (!with_backward || !m.grad_enabled || !mode.any_backward()) return;
     // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
     std::vector<at::Tensor> tensors;
     for (const at::Tensor& t : detail::tensors_of(outputs))

@@ -65,11 +65,14 @@ constexpr std::string_view risk_level_name(RiskLevel r) {
 struct DataMode {
   bool forward = true, backward = true, input = true, output = true;
 
-  bool allows(bool is_forward, bool is_input) const {
-    return (is_forward ? forward : backward) && (is_input ? input : output);
-  }
+  // What is dumped, by direction and side (msprobe's data_mode: "all", "forward", "input", ...).
+  bool forward_inputs() const { return forward && input; }
+  bool forward_outputs() const { return forward && output; }
+  bool backward_inputs() const { return backward && input; }
+  bool backward_outputs() const { return backward && output; }
+  bool any_backward() const { return backward_inputs() || backward_outputs(); }
   // Module "parameters" ride on the forward output (msprobe collects them with it).
-  bool allows_parameters() const { return allows(true, false); }
+  bool allows_parameters() const { return forward_outputs(); }
   // parameters_grad entries: msprobe registers the grad hooks only when backward is dumped.
   bool allows_parameter_grads() const { return backward; }
 
