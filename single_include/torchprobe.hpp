@@ -2810,9 +2810,9 @@ struct StepDump {
 
   // The records a {name: value} file lists, in its order: a name committed again (a second
   // backward through a retained graph) keeps its first place and takes the later record's value,
-  // as a Python dict does. `listed(r)` says whether the file has an item for r at all (all, or
-  // in_dump for dump.json, has_parent for construct.json). The JSON trees above and the text of sink/step_text.hpp both
-  // list what this returns.
+  // as a Python dict does. `listed(r)` says whether the file has an item for r at all
+  // (in_dump for dump.json, has_parent for construct.json). The JSON trees above and the text of
+  // sink/step_text.hpp both list what this returns.
   template <class Listed>
   std::vector<const Record*> by_first_place(Listed listed) const {
     std::vector<const Record*> out;
@@ -2829,7 +2829,6 @@ struct StepDump {
     }
     return out;
   }
-  static bool all(const Record&) { return true; }
   static bool in_dump(const Record& r) { return !r.construct_only; }
   static bool has_parent(const Record& r) { return r.parent.has_value(); }
 
