@@ -3311,6 +3311,7 @@ class NullSink {
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <array>
+#include <unordered_set>
 
 // ---- begin torchprobe/task/task_traits.hpp ----
 // The task contract, written once: what a task class must have, what it may have, and how the
@@ -3584,59 +3585,6 @@ class ProbeGuard {
 
 }  // namespace torchprobe
 // ---- end torchprobe/core/probe_guard.hpp ----
-// ---- begin torchprobe/core/random_ops.hpp ----
-// The ATen operators that draw random numbers, by name without "aten::" and overload: one list for
-// seed_all's is_enhanced re-seeding and random_save (seed.hpp) and for the free benchmark, which
-// must not perturb a call whose result is random anyway (task/free_benchmark.hpp). The dropout and
-// rrelu families are here because their training-mode calls draw a mask or a slope; an op with a
-// Generator argument is random too, which the free benchmark also reads off its schema.
-
-namespace torchprobe {
-
-inline bool is_random_op_name(std::string_view name) {
-  static constexpr std::string_view kOps[] = {"rand",
-                                              "rand_like",
-                                              "randn",
-                                              "randn_like",
-                                              "randint",
-                                              "randint_like",
-                                              "randperm",
-                                              "bernoulli",
-                                              "bernoulli_",
-                                              "multinomial",
-                                              "normal",
-                                              "normal_",
-                                              "uniform_",
-                                              "random_",
-                                              "exponential_",
-                                              "geometric_",
-                                              "cauchy_",
-                                              "log_normal_",
-                                              "poisson",
-                                              "binomial",
-                                              "_standard_gamma",
-                                              "_sample_dirichlet",
-                                              "dropout",
-                                              "dropout_",
-                                              "feature_dropout",
-                                              "feature_dropout_",
-                                              "alpha_dropout",
-                                              "alpha_dropout_",
-                                              "feature_alpha_dropout",
-                                              "feature_alpha_dropout_",
-                                              "native_dropout",
-                                              "_fused_dropout",
-                                              "rrelu",
-                                              "rrelu_",
-                                              "rrelu_with_noise",
-                                              "rrelu_with_noise_"};
-  for (const std::string_view op : kOps)
-    if (op == name) return true;
-  return false;
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/random_ops.hpp ----
 // ---- begin torchprobe/stats/cpu_stats.hpp ----
 // Statistics of a CPU tensor in one pass over its memory, with fused SIMD kernels.
 //
@@ -6102,7 +6050,14 @@ class FreeBenchmarkTask {
   }
 
   static bool draws_random_numbers(const OpInfo& op) {
-    if (is_random_op_name(op.api)) return true;
+    static const std::unordered_set<std::string_view> random_ops = {
+        "dropout",        "dropout_",       "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+        "native_dropout", "_fused_dropout", "bernoulli",       "bernoulli_",    "rand_like",
+        "randn_like",     "randint_like",   "normal",          "normal_",       "uniform_",
+        "exponential_",   "geometric_",     "cauchy_",         "log_normal_",   "random_",
+        "multinomial",    "poisson",        "rrelu",           "rrelu_",        "rrelu_with_noise",
+        "randperm",       "rand",           "randn",           "randint"};
+    if (random_ops.count(op.api)) return true;
     for (const auto& a : op.handle->schema().arguments()) {
       c10::TypePtr t = a.type();
       if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
@@ -6263,7 +6218,6 @@ class DeferredStats {
 // only passed it on. Built from the entries overflow_check kept (their statistics resolved), so
 // it costs nothing until a step has an overflow. The schema is described in docs/overflow.md.
 
-#include <unordered_set>
 
 
 namespace torchprobe::overflow {
@@ -13544,17 +13498,55 @@ class StepLifecycle {
 #include <ATen/Context.h>
 #include <torch/library.h>
 
-
 namespace torchprobe {
 
 namespace details {
 
-// A RecordFunction name ("aten::normal_") of an operator that draws random numbers (core/random_ops.hpp).
+// ATen operators (names without "aten::" and overload) that draw random numbers; shared with
+// random_save. The dropout family is here because its training-mode calls draw a mask.
 inline bool is_random_op(std::string_view name) {
+  static constexpr std::string_view kOps[] = {"rand",
+                                              "rand_like",
+                                              "randn",
+                                              "randn_like",
+                                              "randint",
+                                              "randint_like",
+                                              "randperm",
+                                              "bernoulli",
+                                              "bernoulli_",
+                                              "multinomial",
+                                              "normal",
+                                              "normal_",
+                                              "uniform_",
+                                              "random_",
+                                              "exponential_",
+                                              "geometric_",
+                                              "cauchy_",
+                                              "log_normal_",
+                                              "poisson",
+                                              "binomial",
+                                              "_standard_gamma",
+                                              "_sample_dirichlet",
+                                              "dropout",
+                                              "dropout_",
+                                              "feature_dropout",
+                                              "feature_dropout_",
+                                              "alpha_dropout",
+                                              "alpha_dropout_",
+                                              "feature_alpha_dropout",
+                                              "feature_alpha_dropout_",
+                                              "native_dropout",
+                                              "_fused_dropout",
+                                              "rrelu",
+                                              "rrelu_",
+                                              "rrelu_with_noise",
+                                              "rrelu_with_noise_"};
   constexpr std::string_view kPrefix = "aten::";
   if (name.substr(0, kPrefix.size()) != kPrefix) return false;
   name.remove_prefix(kPrefix.size());
-  return is_random_op_name(name);
+  for (std::string_view op : kOps)
+    if (op == name) return true;
+  return false;
 }
 
 // Random-op nesting of this thread: randn runs normal_, dropout runs bernoulli_; only the

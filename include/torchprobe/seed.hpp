@@ -43,18 +43,55 @@
 #include <ATen/record_function.h>
 #include <torch/library.h>
 
-#include "torchprobe/core/random_ops.hpp"
-
 namespace torchprobe {
 
 namespace details {
 
-// A RecordFunction name ("aten::normal_") of an operator that draws random numbers (core/random_ops.hpp).
+// ATen operators (names without "aten::" and overload) that draw random numbers; shared with
+// random_save. The dropout family is here because its training-mode calls draw a mask.
 inline bool is_random_op(std::string_view name) {
+  static constexpr std::string_view kOps[] = {"rand",
+                                              "rand_like",
+                                              "randn",
+                                              "randn_like",
+                                              "randint",
+                                              "randint_like",
+                                              "randperm",
+                                              "bernoulli",
+                                              "bernoulli_",
+                                              "multinomial",
+                                              "normal",
+                                              "normal_",
+                                              "uniform_",
+                                              "random_",
+                                              "exponential_",
+                                              "geometric_",
+                                              "cauchy_",
+                                              "log_normal_",
+                                              "poisson",
+                                              "binomial",
+                                              "_standard_gamma",
+                                              "_sample_dirichlet",
+                                              "dropout",
+                                              "dropout_",
+                                              "feature_dropout",
+                                              "feature_dropout_",
+                                              "alpha_dropout",
+                                              "alpha_dropout_",
+                                              "feature_alpha_dropout",
+                                              "feature_alpha_dropout_",
+                                              "native_dropout",
+                                              "_fused_dropout",
+                                              "rrelu",
+                                              "rrelu_",
+                                              "rrelu_with_noise",
+                                              "rrelu_with_noise_"};
   constexpr std::string_view kPrefix = "aten::";
   if (name.substr(0, kPrefix.size()) != kPrefix) return false;
   name.remove_prefix(kPrefix.size());
-  return is_random_op_name(name);
+  for (std::string_view op : kOps)
+    if (op == name) return true;
+  return false;
 }
 
 // Random-op nesting of this thread: randn runs normal_, dropout runs bernoulli_; only the

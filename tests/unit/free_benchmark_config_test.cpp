@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "config_support.hpp"
-#include "torchprobe/core/random_ops.hpp"
 
 using torchprobe::Config;
 using torchprobe::FuzzHandler;
@@ -146,15 +145,4 @@ TEST_CASE("free_benchmark keys in another task's section are reported as ignored
     warned = warned ||
              w.find("\"statistics.pert_mode\" is ignored: task \"statistics\" does not use it") != std::string::npos;
   CHECK(warned);
-}
-
-TEST_CASE("one list of random ops serves seed_all and the free benchmark, in-place and noise forms included") {
-  // These were two lists: the free benchmark's lacked the in-place feature/alpha dropouts (no
-  // generator in their schema, so it perturbed them) and the ops it finds by their generator.
-  for (const char* op : {"rand", "randn_like", "bernoulli_", "poisson", "binomial", "_standard_gamma",
-                         "_sample_dirichlet", "native_dropout", "_fused_dropout", "feature_dropout_", "alpha_dropout_",
-                         "feature_alpha_dropout_", "rrelu", "rrelu_with_noise_"})
-    CHECK_MESSAGE(torchprobe::is_random_op_name(op), op);
-  for (const char* op : {"add", "relu", "linear", "dropout2d", "aten::rand", "randn.generator", ""})
-    CHECK_MESSAGE(!torchprobe::is_random_op_name(op), op);
 }

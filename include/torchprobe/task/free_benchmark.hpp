@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -36,7 +37,6 @@
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/probe_guard.hpp"
-#include "torchprobe/core/random_ops.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/stats/cpu_stats.hpp"
@@ -339,7 +339,14 @@ class FreeBenchmarkTask {
   }
 
   static bool draws_random_numbers(const OpInfo& op) {
-    if (is_random_op_name(op.api)) return true;
+    static const std::unordered_set<std::string_view> random_ops = {
+        "dropout",        "dropout_",       "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+        "native_dropout", "_fused_dropout", "bernoulli",       "bernoulli_",    "rand_like",
+        "randn_like",     "randint_like",   "normal",          "normal_",       "uniform_",
+        "exponential_",   "geometric_",     "cauchy_",         "log_normal_",   "random_",
+        "multinomial",    "poisson",        "rrelu",           "rrelu_",        "rrelu_with_noise",
+        "randperm",       "rand",           "randn",           "randint"};
+    if (random_ops.count(op.api)) return true;
     for (const auto& a : op.handle->schema().arguments()) {
       c10::TypePtr t = a.type();
       if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
