@@ -1,5 +1,5 @@
 // `torchprobe compare` end to end (issue 41, item 6): two synthetic transformer-like statistics dumps
-// of N entries a side (1x/10x/100x: 10k, 100k, 1M), compared by compare::run_compare (read, pair,
+// of N entries a side (1x/10x/100x: 10k, 100k, 1M), compared by `torchprobe compare` (read, pair,
 // judge, CSV + first_divergence.json + report.html). Prints wall time per stage and end to end, the
 // max RSS, the ratio to a baseline of the same run (parsing both dump.json files with nlohmann), and
 // the growth of time and RSS per 10x entries. Each measurement runs in a child process of its own,
@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 

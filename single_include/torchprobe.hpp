@@ -1191,10 +1191,15 @@ inline bool is_task_section_name(std::string_view name, const TaskCatalog* catal
   return find_msprobe_task(name) != nullptr || (catalog && find_task(*catalog, name) != nullptr);
 }
 
+// `name` quoted at the end of a list of allowed values ("a", "b"), for error messages.
+inline void add_quoted(std::string& list, std::string_view name) {
+  list += (list.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+}
+
 // The names config key "task" takes: msprobe's, then the catalog's own, for error messages.
 inline std::string allowed_task_names(const TaskCatalog* catalog = nullptr) {
   std::string text;
-  auto add = [&](std::string_view name) { text += (text.empty() ? "\"" : ", \"") + std::string(name) + "\""; };
+  auto add = [&](std::string_view name) { add_quoted(text, name); };
   for (Task t : kMsprobeTasks) add(task_name(t));
   if (catalog)
     for (const TaskDeclaration& d : *catalog)
@@ -1315,7 +1320,7 @@ inline TaskName parse_task(const json& v, const TaskCatalog* catalog) {
 
 inline Level parse_level(const json& v) {
   std::string allowed;
-  for (Level l : kLevels) allowed += (allowed.empty() ? "\"" : ", \"") + std::string(level_name(l)) + "\"";
+  for (Level l : kLevels) add_quoted(allowed, level_name(l));
   if (!v.is_string()) reject("level", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
   for (Level l : kLevels)
@@ -1651,7 +1656,7 @@ class Options {
   nlohmann::json named_task() const {
     if (overrides_.contains("task")) return overrides_["task"];
     const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
-    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json("statistics");
+    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json(std::string(Config().task.str()));
   }
   const std::optional<std::string>& config_path() const { return config_file_; }
 

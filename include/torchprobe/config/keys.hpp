@@ -125,10 +125,15 @@ inline bool is_task_section_name(std::string_view name, const TaskCatalog* catal
   return find_msprobe_task(name) != nullptr || (catalog && find_task(*catalog, name) != nullptr);
 }
 
+// `name` quoted at the end of a list of allowed values ("a", "b"), for error messages.
+inline void add_quoted(std::string& list, std::string_view name) {
+  list += (list.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+}
+
 // The names config key "task" takes: msprobe's, then the catalog's own, for error messages.
 inline std::string allowed_task_names(const TaskCatalog* catalog = nullptr) {
   std::string text;
-  auto add = [&](std::string_view name) { text += (text.empty() ? "\"" : ", \"") + std::string(name) + "\""; };
+  auto add = [&](std::string_view name) { add_quoted(text, name); };
   for (Task t : kMsprobeTasks) add(task_name(t));
   if (catalog)
     for (const TaskDeclaration& d : *catalog)

@@ -71,7 +71,7 @@ class Options {
   nlohmann::json named_task() const {
     if (overrides_.contains("task")) return overrides_["task"];
     const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
-    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json("statistics");
+    return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json(std::string(Config().task.str()));
   }
   const std::optional<std::string>& config_path() const { return config_file_; }
 

@@ -46,7 +46,7 @@ inline TaskName parse_task(const json& v, const TaskCatalog* catalog) {
 
 inline Level parse_level(const json& v) {
   std::string allowed;
-  for (Level l : kLevels) allowed += (allowed.empty() ? "\"" : ", \"") + std::string(level_name(l)) + "\"";
+  for (Level l : kLevels) add_quoted(allowed, level_name(l));
   if (!v.is_string()) reject("level", v, "it should be a string", allowed);
   const std::string& name = v.get_ref<const std::string&>();
   for (Level l : kLevels)

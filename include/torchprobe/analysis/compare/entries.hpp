@@ -37,6 +37,7 @@ class EntryRows {
   iterator end() const { return iterator(first_ + count_); }
   std::size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
+  void add_next() { ++count_; }  // the row after the last joins
 
  private:
   const Row* first_ = nullptr;
@@ -84,7 +85,7 @@ inline std::vector<Entry> dump_entries(const std::vector<Row>& rows) {
       }
       out.push_back(std::move(e));
     }
-    out.back().rows = EntryRows(*out.back().rows.begin(), out.back().rows.size() + 1);  // the next row joins
+    out.back().rows.add_next();
   }
   return out;
 }

@@ -8,7 +8,6 @@
 // when the program starts: so the command-line tool starts itself again with the tunable set.
 // Nothing changes but the page size: what the program writes is the same.
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <string>
