@@ -74,7 +74,8 @@ TwinRun load(const std::string& name) {
   return r;
 }
 
-// The step of make_twins.py: seed 7, out = model(*inputs), loss = out.pow(2).sum(), backward.
+// The step of make_twins.py: seed 7, out = model(*inputs), loss = out.pow(2).sum(), backward (the
+// caller holds a tptest::ReferenceKernels: the kernels make_twins.py ran with).
 std::pair<torch::Tensor, torch::Tensor> step(TwinRun& r) {
   torch::manual_seed(7);
   torch::Tensor out = r.model->forward(r.inputs);
@@ -112,6 +113,7 @@ Json compare(const fs::path& ours, const fs::path& theirs, const fs::path& out, 
 }  // namespace
 
 TEST_CASE("every twin of the corpus reproduces its Python run bit for bit") {
+  const tptest::ReferenceKernels kernels;  // the corpus's: one thread, no oneDNN on 2.x
   for (const std::string& name : twins::names()) {
     CAPTURE(name);
     TwinRun r = load(name);
@@ -133,6 +135,7 @@ TEST_CASE("every twin of the corpus reproduces its Python run bit for bit") {
 TEST_CASE(
     "every twin's C++ dump compares clean with msprobe's Python dump at L1 and mix, every entry paired or "
     "explained") {
+  const tptest::ReferenceKernels kernels;  // the corpus's: one thread, no oneDNN on 2.x
   Json coverage = Json::array();
   for (const std::string& name : twins::names()) {
     for (const std::string level : {"L1", "mix"}) {
@@ -200,6 +203,7 @@ const std::vector<Plant>& plants() {
 }  // namespace
 
 TEST_CASE("a fault planted in a C++ twin is named first, at L1 and mix, never as a divergence without a source") {
+  const tptest::ReferenceKernels kernels;  // the corpus's: one thread, no oneDNN on 2.x
   Json table = Json::array();
   for (const Plant& plant : plants()) {
     for (const std::string level : {"L1", "mix"}) {

@@ -78,6 +78,7 @@ void widest(const Json& a, const Json& b, const char* key, double& worst, std::s
 
 TEST_CASE("a scripted residual CNN dumped at L0 pairs every module entry with msprobe's dump, and compare exits 0") {
   REQUIRE(fs::exists(kTwin / "model.pt"));
+  const tptest::ReferenceKernels kernels;  // ATen's convolutions, not oneDNN's (wrong on some CPUs)
   tptest::TempDir tmp;
   torch::jit::Module model = torch::jit::load((kTwin / "model.pt").string());
   const torch::Tensor x = twin_input().requires_grad_(true);

@@ -10,8 +10,11 @@
 
 #include <doctest/doctest.h>
 #include "../skip.hpp"
+#include "../remove_tree.hpp"
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <torch/version.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -41,16 +44,40 @@ inline std::string run_python(const std::string& code, int* rc = nullptr) {
 }
 
 // A fresh directory under /tmp, removed when the object goes.
+// The kernels a committed Python reference was made with, for a test that must reproduce it to the
+// bit on any CI machine: one intra-op thread (ATen splits a reduction's work by thread count, and
+// libtorch's default count is the machine's physical cores: 2 on one 2-vCPU machine, 1 on another),
+// and on libtorch 2.x no oneDNN (Debian 13's oneDNN 3.7 gives wrong, run-to-run different
+// convolution gradients on some AVX-512 machines: a residual CNN's input gradient norm 0.70 or 1.49
+// where ATen's own kernels and torch 1.13 give 1.63). The references were made the same way
+// (tests/data/msprobe_twins/make_twins.py). Restores both settings when it goes.
+class ReferenceKernels {
+ public:
+  ReferenceKernels() : threads_(at::get_num_threads()), onednn_(at::globalContext().userEnabledMkldnn()) {
+    at::set_num_threads(1);
+#if TORCH_VERSION_MAJOR >= 2
+    at::globalContext().setUserEnabledMkldnn(false);
+#endif
+  }
+  ~ReferenceKernels() {
+    at::set_num_threads(threads_);
+    at::globalContext().setUserEnabledMkldnn(onednn_);
+  }
+  ReferenceKernels(const ReferenceKernels&) = delete;
+  ReferenceKernels& operator=(const ReferenceKernels&) = delete;
+
+ private:
+  int threads_;
+  bool onednn_;
+};
+
 class TempDir {
  public:
   TempDir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "torchprobe_test_XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data());
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~TempDir() { remove_tree(path_); }
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
 

@@ -12,7 +12,7 @@ For every twin T this writes, next to this script:
               rewritten to <msprobe>/, <site-packages>/, <here>/)
 
 The step: torch.manual_seed(7); out = model(*inputs) (the first item when it returns a tuple);
-loss = out.pow(2).sum(); loss.backward().
+loss = out.pow(2).sum(); loss.backward(); with one intra-op thread, and on torch 2.x without oneDNN (see below).
 
 Usage (cwd does not matter):
   MSPROBE_PY=<msprobe checkout>/python /usr/bin/python3 make_twins.py [TWIN ...]
@@ -34,6 +34,17 @@ import tempfile
 
 import torch
 import torch.nn as nn
+
+# The kernels, in the reference step and in msprobe's runs alike, and in the C++ test
+# (tests/torch/test_support.hpp, ReferenceKernels): one intra-op thread, since ATen splits a
+# reduction's work by thread count (layer_norm's weight gradient) and torch's default count is the
+# machine's physical cores, which differ between machines (2 where the first torch 2.6 set was made,
+# 1 on other CI machines); and on torch 2.x no oneDNN, whose convolution gradients (oneDNN 3.7 of
+# Debian 13) are wrong and differ from run to run on some AVX-512 machines. The torch 1.13 set was
+# made with oneDNN 2.6, which agrees with ATen there, and is kept.
+torch.set_num_threads(1)
+if int(torch.__version__.split(".")[0]) >= 2:
+    torch.backends.mkldnn.enabled = False
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIMS = os.path.join(HERE, "..", "msprobe_residual", "msprobe_shims")
