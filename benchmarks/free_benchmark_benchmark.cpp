@@ -14,6 +14,7 @@
 
 #include "registry.hpp"
 #include "bench_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <chrono>
 #include <cstdio>
@@ -71,6 +72,6 @@ TORCHPROBE_BENCHMARK(free_benchmark) {
       std::fflush(stdout);
     }
   }
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "registry.hpp"
 #include "bench_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <cstdio>
 #include <filesystem>
@@ -57,6 +58,6 @@ TORCHPROBE_BENCHMARK(grad_probe) {
     std::printf("  %-6s %10.1f us  %10.1f us  %6.3fx  %10.1f us\n", level, t.plain_us, t.probed_us, t.ratio,
                 tpbench::median(alone));
   }
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   return 0;
 }

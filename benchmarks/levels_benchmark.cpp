@@ -12,6 +12,7 @@
 
 #include "registry.hpp"
 #include "bench_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <algorithm>
 #include <chrono>
@@ -78,7 +79,7 @@ double probed_step_us(Model& model, const torch::Tensor& x, const std::string& d
 template <class Model>
 void measure(const char* name, Model& model, const torch::Tensor& x, int steps, int repeats) {
   const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_levels_bench").string();
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   const double plain = median_step_us([&] { model->forward(x).sum().backward(); }, steps, repeats);
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> idle(tp::Options().dump_path(dir));
   const double off = median_step_us([&] { model->forward(x).sum().backward(); }, steps, repeats);
@@ -103,7 +104,7 @@ void measure(const char* name, Model& model, const torch::Tensor& x, int steps, 
        probed_step_us<tp::Level::L2, tp::DirectorySink>(model, x, dir, steps, repeats)},
   };
   for (const Row& r : rows) std::printf("  %-34s %10.1f us  %6.2fx\n", r.what, r.us, r.us / plain);
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "registry.hpp"
 #include "bench_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <algorithm>
 #include <chrono>
@@ -61,7 +62,7 @@ void row(const char* what, const Result& r) {
 template <class Model>
 void measure_model(const char* name, Model& model, const torch::Tensor& x, int steps, int rounds) {
   const std::string dir = (std::filesystem::temp_directory_path() / "torchprobe_overflow_bench").string();
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   std::printf("\n%s\n  %-52s %13s  %13s  %7s\n", name, "", "un-probed", "probed", "ratio");
   using tp::Level;
   using tp::Task;
@@ -81,7 +82,7 @@ void measure_model(const char* name, Model& model, const torch::Tensor& x, int s
   poisoned.requires_grad_(x.requires_grad());
   row("overflow_check L1, every call overflows (all saved)",
       measure<Level::L1, Task::OverflowCheck>(model, poisoned, dir, std::max(1, steps / 5), rounds));
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "registry.hpp"
 #include "step_write_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <cstdint>
 #include <cstdio>
@@ -98,7 +99,7 @@ void tiny_op(const fs::path& root, std::int64_t n, int steps, int rounds) {
   const double dir_added = (v[2].med(&Round::step_us) - plain) / n;
   std::printf("  goal: <= 2 us added per op with the directory sink: %.3f us/op = %.2fx the goal\n", dir_added,
               dir_added / 2.0);
-  fs::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 // ---- 2. writer throughput ----------------------------------------------------------------------
@@ -113,7 +114,7 @@ class CountingDrain final : public tp::io::TextDrain {
 struct TextOnlySink {
   double us = 0;
   std::size_t bytes = 0;
-  void open(const std::string&, bool) {}
+  void open(const std::string&) {}
   void write_step(const tp::StepDump& d) {
     CountingDrain drain;
     std::string buf;
@@ -162,7 +163,7 @@ void throughput(const fs::path& root, std::int64_t n, int rounds) {
       stack = file_mb(where / "stack.json");
       construct = file_mb(where / "construct.json");
     }
-    fs::remove_all(dir);
+    tptest::remove_tree(dir);
   }
   const double t = tpbench::median(total_us), mbps = dump / (t / 1e6);
   // Baseline: a memcpy of a buffer the size of dump.json, both buffers touched beforehand.
@@ -222,7 +223,7 @@ void fixed_cost(const fs::path& root, int steps) {
   std::printf("  %-28s %10.4f ms  %8.1fx un-probed\n", "L1 NullSink", nul, nul / plain_ms);
   std::printf("  %-28s %10.4f ms  %8.1fx NullSink  %6.2fx the goal (0.3 ms); final wait %.2f ms for all %d steps\n",
               "L1 DirectorySink", dms, dms / nul, dms / 0.3, dir_drain, steps);
-  fs::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 // ---- 4, 5. models against their un-probed step -------------------------------------------------
@@ -252,7 +253,7 @@ void model_ratio(const fs::path& dir, Model& model, const Body& body, int steps,
       "final wait %.2f ms\n",
       v[1].name.c_str(), probed / 1e3, probed / plain, goal, (probed - plain) / 1e3, v[1].med(&Round::inside_us) / 1e3,
       v[1].med(&Round::drain_us) / 1e3);
-  fs::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 void transformer(const fs::path& root, int steps, int rounds) {
@@ -319,7 +320,7 @@ void memory(const fs::path& root, std::int64_t n) {
       std::printf("  writing: /proc/self/clear_refs not writable, peak RSS during the write not measured\n");
     }
   }
-  fs::remove_all(dir);
+  tptest::remove_tree(dir);
 }
 
 }  // namespace
@@ -328,7 +329,7 @@ TORCHPROBE_BENCHMARK(step_write) {
   const bool quick = tpbench::quick_mode();
   torch::manual_seed(1234);
   const fs::path root = fs::temp_directory_path() / ("torchprobe_step_write_bench_" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  tptest::remove_tree(root);
   std::printf("TorchProbe step writing (issue 14); %s; ratios to baselines of this run\n",
               tpbench::writer_kind<L1Dir>());
   // The models' un-probed steps are matmuls: how fast this libtorch's BLAS is says how far their ratios carry.
@@ -368,6 +369,6 @@ TORCHPROBE_BENCHMARK(step_write) {
   std::printf("\n6. Memory of an open step and of writing it (L1 statistics, DirectorySink)\n");
   memory(root, quick ? 5000 : 100000);
 
-  fs::remove_all(root);
+  tptest::remove_tree(root);
   return 0;
 }

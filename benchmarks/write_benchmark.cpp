@@ -29,6 +29,7 @@
 
 #include "registry.hpp"
 #include "bench_support.hpp"
+#include "../tests/remove_tree.hpp"  // not std::filesystem::remove_all: see there
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -136,7 +137,7 @@ DumpRun dumped_step(Stack& model, const torch::Tensor& x, const std::string& dir
     run.writer = dbg.task().saver().writer()->stats();
   }
   run.sync = sync_seconds(dir);
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   return run;
 }
 
@@ -215,6 +216,6 @@ TORCHPROBE_BENCHMARK(write) {
       "\nfwd+ s: extra time of the forward pass with the dump (capture, statistics, snapshots, waits at the cap);\n"
       "waits s: part of it spent waiting for the writer at the memory cap; stop s: stop()'s wait for the last "
       "files.\n");
-  std::filesystem::remove_all(dir);
+  tptest::remove_tree(dir);
   return 0;
 }

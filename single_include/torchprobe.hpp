@@ -1957,111 +1957,6 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/files.hpp ----
-// ---- begin torchprobe/io/python_json.hpp ----
-// A nlohmann JSON tree written exactly as Python's json module writes it (io/json_text.hpp has the
-// rules). nlohmann's own dump() differs (NaN becomes null, its own float layout and indentation),
-// so the tree is walked here.
-
-#include <ostream>
-
-
-namespace torchprobe::io {
-
-namespace detail {
-
-// Walks one nlohmann tree into a JsonText.
-template <class Json>
-void write_tree(JsonText& out, const Json& j, int depth) {
-  using T = nlohmann::detail::value_t;
-  switch (j.type()) {
-    case T::null: out.null(); break;
-    case T::boolean: out.boolean(j.template get<bool>()); break;
-    case T::number_integer: out.integer(j.template get<std::int64_t>()); break;
-    case T::number_unsigned: out.integer(j.template get<std::uint64_t>()); break;
-    case T::number_float: out.real(j.template get<double>()); break;
-    case T::string: out.string(j.template get_ref<const std::string&>()); break;
-    case T::array: {
-      out.open_array();
-      std::size_t i = 0;
-      for (const auto& item : j) {
-        out.item(i++, depth);
-        write_tree(out, item, depth + 1);
-        out.maybe_drain();
-      }
-      out.close_array(i, depth);
-      break;
-    }
-    case T::object: {
-      out.open_object();
-      std::size_t i = 0;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        out.key(i++, depth, it.key());
-        write_tree(out, it.value(), depth + 1);
-        out.maybe_drain();
-      }
-      out.close_object(i, depth);
-      break;
-    }
-    case T::binary:
-      // Python has no such value; silently inventing a layout would make files no reader expects.
-      throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
-    case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
-  }
-}
-
-// Hands chunks of text to an ostream.
-class StreamDrain final : public TextDrain {
- public:
-  explicit StreamDrain(std::ostream& os) : os_(os) {}
-  void take(std::string_view text) override { os_.write(text.data(), static_cast<std::streamsize>(text.size())); }
-
- private:
-  std::ostream& os_;
-};
-
-template <class Json>
-void write_python_json_impl(std::ostream& os, const Json& j, int indent) {
-  std::string buf;
-  StreamDrain drain(os);
-  JsonText out(buf, indent, &drain);
-  write_tree(out, j, 0);
-  out.drain();
-}
-
-template <class Json>
-std::string to_python_json_impl(const Json& j, int indent) {
-  std::string buf;
-  JsonText out(buf, indent);
-  write_tree(out, j, 0);
-  out.finish();
-  return buf;
-}
-
-}  // namespace detail
-
-// Same bytes as Python's json.dump(obj, f, indent=indent) (no trailing newline, like Python).
-// indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
-// stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
-inline void write_python_json(std::ostream& os, const nlohmann::ordered_json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
-}
-// Other nlohmann::basic_json flavours (e.g. nlohmann::json); exact types only, so that values that
-// merely convert to JSON pick the ordered_json overload above instead of being ambiguous.
-template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
-void write_python_json(std::ostream& os, const Json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
-}
-
-inline std::string to_python_json(const nlohmann::ordered_json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
-}
-template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
-std::string to_python_json(const Json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/python_json.hpp ----
 // ---- begin torchprobe/sink/step_dump.hpp ----
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
@@ -2769,6 +2664,12 @@ inline nlohmann::ordered_json build_stack_json(const std::vector<std::pair<std::
 
 namespace torchprobe {
 
+// A file of the step besides dump.json and its companions: a task's own.
+struct StepFile {
+  std::string name;  // in the step directory
+  std::string text;
+};
+
 // dump_json() also makes debug.json (save()'s entries, level "debug"): msprobe gives both files the
 // same top-level keys.
 struct StepDump {
@@ -2783,10 +2684,9 @@ struct StepDump {
   std::vector<const Record*> records;
   // Keeps what `records` points to alive: a sink may write after the step has moved on.
   std::shared_ptr<const void> owner;
-  // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
-  std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
-  // Text files the task adds, {file name, content} (free_benchmark.csv).
-  std::vector<std::pair<std::string, std::string>> task_text_files;
+  // Files the task adds to the step directory (overflow_summary.json, free_benchmark.csv), as
+  // their text, in the task's order: a sink writes them as they are, whatever the task.
+  std::vector<StepFile> files;
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -2849,35 +2749,6 @@ struct StepDump {
     for (const Record* r : listed) items.emplace_back(r->name, value(*r));
     return out;
   }
-};
-
-// dump_tensor_data/ of a rank directory, where the writer puts the tensor files (every sink makes
-// it when the task saves tensors: the files go to disk whatever the sink does with the JSON).
-inline void create_tensor_directory(const std::string& rank_directory) {
-  const std::string tensors = tensor_data_directory(rank_directory);
-  try {
-    io::create_directories(tensors);
-  } catch (const io::IoError& e) {
-    throw io::IoError("create the tensor directory", tensors, e.error_code());
-  }
-}
-
-// A sink has open(directory, tensor_files) (called when a dumped step starts; with tensor_files
-// it makes dump_tensor_data/) and write_step(StepDump). What it may offer besides:
-//  - write_debug(StepDump): debug.json, save()'s entries (a sink without it drops them);
-//  - `static constexpr bool keeps_journal = true`: its JSON goes to the step directory, so the
-//    Debugger keeps the step journal there (io/journal.hpp) for crash recovery.
-template <class Sink, class = void>
-struct sink_writes_debug : std::false_type {};
-template <class Sink>
-struct sink_writes_debug<Sink,
-                         std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
-    : std::true_type {};
-
-template <class Sink, class = void>
-struct sink_keeps_journal : std::false_type {};
-template <class Sink>
-struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {
 };
 
 }  // namespace torchprobe
@@ -3044,6 +2915,111 @@ inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
 
 }  // namespace torchprobe
 // ---- end torchprobe/core/tensor_json.hpp ----
+// ---- begin torchprobe/io/python_json.hpp ----
+// A nlohmann JSON tree written exactly as Python's json module writes it (io/json_text.hpp has the
+// rules). nlohmann's own dump() differs (NaN becomes null, its own float layout and indentation),
+// so the tree is walked here.
+
+#include <ostream>
+
+
+namespace torchprobe::io {
+
+namespace detail {
+
+// Walks one nlohmann tree into a JsonText.
+template <class Json>
+void write_tree(JsonText& out, const Json& j, int depth) {
+  using T = nlohmann::detail::value_t;
+  switch (j.type()) {
+    case T::null: out.null(); break;
+    case T::boolean: out.boolean(j.template get<bool>()); break;
+    case T::number_integer: out.integer(j.template get<std::int64_t>()); break;
+    case T::number_unsigned: out.integer(j.template get<std::uint64_t>()); break;
+    case T::number_float: out.real(j.template get<double>()); break;
+    case T::string: out.string(j.template get_ref<const std::string&>()); break;
+    case T::array: {
+      out.open_array();
+      std::size_t i = 0;
+      for (const auto& item : j) {
+        out.item(i++, depth);
+        write_tree(out, item, depth + 1);
+        out.maybe_drain();
+      }
+      out.close_array(i, depth);
+      break;
+    }
+    case T::object: {
+      out.open_object();
+      std::size_t i = 0;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        out.key(i++, depth, it.key());
+        write_tree(out, it.value(), depth + 1);
+        out.maybe_drain();
+      }
+      out.close_object(i, depth);
+      break;
+    }
+    case T::binary:
+      // Python has no such value; silently inventing a layout would make files no reader expects.
+      throw std::invalid_argument("torchprobe: binary JSON values cannot be written as Python JSON");
+    case T::discarded: throw std::invalid_argument("torchprobe: a discarded JSON value cannot be written");
+  }
+}
+
+// Hands chunks of text to an ostream.
+class StreamDrain final : public TextDrain {
+ public:
+  explicit StreamDrain(std::ostream& os) : os_(os) {}
+  void take(std::string_view text) override { os_.write(text.data(), static_cast<std::streamsize>(text.size())); }
+
+ private:
+  std::ostream& os_;
+};
+
+template <class Json>
+void write_python_json_impl(std::ostream& os, const Json& j, int indent) {
+  std::string buf;
+  StreamDrain drain(os);
+  JsonText out(buf, indent, &drain);
+  write_tree(out, j, 0);
+  out.drain();
+}
+
+template <class Json>
+std::string to_python_json_impl(const Json& j, int indent) {
+  std::string buf;
+  JsonText out(buf, indent);
+  write_tree(out, j, 0);
+  out.finish();
+  return buf;
+}
+
+}  // namespace detail
+
+// Same bytes as Python's json.dump(obj, f, indent=indent) (no trailing newline, like Python).
+// indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
+// stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
+inline void write_python_json(std::ostream& os, const nlohmann::ordered_json& j, int indent = 1) {
+  detail::write_python_json_impl(os, j, indent);
+}
+// Other nlohmann::basic_json flavours (e.g. nlohmann::json); exact types only, so that values that
+// merely convert to JSON pick the ordered_json overload above instead of being ambiguous.
+template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
+void write_python_json(std::ostream& os, const Json& j, int indent = 1) {
+  detail::write_python_json_impl(os, j, indent);
+}
+
+inline std::string to_python_json(const nlohmann::ordered_json& j, int indent = 1) {
+  return detail::to_python_json_impl(j, indent);
+}
+template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
+std::string to_python_json(const Json& j, int indent = 1) {
+  return detail::to_python_json_impl(j, indent);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/python_json.hpp ----
 
 namespace torchprobe::io {
 
@@ -3200,13 +3176,12 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory, bool tensor_files) {
+  void open(const std::string& directory) {
     try {
       io::create_directories(directory);
     } catch (const io::IoError& e) {
       throw io::IoError("create the dump directory", directory, e.error_code());
     }
-    if (tensor_files) create_tensor_directory(directory);
   }
 
   void write_step(const StepDump& d) {
@@ -3214,8 +3189,7 @@ class DirectorySink {
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
     const bool sync = !d.records.empty();
     step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
-    for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
-    for (const auto& f : d.task_text_files) io::write_file_atomic(d.directory + "/" + f.first, f.second);
+    for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });
@@ -3241,14 +3215,16 @@ class MemorySink {
  public:
   struct Files {
     nlohmann::ordered_json dump, stack, construct;
-    nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
-    std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
-    std::map<std::string, std::string> task_text_files;        // free_benchmark.csv
+    nlohmann::ordered_json debug;              // save()'s debug.json, null when nothing was saved
+    std::map<std::string, std::string> files;  // the task's own: overflow_summary.json, free_benchmark.csv
+
+    // One of the task's JSON files, parsed (at() throws std::out_of_range for a file not there).
+    nlohmann::ordered_json json_file(const std::string& name) const {
+      return nlohmann::ordered_json::parse(files.at(name));
+    }
   };
 
-  void open(const std::string& directory, bool tensor_files) {
-    if (tensor_files) create_tensor_directory(directory);
-  }
+  void open(const std::string&) {}
 
   void write_step(const StepDump& d) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -3256,10 +3232,8 @@ class MemorySink {
     f.dump = d.dump_json();
     f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
     f.construct = d.construct_json();
-    f.task_files.clear();
-    for (const auto& tf : d.task_files) f.task_files[tf.first] = tf.second;
-    f.task_text_files.clear();
-    for (const auto& tf : d.task_text_files) f.task_text_files[tf.first] = tf.second;
+    f.files.clear();
+    for (const StepFile& tf : d.files) f.files[tf.name] = tf.text;
   }
 
   void write_debug(const StepDump& d) {
@@ -3282,18 +3256,97 @@ class MemorySink {
   std::map<std::int64_t, Files> steps_;
 };
 
-// Records nothing: for measuring the cost of capture alone.
+}  // namespace torchprobe
+// ---- end torchprobe/sink/memory_sink.hpp ----
+// ---- begin torchprobe/sink/null_sink.hpp ----
+// Records nothing: for measuring the cost of capture alone (tensor files of a task that saves them
+// are still written: the step lifecycle makes dump_tensor_data/ whatever the sink).
+
+
+namespace torchprobe {
+
 class NullSink {
  public:
-  void open(const std::string& directory, bool tensor_files) {
-    if (tensor_files) create_tensor_directory(directory);
-  }
+  void open(const std::string&) {}
   void write_step(const StepDump&) {}
   void write_debug(const StepDump&) {}
 };
 
 }  // namespace torchprobe
-// ---- end torchprobe/sink/memory_sink.hpp ----
+// ---- end torchprobe/sink/null_sink.hpp ----
+// ---- begin torchprobe/sink/sink_traits.hpp ----
+// The sink contract, written once: what a sink class must have, what it may have, and how the
+// rest of TorchProbe finds out. check_sink<S>() stops the build with a message that names what a
+// sink lacks, before any deeper error (as task/task_traits.hpp does for tasks).
+//
+// Must have:
+//   void open(const std::string& directory);   // a dumped step starts; {dump_path}/step{N}/{rank dir}
+//                                              // (dump_tensor_data/ is made before, when tensors are saved)
+//   void write_step(const StepDump&);          // a step (or a part of it) is flushed
+// May have (found by detection):
+//   void write_debug(const StepDump&);         // debug.json, save()'s entries (dropped without it)
+//   static constexpr bool keeps_journal = true;         // its JSON goes to the step directory, so the
+//                                                       // step journal (io/journal.hpp) is kept there
+//                                                       // for crash recovery
+//   static constexpr bool writes_in_background = true;  // written on the writer's thread
+//                                                       // (details/step_writer.hpp); without it
+//                                                       // stop()/step() write it themselves
+// A sink is made by the Debugger when none is given (then it needs a default constructor; MemorySink,
+// with its mutex, cannot be moved), or made by the user and moved in: BasicDebugger(options,
+// MySink{...}) (then it needs a move constructor). write_step/write_debug of a background sink
+// run on the writer's thread, one at a time; of other sinks, on the thread that calls
+// stop()/step().
+
+
+namespace torchprobe {
+namespace sink_traits {
+
+template <class S, class = void>
+struct has_open : std::false_type {};
+template <class S>
+struct has_open<S, std::void_t<decltype(std::declval<S&>().open(std::declval<const std::string&>()))>>
+    : std::true_type {};
+
+template <class S, class = void>
+struct has_write_step : std::false_type {};
+template <class S>
+struct has_write_step<S, std::void_t<decltype(std::declval<S&>().write_step(std::declval<const StepDump&>()))>>
+    : std::true_type {};
+
+template <class S, class = void>
+struct writes_debug : std::false_type {};
+template <class S>
+struct writes_debug<S, std::void_t<decltype(std::declval<S&>().write_debug(std::declval<const StepDump&>()))>>
+    : std::true_type {};
+
+template <class S, class = void>
+struct keeps_journal : std::false_type {};
+template <class S>
+struct keeps_journal<S, std::void_t<decltype(S::keeps_journal)>> : std::bool_constant<S::keeps_journal> {};
+
+template <class S, class = void>
+struct writes_in_background : std::false_type {};
+template <class S>
+struct writes_in_background<S, std::void_t<decltype(S::writes_in_background)>>
+    : std::bool_constant<S::writes_in_background> {};
+
+}  // namespace sink_traits
+
+// True when S is a complete sink; check_sink<S>() says what is missing.
+template <class S>
+inline constexpr bool is_sink_v = sink_traits::has_open<S>::value&& sink_traits::has_write_step<S>::value;
+
+template <class S>
+constexpr bool check_sink() {
+  static_assert(sink_traits::has_open<S>::value,
+                "torchprobe: a sink needs `void open(const std::string& directory)` (a dumped step starts)");
+  static_assert(sink_traits::has_write_step<S>::value,
+                "torchprobe: a sink needs `void write_step(const StepDump&)` (a step is flushed)");
+  return is_sink_v<S>;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/sink_traits.hpp ----
 // ---- begin torchprobe/task/registry.hpp ----
 // The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
 // ---- begin torchprobe/task/free_benchmark.hpp ----
@@ -10463,13 +10516,9 @@ class Recorder {
   // The task's own files of the step (free_benchmark.csv, overflow_summary.json, ...) as they stand
   // at this hand-over: one journal line each, {"task_file": NAME, "text": CONTENT}; recovery writes
   // the last one of each name.
-  void journal_task_files(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& trees,
-                          const std::vector<std::pair<std::string, std::string>>& texts) {
+  void journal_task_files(const std::vector<StepFile>& files) {
     if (!journal_.is_open()) return;
-    for (const auto& [name, tree] : trees)
-      journal_.append_later(std::make_unique<TaskFileLine>(name, tree, std::string(), errors_, journal_));
-    for (const auto& [name, text] : texts)
-      journal_.append_later(std::make_unique<TaskFileLine>(name, nullptr, text, errors_, journal_));
+    for (const StepFile& f : files) journal_.append_later(std::make_unique<TaskFileLine>(f, errors_, journal_));
   }
 
   // Waits until every tensor file handed over so far is written.
@@ -10595,34 +10644,30 @@ class Recorder {
 
   class TaskFileLine final : public io::JournalLine {
    public:
-    TaskFileLine(std::string name, nlohmann::ordered_json tree, std::string text, io::ErrorLog& errors,
-                 const io::Journal& journal)
-        : name_(std::move(name)), tree_(std::move(tree)), text_(std::move(text)), errors_(errors), journal_(journal) {}
+    TaskFileLine(StepFile file, io::ErrorLog& errors, const io::Journal& journal)
+        : file_(std::move(file)), errors_(errors), journal_(journal) {}
 
     std::string text() const override {
-      const std::string content = tree_.is_null() ? text_ : io::to_python_json(tree_);
       std::string line;
-      line.reserve(content.size() + name_.size() + 32);
+      line.reserve(file_.text.size() + file_.name.size() + 32);
       io::JsonText out(line, /*indent=*/-1);
       out.raw("{\"task_file\": ");
-      out.string(name_);
+      out.string(file_.name);
       out.raw(", \"text\": ");
-      out.string(content);
+      out.string(file_.text);
       out.raw("}");
       out.finish();
       return line;
     }
 
     void failed(int err) const override {
-      errors_.log("write_journal", name_, io::errno_text(err),
+      errors_.log("write_journal", file_.name, io::errno_text(err),
                   io::IoError("write the journal", journal_.path(), err).what() +
                       std::string("\nThe step's files are kept in memory and written at stop()/step()."));
     }
 
    private:
-    std::string name_;
-    nlohmann::ordered_json tree_;  // null: the file is `text_`
-    std::string text_;
+    StepFile file_;
     io::ErrorLog& errors_;
     const io::Journal& journal_;
   };
@@ -12986,15 +13031,6 @@ class Session {
 
 namespace torchprobe {
 
-// A sink opts in to being written off the training thread with
-// `static constexpr bool writes_in_background = true` (DirectorySink). Others (MemorySink,
-// NullSink) are written by stop()/step() themselves, so they hold the step when these return.
-template <class Sink, class = void>
-struct sink_writes_in_background : std::false_type {};
-template <class Sink>
-struct sink_writes_in_background<Sink, std::void_t<decltype(Sink::writes_in_background)>>
-    : std::bool_constant<Sink::writes_in_background> {};
-
 namespace details {
 
 class StepWriter {
@@ -13156,6 +13192,11 @@ class StepLifecycle {
       : core_(std::move(core)),
         session_(core_->config()),
         writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+  StepLifecycle(std::shared_ptr<Recorder<TaskT>> core, Sink&& sink)
+      : core_(std::move(core)),
+        session_(core_->config()),
+        sink_(std::move(sink)),
+        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
   // Every step handed over is written first (the writer, declared last, goes first).
   ~StepLifecycle() { drain(); }
 
@@ -13199,10 +13240,13 @@ class StepLifecycle {
       if (writer_.writes_to(directory)) writer_.wait_all();
     directory_ = directory;
     written_ = std::make_shared<std::atomic<bool>>(false);
-    sink_.open(directory_, TaskT::saves_tensors(core_->config()));
+    sink_.open(directory_);
+    // dump_tensor_data/ whatever the sink: the tensor files go to disk in any case.
+    if (TaskT::saves_tensors(core_->config()))
+      create_directory("create the tensor directory", tensor_data_directory(directory_));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
-    if constexpr (sink_keeps_journal<Sink>::value) {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
       // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
       // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
       try {
@@ -13242,7 +13286,7 @@ class StepLifecycle {
       core_->decide_held();
       core_->release_held_saves();                                  // async_dump
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
-      if constexpr (sink_writes_debug<Sink>::value)
+      if constexpr (sink_traits::writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
     });
     if (prepared) hand_over(std::move(job));
@@ -13272,7 +13316,7 @@ class StepLifecycle {
   // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
     std::shared_ptr<io::Journal::File> file;
-    if constexpr (sink_keeps_journal<Sink>::value) {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
       try {
         if (open_) core_->flush_tensor_files();
       } catch (const std::exception& e) {
@@ -13327,7 +13371,7 @@ class StepLifecycle {
   StepWriter& writer() { return writer_; }
 
  private:
-  static constexpr bool kBackground = sink_writes_in_background<Sink>::value;
+  static constexpr bool kBackground = sink_traits::writes_in_background<Sink>::value;
 
   // One hand-over: what the writer's thread writes, and what it waits for first.
   struct Job {
@@ -13390,7 +13434,7 @@ class StepLifecycle {
       Recorder<TaskT>::wait_tensor_files(job.files);
       core.journal().wait_for(job.journal_lines);
       if (job.dump) sink.write_step(*job.dump);
-      if constexpr (sink_writes_debug<Sink>::value)
+      if constexpr (sink_traits::writes_debug<Sink>::value)
         if (job.debug) sink.write_debug(*job.debug);
     } catch (const std::exception& e) {
       ok = false;
@@ -13412,7 +13456,7 @@ class StepLifecycle {
   // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
   StepDump dump_of(StepState& state, Level level, Job& job) {
     StepState::Sealed sealed = state.seal();
-    if constexpr (sink_keeps_journal<Sink>::value)
+    if constexpr (sink_traits::keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
     d.task = std::string(TaskT::name);
@@ -13423,15 +13467,33 @@ class StepLifecycle {
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
-    if constexpr (task_traits::adds_files<TaskT>::value)
-      if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
-    if constexpr (task_traits::adds_text_files<TaskT>::value)
-      if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
-    if constexpr (sink_keeps_journal<Sink>::value)
-      if (!d.task_files.empty() || !d.task_text_files.empty())
-        core_->journal_task_files(d.task_files, d.task_text_files);
+    if (level == L) d.files = task_files(d);
+    if constexpr (sink_traits::keeps_journal<Sink>::value)
+      if (!d.files.empty()) core_->journal_task_files(d.files);
     job.bytes += sealed.bytes;
     return d;
+  }
+
+  // The task's own files of the step, as text: its JSON files (step_files) first, then its text
+  // files (step_text_files). Sinks and the journal see one list, whatever the task.
+  std::vector<StepFile> task_files(const StepDump& d) {
+    std::vector<StepFile> files;
+    if constexpr (task_traits::adds_files<TaskT>::value)
+      for (auto& [name, tree] : core_->task().step_files(d.records, d.step))
+        files.push_back({std::move(name), io::to_python_json(tree)});
+    if constexpr (task_traits::adds_text_files<TaskT>::value)
+      for (auto& [name, text] : core_->task().step_text_files(d.step, session_.rank().value_or(0)))
+        files.push_back({std::move(name), std::move(text)});
+    return files;
+  }
+
+  // Makes `path` (and its parents), or throws IoError saying what was being made.
+  static void create_directory(const char* what, const std::string& path) {
+    try {
+      io::create_directories(path);
+    } catch (const io::IoError& e) {
+      throw io::IoError(what, path, e.error_code());
+    }
   }
 
   nlohmann::ordered_json dump_data_dir() const {
@@ -13666,17 +13728,15 @@ class BasicDebugger final : public DebuggerInterface {
   static_assert(check_task<TaskT>(), "torchprobe: the task keeps the task contract (task/task_traits.hpp)");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
+  static_assert(check_sink<Sink>(), "torchprobe: the sink keeps the sink contract (sink/sink_traits.hpp)");
   using Core = details::Recorder<TaskT>;
   using Capture = capture::CallCapture<TaskT, L>;
 
  public:
-  explicit BasicDebugger(const Options& options = Options())
-      : core_(std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()))),
-        step_(core_) {
-    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
-    const Config& c = core_->config();
-    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+  explicit BasicDebugger(const Options& options = Options()) : core_(make_core(options)), step_(core_) { init(); }
+  // With a sink of your own making (one that holds a path, a callback, a connection): it is moved in.
+  BasicDebugger(const Options& options, Sink sink) : core_(make_core(options)), step_(core_, std::move(sink)) {
+    init();
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
   explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
@@ -13797,6 +13857,16 @@ class BasicDebugger final : public DebuggerInterface {
   details::StepWriter& background_writer() { return step_.writer(); }
 
  private:
+  static std::shared_ptr<Core> make_core(const Options& options) {
+    return std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()));
+  }
+  void init() {
+    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
+    const Config& c = core_->config();
+    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+  }
+
   void flush() noexcept {
     step_.flush([this] {
       if (capture_) capture_->release_pending();

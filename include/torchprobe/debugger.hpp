@@ -31,6 +31,7 @@
 #include "torchprobe/level/level.hpp"
 #include "torchprobe/seed.hpp"
 #include "torchprobe/sink/directory_sink.hpp"
+#include "torchprobe/sink/sink_traits.hpp"
 #include "torchprobe/task/registry.hpp"
 #include "torchprobe/task/task_list.hpp"
 
@@ -43,17 +44,15 @@ class BasicDebugger final : public DebuggerInterface {
   static_assert(check_task<TaskT>(), "torchprobe: the task keeps the task contract (task/task_traits.hpp)");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
+  static_assert(check_sink<Sink>(), "torchprobe: the sink keeps the sink contract (sink/sink_traits.hpp)");
   using Core = details::Recorder<TaskT>;
   using Capture = capture::CallCapture<TaskT, L>;
 
  public:
-  explicit BasicDebugger(const Options& options = Options())
-      : core_(std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()))),
-        step_(core_) {
-    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
-    const Config& c = core_->config();
-    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+  explicit BasicDebugger(const Options& options = Options()) : core_(make_core(options)), step_(core_) { init(); }
+  // With a sink of your own making (one that holds a path, a callback, a connection): it is moved in.
+  BasicDebugger(const Options& options, Sink sink) : core_(make_core(options)), step_(core_, std::move(sink)) {
+    init();
   }
   // A msprobe config.json; Options(...).config_file(path) also takes overrides.
   explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
@@ -174,6 +173,16 @@ class BasicDebugger final : public DebuggerInterface {
   details::StepWriter& background_writer() { return step_.writer(); }
 
  private:
+  static std::shared_ptr<Core> make_core(const Options& options) {
+    return std::make_shared<Core>(options.resolve(L, TaskName(TaskT::name), &TaskList<TaskT>::catalog()));
+  }
+  void init() {
+    for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
+    const Config& c = core_->config();
+    if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
+  }
+
   void flush() noexcept {
     step_.flush([this] {
       if (capture_) capture_->release_pending();

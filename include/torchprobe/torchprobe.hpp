@@ -30,6 +30,8 @@
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/sink/directory_sink.hpp"
 #include "torchprobe/sink/memory_sink.hpp"
+#include "torchprobe/sink/null_sink.hpp"
+#include "torchprobe/sink/sink_traits.hpp"
 #include "torchprobe/task/registry.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/scoped_dump.hpp"

@@ -1,8 +1,9 @@
 // Built only by ctest's `task_contract` test, which expects the build to FAIL: each task below
-// breaks task/task_traits.hpp's contract in one way, and the compiler must name what is missing
-// (check_contract.cmake lists the messages it looks for). A task that compiled here would be a
-// task the library cannot tell is broken until deep inside the capture.
+// breaks task/task_traits.hpp's contract in one way, the sink breaks sink/sink_traits.hpp's, and
+// the compiler must name what is missing (check_contract.cmake lists the messages it looks for). A
+// task or sink that compiled here would be one the library cannot tell is broken until deep inside.
 #include <array>
+#include <string>
 #include <string_view>
 
 #include <torchprobe/torchprobe.hpp>
@@ -48,9 +49,17 @@ struct EndsWithoutReason {
   bool ended() const { return false; }
 };
 
+// A sink of the form before the sink contract (sink/sink_traits.hpp): open() took a second
+// argument; the library now makes dump_tensor_data/ itself.
+struct SinkWithOldOpen {
+  void open(const std::string&, bool) {}
+  void write_step(const tp::StepDump&) {}
+};
+
 }  // namespace
 
 // A Debugger of each, and one in a task list (PrecisionDebugger's way in).
 static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, WithoutKeep>) > 0);
 static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, DescribeWithoutSite>) > 0);
 static_assert(sizeof(tp::TaskList<tp::StatisticsTask, EndsWithoutReason>) > 0);
+static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, tp::StatisticsTask, SinkWithOldOpen>) > 0);

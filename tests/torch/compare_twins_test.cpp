@@ -145,7 +145,7 @@ TEST_CASE(
       // TORCHPROBE_TWINS_KEEP=DIR keeps the dumps and reports (DIR/TWIN/LEVEL) to look at.
       const char* keep = std::getenv("TORCHPROBE_TWINS_KEEP");
       const fs::path base = keep ? fs::path(keep) / name / level : fs::path(tmp.path());
-      if (keep) fs::remove_all(base);
+      if (keep) tptest::remove_tree(base);
       TwinRun r = load(name);
       const fs::path ours =
           level == "L1" ? dump<tp::Level::L1>(r, base / "dump") : dump<tp::Level::Mix>(r, base / "dump");
@@ -213,7 +213,7 @@ TEST_CASE("a fault planted in a C++ twin is named first, at L1 and mix, never as
       tptest::TempDir tmp;
       const char* keep = std::getenv("TORCHPROBE_TWINS_KEEP");
       const fs::path base = keep ? fs::path(keep) / "planted" / std::to_string(table.size()) : fs::path(tmp.path());
-      if (keep) fs::remove_all(base);
+      if (keep) tptest::remove_tree(base);
       TwinRun r = load(plant.twin);
       plant.apply(r);
       const fs::path ours =

@@ -10,6 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -437,4 +441,49 @@ TEST_CASE("an unwritable dump_path is reported at start() with the path and the 
   CHECK_FALSE(dbg.running());
   CHECK_FALSE(at::hasCallbacks());
   ::chmod(locked.c_str(), 0700);
+}
+
+namespace {
+
+// A sink of the user's own that needs an argument to be made: a callback, handed each step's
+// entry names when the step is flushed (on the thread that calls stop()/step(): it has no
+// writes_in_background).
+class CallbackSink {
+ public:
+  using Callback = std::function<void(std::int64_t step, std::vector<std::string> names)>;
+  explicit CallbackSink(Callback on_step) : on_step_(std::move(on_step)) {}
+  void open(const std::string&) {}
+  void write_step(const tp::StepDump& d) {
+    std::vector<std::string> names;
+    for (const tp::Record* r : d.by_first_place(tp::StepDump::in_dump)) names.push_back(r->name);
+    on_step_(d.step, std::move(names));
+  }
+
+ private:
+  Callback on_step_;
+};
+
+}  // namespace
+
+TEST_CASE("a sink made with a constructor argument is moved into the Debugger and gets every step's entries") {
+  std::map<std::int64_t, std::vector<std::string>> seen;  // the last flush of each step
+  tptest::TempDir tmp;
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics, CallbackSink> dbg(
+      tp::Options().dump_path(tmp.path()),
+      CallbackSink([&](std::int64_t step, std::vector<std::string> names) { seen[step] = std::move(names); }));
+  run_reference_program(dbg);
+
+  // The reference: the same program into a MemorySink, whose dump.json lists the same entries.
+  tptest::TempDir tmp2;
+  tp::Debugger<tp::Level::L1, tp::Task::Statistics, tp::MemorySink> mem(tp::Options().dump_path(tmp2.path()));
+  run_reference_program(mem);
+  REQUIRE(seen.size() == 2);
+  for (std::int64_t step : {0, 1}) {
+    CAPTURE(step);
+    std::vector<std::string> want;
+    for (auto it = mem.sink().step(step).dump["data"].begin(); it != mem.sink().step(step).dump["data"].end(); ++it)
+      want.push_back(it.key());
+    CHECK(want.size() > 3);
+    CHECK(seen.at(step) == want);
+  }
 }

@@ -318,7 +318,7 @@ TEST_CASE(
     {
       Probe dbg(tp::Options().dump_path(dump));
       probed = train(&dbg, 2, [&](int s, const std::string& point) {
-        if (s == 0 && point == "mid") fs::remove_all(removed == "dump_path" ? dump : r0);
+        if (s == 0 && point == "mid") tptest::remove_tree(removed == "dump_path" ? dump : r0);
       });
     }
     err.restore();

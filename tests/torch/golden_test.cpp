@@ -118,7 +118,7 @@ void check_golden(const std::string& scenario, const std::string& dump_dir) {
   REQUIRE_FALSE(got.empty());
   const std::string dir = golden_root() + "/" + scenario;
   if (updating()) {
-    fs::remove_all(dir);
+    tptest::remove_tree(dir);
     for (const auto& [name, bytes] : got) {
       fs::create_directories(fs::path(dir + "/" + name).parent_path());
       std::ofstream(dir + "/" + name, std::ios::binary) << bytes;

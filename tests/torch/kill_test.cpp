@@ -438,7 +438,7 @@ TEST_CASE(
       } else {
         CHECK(rc == 0);
       }
-      fs::remove_all(run);
+      tptest::remove_tree(run);
       fs::remove(run + ".progress");
     }
     MESSAGE(case_name << ": kills " << kills << ", finished steps checked " << finished << " (rebuilt from the journal "

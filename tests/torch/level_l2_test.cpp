@@ -197,7 +197,7 @@ TEST_CASE("config \"level\": \"L2\" with a list descends into the one call it na
   const tptest::TempDir dir;
   auto run = [&](const std::string& listed) {
     const std::string cfg = dir.path() + "/config.json";
-    std::filesystem::remove_all(dir.path() + "/dump");
+    tptest::remove_tree(dir.path() + "/dump");
     std::ofstream(cfg) << Json{{"task", "statistics"},
                                {"level", "L2"},
                                {"dump_path", dir.path() + "/dump"},

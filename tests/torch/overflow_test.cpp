@@ -268,7 +268,7 @@ TEST_CASE("the planted op is the origin: a multiply by a large constant, an exp,
       (void)c.run();
     }
     const auto& files = dbg.sink().step(0);
-    const Json& summary = files.task_files.at("overflow_summary.json");
+    const Json summary = files.json_file("overflow_summary.json");
     CHECK(summary["origin"] == c.origin);
     REQUIRE(summary["calls"].size() == 2);  // the planted op and the one after it
     CHECK(summary["calls"][1]["role"] == "propagated");
@@ -335,7 +335,7 @@ TEST_CASE("overflow_nums 2 keeps two calls; -1 keeps every overflowing call of e
     for (int s = 0; s < 3; ++s) {
       CAPTURE(s);
       CHECK(dbg.sink().step(s).dump["data"].size() == 3);
-      CHECK(dbg.sink().step(s).task_files.at("overflow_summary.json")["step"] == s);
+      CHECK(dbg.sink().step(s).json_file("overflow_summary.json")["step"] == s);
     }
     CHECK(dbg.task().overflowing_calls_kept() == 9);
   }
@@ -374,7 +374,7 @@ TEST_CASE("mix: the origin's module parent, the module around it, and the backwa
     net->forward(torch::ones({1, 4})).backward();
   }
   const auto& files = dbg.sink().step(0);
-  const Json& summary = files.task_files.at("overflow_summary.json");
+  const Json summary = files.json_file("overflow_summary.json");
   CHECK(summary["origin"] == "Aten.exp.0.forward");
   CHECK(summary["origin_parent"] == "Module.block.ExpBlock.forward.0");
   std::map<std::string, std::string> role;
@@ -411,7 +411,7 @@ TEST_CASE("device path (forced on CPU): decisions wait for one batched read at f
       if (device) CHECK(dbg->sink().steps().empty());  // nothing decided before the flush
     }
     dbg->step();
-    return std::make_pair(dbg->sink().step(0).dump, dbg->sink().step(0).task_files.at("overflow_summary.json"));
+    return std::make_pair(dbg->sink().step(0).dump, dbg->sink().step(0).json_file("overflow_summary.json"));
   };
   const auto cpu = dump_of(false, -1);
   const auto device = dump_of(true, -1);

@@ -22,6 +22,7 @@
 #include "torchprobe/io/python_json.hpp"
 #include "torchprobe/io/record_text.hpp"
 #include "torchprobe/io/tensor_writer.hpp"
+#include "torchprobe/sink/step_dump.hpp"
 #include "torchprobe/task/task_traits.hpp"
 
 namespace torchprobe::details {
@@ -139,13 +140,9 @@ class Recorder {
   // The task's own files of the step (free_benchmark.csv, overflow_summary.json, ...) as they stand
   // at this hand-over: one journal line each, {"task_file": NAME, "text": CONTENT}; recovery writes
   // the last one of each name.
-  void journal_task_files(const std::vector<std::pair<std::string, nlohmann::ordered_json>>& trees,
-                          const std::vector<std::pair<std::string, std::string>>& texts) {
+  void journal_task_files(const std::vector<StepFile>& files) {
     if (!journal_.is_open()) return;
-    for (const auto& [name, tree] : trees)
-      journal_.append_later(std::make_unique<TaskFileLine>(name, tree, std::string(), errors_, journal_));
-    for (const auto& [name, text] : texts)
-      journal_.append_later(std::make_unique<TaskFileLine>(name, nullptr, text, errors_, journal_));
+    for (const StepFile& f : files) journal_.append_later(std::make_unique<TaskFileLine>(f, errors_, journal_));
   }
 
   // Waits until every tensor file handed over so far is written.
@@ -271,34 +268,30 @@ class Recorder {
 
   class TaskFileLine final : public io::JournalLine {
    public:
-    TaskFileLine(std::string name, nlohmann::ordered_json tree, std::string text, io::ErrorLog& errors,
-                 const io::Journal& journal)
-        : name_(std::move(name)), tree_(std::move(tree)), text_(std::move(text)), errors_(errors), journal_(journal) {}
+    TaskFileLine(StepFile file, io::ErrorLog& errors, const io::Journal& journal)
+        : file_(std::move(file)), errors_(errors), journal_(journal) {}
 
     std::string text() const override {
-      const std::string content = tree_.is_null() ? text_ : io::to_python_json(tree_);
       std::string line;
-      line.reserve(content.size() + name_.size() + 32);
+      line.reserve(file_.text.size() + file_.name.size() + 32);
       io::JsonText out(line, /*indent=*/-1);
       out.raw("{\"task_file\": ");
-      out.string(name_);
+      out.string(file_.name);
       out.raw(", \"text\": ");
-      out.string(content);
+      out.string(file_.text);
       out.raw("}");
       out.finish();
       return line;
     }
 
     void failed(int err) const override {
-      errors_.log("write_journal", name_, io::errno_text(err),
+      errors_.log("write_journal", file_.name, io::errno_text(err),
                   io::IoError("write the journal", journal_.path(), err).what() +
                       std::string("\nThe step's files are kept in memory and written at stop()/step()."));
     }
 
    private:
-    std::string name_;
-    nlohmann::ordered_json tree_;  // null: the file is `text_`
-    std::string text_;
+    StepFile file_;
     io::ErrorLog& errors_;
     const io::Journal& journal_;
   };

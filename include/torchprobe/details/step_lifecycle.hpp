@@ -31,8 +31,10 @@
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/details/step_writer.hpp"
 #include "torchprobe/io/console.hpp"
+#include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/python_json.hpp"
+#include "torchprobe/sink/sink_traits.hpp"
 #include "torchprobe/sink/step_dump.hpp"
 
 namespace torchprobe::details {
@@ -45,6 +47,11 @@ class StepLifecycle {
   explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core)
       : core_(std::move(core)),
         session_(core_->config()),
+        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+  StepLifecycle(std::shared_ptr<Recorder<TaskT>> core, Sink&& sink)
+      : core_(std::move(core)),
+        session_(core_->config()),
+        sink_(std::move(sink)),
         writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
   // Every step handed over is written first (the writer, declared last, goes first).
   ~StepLifecycle() { drain(); }
@@ -89,10 +96,13 @@ class StepLifecycle {
       if (writer_.writes_to(directory)) writer_.wait_all();
     directory_ = directory;
     written_ = std::make_shared<std::atomic<bool>>(false);
-    sink_.open(directory_, TaskT::saves_tensors(core_->config()));
+    sink_.open(directory_);
+    // dump_tensor_data/ whatever the sink: the tensor files go to disk in any case.
+    if (TaskT::saves_tensors(core_->config()))
+      create_directory("create the tensor directory", tensor_data_directory(directory_));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
-    if constexpr (sink_keeps_journal<Sink>::value) {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
       // The journal is a safety net: a full disk costs the step its recovery, not its dump (nor
       // the training). Other errors (EACCES, EROFS) mean an unwritable dump_path and are thrown.
       try {
@@ -132,7 +142,7 @@ class StepLifecycle {
       core_->decide_held();
       core_->release_held_saves();                                  // async_dump
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
-      if constexpr (sink_writes_debug<Sink>::value)
+      if constexpr (sink_traits::writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
     });
     if (prepared) hand_over(std::move(job));
@@ -162,7 +172,7 @@ class StepLifecycle {
   // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
     std::shared_ptr<io::Journal::File> file;
-    if constexpr (sink_keeps_journal<Sink>::value) {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
       try {
         if (open_) core_->flush_tensor_files();
       } catch (const std::exception& e) {
@@ -217,7 +227,7 @@ class StepLifecycle {
   StepWriter& writer() { return writer_; }
 
  private:
-  static constexpr bool kBackground = sink_writes_in_background<Sink>::value;
+  static constexpr bool kBackground = sink_traits::writes_in_background<Sink>::value;
 
   // One hand-over: what the writer's thread writes, and what it waits for first.
   struct Job {
@@ -280,7 +290,7 @@ class StepLifecycle {
       Recorder<TaskT>::wait_tensor_files(job.files);
       core.journal().wait_for(job.journal_lines);
       if (job.dump) sink.write_step(*job.dump);
-      if constexpr (sink_writes_debug<Sink>::value)
+      if constexpr (sink_traits::writes_debug<Sink>::value)
         if (job.debug) sink.write_debug(*job.debug);
     } catch (const std::exception& e) {
       ok = false;
@@ -302,7 +312,7 @@ class StepLifecycle {
   // dump.json's (or debug.json's) part of a hand-over: every record of the step so far.
   StepDump dump_of(StepState& state, Level level, Job& job) {
     StepState::Sealed sealed = state.seal();
-    if constexpr (sink_keeps_journal<Sink>::value)
+    if constexpr (sink_traits::keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
     d.task = std::string(TaskT::name);
@@ -313,15 +323,33 @@ class StepLifecycle {
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
-    if constexpr (task_traits::adds_files<TaskT>::value)
-      if (level == L) d.task_files = core_->task().step_files(d.records, d.step);
-    if constexpr (task_traits::adds_text_files<TaskT>::value)
-      if (level == L) d.task_text_files = core_->task().step_text_files(d.step, session_.rank().value_or(0));
-    if constexpr (sink_keeps_journal<Sink>::value)
-      if (!d.task_files.empty() || !d.task_text_files.empty())
-        core_->journal_task_files(d.task_files, d.task_text_files);
+    if (level == L) d.files = task_files(d);
+    if constexpr (sink_traits::keeps_journal<Sink>::value)
+      if (!d.files.empty()) core_->journal_task_files(d.files);
     job.bytes += sealed.bytes;
     return d;
+  }
+
+  // The task's own files of the step, as text: its JSON files (step_files) first, then its text
+  // files (step_text_files). Sinks and the journal see one list, whatever the task.
+  std::vector<StepFile> task_files(const StepDump& d) {
+    std::vector<StepFile> files;
+    if constexpr (task_traits::adds_files<TaskT>::value)
+      for (auto& [name, tree] : core_->task().step_files(d.records, d.step))
+        files.push_back({std::move(name), io::to_python_json(tree)});
+    if constexpr (task_traits::adds_text_files<TaskT>::value)
+      for (auto& [name, text] : core_->task().step_text_files(d.step, session_.rank().value_or(0)))
+        files.push_back({std::move(name), std::move(text)});
+    return files;
+  }
+
+  // Makes `path` (and its parents), or throws IoError saying what was being made.
+  static void create_directory(const char* what, const std::string& path) {
+    try {
+      io::create_directories(path);
+    } catch (const io::IoError& e) {
+      throw io::IoError(what, path, e.error_code());
+    }
   }
 
   nlohmann::ordered_json dump_data_dir() const {

@@ -18,21 +18,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <utility>
 
 #include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe {
-
-// A sink opts in to being written off the training thread with
-// `static constexpr bool writes_in_background = true` (DirectorySink). Others (MemorySink,
-// NullSink) are written by stop()/step() themselves, so they hold the step when these return.
-template <class Sink, class = void>
-struct sink_writes_in_background : std::false_type {};
-template <class Sink>
-struct sink_writes_in_background<Sink, std::void_t<decltype(Sink::writes_in_background)>>
-    : std::bool_constant<Sink::writes_in_background> {};
 
 namespace details {
 

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "torchprobe/io/files.hpp"
-#include "torchprobe/io/python_json.hpp"
 #include "torchprobe/sink/step_dump.hpp"
 #include "torchprobe/sink/step_text.hpp"
 
@@ -20,13 +19,12 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory, bool tensor_files) {
+  void open(const std::string& directory) {
     try {
       io::create_directories(directory);
     } catch (const io::IoError& e) {
       throw io::IoError("create the dump directory", directory, e.error_code());
     }
-    if (tensor_files) create_tensor_directory(directory);
   }
 
   void write_step(const StepDump& d) {
@@ -34,8 +32,7 @@ class DirectorySink {
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
     const bool sync = !d.records.empty();
     step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
-    for (const auto& f : d.task_files) io::write_file_atomic(d.directory + "/" + f.first, io::to_python_json(f.second));
-    for (const auto& f : d.task_text_files) io::write_file_atomic(d.directory + "/" + f.first, f.second);
+    for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });

@@ -13,14 +13,16 @@ class MemorySink {
  public:
   struct Files {
     nlohmann::ordered_json dump, stack, construct;
-    nlohmann::ordered_json debug;                              // save()'s debug.json, null when nothing was saved
-    std::map<std::string, nlohmann::ordered_json> task_files;  // overflow_summary.json, ...
-    std::map<std::string, std::string> task_text_files;        // free_benchmark.csv
+    nlohmann::ordered_json debug;              // save()'s debug.json, null when nothing was saved
+    std::map<std::string, std::string> files;  // the task's own: overflow_summary.json, free_benchmark.csv
+
+    // One of the task's JSON files, parsed (at() throws std::out_of_range for a file not there).
+    nlohmann::ordered_json json_file(const std::string& name) const {
+      return nlohmann::ordered_json::parse(files.at(name));
+    }
   };
 
-  void open(const std::string& directory, bool tensor_files) {
-    if (tensor_files) create_tensor_directory(directory);
-  }
+  void open(const std::string&) {}
 
   void write_step(const StepDump& d) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -28,10 +30,8 @@ class MemorySink {
     f.dump = d.dump_json();
     f.stack = d.extra_info ? d.stack_json() : nlohmann::ordered_json();
     f.construct = d.construct_json();
-    f.task_files.clear();
-    for (const auto& tf : d.task_files) f.task_files[tf.first] = tf.second;
-    f.task_text_files.clear();
-    for (const auto& tf : d.task_text_files) f.task_text_files[tf.first] = tf.second;
+    f.files.clear();
+    for (const StepFile& tf : d.files) f.files[tf.name] = tf.text;
   }
 
   void write_debug(const StepDump& d) {
@@ -52,16 +52,6 @@ class MemorySink {
  private:
   mutable std::mutex mutex_;
   std::map<std::int64_t, Files> steps_;
-};
-
-// Records nothing: for measuring the cost of capture alone.
-class NullSink {
- public:
-  void open(const std::string& directory, bool tensor_files) {
-    if (tensor_files) create_tensor_directory(directory);
-  }
-  void write_step(const StepDump&) {}
-  void write_debug(const StepDump&) {}
 };
 
 }  // namespace torchprobe

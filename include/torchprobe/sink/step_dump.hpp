@@ -7,16 +7,20 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/io/files.hpp"
 #include "torchprobe/io/stack_json.hpp"
 
 namespace torchprobe {
+
+// A file of the step besides dump.json and its companions: a task's own.
+struct StepFile {
+  std::string name;  // in the step directory
+  std::string text;
+};
 
 // dump_json() also makes debug.json (save()'s entries, level "debug"): msprobe gives both files the
 // same top-level keys.
@@ -32,10 +36,9 @@ struct StepDump {
   std::vector<const Record*> records;
   // Keeps what `records` points to alive: a sink may write after the step has moved on.
   std::shared_ptr<const void> owner;
-  // Files the task adds to the step directory, {file name, content} (overflow_summary.json).
-  std::vector<std::pair<std::string, nlohmann::ordered_json>> task_files;
-  // Text files the task adds, {file name, content} (free_benchmark.csv).
-  std::vector<std::pair<std::string, std::string>> task_text_files;
+  // Files the task adds to the step directory (overflow_summary.json, free_benchmark.csv), as
+  // their text, in the task's order: a sink writes them as they are, whatever the task.
+  std::vector<StepFile> files;
 
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
@@ -98,35 +101,6 @@ struct StepDump {
     for (const Record* r : listed) items.emplace_back(r->name, value(*r));
     return out;
   }
-};
-
-// dump_tensor_data/ of a rank directory, where the writer puts the tensor files (every sink makes
-// it when the task saves tensors: the files go to disk whatever the sink does with the JSON).
-inline void create_tensor_directory(const std::string& rank_directory) {
-  const std::string tensors = tensor_data_directory(rank_directory);
-  try {
-    io::create_directories(tensors);
-  } catch (const io::IoError& e) {
-    throw io::IoError("create the tensor directory", tensors, e.error_code());
-  }
-}
-
-// A sink has open(directory, tensor_files) (called when a dumped step starts; with tensor_files
-// it makes dump_tensor_data/) and write_step(StepDump). What it may offer besides:
-//  - write_debug(StepDump): debug.json, save()'s entries (a sink without it drops them);
-//  - `static constexpr bool keeps_journal = true`: its JSON goes to the step directory, so the
-//    Debugger keeps the step journal there (io/journal.hpp) for crash recovery.
-template <class Sink, class = void>
-struct sink_writes_debug : std::false_type {};
-template <class Sink>
-struct sink_writes_debug<Sink,
-                         std::void_t<decltype(std::declval<Sink&>().write_debug(std::declval<const StepDump&>()))>>
-    : std::true_type {};
-
-template <class Sink, class = void>
-struct sink_keeps_journal : std::false_type {};
-template <class Sink>
-struct sink_keeps_journal<Sink, std::void_t<decltype(Sink::keeps_journal)>> : std::bool_constant<Sink::keeps_journal> {
 };
 
 }  // namespace torchprobe
