@@ -10,7 +10,8 @@
 //    copy of the tensor: what the probe could do instead). Each with its error against float64 on
 //    the CPU copy, and its read bandwidth (the tensor's bytes over the time).
 // 2. A training step of an MLP on the GPU at 1x, 10x and 100x the steps: un-probed, with a
-//    constructed but never started debugger, and with mix + statistics writing msprobe's files
+//    constructed but never started debugger, with mix + statistics into a NullSink (the capture
+//    alone, statistics still read back from the device at each step), and writing msprobe's files
 //    (the default sink, files complete on disk at each step). A per-step cost that grows with the
 //    number of steps is a defect.
 // Without a CUDA device it prints "SKIPPED: no CUDA device" and measures nothing.
@@ -127,8 +128,8 @@ void training_table(const std::vector<int>& step_counts) {
   std::printf(
       "\nMLP 4 x Linear(512,512)+gelu, LayerNorm, batch 256, on the GPU: us per step (forward, "
       "sum().backward(); ratio to the un-probed step of the same row)\n");
-  std::printf("  %-8s %12s %14s %8s %22s %8s\n", "steps", "un-probed", "not started", "ratio", "mix+statistics, files",
-              "ratio");
+  std::printf("  %-8s %12s %14s %8s %18s %8s %22s %8s\n", "steps", "un-probed", "not started", "ratio",
+              "mix, capture only", "ratio", "mix+statistics, files", "ratio");
   torch::manual_seed(5);
   tpbench::Mlp model;
   model->to(torch::kCUDA);
@@ -142,10 +143,21 @@ void training_table(const std::vector<int>& step_counts) {
     tptest::remove_tree(dir);
     plain_step();
     const double plain = tpbench::block_us(plain_step, steps);
-    double idle_us = 0, probed_us = 0;
+    double idle_us = 0, capture_us = 0, probed_us = 0;
     {
       tp::Debugger<tp::Level::Mix, tp::Task::Statistics> idle(tp::Options().dump_path(dir));
       idle_us = tpbench::block_us(plain_step, steps);
+    }
+    {
+      tp::Debugger<tp::Level::Mix, tp::Task::Statistics, tp::NullSink> probe(tp::Options().dump_path(dir));
+      capture_us = tpbench::block_us(
+          [&] {
+            probe.start(model);
+            model->forward(x).sum().backward();
+            probe.stop();
+            probe.step();
+          },
+          steps);
     }
     {
       tp::Debugger<tp::Level::Mix, tp::Task::Statistics> probe(tp::Options().dump_path(dir));
@@ -159,8 +171,8 @@ void training_table(const std::vector<int>& step_counts) {
           },
           steps);
     }
-    std::printf("  %-8d %12.1f %14.1f %8.2f %22.1f %8.2f\n", steps, plain, idle_us, idle_us / plain, probed_us,
-                probed_us / plain);
+    std::printf("  %-8d %12.1f %14.1f %8.2f %18.1f %8.2f %22.1f %8.2f\n", steps, plain, idle_us, idle_us / plain,
+                capture_us, capture_us / plain, probed_us, probed_us / plain);
   }
   tptest::remove_tree(dir);
 }
