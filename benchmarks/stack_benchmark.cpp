@@ -64,7 +64,7 @@ int main() {
               torchprobe::io::libunwind_available() ? "libunwind unw_backtrace" : "glibc: no libunwind", fastest,
               fastest / glibc);
 
-  auto& sym = torchprobe::io::detail::Symbolizer::instance();
+  auto& sym = torchprobe::io::details::Symbolizer::instance();
   const CallStack s = tp_stack_bench::outer(tp_stack_bench::depth, Unwinder::Fastest);
   const double n = static_cast<double>(s.frames.size());
   double first_us[2] = {0, 0};

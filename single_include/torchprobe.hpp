@@ -437,7 +437,7 @@ struct Config {
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 using json = nlohmann::json;
 
@@ -569,32 +569,32 @@ inline std::pair<int64_t, int64_t> parse_index_text(const std::string& text, con
   return {a, b};
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline DataMode DataMode::parse(const std::vector<std::string>& modes) {
-  return detail::parse_data_mode(modes, "data_mode");
+  return details::parse_data_mode(modes, "data_mode");
 }
 
 inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& key) {
   const std::string allowed = "integers or \"a-b\" ranges with 0 <= a <= b <= 1000000";
   IndexSet set;
   if (value.is_null()) return set;
-  if (!value.is_array()) detail::reject(key, value, "it should be a list", "a list of " + allowed);
+  if (!value.is_array()) details::reject(key, value, "it should be a list", "a list of " + allowed);
   if (value.size() > static_cast<size_t>(kMax))
-    detail::reject(key, value, "it has more than 1000000 elements", "a list of " + allowed);
+    details::reject(key, value, "it has more than 1000000 elements", "a list of " + allowed);
   for (const auto& item : value) {
     int64_t first = 0, last = 0;
     if (item.is_boolean()) {
-      detail::reject(key, item, "booleans are not indices", allowed);
+      details::reject(key, item, "booleans are not indices", allowed);
     } else if (item.is_number_integer()) {
       const bool in_range = item.is_number_unsigned() ? item.get<uint64_t>() <= static_cast<uint64_t>(kMax)
                                                       : (item.get<int64_t>() >= 0 && item.get<int64_t>() <= kMax);
-      if (!in_range) detail::reject(key, item, "it is outside [0, 1000000]", allowed);
+      if (!in_range) details::reject(key, item, "it is outside [0, 1000000]", allowed);
       first = last = item.get<int64_t>();
     } else if (item.is_string()) {
-      std::tie(first, last) = detail::parse_index_text(item.get<std::string>(), key, allowed);
+      std::tie(first, last) = details::parse_index_text(item.get<std::string>(), key, allowed);
     } else {
-      detail::reject(key, item, "it is neither an integer nor a string", allowed);
+      details::reject(key, item, "it is neither an integer nor a string", allowed);
     }
     for (int64_t v = first; v <= last; ++v) set.values_.push_back(v);
   }
@@ -603,7 +603,7 @@ inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& 
   return set;
 }
 
-namespace detail {
+namespace details {
 
 inline bool read_bool(const json& object, const std::string& key, bool fallback) {
   const json* v = find(object, key);
@@ -640,14 +640,14 @@ inline std::vector<std::string> read_string_list(const json& object, const std::
   return v->get<std::vector<std::string>>();
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/readers.hpp ----
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // preheat_step / max_sample: an integer > 0 (booleans are not integers).
 inline int64_t read_positive_count(const json& section, const char* key, const std::string& label, int64_t fallback) {
@@ -719,7 +719,7 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
   return f;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/free_benchmark.hpp ----
@@ -1016,7 +1016,7 @@ class JsonText {
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // Python's str() of the number json.load makes of `v`: "-1" for an int, "0.5", "1.0", "1e-05" for a float.
 inline std::string python_number_text(const json& v) {
@@ -1057,7 +1057,7 @@ GradProbeConfig parse_grad_probe(const json& section, Label&& label) {
   return g;
 }
 
-}  // namespace detail
+}  // namespace details
 
 constexpr const char* grad_level_name(GradLevel l) {
   switch (l) {
@@ -1252,7 +1252,7 @@ inline std::string describe_available(const TaskCatalog& catalog) {
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 inline std::vector<std::string> parse_api_names(const json& section, const char* key, const std::string& label) {
   const std::string allowed = "a list of bare API names such as [\"linear\", \"__add__\", \"linalg.inv\"]";
@@ -1292,14 +1292,14 @@ inline RunUtConfig parse_run_ut(const json& section, const std::string& section_
   return r;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/run_ut.hpp ----
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
 inline bool asks_for_something(const json& v) {
@@ -1444,14 +1444,14 @@ inline void check_scope(const Config& c, const std::string& label) {
   // With the per-level patterns above, L0 and L1 scopes are necessarily of one kind; mix may combine both.
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The configuration a config.json object describes. `implemented` (the Debugger's task list) adds
 // the checks of what this build implements: a (task, level) pair it lacks is an error naming what
 // it has, and section keys the task does not declare are ignored with a warning. Without it the
 // document is checked against msprobe's schema only, and every section key TorchProbe knows is read.
 inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* implemented = nullptr) {
-  using namespace detail;
+  using namespace details;
   if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
   Config c;
   warn_about_top_level_keys(doc, implemented, c.warnings);
@@ -1554,7 +1554,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   return c;
 }
 
-namespace detail {
+namespace details {
 
 // The raw JSON object of a config file; every failure names the path.
 inline nlohmann::json read_config_json(const std::string& path) {
@@ -1578,14 +1578,14 @@ inline nlohmann::json read_config_json(const std::string& path) {
   return doc;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline Config load_config_file(const std::string& path, const TaskCatalog* implemented = nullptr) {
-  const nlohmann::json doc = detail::read_config_json(path);
+  const nlohmann::json doc = details::read_config_json(path);
   try {
     return parse_config(doc, implemented);
   } catch (const ConfigError& e) {
-    throw ConfigError("config file " + detail::quote(path) + ": " + e.what());
+    throw ConfigError("config file " + details::quote(path) + ": " + e.what());
   }
 }
 
@@ -1655,7 +1655,7 @@ class Options {
   // PrecisionDebugger decides by it which debugger to build before resolving against that one's tasks.
   nlohmann::json named_task() const {
     if (overrides_.contains("task")) return overrides_["task"];
-    const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+    const nlohmann::json doc = config_file_ ? details::read_config_json(*config_file_) : msprobe_defaults();
     return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json(std::string(Config().task.str()));
   }
   const std::optional<std::string>& config_path() const { return config_file_; }
@@ -1683,9 +1683,9 @@ class Options {
 
 inline Config Options::resolve(std::optional<Level> level, std::optional<TaskName> task,
                                const TaskCatalog* implemented) const {
-  using detail::quote;
+  using details::quote;
   using nlohmann::json;
-  json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+  json doc = config_file_ ? details::read_config_json(*config_file_) : msprobe_defaults();
   std::vector<std::string> notes;
 
   // Who named level/task, for the warning when the Debugger disagrees (the shipped defaults name nobody).
@@ -1709,14 +1709,14 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
   auto impose = [&](const char* key, std::string_view wanted, const std::string& source) {
     json& slot = doc[key];
     if (!source.empty() && slot != json(std::string(wanted))) {
-      std::string note = source + " says " + key + " " + detail::show(slot) + ", this Debugger is " + quote(wanted) +
+      std::string note = source + " says " + key + " " + details::show(slot) + ", this Debugger is " + quote(wanted) +
                          ": using " + quote(wanted);
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
       // PrecisionDebugger runs task structure at mix when the file names another level: say why.
       if (std::string(key) == "level" && task == TaskName(Task::Structure) && wanted == "mix" && slot != json("L0"))
-        note =
-            "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
+        note = "task \"structure\" needs level \"L0\" or \"mix\": level " + details::show(slot) +
+               " was changed to \"mix\"";
       notes.push_back(note);
     }
     slot = std::string(wanted);
@@ -1725,7 +1725,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
   if (task) impose("task", task->str(), task_source);
 
   // Section keys go into the section of the task that will actually run.
-  const json* task_value = detail::find(doc, "task");
+  const json* task_value = details::find(doc, "task");
   const std::string section = (task_value && task_value->is_string()) ? task_value->get<std::string>() : "statistics";
   for (const auto& item : overrides_.items()) {
     if (!is_section_key(item.key())) continue;
@@ -1764,20 +1764,20 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 // strerror() is not thread-safe and strerror_r has two incompatible signatures (GNU returns the
 // text, XSI fills the buffer); overloads on the result type accept either.
 inline std::string strerror_text(const char* gnu_result, const char* /*buf*/) {
   return gnu_result != nullptr ? gnu_result : "Unknown error";
 }
 inline std::string strerror_text(int xsi_rc, const char* buf) { return xsi_rc == 0 ? buf : "Unknown error"; }
-}  // namespace detail
+}  // namespace details
 
 // The OS's words for an errno value (e.g. "No space left on device").
 inline std::string errno_text(int err) {
   char buf[256];
   buf[0] = '\0';
-  return detail::strerror_text(strerror_r(err, buf, sizeof buf), buf);
+  return details::strerror_text(strerror_r(err, buf, sizeof buf), buf);
 }
 
 // A failed file-system operation. what() reads "torchprobe: cannot <action> '<path>': <reason>".
@@ -2184,7 +2184,7 @@ struct Record {
 
 #include <cxxabi.h>
 
-namespace torchprobe::io::detail {
+namespace torchprobe::io::details {
 
 // Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
 // named "f(int) [clone .constprop.0]"; the user knows them as f(int).
@@ -2271,14 +2271,14 @@ inline std::string frame_text(const std::string& path, long line, const std::str
   return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
 }
 
-}  // namespace torchprobe::io::detail
+}  // namespace torchprobe::io::details
 // ---- end torchprobe/io/symbol_names.hpp ----
 
 extern char** environ;
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // Resolves addresses to stack.json frame strings; one process-wide instance, guarded by a mutex
 // (symbolizing happens when files are written, never per op).
@@ -2544,7 +2544,7 @@ class Symbolizer {
   bool use_addr2line_ = true;
 };
 
-}  // namespace detail
+}  // namespace details
 
 // The frames of `stack` as stack.json strings, innermost first:
 //   "File {path}, line {line}, in {function}, \n {source text}"
@@ -2555,7 +2555,7 @@ class Symbolizer {
 // runtimes and process start-up are dropped. Set TORCHPROBE_ADDR2LINE=0 to skip addr2line.
 // If nothing remains the result is {"The call stack retrieval failed."}, as msprobe writes.
 inline std::vector<std::string> symbolize(const CallStack& stack) {
-  return detail::Symbolizer::instance().symbolize(stack);
+  return details::Symbolizer::instance().symbolize(stack);
 }
 
 }  // namespace torchprobe::io
@@ -2597,7 +2597,7 @@ inline StackGroups group_stacks(const StackEntries& entries) {
     entry_raw.push_back(known->second);
   }
   StackGroups out;
-  out.frames = detail::Symbolizer::instance().symbolize_many(unique);
+  out.frames = details::Symbolizer::instance().symbolize_many(unique);
 
   // Groups are numbered in order of first appearance; each distinct raw stack is looked up once.
   std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index
@@ -2925,7 +2925,7 @@ inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // Walks one nlohmann tree into a JsonText.
 template <class Json>
@@ -2995,27 +2995,27 @@ std::string to_python_json_impl(const Json& j, int indent) {
   return buf;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Same bytes as Python's json.dump(obj, f, indent=indent) (no trailing newline, like Python).
 // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
 // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
 inline void write_python_json(std::ostream& os, const nlohmann::ordered_json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
+  details::write_python_json_impl(os, j, indent);
 }
 // Other nlohmann::basic_json flavours (e.g. nlohmann::json); exact types only, so that values that
 // merely convert to JSON pick the ordered_json overload above instead of being ambiguous.
 template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
 void write_python_json(std::ostream& os, const Json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
+  details::write_python_json_impl(os, j, indent);
 }
 
 inline std::string to_python_json(const nlohmann::ordered_json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
+  return details::to_python_json_impl(j, indent);
 }
 template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
 std::string to_python_json(const Json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
+  return details::to_python_json_impl(j, indent);
 }
 
 }  // namespace torchprobe::io
@@ -3071,7 +3071,7 @@ void write_typed(JsonText& out, std::string_view type, int depth, Value&& value)
 
 // A JSON tree as the value at `depth` of the text being written.
 inline void write_json_value(JsonText& out, const nlohmann::ordered_json& j, int depth) {
-  detail::write_tree(out, j, depth);
+  details::write_tree(out, j, depth);
 }
 
 // An entry's body as dump.json shows it (Record::json_of(body, deferred)), at `depth`.
@@ -4576,7 +4576,7 @@ inline Int64ScanFunction int64_scan_function(KernelIsa isa) {
 // hash the bytes in logical order, so theirs keeps the dimension order.
 
 
-namespace torchprobe::stats::detail {
+namespace torchprobe::stats::details {
 
 struct StridedRuns {
   const char* base = nullptr;               // the element at index 0, the lowest address (strides are >= 0)
@@ -4695,11 +4695,11 @@ void for_each_run(const StridedRuns& runs, std::int64_t begin, std::int64_t end,
   }
 }
 
-}  // namespace torchprobe::stats::detail
+}  // namespace torchprobe::stats::details
 // ---- end torchprobe/stats/layout.hpp ----
 
 namespace torchprobe::stats {
-namespace detail {
+namespace details {
 
 // Below this many bytes a tensor is scanned on the calling thread: waking a second thread costs
 // a few microseconds, about what one core needs to read 64 KiB.
@@ -4904,7 +4904,7 @@ inline TensorStats zero_dim_rule(TensorStats s) {
   return s;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Dtypes the probe can summarise; others (quantized, float8, ...) get null statistics.
 inline bool has_cpu_kernel(at::ScalarType t) {
@@ -4925,7 +4925,7 @@ inline bool has_cpu_kernel(at::ScalarType t) {
   }
 }
 
-namespace detail {
+namespace details {
 
 // Whether cpu_stats can look at `tensor` at all; nulls otherwise.
 inline bool summarizable_on_cpu(const at::Tensor& tensor) {
@@ -4963,16 +4963,16 @@ inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa, bool tiny_
   return tensor.dim() == 0 ? zero_dim_rule(s) : s;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
 // see kernel_isa_supported), whatever its size. Tests and benchmarks use it to compare
 // instruction sets.
-inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) { return detail::cpu_stats(tensor, isa, false); }
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) { return details::cpu_stats(tensor, isa, false); }
 
 // Statistics of a CPU tensor of any layout: the best kernels this CPU runs, and a plain loop for
-// tiny contiguous tensors (detail::tiny_stats).
-inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stats(tensor, best_kernel_isa(), true); }
+// tiny contiguous tensors (details::tiny_stats).
+inline TensorStats cpu_stats(const at::Tensor& tensor) { return details::cpu_stats(tensor, best_kernel_isa(), true); }
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
@@ -6315,7 +6315,7 @@ struct NonFiniteTensors {
   std::vector<std::string> keys;
 };
 
-namespace detail {
+namespace details {
 
 inline void scan_value(const Json& v, const std::string& key, bool input, NonFiniteTensors& out) {
   if (is_tensor_item(v)) {
@@ -6333,7 +6333,7 @@ inline void scan_value(const Json& v, const std::string& key, bool input, NonFin
   }
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The sides of an entry: a forward entry's inputs are its arguments and a module's parameters;
 // a backward entry's "input" are the gradients flowing in (msprobe's naming) and its "output"
@@ -6344,15 +6344,15 @@ inline NonFiniteTensors nonfinite_tensors(const Record& r) {
   for (auto it = r.body.begin(); it != r.body.end(); ++it) {
     const std::string& k = it.key();
     if (k == "input_args" || k == "input") {
-      detail::scan_value(it.value(), "input", true, out);
+      details::scan_value(it.value(), "input", true, out);
     } else if (k == "input_kwargs") {
-      detail::scan_value(it.value(), "kwargs", true, out);
+      details::scan_value(it.value(), "kwargs", true, out);
     } else if (k == "parameters") {
-      detail::scan_value(it.value(), "parameters", true, out);
+      details::scan_value(it.value(), "parameters", true, out);
     } else if (k == "output") {
-      detail::scan_value(it.value(), "output", false, out);
+      details::scan_value(it.value(), "output", false, out);
     } else if (it.value().is_array() && it.value().size() == 1) {
-      detail::scan_value(it.value()[0], k, false, out);  // a parameter gradient: "weight", as its .pt is named
+      details::scan_value(it.value()[0], k, false, out);  // a parameter gradient: "weight", as its .pt is named
     }
   }
   return out;
@@ -6957,7 +6957,7 @@ inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // What every outstanding reservation shares with the writer (which extends it: WriterState in
 // io/tensor_writer.hpp). Its mutex also guards the writer's job queue, so a finished file leaves
@@ -7029,7 +7029,7 @@ struct BudgetState {
   }
 };
 
-}  // namespace detail
+}  // namespace details
 
 // Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
 // (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
@@ -7037,7 +7037,7 @@ struct BudgetState {
 class Reservation {
  public:
   Reservation() = default;
-  Reservation(std::shared_ptr<detail::BudgetState> state, std::size_t bytes, void* block = nullptr)
+  Reservation(std::shared_ptr<details::BudgetState> state, std::size_t bytes, void* block = nullptr)
       : state_(std::move(state)), bytes_(bytes), block_(block) {}
   Reservation(Reservation&& o) noexcept
       : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
@@ -7064,7 +7064,7 @@ class Reservation {
   at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
     if (!block_) return at::Tensor();
     void* block = std::exchange(block_, nullptr);
-    std::weak_ptr<detail::BudgetState> state = state_;
+    std::weak_ptr<details::BudgetState> state = state_;
     const std::size_t size = bytes_;
     return at::from_blob(
         static_cast<char*>(block) + kTensorPayloadOffset, sizes,
@@ -7093,12 +7093,12 @@ class Reservation {
   }
 
  private:
-  std::shared_ptr<detail::BudgetState> state_;
+  std::shared_ptr<details::BudgetState> state_;
   std::size_t bytes_ = 0;
   void* block_ = nullptr;
 };
 
-namespace detail {
+namespace details {
 
 // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
 // will free memory (so it only ever waits for progress the writer is making).
@@ -7125,14 +7125,14 @@ inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_
   return Reservation(state, bytes, block);
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/memory_budget.hpp ----
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // What the writer's threads share with each other and, through the budget it extends, with every
 // outstanding reservation. Guarded by the budget's mutex, but for the log (log_mu).
@@ -7162,7 +7162,7 @@ struct WriteJob {
   at::Tensor data;
   std::uint64_t number = 0;
 };
-}  // namespace detail
+}  // namespace details
 
 // The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
 // being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
@@ -7188,7 +7188,7 @@ class TensorWriter {
   // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
   // is in write(), which is what a single sequential writer cannot overlap.
   explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
-      : state_(std::make_shared<detail::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
+      : state_(std::make_shared<details::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
         thread_count_(std::max(threads, 1u)) {}
 
   TensorWriter(const TensorWriter&) = delete;
@@ -7209,11 +7209,11 @@ class TensorWriter {
 
   // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
   // will free memory.
-  Reservation reserve(std::size_t bytes) { return detail::reserve(state_, bytes); }
+  Reservation reserve(std::size_t bytes) { return details::reserve(state_, bytes); }
 
   // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
   void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     {
       std::lock_guard<std::mutex> lock(s.mu);
       if (threads_.empty()) start_threads();
@@ -7226,7 +7226,7 @@ class TensorWriter {
 
   // Returns once every submitted file is written (or has failed and been logged).
   void flush() {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.in_flight == 0; });
   }
@@ -7238,13 +7238,13 @@ class TensorWriter {
     return state_->submitted;
   }
   void flush(std::uint64_t ticket) {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
   }
 
   Stats stats() const {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::lock_guard<std::mutex> lock(s.mu);
     Stats out;
     out.files = s.files;
@@ -7267,10 +7267,10 @@ class TensorWriter {
       threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
   }
 
-  static void run(detail::WriterState& s, std::deque<detail::WriteJob>& queue) {
+  static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {
     ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
     for (;;) {
-      detail::WriteJob job;
+      details::WriteJob job;
       {
         std::unique_lock<std::mutex> lock(s.mu);
         s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
@@ -7309,7 +7309,7 @@ class TensorWriter {
 
   // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
   // each on stderr, so a full disk is noticed without flooding either.
-  static void report(detail::WriterState& s, const detail::WriteJob& job, const std::exception& e) noexcept {
+  static void report(details::WriterState& s, const details::WriteJob& job, const std::exception& e) noexcept {
     try {
       std::lock_guard<std::mutex> lock(s.log_mu);
       // Each step (rank directory) has its own log, and the log remembers what it reported per log
@@ -7333,9 +7333,9 @@ class TensorWriter {
     }
   }
 
-  std::shared_ptr<detail::WriterState> state_;
+  std::shared_ptr<details::WriterState> state_;
   // Guarded by state_->mu; shared with the threads so that they never reach into this object.
-  std::shared_ptr<std::deque<detail::WriteJob>> queue_ = std::make_shared<std::deque<detail::WriteJob>>();
+  std::shared_ptr<std::deque<details::WriteJob>> queue_ = std::make_shared<std::deque<details::WriteJob>>();
   const unsigned thread_count_;
   std::vector<std::thread> threads_;  // started by the first submit
 };
@@ -7652,7 +7652,7 @@ inline at::Tensor host_contiguous(const at::Tensor& t) {
   return h.contiguous();
 }
 
-namespace detail {
+namespace details {
 
 // Calls consume(bytes, n) over the tensor's bytes in logical order. Long contiguous runs are
 // passed as they lie in memory; short or strided ones are gathered into a small buffer first.
@@ -7715,12 +7715,12 @@ class Xor64Stream {
   std::uint64_t offset_ = 0;
 };
 
-}  // namespace detail
+}  // namespace details
 
 inline std::uint32_t crc32_of(const at::Tensor& t) {
   const at::Tensor h = host_values(t);
   uLong crc = crc32(0L, Z_NULL, 0);
-  detail::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
+  details::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
     while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
       const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
       crc = crc32(crc, p, chunk);
@@ -7740,8 +7740,8 @@ inline std::string crc32_hex(const at::Tensor& t) {
 
 // XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
 inline std::uint64_t xor64(const at::Tensor& t) {
-  detail::Xor64Stream x;
-  detail::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
+  details::Xor64Stream x;
+  details::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
   return x.value();
 }
 
@@ -8204,7 +8204,7 @@ struct builtin_task {
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 using BacktraceFunction = int (*)(void**, int);
 
@@ -8228,14 +8228,14 @@ inline BacktraceFunction libunwind_backtrace() {
   return fn;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
 // else glibc), or glibc's backtrace() always.
 enum class Unwinder { Fastest, Glibc };
 
 // Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
+inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
 
 // Up to max_frames return addresses of the current thread (at most 256), innermost first: the
 // first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
@@ -8249,7 +8249,7 @@ inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder
   void* buf[kLimit];
   int n = 0;
   if (how == Unwinder::Fastest)
-    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
+    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
   if (n <= 0) n = ::backtrace(buf, max_frames);
   if (n > 0) out.frames.assign(buf, buf + n);
   return out;
@@ -8278,7 +8278,7 @@ inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
 
 namespace torchprobe::capture {
 
-namespace detail {
+namespace details {
 
 // A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
 // ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
@@ -8303,10 +8303,10 @@ inline bool stack_runs_backend_loop() {
   return false;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline bool on_backend_thread() {
-  thread_local const bool backend = detail::stack_runs_backend_loop();
+  thread_local const bool backend = details::stack_runs_backend_loop();
   return backend;
 }
 
@@ -8571,7 +8571,7 @@ inline std::string api_family(std::string_view ns) {
   return family;
 }
 
-namespace detail {
+namespace details {
 
 inline ArgKind kind_of(const c10::TypePtr& declared) {
   c10::TypePtr t = declared;
@@ -8611,7 +8611,7 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
   return info;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Process-wide cache, shared by all threads; entries are never freed (operators live as long as
 // the process), so a returned reference stays valid.
@@ -8646,7 +8646,7 @@ class OpRegistry {
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
     if (!slot) {
-      slot = detail::op_info_of(fn);
+      slot = details::op_info_of(fn);
       // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
       slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
     }
@@ -9239,7 +9239,7 @@ class BackwardProbe : public std::enable_shared_from_this<BackwardProbe> {
 #include <c10/util/ArrayRef.h>
 
 
-namespace torchprobe::capture::detail {
+namespace torchprobe::capture::details {
 
 // Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
 // returns false; returns false when stopped.
@@ -9290,7 +9290,7 @@ c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::siz
   return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
 }
 
-}  // namespace torchprobe::capture::detail
+}  // namespace torchprobe::capture::details
 // ---- end torchprobe/capture/call_values.hpp ----
 // ---- begin torchprobe/capture/captured_call.hpp ----
 // An API call's arguments and results as the training thread captures them under the statistics
@@ -9700,7 +9700,7 @@ class CapturedCall final : public DeferredBody {
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // "aten::add_.Tensor" -> "add_": risk tables are keyed by the short name that API entries use.
 inline std::string_view aten_short_name(std::string_view op) {
@@ -9779,7 +9779,7 @@ inline bool is_core_op(std::string_view op) {
   return false;
 }
 
-}  // namespace detail
+}  // namespace details
 
 class NameFilter {
  public:
@@ -9831,8 +9831,8 @@ class NameFilter {
     if ((level_ != Level::L1 && level_ != Level::Mix) || !scope_.empty() || !list_.empty()) return true;
     switch (risk_level_) {
       case RiskLevel::All: return true;
-      case RiskLevel::Focus: return !detail::is_low_risk_op(aten_op);
-      case RiskLevel::Core: return detail::is_core_op(aten_op);
+      case RiskLevel::Focus: return !details::is_low_risk_op(aten_op);
+      case RiskLevel::Core: return details::is_core_op(aten_op);
     }
     return true;
   }
@@ -10706,7 +10706,7 @@ namespace torchprobe::capture {
 template <class TaskT>
 class GradientRecorder final : public GradientReceiver {
  public:
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
   using Done = std::function<void(Core&, Record&&)>;
 
   // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a
@@ -10883,7 +10883,7 @@ struct ApiCall {
 // `LevelNested` (L2): calls keep their forward name for the calls nested in them.
 template <class TaskT, bool LevelNested = false>
 class ApiEntries {
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -10893,7 +10893,7 @@ class ApiEntries {
   // the call runs inside the one the list names, and is dumped whatever the filters say.
   template <class Inputs, class Parents>
   void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call, bool inside = false) {
-    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    torchprobe::details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     a.admitted = a.admitted || inside;
     if constexpr (LevelNested) call.name = a.name;
     if constexpr (task_traits::checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
@@ -10912,11 +10912,11 @@ class ApiEntries {
       if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if (mode.any_backward() && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
+    if (mode.any_backward() && c10::GradMode::is_enabled() && details::any_requires_grad(inputs)) {
       call.backward = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
-      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
+      for (const at::Tensor& t : details::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
       const std::string& forward = call.forward ? call.record.name : a.name;
       call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
       call.api_name = op.api;
@@ -10966,7 +10966,7 @@ class ApiEntries {
   template <class Parents>
   void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
     if constexpr (task_traits::checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
-    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    torchprobe::details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     if (!a.admitted) return;
     call.forward = true;
     call.record.name = std::move(a.name);
@@ -10999,8 +10999,8 @@ class ApiEntries {
   // Hooks the backward entry on the autograd nodes the call created; false when there are none.
   template <class Outputs>
   bool attach_backward(const Outputs& outputs, const ApiCall& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
+    const std::vector<at::Tensor> tensors = details::tensors_of(outputs);
+    if (!details::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
     const std::string api = call.api_name;
     const bool inside = call.inside_backward;
     auto recorder =
@@ -11091,7 +11091,7 @@ class ApiEntries {
   }
 
   static std::shared_ptr<CapturedCall> new_body(std::size_t bytes) {
-    auto body = std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+    auto body = std::allocate_shared<CapturedCall>(torchprobe::details::BodyAllocator<CapturedCall>());
     body->reserve(bytes);
     return body;
   }
@@ -11365,7 +11365,7 @@ struct ModuleCall {
   bool param_only = false;  // all its tensor inputs are the episode's parameters (W.t() and the like)
 };
 
-namespace detail {
+namespace details {
 
 // A container module of the model that no guard marks, known from the modules it encloses: one
 // call of it is named in construct.json (forward when inferred, backward when the first backward
@@ -11411,14 +11411,14 @@ struct ThreadModules {
   std::uint64_t inferred_generation = 0;  // the step they belong to
 };
 
-}  // namespace detail
+}  // namespace details
 
 // The construct.json parents of an entry made by a call on this thread: the innermost open
 // module (the episode, for a call in it), "" at top level, nullopt where no module is tracked
 // (L1: construct.json stays {}). Computed only when asked: most calls never need them.
 class EntryParents {
  public:
-  EntryParents(const detail::ThreadModules& tm, bool in_episode, bool modules_level)
+  EntryParents(const details::ThreadModules& tm, bool in_episode, bool modules_level)
       : tm_(tm), in_episode_(in_episode), tracked_(modules_level || tm.dump_only) {}
 
   std::optional<std::string> forward() const {
@@ -11435,7 +11435,7 @@ class EntryParents {
   }
 
  private:
-  const detail::ThreadModules& tm_;
+  const details::ThreadModules& tm_;
   bool in_episode_;
   bool tracked_;
 };
@@ -11466,11 +11466,11 @@ class EntryParents {
 // container that calls one module twice needs a ModuleGuard.
 
 
-namespace torchprobe::capture::detail {
+namespace torchprobe::capture::details {
 
 // `m` opens (its name, parent and parent_backward are set): its parent becomes the innermost
 // inferred container, when there is one, and each container that starts a call here gets its
-// forward name in construct.json. `Core` is details::Recorder.
+// forward name in construct.json. `Core` is torchprobe::details::Recorder.
 template <class Core>
 void infer_containers(Core& core, ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
   OpenModule* guard = tm.guards.empty() ? nullptr : tm.guards.back().get();
@@ -11527,7 +11527,7 @@ void list_backward(Core& core, const std::shared_ptr<InferredContainer>& c) {
   core.commit_last(std::move(r));
 }
 
-}  // namespace torchprobe::capture::detail
+}  // namespace torchprobe::capture::details
 // ---- end torchprobe/capture/inferred_containers.hpp ----
 // ---- begin torchprobe/capture/parameter_gradients.hpp ----
 // The entries "Module.{path}.{Class}.parameters_grad.{k}" (levels L0 and mix): the gradients of a
@@ -11542,7 +11542,7 @@ namespace torchprobe::capture {
 // weakly): once the capture is gone they record nothing more.
 template <class TaskT>
 class ParameterGradients final : public std::enable_shared_from_this<ParameterGradients<TaskT>> {
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit ParameterGradients(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -11710,11 +11710,11 @@ namespace torchprobe::capture {
 template <class TaskT, Level L>
 class ModuleTracker {
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
-  using Core = details::Recorder<TaskT>;
-  using OpenModule = detail::OpenModule;
+  using Core = torchprobe::details::Recorder<TaskT>;
+  using OpenModule = details::OpenModule;
 
  public:
-  using ThreadModules = detail::ThreadModules;
+  using ThreadModules = details::ThreadModules;
 
   ModuleTracker(std::shared_ptr<Core> core, std::shared_ptr<ParameterGradients<TaskT>> grads)
       : core_(std::move(core)), grads_(std::move(grads)), serial_(next_serial()) {}
@@ -11752,7 +11752,7 @@ class ModuleTracker {
   // A user call starts: it may continue the open episode, end it, or begin one.
   template <class Inputs>
   void call_started(ThreadModules& tm, const OpInfo& op, const Inputs& inputs, ModuleCall& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(inputs);
+    const std::vector<at::Tensor> tensors = details::tensors_of(inputs);
     const ModuleInfo* owner = nullptr;
     bool param_only = true;
     std::vector<const at::Tensor*> plain;
@@ -11814,7 +11814,7 @@ class ModuleTracker {
     if (call.in_episode && tm.episode) {
       OpenModule& ep = *tm.episode;
       ep.last_outputs.assign(outputs.begin(), outputs.end());
-      for (const at::Tensor& t : detail::tensors_of(outputs)) {
+      for (const at::Tensor& t : details::tensors_of(outputs)) {
         ep.produced.insert(t.unsafeGetTensorImpl());
         if (call.param_only) ep.derived.insert(t.unsafeGetTensorImpl());  // W.t() and the like
       }
@@ -11956,7 +11956,7 @@ class ModuleTracker {
         return nullptr;
       }
     }
-    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+    for (const at::Tensor& t : details::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
     m->calls_at_start = tm.calls;
     tm.guards.push_back(std::move(m));
     return tm.guards.back().get();
@@ -11969,7 +11969,7 @@ class ModuleTracker {
     m.record.name = info.forward_name(m.index);
     m.record.parent = parents(tm, /*in_episode=*/false).forward();
     if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
-    if (kModules && !tm.dump_only) detail::infer_containers(*core_, tm, info, m);
+    if (kModules && !tm.dump_only) details::infer_containers(*core_, tm, info, m);
     core_->entries().enter_module(m.record.name);
     m.admitted = core_->entries().admit(m.record.name);
     m.grad_enabled = c10::GradMode::is_enabled();
@@ -12032,9 +12032,9 @@ class ModuleTracker {
     if (!with_backward || !m.grad_enabled || !mode.any_backward()) return;
     // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
     std::vector<at::Tensor> tensors;
-    for (const at::Tensor& t : detail::tensors_of(outputs))
+    for (const at::Tensor& t : details::tensors_of(outputs))
       if (t.defined() && t.requires_grad()) tensors.push_back(t);
-    if (!detail::any_in_graph(tensors)) return;
+    if (!details::any_in_graph(tensors)) return;
     std::vector<Edge> input_edges;
     for (const Edge& e : m.input_edges)
       if (e.is_valid()) input_edges.push_back(e);
@@ -12046,7 +12046,7 @@ class ModuleTracker {
         core_, m.info->backward_name(m.index), tensors.size(), input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
         [grads, key, waits, inferred = m.inferred_parent](Core& core, Record&& r) {
-          detail::list_backward(core, inferred);
+          details::list_backward(core, inferred);
           if (auto g = grads.lock())
             g->module_backward_done(key, waits, std::move(r));
           else
@@ -12352,7 +12352,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   static constexpr bool kApis = LevelTraits<L>::captures_apis;
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
   static constexpr bool kNested = LevelTraits<L>::nested_apis;
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit CallCapture(std::shared_ptr<Core> core)
@@ -12395,7 +12395,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
       call = std::make_unique<Call>();
       call->schema_known = op.schema_known;
       call->returns = op.returns;
-      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+      const auto inputs = details::own_values(fn.inputs(), op.schema_known, op.args.size());
       const bool modules = modules_.tracks(tm);
       if (modules) modules_.call_started(tm, op, inputs, call->module);
       if (kApis && !tm.dump_only) apis_.start(op, inputs, modules_.parents(tm, call->module.in_episode), call->api);
@@ -12425,7 +12425,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
         call = std::make_unique<Call>();
         call->schema_known = op.schema_known;
         call->returns = op.returns;
-        const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+        const auto inputs = details::own_values(fn.inputs(), op.schema_known, op.args.size());
         ThreadModules& tm = modules_.this_thread();
         const auto outer = modules_.parents(tm, false);
         const std::string* listed = core_->config().list.empty() ? nullptr : &core_->config().list.front();
@@ -12458,7 +12458,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     ThreadModules& tm = modules_.this_thread();
     try {
       const auto outputs =
-          detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
+          details::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       modules_.call_ended(tm, outputs, call.module);
       if (call.api.forward) apis_.finish(outputs, call.api);
       if (call.api.backward && apis_.attach_backward(outputs, call.api) && kNested)
@@ -12676,7 +12676,7 @@ inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
 template <class TaskT>
 class SaveCapture {
  public:
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
   // Writes the entries of one save() call into the step's debug.json.
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {
@@ -12901,12 +12901,32 @@ class ScriptExecutorSettings {
 // The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
 
 
-
 namespace torchprobe {
 
 class DebuggerInterface {
  public:
   virtual ~DebuggerInterface() = default;
+
+  // The ways to start, written once for every Debugger: each becomes a start_with().
+  void start() { start_with(ModelRef{}, std::nullopt); }
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id);
+  }
+  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
+  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
+  // model or with a range that is not 0 <= start <= end.
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
+  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer
+  // with getRank()).
+  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
+  void start(const Model& model, const PG& pg) {
+    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
+  }
+
   // `tokens`: start(model, token_range), see capture/token_window.hpp.
   virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                           std::optional<TokenRange> tokens = std::nullopt) = 0;
@@ -13756,25 +13776,8 @@ class BasicDebugger final : public DebuggerInterface {
     step_.drain();
   }
 
-  void start() { start_with(ModelRef{}, std::nullopt); }
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id);
-  }
-  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
-  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
-  // model or with a range that is not 0 <= start <= end.
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id, tokens);
-  }
-
-  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer with getRank()).
-  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
-  void start(const Model& model, const PG& pg) {
-    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
-  }
-
+  // start(), start(model), start(model, rank), start(model, tokens), start(model, pg):
+  // DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
     if (tokens) check_token_range(*tokens, model);
@@ -14119,7 +14122,7 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // What one registered name holds: whether calls go through the dispatcher (captured) or straight to
 // the function (restored), and the function itself (replaced when the name is registered again).
@@ -14149,7 +14152,7 @@ inline bool is_identifier(const std::string& s) {
   return true;
 }
 
-}  // namespace detail
+}  // namespace details
 
 template <class Sig>
 class CustomApi;
@@ -14158,7 +14161,7 @@ class CustomApi;
 template <class Ret, class... Args>
 class CustomApi<Ret(Args...)> {
  public:
-  CustomApi(std::shared_ptr<detail::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
+  CustomApi(std::shared_ptr<details::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
       : state_(std::move(state)), op_(std::move(op)) {}
 
   Ret operator()(Args... args) const {
@@ -14167,17 +14170,17 @@ class CustomApi<Ret(Args...)> {
   }
 
   // The operator's kernel: whatever function the name holds now.
-  static void define(torch::Library& library, const std::string& name, std::shared_ptr<detail::CustomApiState> state) {
+  static void define(torch::Library& library, const std::string& name, std::shared_ptr<details::CustomApiState> state) {
     library.def(name.c_str(), [state](Args... args) -> Ret { return function(*state)(std::forward<Args>(args)...); });
   }
 
-  static std::function<Ret(Args...)> function(detail::CustomApiState& state) {
+  static std::function<Ret(Args...)> function(details::CustomApiState& state) {
     std::lock_guard<std::mutex> lock(state.mutex);
     return *std::static_pointer_cast<std::function<Ret(Args...)>>(state.function);
   }
 
  private:
-  std::shared_ptr<detail::CustomApiState> state_;
+  std::shared_ptr<details::CustomApiState> state_;
   c10::TypedOperatorHandle<Ret(Args...)> op_;
 };
 
@@ -14192,21 +14195,21 @@ auto register_custom_api(const std::string& prefix, const std::string& name, Fn 
   using Sig = typename c10::guts::infer_function_traits_t<Fn>::func_type;
   using Api = CustomApi<Sig>;
   const std::string where = "torchprobe::register_custom_api(\"" + prefix + "\", \"" + name + "\")";
-  if (!detail::is_identifier(prefix) || !detail::is_identifier(name))
+  if (!details::is_identifier(prefix) || !details::is_identifier(name))
     throw std::invalid_argument(where + ": prefix and name must be identifiers ([A-Za-z_][A-Za-z0-9_]*)");
   if (prefix == "aten" || capture::internal_namespace(prefix))
     throw std::invalid_argument(where + ": '" + prefix +
                                 "' is a namespace of libtorch's own; choose another prefix (e.g. your project's name)");
-  auto& registry = detail::CustomApiRegistry::instance();
+  auto& registry = details::CustomApiRegistry::instance();
   const std::string qualified = prefix + "::" + name;
-  std::shared_ptr<detail::CustomApiState> state;
+  std::shared_ptr<details::CustomApiState> state;
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
     auto& slot = registry.states[qualified];
     if (slot && slot->signature != std::type_index(typeid(Sig)))
       throw std::invalid_argument(where + ": registered before with another signature");
     if (!slot) {
-      slot = std::make_shared<detail::CustomApiState>(std::type_index(typeid(Sig)));
+      slot = std::make_shared<details::CustomApiState>(std::type_index(typeid(Sig)));
       slot->function = std::make_shared<std::function<Sig>>(fn);
       auto& library = registry.libraries[prefix];
       if (!library)
@@ -14226,7 +14229,7 @@ auto register_custom_api(const std::string& prefix, const std::string& name, Fn 
 // msprobe's restore_custom_api: calls of {prefix}.{name} go straight to the function again (not an
 // entry; the ATen calls inside are recorded as any). Returns false when the name was never registered.
 inline bool restore_custom_api(const std::string& prefix, const std::string& name) {
-  auto& registry = detail::CustomApiRegistry::instance();
+  auto& registry = details::CustomApiRegistry::instance();
   std::lock_guard<std::mutex> lock(registry.mutex);
   const auto it = registry.states.find(prefix + "::" + name);
   if (it == registry.states.end()) return false;
@@ -14420,7 +14423,7 @@ struct GradSummary {
   std::string sign;                   // L1/L2 with signs: -1, 0, +1 as int8 bytes (NaN is 0)
 };
 
-namespace detail {
+namespace details {
 
 inline at::Tensor as_bytes(const at::Tensor& t) { return t.contiguous().reshape({-1}).view(at::kByte); }
 
@@ -14432,7 +14435,7 @@ inline at::Tensor bounds_tensor(const std::vector<GradBound>& bounds, const at::
   return t.to(like.options());
 }
 
-}  // namespace detail
+}  // namespace details
 
 class GradStatsComputer {
  public:
@@ -14508,10 +14511,10 @@ class GradStatsComputer {
       stats.push_back((g == 0).sum().to(at::kDouble).reshape({1}));
     }
     parts.push_back(at::cat(stats).view(at::kByte));
-    if (level_ == GradLevel::L0) parts.push_back(detail::as_bytes(g.to(at::kFloat)));
+    if (level_ == GradLevel::L0) parts.push_back(details::as_bytes(g.to(at::kFloat)));
     if (level_ != GradLevel::L0) {
-      parts.push_back(detail::as_bytes(g > 0));
-      if (with_sign_) parts.push_back(detail::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
+      parts.push_back(details::as_bytes(g > 0));
+      if (with_sign_) parts.push_back(details::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
     }
   }
 
@@ -14637,7 +14640,7 @@ class GradStatsComputer {
   const at::Tensor& bounds_on(const at::Tensor& like) {
     const std::string key = like.device().str() + "/" + std::string(c10::toString(like.scalar_type()));
     auto it = bounds_cache_.find(key);
-    if (it == bounds_cache_.end()) it = bounds_cache_.emplace(key, detail::bounds_tensor(bounds_, like)).first;
+    if (it == bounds_cache_.end()) it = bounds_cache_.emplace(key, details::bounds_tensor(bounds_, like)).first;
     return it->second;
   }
 
@@ -14972,21 +14975,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (impl_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
   }
 
-  void start() { start_with(ModelRef{}, std::nullopt); }
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id);
-  }
-  // Inference: only the model's forward calls tokens.start..tokens.end (Debugger::start).
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id, tokens);
-  }
-  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg`.
-  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
-  void start(const Model& model, const PG& pg) {
-    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
-  }
+  // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
     if (tokens && !grad_) check_token_range(*tokens, model);  // also when dump_enable is false

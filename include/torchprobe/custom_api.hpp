@@ -34,7 +34,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // What one registered name holds: whether calls go through the dispatcher (captured) or straight to
 // the function (restored), and the function itself (replaced when the name is registered again).
@@ -64,7 +64,7 @@ inline bool is_identifier(const std::string& s) {
   return true;
 }
 
-}  // namespace detail
+}  // namespace details
 
 template <class Sig>
 class CustomApi;
@@ -73,7 +73,7 @@ class CustomApi;
 template <class Ret, class... Args>
 class CustomApi<Ret(Args...)> {
  public:
-  CustomApi(std::shared_ptr<detail::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
+  CustomApi(std::shared_ptr<details::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
       : state_(std::move(state)), op_(std::move(op)) {}
 
   Ret operator()(Args... args) const {
@@ -82,17 +82,17 @@ class CustomApi<Ret(Args...)> {
   }
 
   // The operator's kernel: whatever function the name holds now.
-  static void define(torch::Library& library, const std::string& name, std::shared_ptr<detail::CustomApiState> state) {
+  static void define(torch::Library& library, const std::string& name, std::shared_ptr<details::CustomApiState> state) {
     library.def(name.c_str(), [state](Args... args) -> Ret { return function(*state)(std::forward<Args>(args)...); });
   }
 
-  static std::function<Ret(Args...)> function(detail::CustomApiState& state) {
+  static std::function<Ret(Args...)> function(details::CustomApiState& state) {
     std::lock_guard<std::mutex> lock(state.mutex);
     return *std::static_pointer_cast<std::function<Ret(Args...)>>(state.function);
   }
 
  private:
-  std::shared_ptr<detail::CustomApiState> state_;
+  std::shared_ptr<details::CustomApiState> state_;
   c10::TypedOperatorHandle<Ret(Args...)> op_;
 };
 
@@ -107,21 +107,21 @@ auto register_custom_api(const std::string& prefix, const std::string& name, Fn 
   using Sig = typename c10::guts::infer_function_traits_t<Fn>::func_type;
   using Api = CustomApi<Sig>;
   const std::string where = "torchprobe::register_custom_api(\"" + prefix + "\", \"" + name + "\")";
-  if (!detail::is_identifier(prefix) || !detail::is_identifier(name))
+  if (!details::is_identifier(prefix) || !details::is_identifier(name))
     throw std::invalid_argument(where + ": prefix and name must be identifiers ([A-Za-z_][A-Za-z0-9_]*)");
   if (prefix == "aten" || capture::internal_namespace(prefix))
     throw std::invalid_argument(where + ": '" + prefix +
                                 "' is a namespace of libtorch's own; choose another prefix (e.g. your project's name)");
-  auto& registry = detail::CustomApiRegistry::instance();
+  auto& registry = details::CustomApiRegistry::instance();
   const std::string qualified = prefix + "::" + name;
-  std::shared_ptr<detail::CustomApiState> state;
+  std::shared_ptr<details::CustomApiState> state;
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
     auto& slot = registry.states[qualified];
     if (slot && slot->signature != std::type_index(typeid(Sig)))
       throw std::invalid_argument(where + ": registered before with another signature");
     if (!slot) {
-      slot = std::make_shared<detail::CustomApiState>(std::type_index(typeid(Sig)));
+      slot = std::make_shared<details::CustomApiState>(std::type_index(typeid(Sig)));
       slot->function = std::make_shared<std::function<Sig>>(fn);
       auto& library = registry.libraries[prefix];
       if (!library)
@@ -141,7 +141,7 @@ auto register_custom_api(const std::string& prefix, const std::string& name, Fn 
 // msprobe's restore_custom_api: calls of {prefix}.{name} go straight to the function again (not an
 // entry; the ATen calls inside are recorded as any). Returns false when the name was never registered.
 inline bool restore_custom_api(const std::string& prefix, const std::string& name) {
-  auto& registry = detail::CustomApiRegistry::instance();
+  auto& registry = details::CustomApiRegistry::instance();
   std::lock_guard<std::mutex> lock(registry.mutex);
   const auto it = registry.states.find(prefix + "::" + name);
   if (it == registry.states.end()) return false;

@@ -72,25 +72,8 @@ class BasicDebugger final : public DebuggerInterface {
     step_.drain();
   }
 
-  void start() { start_with(ModelRef{}, std::nullopt); }
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id);
-  }
-  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
-  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
-  // model or with a range that is not 0 <= start <= end.
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id, tokens);
-  }
-
-  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer with getRank()).
-  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
-  void start(const Model& model, const PG& pg) {
-    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
-  }
-
+  // start(), start(model), start(model, rank), start(model, tokens), start(model, pg):
+  // DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
     if (tokens) check_token_range(*tokens, model);

@@ -90,7 +90,7 @@ class Work {
   std::unique_ptr<capture::CallContext> ctx_;
 };
 
-namespace detail {
+namespace details {
 
 template <class PG>
 nlohmann::ordered_json group_of(const c10::intrusive_ptr<PG>& pg) {
@@ -138,7 +138,7 @@ Work run(Describe&& describe, Call&& call, bool async_op) {
   return work;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The global ranks of a subgroup's members, in its own rank order (what new_group(ranks) was given
 // in Python): its collectives then record them as group_ranks. Register the object that the
@@ -156,12 +156,12 @@ void set_group_ranks(const c10::intrusive_ptr<PG>& pg, std::vector<std::int64_t>
 template <class PG>
 Work all_reduce(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, c10d::ReduceOp op = c10d::ReduceOp::SUM,
                 bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "all_reduce";
         c.args = {tensor};
-        c.kwarg("op", detail::reduce_op_json(op));
-        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("op", details::reduce_op_json(op));
+        c.kwarg("group", details::group_of(pg));
       },
       [&] {
         std::vector<at::Tensor> tensors{tensor};
@@ -174,12 +174,12 @@ Work all_reduce(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, c10d
 
 template <class PG>
 Work broadcast(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t src, bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "broadcast";
         c.args = {tensor};
         c.kwarg("src", capture::int_json(src));
-        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("group", details::group_of(pg));
       },
       [&] {
         std::vector<at::Tensor> tensors{tensor};
@@ -194,11 +194,11 @@ Work broadcast(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::
 template <class PG>
 Work all_gather(const c10::intrusive_ptr<PG>& pg, const std::vector<at::Tensor>& outputs, const at::Tensor& tensor,
                 bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "all_gather";
-        c.args = {detail::tensor_list(outputs), tensor};
-        c.kwarg("group", detail::group_of(pg));
+        c.args = {details::tensor_list(outputs), tensor};
+        c.kwarg("group", details::group_of(pg));
       },
       [&] {
         std::vector<std::vector<at::Tensor>> out{outputs};
@@ -212,12 +212,12 @@ Work all_gather(const c10::intrusive_ptr<PG>& pg, const std::vector<at::Tensor>&
 template <class PG>
 Work reduce_scatter(const c10::intrusive_ptr<PG>& pg, const at::Tensor& output, const std::vector<at::Tensor>& inputs,
                     c10d::ReduceOp op = c10d::ReduceOp::SUM, bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "reduce_scatter";
-        c.args = {output, detail::tensor_list(inputs)};
-        c.kwarg("op", detail::reduce_op_json(op));
-        c.kwarg("group", detail::group_of(pg));
+        c.args = {output, details::tensor_list(inputs)};
+        c.kwarg("op", details::reduce_op_json(op));
+        c.kwarg("group", details::group_of(pg));
       },
       [&] {
         std::vector<at::Tensor> out{output};
@@ -233,12 +233,12 @@ Work reduce_scatter(const c10::intrusive_ptr<PG>& pg, const at::Tensor& output, 
 template <class PG>
 Work send(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t dst, std::int64_t tag = 0,
           bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "send";
         c.args = {tensor};
         c.kwarg("dst", capture::int_json(dst));
-        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("group", details::group_of(pg));
         c.kwarg("tag", capture::int_json(tag));
       },
       [&] {
@@ -251,12 +251,12 @@ Work send(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64
 template <class PG>
 Work recv(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64_t src, std::int64_t tag = 0,
           bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "recv";
         c.args = {tensor};
         c.kwarg("src", capture::int_json(src));
-        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("group", details::group_of(pg));
         c.kwarg("tag", capture::int_json(tag));
       },
       [&] {
@@ -268,10 +268,10 @@ Work recv(const c10::intrusive_ptr<PG>& pg, const at::Tensor& tensor, std::int64
 
 template <class PG>
 Work barrier(const c10::intrusive_ptr<PG>& pg, bool async_op = false) {
-  return detail::run(
+  return details::run(
       [&](capture::Collective& c) {
         c.api = "barrier";
-        c.kwarg("group", detail::group_of(pg));
+        c.kwarg("group", details::group_of(pg));
       },
       [&] { return pg->barrier(); }, async_op);
 }

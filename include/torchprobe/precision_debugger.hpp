@@ -37,21 +37,7 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
     if (impl_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
   }
 
-  void start() { start_with(ModelRef{}, std::nullopt); }
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id);
-  }
-  // Inference: only the model's forward calls tokens.start..tokens.end (Debugger::start).
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id, tokens);
-  }
-  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg`.
-  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
-  void start(const Model& model, const PG& pg) {
-    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
-  }
+  // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
     if (tokens && !grad_) check_token_range(*tokens, model);  // also when dump_enable is false

@@ -57,7 +57,7 @@ TEST_CASE("run_ut verdict: an API whose outputs were all SKIPped is SKIP with th
   ru::ApiResult r;
   r.name = "Torch.thing.0";
   r.forward_rows = {ru::skip_detail("Bench output is None, skip this test.")};
-  r.forward = ru::detail::worst(r.forward_rows);
+  r.forward = ru::details::worst(r.forward_rows);
   CHECK(r.forward == ru::Status::pass);  // msprobe: SKIP rows do not count, so nothing is worse than pass
   const ru::Verdict f = ru::forward_verdict(r);
   CHECK(f.status == "SKIP");

@@ -75,7 +75,7 @@ TEST_CASE("an extra linear call inside one module pairs nothing outside it: bloc
 }
 
 TEST_CASE("the alignment inside a module prefers the partner with the same statistics, then the same shape") {
-  using detail::align_items;
+  using details::align_items;
   // Items scored 1 (same name), 3 (same shape too), 7 (same statistics too), 0 (never).
   const std::vector<int> a = {7, 3}, b = {3, 7, 7};
   const auto score = [](int x, int y) { return x == y ? x : (x == 3 || y == 3) ? 1 : 0; };

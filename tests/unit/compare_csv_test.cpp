@@ -89,15 +89,15 @@ TEST_CASE("cells are Python's str(): repr of strings and lists, floats, booleans
 
 TEST_CASE("statistics differences follow msprobe's CalcStatsDiff rules for inf, nan, zero and text") {
   using nlohmann::ordered_json;
-  CHECK(detail::stat_diff(1.5, 1.5, false) == std::pair<std::string, std::string>{"0", "0"});
-  CHECK(detail::stat_diff(1.5, 0.0, false) == std::pair<std::string, std::string>{"1.5", "inf"});
-  CHECK(detail::stat_diff(1.0, 2.0, false) == std::pair<std::string, std::string>{"-1.0", "50.0%"});
-  CHECK(detail::stat_diff(INFINITY, 2.0, false) == std::pair<std::string, std::string>{"inf", "inf"});
-  CHECK(detail::stat_diff(2.0, INFINITY, false) == std::pair<std::string, std::string>{"-inf", "-inf"});
-  CHECK(detail::stat_diff("Nan", 2.0, false) == std::pair<std::string, std::string>{"Nan", "Nan"});
-  CHECK(detail::stat_diff("cpu", 2.0, false) == std::pair<std::string, std::string>{"Diff", "Diff"});
-  CHECK(detail::stat_diff(2.0, "N/A", false) == std::pair<std::string, std::string>{"N/A", "N/A"});
-  CHECK(detail::stat_diff(3, 1, true) == std::pair<std::string, std::string>{"2", "200.0%"});
+  CHECK(details::stat_diff(1.5, 1.5, false) == std::pair<std::string, std::string>{"0", "0"});
+  CHECK(details::stat_diff(1.5, 0.0, false) == std::pair<std::string, std::string>{"1.5", "inf"});
+  CHECK(details::stat_diff(1.0, 2.0, false) == std::pair<std::string, std::string>{"-1.0", "50.0%"});
+  CHECK(details::stat_diff(INFINITY, 2.0, false) == std::pair<std::string, std::string>{"inf", "inf"});
+  CHECK(details::stat_diff(2.0, INFINITY, false) == std::pair<std::string, std::string>{"-inf", "-inf"});
+  CHECK(details::stat_diff("Nan", 2.0, false) == std::pair<std::string, std::string>{"Nan", "Nan"});
+  CHECK(details::stat_diff("cpu", 2.0, false) == std::pair<std::string, std::string>{"Diff", "Diff"});
+  CHECK(details::stat_diff(2.0, "N/A", false) == std::pair<std::string, std::string>{"N/A", "N/A"});
+  CHECK(details::stat_diff(3, 1, true) == std::pair<std::string, std::string>{"2", "200.0%"});
 }
 
 TEST_CASE("the CSV of stat_mix step0 vs step1 equals msprobe's compare_stat, column by column") {

@@ -88,7 +88,7 @@ std::string one_entry_dump(const std::string& max_text, const std::string& extra
 // the file is taken or refused alike.
 bool reads_fast_in(const fs::path& path, std::size_t piece) {
   try {
-    static_cast<void>(detail::dump_rows_in_pieces(path, piece));
+    static_cast<void>(details::dump_rows_in_pieces(path, piece));
     return true;
   } catch (...) {
   }
@@ -114,18 +114,18 @@ TEST_CASE("the fast reader makes load_dump's rows on every committed dump, types
     std::string text = read_text_file(path);
     DumpRows through_json;
     try {
-      through_json = detail::dump_rows_through_json(path, text);
+      through_json = details::dump_rows_through_json(path, text);
     } catch (const InputError&) {  // a dump made to be rejected: the fast reader must not take it either
       CHECK_FALSE(reads_fast(path));
       continue;
     }
     if (!reads_fast(path)) continue;
     ++fast;
-    CHECK(differences(detail::dump_rows_in_pieces(path), through_json) == "");
+    CHECK(differences(details::dump_rows_in_pieces(path), through_json) == "");
     // read in pieces of 1 and 13 bytes: every key, value and entry split across reads somewhere
     for (const std::size_t piece : {1, 13}) {
       CAPTURE(piece);
-      CHECK(differences(detail::dump_rows_in_pieces(path, piece), through_json) == "");
+      CHECK(differences(details::dump_rows_in_pieces(path, piece), through_json) == "");
     }
     CHECK(differences(load_dump_rows(path), through_json) == "");
   }
@@ -146,7 +146,7 @@ TEST_CASE("a scalar argument's dtype is str(type(value)) as Python prints it, wi
                                            "<class 'str'>",   "<class 'NoneType'>", "<class 'list'>"};
   const std::string text = read_text_file(path);
   std::vector<DumpRows> readings;
-  readings.push_back(detail::dump_rows_through_json(path, text));
+  readings.push_back(details::dump_rows_through_json(path, text));
   readings.push_back(load_dump_rows(path));
   for (const DumpRows& rows : readings) {
     REQUIRE(rows.rows.size() == python.size());
@@ -172,7 +172,7 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
     write(path, one_entry_dump("-0.0"));
     REQUIRE(reads_fast(path));
     const DumpRows rows = load_dump_rows(path);
-    CHECK(differences(rows, detail::dump_rows_through_json(path, read_text_file(path))) == "");
+    CHECK(differences(rows, details::dump_rows_through_json(path, read_text_file(path))) == "");
     REQUIRE(rows.rows.size() == 2);
     CHECK(rows.rows[0].stats[0].is_number_float());
     CHECK(std::signbit(rows.rows[0].stats[0].get<double>()));
@@ -193,7 +193,7 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
       CAPTURE(text);
       write(path, text);
       CHECK_FALSE(reads_fast(path));
-      CHECK(differences(load_dump_rows(path), detail::dump_rows_through_json(path, text)) == "");
+      CHECK(differences(load_dump_rows(path), details::dump_rows_through_json(path, text)) == "");
     }
     write(path, one_entry_dump("NaN"));
     CHECK(load_dump_rows(path).rows[0].stats[0] == "Nan");  // msprobe's set_summary
@@ -267,12 +267,12 @@ TEST_CASE("strings with brackets, quotes and backslashes are read whole, whereve
               R"("Functional.pad.0.forward": {"input_args": [{"type": "str", "value": "}]{[\\\"}"},)"
               R"( {"type": "str", "value": "a\\"}, {"type": "int", "value": 3}], "input_kwargs": {}, "output": []},)"
               R"( "Aten.\u0061dd.0.forward": {"input_args": [{"type": "str", "value": "]\"}"}], "output": []}}})");
-  const DumpRows through_json = detail::dump_rows_through_json(path, read_text_file(path));
+  const DumpRows through_json = details::dump_rows_through_json(path, read_text_file(path));
   REQUIRE(through_json.rows.size() == 4);
   CHECK(through_json.rows[3].name == "Aten.add.0.forward.input.0");  // the escape read as "a"
   for (std::size_t piece = 1; piece <= 48; ++piece) {
     CAPTURE(piece);
-    CHECK(differences(detail::dump_rows_in_pieces(path, piece), through_json) == "");
+    CHECK(differences(details::dump_rows_in_pieces(path, piece), through_json) == "");
   }
   // a control character in an entry name, or invalid UTF-8 there, is load_dump's to report
   for (const std::string& name :
@@ -306,19 +306,19 @@ TEST_CASE("a name index finds the first item of each name among many, and nothin
   std::vector<std::string> names;
   for (int i = 0; i < 50000; ++i) names.push_back("Aten.add." + std::to_string(i % 20000) + ".forward");
   const auto name_of = [&](std::size_t i) { return std::string_view(names[i]); };
-  detail::NameIndex index(names.size());
+  details::NameIndex index(names.size());
   std::size_t repeats = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::size_t first = index.insert(names[i], i, name_of);
-    if (first != detail::NameIndex::npos) {
+    if (first != details::NameIndex::npos) {
       ++repeats;
       REQUIRE(first == i % 20000);  // the first item of the name, not the latest
     }
   }
   CHECK(repeats == 30000);
   for (std::size_t i = 0; i < 20000; ++i) REQUIRE(index.find(names[i], name_of) == i);
-  CHECK(index.find("Aten.add.20000.forward", name_of) == detail::NameIndex::npos);
-  CHECK(index.find("", name_of) == detail::NameIndex::npos);
+  CHECK(index.find("Aten.add.20000.forward", name_of) == details::NameIndex::npos);
+  CHECK(index.find("", name_of) == details::NameIndex::npos);
 }
 
 }  // namespace compare_fast_reader_test

@@ -121,7 +121,7 @@ TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's
 }
 
 TEST_CASE("symbolize names the caller and drops runtime frames") {
-  auto& sym = torchprobe::io::detail::Symbolizer::instance();
+  auto& sym = torchprobe::io::details::Symbolizer::instance();
   for (bool addr2line : {false, true}) {
     CAPTURE(addr2line);
     sym.set_use_addr2line(addr2line);
@@ -166,9 +166,9 @@ TEST_CASE("nothing left gives msprobe's failure text") {
 }
 
 TEST_CASE("internal function filter") {
-  using torchprobe::io::detail::is_internal_function;
+  using torchprobe::io::details::is_internal_function;
   CHECK(is_internal_function("torchprobe::io::capture_call_stack(int)"));
-  CHECK(is_internal_function("void torchprobe::detail::f<int>(int)"));
+  CHECK(is_internal_function("void torchprobe::details::f<int>(int)"));
   CHECK(is_internal_function("c10::impl::BoxedKernelWrapper<at::Tensor (at::Tensor const&)>::call()"));
   CHECK(is_internal_function("at::_ops::add_Tensor::call(at::Tensor const&, at::Tensor const&, c10::Scalar const&)"));
   CHECK(is_internal_function("at::RecordFunction::before(char const*, long)"));

@@ -48,7 +48,7 @@ struct ApiCall {
 // `LevelNested` (L2): calls keep their forward name for the calls nested in them.
 template <class TaskT, bool LevelNested = false>
 class ApiEntries {
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit ApiEntries(std::shared_ptr<Core> core) : core_(std::move(core)) {}
@@ -58,7 +58,7 @@ class ApiEntries {
   // the call runs inside the one the list names, and is dumped whatever the filters say.
   template <class Inputs, class Parents>
   void start(const OpInfo& op, const Inputs& inputs, const Parents& parents, ApiCall& call, bool inside = false) {
-    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    torchprobe::details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     a.admitted = a.admitted || inside;
     if constexpr (LevelNested) call.name = a.name;
     if constexpr (task_traits::checks_calls<TaskT>::value) {  // the task makes no entries of calls: it checks them
@@ -77,11 +77,11 @@ class ApiEntries {
       if (core_->config().extra_info) call.record.stack = io::capture_shared_call_stack();
     }
     // The backward entry is admitted on its own name later, so hook it whatever the forward's fate.
-    if (mode.any_backward() && c10::GradMode::is_enabled() && detail::any_requires_grad(inputs)) {
+    if (mode.any_backward() && c10::GradMode::is_enabled() && details::any_requires_grad(inputs)) {
       call.backward = true;
       call.seq_begin = at::sequence_number::peek();
       // Edges are taken now: an in-place op is about to move its input's history.
-      for (const at::Tensor& t : detail::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
+      for (const at::Tensor& t : details::tensors_of(inputs)) call.input_edges.push_back(gradient_edge_of(t));
       const std::string& forward = call.forward ? call.record.name : a.name;
       call.backward_name = forward.substr(0, forward.size() - std::string("forward").size()) + "backward";
       call.api_name = op.api;
@@ -131,7 +131,7 @@ class ApiEntries {
   template <class Parents>
   void start_collective(const OpInfo& op, const Collective& c, const Parents& parents, ApiCall& call) {
     if constexpr (task_traits::checks_calls<TaskT>::value) return;  // a task that re-runs calls: not these
-    details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
+    torchprobe::details::StepState::Admission a = core_->entries().begin_api_call(op.key, op.key_id, op.api);
     if (!a.admitted) return;
     call.forward = true;
     call.record.name = std::move(a.name);
@@ -164,8 +164,8 @@ class ApiEntries {
   // Hooks the backward entry on the autograd nodes the call created; false when there are none.
   template <class Outputs>
   bool attach_backward(const Outputs& outputs, const ApiCall& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(outputs);
-    if (!detail::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
+    const std::vector<at::Tensor> tensors = details::tensors_of(outputs);
+    if (!details::any_in_graph(tensors)) return false;  // most calls: nothing to hook, nothing to allocate
     const std::string api = call.api_name;
     const bool inside = call.inside_backward;
     auto recorder =
@@ -256,7 +256,7 @@ class ApiEntries {
   }
 
   static std::shared_ptr<CapturedCall> new_body(std::size_t bytes) {
-    auto body = std::allocate_shared<CapturedCall>(details::BodyAllocator<CapturedCall>());
+    auto body = std::allocate_shared<CapturedCall>(torchprobe::details::BodyAllocator<CapturedCall>());
     body->reserve(bytes);
     return body;
   }

@@ -13,7 +13,7 @@
 
 namespace torchprobe::capture {
 
-namespace detail {
+namespace details {
 
 // A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
 // ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
@@ -38,10 +38,10 @@ inline bool stack_runs_backend_loop() {
   return false;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline bool on_backend_thread() {
-  thread_local const bool backend = detail::stack_runs_backend_loop();
+  thread_local const bool backend = details::stack_runs_backend_loop();
   return backend;
 }
 

@@ -36,7 +36,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
   static constexpr bool kApis = LevelTraits<L>::captures_apis;
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
   static constexpr bool kNested = LevelTraits<L>::nested_apis;
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit CallCapture(std::shared_ptr<Core> core)
@@ -79,7 +79,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
       call = std::make_unique<Call>();
       call->schema_known = op.schema_known;
       call->returns = op.returns;
-      const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+      const auto inputs = details::own_values(fn.inputs(), op.schema_known, op.args.size());
       const bool modules = modules_.tracks(tm);
       if (modules) modules_.call_started(tm, op, inputs, call->module);
       if (kApis && !tm.dump_only) apis_.start(op, inputs, modules_.parents(tm, call->module.in_episode), call->api);
@@ -109,7 +109,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
         call = std::make_unique<Call>();
         call->schema_known = op.schema_known;
         call->returns = op.returns;
-        const auto inputs = detail::own_values(fn.inputs(), op.schema_known, op.args.size());
+        const auto inputs = details::own_values(fn.inputs(), op.schema_known, op.args.size());
         ThreadModules& tm = modules_.this_thread();
         const auto outer = modules_.parents(tm, false);
         const std::string* listed = core_->config().list.empty() ? nullptr : &core_->config().list.front();
@@ -142,7 +142,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     ThreadModules& tm = modules_.this_thread();
     try {
       const auto outputs =
-          detail::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
+          details::own_values(c10::ArrayRef<c10::IValue>(fn.outputs()), call.schema_known, call.returns);
       modules_.call_ended(tm, outputs, call.module);
       if (call.api.forward) apis_.finish(outputs, call.api);
       if (call.api.backward && apis_.attach_backward(outputs, call.api) && kNested)

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace torchprobe::capture::detail {
+namespace torchprobe::capture::details {
 
 // Calls visit(tensor) for every tensor among boxed values, lists and tuples, in order, until it
 // returns false; returns false when stopped.
@@ -58,4 +58,4 @@ c10::ArrayRef<T> own_values(c10::ArrayRef<T> values, bool schema_known, std::siz
   return schema_known && values.size() > count ? values.slice(values.size() - count) : values;
 }
 
-}  // namespace torchprobe::capture::detail
+}  // namespace torchprobe::capture::details

@@ -14,7 +14,7 @@ namespace torchprobe::capture {
 template <class TaskT>
 class GradientRecorder final : public GradientReceiver {
  public:
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
   using Done = std::function<void(Core&, Record&&)>;
 
   // `outputs`/`inputs`: how many gradient slots each list has; slots that never receive a

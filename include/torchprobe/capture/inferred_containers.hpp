@@ -19,11 +19,11 @@
 #include "torchprobe/capture/module_state.hpp"
 #include "torchprobe/core/record.hpp"
 
-namespace torchprobe::capture::detail {
+namespace torchprobe::capture::details {
 
 // `m` opens (its name, parent and parent_backward are set): its parent becomes the innermost
 // inferred container, when there is one, and each container that starts a call here gets its
-// forward name in construct.json. `Core` is details::Recorder.
+// forward name in construct.json. `Core` is torchprobe::details::Recorder.
 template <class Core>
 void infer_containers(Core& core, ThreadModules& tm, const ModuleInfo& info, OpenModule& m) {
   OpenModule* guard = tm.guards.empty() ? nullptr : tm.guards.back().get();
@@ -80,4 +80,4 @@ void list_backward(Core& core, const std::shared_ptr<InferredContainer>& c) {
   core.commit_last(std::move(r));
 }
 
-}  // namespace torchprobe::capture::detail
+}  // namespace torchprobe::capture::details

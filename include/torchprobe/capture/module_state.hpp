@@ -23,7 +23,7 @@ struct ModuleCall {
   bool param_only = false;  // all its tensor inputs are the episode's parameters (W.t() and the like)
 };
 
-namespace detail {
+namespace details {
 
 // A container module of the model that no guard marks, known from the modules it encloses: one
 // call of it is named in construct.json (forward when inferred, backward when the first backward
@@ -69,14 +69,14 @@ struct ThreadModules {
   std::uint64_t inferred_generation = 0;  // the step they belong to
 };
 
-}  // namespace detail
+}  // namespace details
 
 // The construct.json parents of an entry made by a call on this thread: the innermost open
 // module (the episode, for a call in it), "" at top level, nullopt where no module is tracked
 // (L1: construct.json stays {}). Computed only when asked: most calls never need them.
 class EntryParents {
  public:
-  EntryParents(const detail::ThreadModules& tm, bool in_episode, bool modules_level)
+  EntryParents(const details::ThreadModules& tm, bool in_episode, bool modules_level)
       : tm_(tm), in_episode_(in_episode), tracked_(modules_level || tm.dump_only) {}
 
   std::optional<std::string> forward() const {
@@ -93,7 +93,7 @@ class EntryParents {
   }
 
  private:
-  const detail::ThreadModules& tm_;
+  const details::ThreadModules& tm_;
   bool in_episode_;
   bool tracked_;
 };

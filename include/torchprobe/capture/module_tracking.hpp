@@ -43,11 +43,11 @@ namespace torchprobe::capture {
 template <class TaskT, Level L>
 class ModuleTracker {
   static constexpr bool kModules = LevelTraits<L>::captures_modules;
-  using Core = details::Recorder<TaskT>;
-  using OpenModule = detail::OpenModule;
+  using Core = torchprobe::details::Recorder<TaskT>;
+  using OpenModule = details::OpenModule;
 
  public:
-  using ThreadModules = detail::ThreadModules;
+  using ThreadModules = details::ThreadModules;
 
   ModuleTracker(std::shared_ptr<Core> core, std::shared_ptr<ParameterGradients<TaskT>> grads)
       : core_(std::move(core)), grads_(std::move(grads)), serial_(next_serial()) {}
@@ -85,7 +85,7 @@ class ModuleTracker {
   // A user call starts: it may continue the open episode, end it, or begin one.
   template <class Inputs>
   void call_started(ThreadModules& tm, const OpInfo& op, const Inputs& inputs, ModuleCall& call) {
-    const std::vector<at::Tensor> tensors = detail::tensors_of(inputs);
+    const std::vector<at::Tensor> tensors = details::tensors_of(inputs);
     const ModuleInfo* owner = nullptr;
     bool param_only = true;
     std::vector<const at::Tensor*> plain;
@@ -147,7 +147,7 @@ class ModuleTracker {
     if (call.in_episode && tm.episode) {
       OpenModule& ep = *tm.episode;
       ep.last_outputs.assign(outputs.begin(), outputs.end());
-      for (const at::Tensor& t : detail::tensors_of(outputs)) {
+      for (const at::Tensor& t : details::tensors_of(outputs)) {
         ep.produced.insert(t.unsafeGetTensorImpl());
         if (call.param_only) ep.derived.insert(t.unsafeGetTensorImpl());  // W.t() and the like
       }
@@ -289,7 +289,7 @@ class ModuleTracker {
         return nullptr;
       }
     }
-    for (const at::Tensor& t : detail::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
+    for (const at::Tensor& t : details::tensors_of(inputs)) m->input_edges.push_back(gradient_edge_of(t));
     m->calls_at_start = tm.calls;
     tm.guards.push_back(std::move(m));
     return tm.guards.back().get();
@@ -302,7 +302,7 @@ class ModuleTracker {
     m.record.name = info.forward_name(m.index);
     m.record.parent = parents(tm, /*in_episode=*/false).forward();
     if (!tm.guards.empty()) m.parent_backward = tm.guards.back()->info->backward_name(tm.guards.back()->index);
-    if (kModules && !tm.dump_only) detail::infer_containers(*core_, tm, info, m);
+    if (kModules && !tm.dump_only) details::infer_containers(*core_, tm, info, m);
     core_->entries().enter_module(m.record.name);
     m.admitted = core_->entries().admit(m.record.name);
     m.grad_enabled = c10::GradMode::is_enabled();
@@ -365,9 +365,9 @@ class ModuleTracker {
     if (!with_backward || !m.grad_enabled || !mode.any_backward()) return;
     // Only the outputs and inputs that require grad, as msprobe's BackwardHook (docs/capture.md).
     std::vector<at::Tensor> tensors;
-    for (const at::Tensor& t : detail::tensors_of(outputs))
+    for (const at::Tensor& t : details::tensors_of(outputs))
       if (t.defined() && t.requires_grad()) tensors.push_back(t);
-    if (!detail::any_in_graph(tensors)) return;
+    if (!details::any_in_graph(tensors)) return;
     std::vector<Edge> input_edges;
     for (const Edge& e : m.input_edges)
       if (e.is_valid()) input_edges.push_back(e);
@@ -379,7 +379,7 @@ class ModuleTracker {
         core_, m.info->backward_name(m.index), tensors.size(), input_edges.size(),
         m.record.parent ? std::optional<std::string>(m.parent_backward) : std::nullopt,
         [grads, key, waits, inferred = m.inferred_parent](Core& core, Record&& r) {
-          detail::list_backward(core, inferred);
+          details::list_backward(core, inferred);
           if (auto g = grads.lock())
             g->module_backward_done(key, waits, std::move(r));
           else

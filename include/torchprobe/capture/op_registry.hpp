@@ -114,7 +114,7 @@ inline std::string api_family(std::string_view ns) {
   return family;
 }
 
-namespace detail {
+namespace details {
 
 inline ArgKind kind_of(const c10::TypePtr& declared) {
   c10::TypePtr t = declared;
@@ -154,7 +154,7 @@ inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
   return info;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Process-wide cache, shared by all threads; entries are never freed (operators live as long as
 // the process), so a returned reference stays valid.
@@ -189,7 +189,7 @@ class OpRegistry {
     auto& slot = ops_[key];
     if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
     if (!slot) {
-      slot = detail::op_info_of(fn);
+      slot = details::op_info_of(fn);
       // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
       slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
     }

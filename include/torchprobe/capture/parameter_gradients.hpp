@@ -29,7 +29,7 @@ namespace torchprobe::capture {
 // weakly): once the capture is gone they record nothing more.
 template <class TaskT>
 class ParameterGradients final : public std::enable_shared_from_this<ParameterGradients<TaskT>> {
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
  public:
   explicit ParameterGradients(std::shared_ptr<Core> core) : core_(std::move(core)) {}

@@ -88,7 +88,7 @@ inline nlohmann::ordered_json all_null_like(const SaveValue& v, int depth = 0) {
 template <class TaskT>
 class SaveCapture {
  public:
-  using Core = details::Recorder<TaskT>;
+  using Core = torchprobe::details::Recorder<TaskT>;
 
   // Writes the entries of one save() call into the step's debug.json.
   void save(const std::shared_ptr<Core>& core, const SaveValue& value, const std::string& name, bool save_backward) {

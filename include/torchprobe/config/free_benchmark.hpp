@@ -14,7 +14,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // preheat_step / max_sample: an integer > 0 (booleans are not integers).
 inline int64_t read_positive_count(const json& section, const char* key, const std::string& label, int64_t fallback) {
@@ -86,6 +86,6 @@ FreeBenchmarkConfig parse_free_benchmark(const json& section, const std::vector<
   return f;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe

@@ -13,7 +13,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // Python's str() of the number json.load makes of `v`: "-1" for an int, "0.5", "1.0", "1e-05" for a float.
 inline std::string python_number_text(const json& v) {
@@ -54,7 +54,7 @@ GradProbeConfig parse_grad_probe(const json& section, Label&& label) {
   return g;
 }
 
-}  // namespace detail
+}  // namespace details
 
 constexpr const char* grad_level_name(GradLevel l) {
   switch (l) {

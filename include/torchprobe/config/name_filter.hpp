@@ -15,7 +15,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // "aten::add_.Tensor" -> "add_": risk tables are keyed by the short name that API entries use.
 inline std::string_view aten_short_name(std::string_view op) {
@@ -94,7 +94,7 @@ inline bool is_core_op(std::string_view op) {
   return false;
 }
 
-}  // namespace detail
+}  // namespace details
 
 class NameFilter {
  public:
@@ -146,8 +146,8 @@ class NameFilter {
     if ((level_ != Level::L1 && level_ != Level::Mix) || !scope_.empty() || !list_.empty()) return true;
     switch (risk_level_) {
       case RiskLevel::All: return true;
-      case RiskLevel::Focus: return !detail::is_low_risk_op(aten_op);
-      case RiskLevel::Core: return detail::is_core_op(aten_op);
+      case RiskLevel::Focus: return !details::is_low_risk_op(aten_op);
+      case RiskLevel::Core: return details::is_core_op(aten_op);
     }
     return true;
   }

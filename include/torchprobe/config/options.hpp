@@ -70,7 +70,7 @@ class Options {
   // PrecisionDebugger decides by it which debugger to build before resolving against that one's tasks.
   nlohmann::json named_task() const {
     if (overrides_.contains("task")) return overrides_["task"];
-    const nlohmann::json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+    const nlohmann::json doc = config_file_ ? details::read_config_json(*config_file_) : msprobe_defaults();
     return doc.is_object() && doc.contains("task") ? doc["task"] : nlohmann::json(std::string(Config().task.str()));
   }
   const std::optional<std::string>& config_path() const { return config_file_; }
@@ -98,9 +98,9 @@ class Options {
 
 inline Config Options::resolve(std::optional<Level> level, std::optional<TaskName> task,
                                const TaskCatalog* implemented) const {
-  using detail::quote;
+  using details::quote;
   using nlohmann::json;
-  json doc = config_file_ ? detail::read_config_json(*config_file_) : msprobe_defaults();
+  json doc = config_file_ ? details::read_config_json(*config_file_) : msprobe_defaults();
   std::vector<std::string> notes;
 
   // Who named level/task, for the warning when the Debugger disagrees (the shipped defaults name nobody).
@@ -124,14 +124,14 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
   auto impose = [&](const char* key, std::string_view wanted, const std::string& source) {
     json& slot = doc[key];
     if (!source.empty() && slot != json(std::string(wanted))) {
-      std::string note = source + " says " + key + " " + detail::show(slot) + ", this Debugger is " + quote(wanted) +
+      std::string note = source + " says " + key + " " + details::show(slot) + ", this Debugger is " + quote(wanted) +
                          ": using " + quote(wanted);
       if (std::string(key) == "task" && slot.is_string() && doc.contains(slot.get<std::string>()))
         note += " (its " + quote(slot.get<std::string>()) + " section is ignored)";
       // PrecisionDebugger runs task structure at mix when the file names another level: say why.
       if (std::string(key) == "level" && task == TaskName(Task::Structure) && wanted == "mix" && slot != json("L0"))
-        note =
-            "task \"structure\" needs level \"L0\" or \"mix\": level " + detail::show(slot) + " was changed to \"mix\"";
+        note = "task \"structure\" needs level \"L0\" or \"mix\": level " + details::show(slot) +
+               " was changed to \"mix\"";
       notes.push_back(note);
     }
     slot = std::string(wanted);
@@ -140,7 +140,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
   if (task) impose("task", task->str(), task_source);
 
   // Section keys go into the section of the task that will actually run.
-  const json* task_value = detail::find(doc, "task");
+  const json* task_value = details::find(doc, "task");
   const std::string section = (task_value && task_value->is_string()) ? task_value->get<std::string>() : "statistics";
   for (const auto& item : overrides_.items()) {
     if (!is_section_key(item.key())) continue;

@@ -25,7 +25,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 // A disabled feature ("enable_dataloader": false) needs no warning that it is unsupported.
 inline bool asks_for_something(const json& v) {
@@ -170,14 +170,14 @@ inline void check_scope(const Config& c, const std::string& label) {
   // With the per-level patterns above, L0 and L1 scopes are necessarily of one kind; mix may combine both.
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The configuration a config.json object describes. `implemented` (the Debugger's task list) adds
 // the checks of what this build implements: a (task, level) pair it lacks is an error naming what
 // it has, and section keys the task does not declare are ignored with a warning. Without it the
 // document is checked against msprobe's schema only, and every section key TorchProbe knows is read.
 inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* implemented = nullptr) {
-  using namespace detail;
+  using namespace details;
   if (!doc.is_object()) throw ConfigError("a configuration must be a JSON object, not " + show(doc));
   Config c;
   warn_about_top_level_keys(doc, implemented, c.warnings);
@@ -280,7 +280,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   return c;
 }
 
-namespace detail {
+namespace details {
 
 // The raw JSON object of a config file; every failure names the path.
 inline nlohmann::json read_config_json(const std::string& path) {
@@ -304,14 +304,14 @@ inline nlohmann::json read_config_json(const std::string& path) {
   return doc;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline Config load_config_file(const std::string& path, const TaskCatalog* implemented = nullptr) {
-  const nlohmann::json doc = detail::read_config_json(path);
+  const nlohmann::json doc = details::read_config_json(path);
   try {
     return parse_config(doc, implemented);
   } catch (const ConfigError& e) {
-    throw ConfigError("config file " + detail::quote(path) + ": " + e.what());
+    throw ConfigError("config file " + details::quote(path) + ": " + e.what());
   }
 }
 

@@ -15,7 +15,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 using json = nlohmann::json;
 
@@ -147,32 +147,32 @@ inline std::pair<int64_t, int64_t> parse_index_text(const std::string& text, con
   return {a, b};
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline DataMode DataMode::parse(const std::vector<std::string>& modes) {
-  return detail::parse_data_mode(modes, "data_mode");
+  return details::parse_data_mode(modes, "data_mode");
 }
 
 inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& key) {
   const std::string allowed = "integers or \"a-b\" ranges with 0 <= a <= b <= 1000000";
   IndexSet set;
   if (value.is_null()) return set;
-  if (!value.is_array()) detail::reject(key, value, "it should be a list", "a list of " + allowed);
+  if (!value.is_array()) details::reject(key, value, "it should be a list", "a list of " + allowed);
   if (value.size() > static_cast<size_t>(kMax))
-    detail::reject(key, value, "it has more than 1000000 elements", "a list of " + allowed);
+    details::reject(key, value, "it has more than 1000000 elements", "a list of " + allowed);
   for (const auto& item : value) {
     int64_t first = 0, last = 0;
     if (item.is_boolean()) {
-      detail::reject(key, item, "booleans are not indices", allowed);
+      details::reject(key, item, "booleans are not indices", allowed);
     } else if (item.is_number_integer()) {
       const bool in_range = item.is_number_unsigned() ? item.get<uint64_t>() <= static_cast<uint64_t>(kMax)
                                                       : (item.get<int64_t>() >= 0 && item.get<int64_t>() <= kMax);
-      if (!in_range) detail::reject(key, item, "it is outside [0, 1000000]", allowed);
+      if (!in_range) details::reject(key, item, "it is outside [0, 1000000]", allowed);
       first = last = item.get<int64_t>();
     } else if (item.is_string()) {
-      std::tie(first, last) = detail::parse_index_text(item.get<std::string>(), key, allowed);
+      std::tie(first, last) = details::parse_index_text(item.get<std::string>(), key, allowed);
     } else {
-      detail::reject(key, item, "it is neither an integer nor a string", allowed);
+      details::reject(key, item, "it is neither an integer nor a string", allowed);
     }
     for (int64_t v = first; v <= last; ++v) set.values_.push_back(v);
   }
@@ -181,7 +181,7 @@ inline IndexSet IndexSet::parse(const nlohmann::json& value, const std::string& 
   return set;
 }
 
-namespace detail {
+namespace details {
 
 inline bool read_bool(const json& object, const std::string& key, bool fallback) {
   const json* v = find(object, key);
@@ -218,6 +218,6 @@ inline std::vector<std::string> read_string_list(const json& object, const std::
   return v->get<std::vector<std::string>>();
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe

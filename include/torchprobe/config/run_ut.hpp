@@ -17,7 +17,7 @@
 
 namespace torchprobe {
 
-namespace detail {
+namespace details {
 
 inline std::vector<std::string> parse_api_names(const json& section, const char* key, const std::string& label) {
   const std::string allowed = "a list of bare API names such as [\"linear\", \"__add__\", \"linalg.inv\"]";
@@ -57,6 +57,6 @@ inline RunUtConfig parse_run_ut(const json& section, const std::string& section_
   return r;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe

@@ -16,7 +16,7 @@
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 using BacktraceFunction = int (*)(void**, int);
 
@@ -40,14 +40,14 @@ inline BacktraceFunction libunwind_backtrace() {
   return fn;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
 // else glibc), or glibc's backtrace() always.
 enum class Unwinder { Fastest, Glibc };
 
 // Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return detail::libunwind_backtrace() != nullptr; }
+inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
 
 // Up to max_frames return addresses of the current thread (at most 256), innermost first: the
 // first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
@@ -61,7 +61,7 @@ inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder
   void* buf[kLimit];
   int n = 0;
   if (how == Unwinder::Fastest)
-    if (const detail::BacktraceFunction fast = detail::libunwind_backtrace()) n = fast(buf, max_frames);
+    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
   if (n <= 0) n = ::backtrace(buf, max_frames);
   if (n > 0) out.frames.assign(buf, buf + n);
   return out;

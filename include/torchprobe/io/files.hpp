@@ -21,20 +21,20 @@
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 // strerror() is not thread-safe and strerror_r has two incompatible signatures (GNU returns the
 // text, XSI fills the buffer); overloads on the result type accept either.
 inline std::string strerror_text(const char* gnu_result, const char* /*buf*/) {
   return gnu_result != nullptr ? gnu_result : "Unknown error";
 }
 inline std::string strerror_text(int xsi_rc, const char* buf) { return xsi_rc == 0 ? buf : "Unknown error"; }
-}  // namespace detail
+}  // namespace details
 
 // The OS's words for an errno value (e.g. "No space left on device").
 inline std::string errno_text(int err) {
   char buf[256];
   buf[0] = '\0';
-  return detail::strerror_text(strerror_r(err, buf, sizeof buf), buf);
+  return details::strerror_text(strerror_r(err, buf, sizeof buf), buf);
 }
 
 // A failed file-system operation. what() reads "torchprobe: cannot <action> '<path>': <reason>".

@@ -14,7 +14,7 @@
 
 #include "torchprobe/io/json_spans.hpp"
 
-namespace torchprobe::io::recovery::detail {
+namespace torchprobe::io::recovery::details {
 
 struct JournalText {
   std::string text;  // the file: the values below point into it
@@ -131,4 +131,4 @@ inline Assembled assemble(const std::vector<Value>& entries, std::string_view wh
   return out;
 }
 
-}  // namespace torchprobe::io::recovery::detail
+}  // namespace torchprobe::io::recovery::details

@@ -17,7 +17,7 @@
 
 #include "torchprobe/io/json_text.hpp"
 
-namespace torchprobe::io::recovery::detail {
+namespace torchprobe::io::recovery::details {
 
 // A JSON value as spans of the line's text: objects and arrays keep their members, the rest is raw.
 struct Value {
@@ -227,4 +227,4 @@ inline std::string bytes_repr(std::string_view b) {
   return out;
 }
 
-}  // namespace torchprobe::io::recovery::detail
+}  // namespace torchprobe::io::recovery::details

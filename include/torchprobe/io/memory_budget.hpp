@@ -22,7 +22,7 @@
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // What every outstanding reservation shares with the writer (which extends it: WriterState in
 // io/tensor_writer.hpp). Its mutex also guards the writer's job queue, so a finished file leaves
@@ -94,7 +94,7 @@ struct BudgetState {
   }
 };
 
-}  // namespace detail
+}  // namespace details
 
 // Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
 // (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
@@ -102,7 +102,7 @@ struct BudgetState {
 class Reservation {
  public:
   Reservation() = default;
-  Reservation(std::shared_ptr<detail::BudgetState> state, std::size_t bytes, void* block = nullptr)
+  Reservation(std::shared_ptr<details::BudgetState> state, std::size_t bytes, void* block = nullptr)
       : state_(std::move(state)), bytes_(bytes), block_(block) {}
   Reservation(Reservation&& o) noexcept
       : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
@@ -129,7 +129,7 @@ class Reservation {
   at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
     if (!block_) return at::Tensor();
     void* block = std::exchange(block_, nullptr);
-    std::weak_ptr<detail::BudgetState> state = state_;
+    std::weak_ptr<details::BudgetState> state = state_;
     const std::size_t size = bytes_;
     return at::from_blob(
         static_cast<char*>(block) + kTensorPayloadOffset, sizes,
@@ -158,12 +158,12 @@ class Reservation {
   }
 
  private:
-  std::shared_ptr<detail::BudgetState> state_;
+  std::shared_ptr<details::BudgetState> state_;
   std::size_t bytes_ = 0;
   void* block_ = nullptr;
 };
 
-namespace detail {
+namespace details {
 
 // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
 // will free memory (so it only ever waits for progress the writer is making).
@@ -190,6 +190,6 @@ inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_
   return Reservation(state, bytes, block);
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe::io

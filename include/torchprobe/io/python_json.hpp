@@ -15,7 +15,7 @@
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // Walks one nlohmann tree into a JsonText.
 template <class Json>
@@ -85,27 +85,27 @@ std::string to_python_json_impl(const Json& j, int indent) {
   return buf;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Same bytes as Python's json.dump(obj, f, indent=indent) (no trailing newline, like Python).
 // indent >= 0 is Python's integer indent (0 = newlines without indentation); a negative indent
 // stands for indent=None: one line with ", " and ": " separators, as plain json.dumps(obj).
 inline void write_python_json(std::ostream& os, const nlohmann::ordered_json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
+  details::write_python_json_impl(os, j, indent);
 }
 // Other nlohmann::basic_json flavours (e.g. nlohmann::json); exact types only, so that values that
 // merely convert to JSON pick the ordered_json overload above instead of being ambiguous.
 template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
 void write_python_json(std::ostream& os, const Json& j, int indent = 1) {
-  detail::write_python_json_impl(os, j, indent);
+  details::write_python_json_impl(os, j, indent);
 }
 
 inline std::string to_python_json(const nlohmann::ordered_json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
+  return details::to_python_json_impl(j, indent);
 }
 template <class Json, std::enable_if_t<nlohmann::detail::is_basic_json<Json>::value, int> = 0>
 std::string to_python_json(const Json& j, int indent = 1) {
-  return detail::to_python_json_impl(j, indent);
+  return details::to_python_json_impl(j, indent);
 }
 
 }  // namespace torchprobe::io

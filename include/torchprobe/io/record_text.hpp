@@ -63,7 +63,7 @@ void write_typed(JsonText& out, std::string_view type, int depth, Value&& value)
 
 // A JSON tree as the value at `depth` of the text being written.
 inline void write_json_value(JsonText& out, const nlohmann::ordered_json& j, int depth) {
-  detail::write_tree(out, j, depth);
+  details::write_tree(out, j, depth);
 }
 
 // An entry's body as dump.json shows it (Record::json_of(body, deferred)), at `depth`.

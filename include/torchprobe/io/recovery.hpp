@@ -57,7 +57,7 @@ constexpr const char* kUsage =
     "  exit status: 0 every step recovered whole (or none found), 3 a step incomplete or lost (dump.json says\n"
     "  what is missing in \"torchprobe_recovery\"), 1 a path missing or a journal unreadable, 2 bad arguments\n";
 
-namespace detail {
+namespace details {
 
 inline void referenced_files(const Value& v, std::vector<std::string>& out) {
   if (v.kind == Value::kObject) {
@@ -261,7 +261,7 @@ std::vector<std::filesystem::path> find_below(const std::filesystem::path& root,
   return out;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The command: `args` without "recover". Returns the exit status.
 inline int run_recover(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -292,7 +292,7 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
   int incomplete = 0, found = 0;
   std::error_code ec;
   for (const std::string& arg : paths) {
-    const fs::path root = detail::as_given(arg);
+    const fs::path root = details::as_given(arg);
     if (!fs::exists(root, ec)) {
       err << "error: " << root.string() << " does not exist\n";
       ok = false;
@@ -302,15 +302,15 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
     if (fs::is_regular_file(root / Journal::kFileName, ec))
       journals.push_back(root / Journal::kFileName);
     else
-      journals = detail::find_below(
+      journals = details::find_below(
           root, [](const std::string& n) { return n == Journal::kFileName; }, false);
     if (!check) {
       const std::string prefix = std::string(".") + Journal::kFileName + ".tmp";
-      for (const fs::path& p : detail::find_below(
+      for (const fs::path& p : details::find_below(
                root, [&](const std::string& n) { return n.rfind(prefix, 0) == 0; }, false))
         fs::remove(p, ec);  // a journal being created: its step had recorded nothing yet
     }
-    for (const fs::path& p : detail::find_below(
+    for (const fs::path& p : details::find_below(
              root, [](const std::string& n) { return std::regex_match(n, temp_json); }, true)) {
       if (check) {
         out << p.string() << ": would remove (a JSON file that was being replaced)\n";
@@ -321,9 +321,9 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
     }
     for (const fs::path& j : journals) {
       ++found;
-      const detail::Outcome o = detail::recover(j.parent_path(), check, keep, out, err);
-      if (o == detail::Outcome::kError) ok = false;
-      if (o == detail::Outcome::kIncomplete || o == detail::Outcome::kLost) ++incomplete;
+      const details::Outcome o = details::recover(j.parent_path(), check, keep, out, err);
+      if (o == details::Outcome::kError) ok = false;
+      if (o == details::Outcome::kIncomplete || o == details::Outcome::kLost) ++incomplete;
     }
   }
   if (found == 0) out << "no interrupted step found (no journal.jsonl)\n";

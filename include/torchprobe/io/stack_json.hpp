@@ -50,7 +50,7 @@ inline StackGroups group_stacks(const StackEntries& entries) {
     entry_raw.push_back(known->second);
   }
   StackGroups out;
-  out.frames = detail::Symbolizer::instance().symbolize_many(unique);
+  out.frames = details::Symbolizer::instance().symbolize_many(unique);
 
   // Groups are numbered in order of first appearance; each distinct raw stack is looked up once.
   std::map<std::vector<std::string>, std::size_t> group_of;  // symbolized frames -> group index

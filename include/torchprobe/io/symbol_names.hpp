@@ -10,7 +10,7 @@
 
 #include <cxxabi.h>
 
-namespace torchprobe::io::detail {
+namespace torchprobe::io::details {
 
 // Compiler-made copies of a function (constant propagation, partial inlining, cold parts) are
 // named "f(int) [clone .constprop.0]"; the user knows them as f(int).
@@ -97,4 +97,4 @@ inline std::string frame_text(const std::string& path, long line, const std::str
   return "File " + path + ", line " + std::to_string(line) + ", in " + func + ", \n " + text;
 }
 
-}  // namespace torchprobe::io::detail
+}  // namespace torchprobe::io::details

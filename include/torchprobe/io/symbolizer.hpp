@@ -34,7 +34,7 @@ extern char** environ;
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // Resolves addresses to stack.json frame strings; one process-wide instance, guarded by a mutex
 // (symbolizing happens when files are written, never per op).
@@ -300,7 +300,7 @@ class Symbolizer {
   bool use_addr2line_ = true;
 };
 
-}  // namespace detail
+}  // namespace details
 
 // The frames of `stack` as stack.json strings, innermost first:
 //   "File {path}, line {line}, in {function}, \n {source text}"
@@ -311,7 +311,7 @@ class Symbolizer {
 // runtimes and process start-up are dropped. Set TORCHPROBE_ADDR2LINE=0 to skip addr2line.
 // If nothing remains the result is {"The call stack retrieval failed."}, as msprobe writes.
 inline std::vector<std::string> symbolize(const CallStack& stack) {
-  return detail::Symbolizer::instance().symbolize(stack);
+  return details::Symbolizer::instance().symbolize(stack);
 }
 
 }  // namespace torchprobe::io

@@ -30,7 +30,7 @@
 
 namespace torchprobe::io {
 
-namespace detail {
+namespace details {
 
 // What the writer's threads share with each other and, through the budget it extends, with every
 // outstanding reservation. Guarded by the budget's mutex, but for the log (log_mu).
@@ -60,7 +60,7 @@ struct WriteJob {
   at::Tensor data;
   std::uint64_t number = 0;
 };
-}  // namespace detail
+}  // namespace details
 
 // The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
 // being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
@@ -86,7 +86,7 @@ class TensorWriter {
   // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
   // is in write(), which is what a single sequential writer cannot overlap.
   explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
-      : state_(std::make_shared<detail::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
+      : state_(std::make_shared<details::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
         thread_count_(std::max(threads, 1u)) {}
 
   TensorWriter(const TensorWriter&) = delete;
@@ -107,11 +107,11 @@ class TensorWriter {
 
   // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
   // will free memory.
-  Reservation reserve(std::size_t bytes) { return detail::reserve(state_, bytes); }
+  Reservation reserve(std::size_t bytes) { return details::reserve(state_, bytes); }
 
   // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
   void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     {
       std::lock_guard<std::mutex> lock(s.mu);
       if (threads_.empty()) start_threads();
@@ -124,7 +124,7 @@ class TensorWriter {
 
   // Returns once every submitted file is written (or has failed and been logged).
   void flush() {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.in_flight == 0; });
   }
@@ -136,13 +136,13 @@ class TensorWriter {
     return state_->submitted;
   }
   void flush(std::uint64_t ticket) {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::unique_lock<std::mutex> lock(s.mu);
     s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
   }
 
   Stats stats() const {
-    detail::WriterState& s = *state_;
+    details::WriterState& s = *state_;
     std::lock_guard<std::mutex> lock(s.mu);
     Stats out;
     out.files = s.files;
@@ -165,10 +165,10 @@ class TensorWriter {
       threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
   }
 
-  static void run(detail::WriterState& s, std::deque<detail::WriteJob>& queue) {
+  static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {
     ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
     for (;;) {
-      detail::WriteJob job;
+      details::WriteJob job;
       {
         std::unique_lock<std::mutex> lock(s.mu);
         s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
@@ -207,7 +207,7 @@ class TensorWriter {
 
   // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
   // each on stderr, so a full disk is noticed without flooding either.
-  static void report(detail::WriterState& s, const detail::WriteJob& job, const std::exception& e) noexcept {
+  static void report(details::WriterState& s, const details::WriteJob& job, const std::exception& e) noexcept {
     try {
       std::lock_guard<std::mutex> lock(s.log_mu);
       // Each step (rank directory) has its own log, and the log remembers what it reported per log
@@ -231,9 +231,9 @@ class TensorWriter {
     }
   }
 
-  std::shared_ptr<detail::WriterState> state_;
+  std::shared_ptr<details::WriterState> state_;
   // Guarded by state_->mu; shared with the threads so that they never reach into this object.
-  std::shared_ptr<std::deque<detail::WriteJob>> queue_ = std::make_shared<std::deque<detail::WriteJob>>();
+  std::shared_ptr<std::deque<details::WriteJob>> queue_ = std::make_shared<std::deque<details::WriteJob>>();
   const unsigned thread_count_;
   std::vector<std::thread> threads_;  // started by the first submit
 };

@@ -32,7 +32,7 @@ inline at::Tensor host_contiguous(const at::Tensor& t) {
   return h.contiguous();
 }
 
-namespace detail {
+namespace details {
 
 // Calls consume(bytes, n) over the tensor's bytes in logical order. Long contiguous runs are
 // passed as they lie in memory; short or strided ones are gathered into a small buffer first.
@@ -95,12 +95,12 @@ class Xor64Stream {
   std::uint64_t offset_ = 0;
 };
 
-}  // namespace detail
+}  // namespace details
 
 inline std::uint32_t crc32_of(const at::Tensor& t) {
   const at::Tensor h = host_values(t);
   uLong crc = crc32(0L, Z_NULL, 0);
-  detail::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
+  details::for_each_logical_chunk(h, [&](const unsigned char* p, std::size_t left) {
     while (left > 0) {  // zlib takes uInt lengths: feed it in chunks below 4 GiB
       const uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
       crc = crc32(crc, p, chunk);
@@ -120,8 +120,8 @@ inline std::string crc32_hex(const at::Tensor& t) {
 
 // XOR of the bytes read as little-endian 64-bit words, the last one zero-padded.
 inline std::uint64_t xor64(const at::Tensor& t) {
-  detail::Xor64Stream x;
-  detail::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
+  details::Xor64Stream x;
+  details::for_each_logical_chunk(host_values(t), [&](const unsigned char* p, std::size_t n) { x.feed(p, n); });
   return x.value();
 }
 

@@ -28,7 +28,7 @@
 #include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe::stats {
-namespace detail {
+namespace details {
 
 // Below this many bytes a tensor is scanned on the calling thread: waking a second thread costs
 // a few microseconds, about what one core needs to read 64 KiB.
@@ -233,7 +233,7 @@ inline TensorStats zero_dim_rule(TensorStats s) {
   return s;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Dtypes the probe can summarise; others (quantized, float8, ...) get null statistics.
 inline bool has_cpu_kernel(at::ScalarType t) {
@@ -254,7 +254,7 @@ inline bool has_cpu_kernel(at::ScalarType t) {
   }
 }
 
-namespace detail {
+namespace details {
 
 // Whether cpu_stats can look at `tensor` at all; nulls otherwise.
 inline bool summarizable_on_cpu(const at::Tensor& tensor) {
@@ -292,15 +292,15 @@ inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa, bool tiny_
   return tensor.dim() == 0 ? zero_dim_rule(s) : s;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Statistics of a CPU tensor of any layout, with the kernels of `isa` (which must be supported:
 // see kernel_isa_supported), whatever its size. Tests and benchmarks use it to compare
 // instruction sets.
-inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) { return detail::cpu_stats(tensor, isa, false); }
+inline TensorStats cpu_stats(const at::Tensor& tensor, KernelIsa isa) { return details::cpu_stats(tensor, isa, false); }
 
 // Statistics of a CPU tensor of any layout: the best kernels this CPU runs, and a plain loop for
-// tiny contiguous tensors (detail::tiny_stats).
-inline TensorStats cpu_stats(const at::Tensor& tensor) { return detail::cpu_stats(tensor, best_kernel_isa(), true); }
+// tiny contiguous tensors (details::tiny_stats).
+inline TensorStats cpu_stats(const at::Tensor& tensor) { return details::cpu_stats(tensor, best_kernel_isa(), true); }
 
 }  // namespace torchprobe::stats

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace torchprobe::stats::detail {
+namespace torchprobe::stats::details {
 
 struct StridedRuns {
   const char* base = nullptr;               // the element at index 0, the lowest address (strides are >= 0)
@@ -128,4 +128,4 @@ void for_each_run(const StridedRuns& runs, std::int64_t begin, std::int64_t end,
   }
 }
 
-}  // namespace torchprobe::stats::detail
+}  // namespace torchprobe::stats::details

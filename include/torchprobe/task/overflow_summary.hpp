@@ -51,7 +51,7 @@ struct NonFiniteTensors {
   std::vector<std::string> keys;
 };
 
-namespace detail {
+namespace details {
 
 inline void scan_value(const Json& v, const std::string& key, bool input, NonFiniteTensors& out) {
   if (is_tensor_item(v)) {
@@ -69,7 +69,7 @@ inline void scan_value(const Json& v, const std::string& key, bool input, NonFin
   }
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The sides of an entry: a forward entry's inputs are its arguments and a module's parameters;
 // a backward entry's "input" are the gradients flowing in (msprobe's naming) and its "output"
@@ -80,15 +80,15 @@ inline NonFiniteTensors nonfinite_tensors(const Record& r) {
   for (auto it = r.body.begin(); it != r.body.end(); ++it) {
     const std::string& k = it.key();
     if (k == "input_args" || k == "input") {
-      detail::scan_value(it.value(), "input", true, out);
+      details::scan_value(it.value(), "input", true, out);
     } else if (k == "input_kwargs") {
-      detail::scan_value(it.value(), "kwargs", true, out);
+      details::scan_value(it.value(), "kwargs", true, out);
     } else if (k == "parameters") {
-      detail::scan_value(it.value(), "parameters", true, out);
+      details::scan_value(it.value(), "parameters", true, out);
     } else if (k == "output") {
-      detail::scan_value(it.value(), "output", false, out);
+      details::scan_value(it.value(), "output", false, out);
     } else if (it.value().is_array() && it.value().size() == 1) {
-      detail::scan_value(it.value()[0], k, false, out);  // a parameter gradient: "weight", as its .pt is named
+      details::scan_value(it.value()[0], k, false, out);  // a parameter gradient: "weight", as its .pt is named
     }
   }
   return out;

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace torchprobe::compare::detail {
+namespace torchprobe::compare::details {
 
 // One name for a call on either side: the Python API's and its ATen op's (layer_norm and
 // native_layer_norm are both "layer_norm"). conv1d/2d/3d keep their names: C++'s frontend calls
@@ -120,4 +120,4 @@ inline bool last_node_gradients(const std::string& canon) {
   return kComposite.count(canon) > 0;
 }
 
-}  // namespace torchprobe::compare::detail
+}  // namespace torchprobe::compare::details

@@ -80,7 +80,7 @@ inline nlohmann::ordered_json read_json_file(const std::filesystem::path& path) 
   }
 }
 
-namespace detail {
+namespace details {
 inline bool any_md5(const nlohmann::ordered_json& j) {
   if (j.is_object()) {
     if (j.contains("md5")) return true;
@@ -94,9 +94,9 @@ inline bool any_md5(const nlohmann::ordered_json& j) {
   }
   return false;
 }
-}  // namespace detail
+}  // namespace details
 
-namespace detail {
+namespace details {
 inline std::filesystem::path dump_dir(const Dump& d) {
   return d.file.parent_path().empty() ? std::filesystem::path(".") : d.file.parent_path();
 }
@@ -158,11 +158,11 @@ inline Dump dump_from_text(const std::filesystem::path& dump_json, const std::st
   load_construct_file(d);
   return d;
 }
-}  // namespace detail
+}  // namespace details
 
 inline Dump load_dump(const std::filesystem::path& dump_json) {
   if (!std::filesystem::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
-  return detail::dump_from_text(dump_json, read_text_file(dump_json));
+  return details::dump_from_text(dump_json, read_text_file(dump_json));
 }
 
 // Once its rows are made, a dump's entries are needed by name only (stats_origin): their values,
@@ -177,7 +177,7 @@ struct DumpPair {
   std::string suffix;
 };
 
-namespace detail {
+namespace details {
 // Numbered subdirectories "<prefix>N" (a bare "<prefix>" counts as -1), sorted by number.
 inline std::vector<std::pair<long, std::filesystem::path>> numbered_dirs(const std::filesystem::path& dir,
                                                                          const std::string& pattern) {
@@ -227,14 +227,14 @@ inline std::vector<std::pair<long, std::filesystem::path>> resolve(const std::fi
   if (out.empty()) throw InputError(step_dir.string() + ": has no rank" + std::to_string(*rank));
   return out;
 }
-}  // namespace detail
+}  // namespace details
 
 // Pairs the dump.json files of TARGET and BENCH; ranks pair in sorted order, as msprobe does.
 inline std::vector<DumpPair> pair_inputs(const std::filesystem::path& target, const std::filesystem::path& bench,
                                          std::optional<long> step = std::nullopt,
                                          std::optional<long> rank = std::nullopt) {
-  const auto t = detail::resolve(target, step, rank);
-  const auto b = detail::resolve(bench, step, rank);
+  const auto t = details::resolve(target, step, rank);
+  const auto b = details::resolve(bench, step, rank);
   if (t.size() != b.size())
     throw InputError(target.string() + " has " + std::to_string(t.size()) + " rank(s) but " + bench.string() + " has " +
                      std::to_string(b.size()));

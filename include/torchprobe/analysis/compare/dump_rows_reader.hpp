@@ -37,7 +37,7 @@ struct DumpRows {
   TextStore text;
 };
 
-namespace detail {
+namespace details {
 
 // load_dump, then the rows, then the values dropped.
 inline DumpRows dump_rows_through_json(const std::filesystem::path& dump_json, const std::string& text) {
@@ -345,7 +345,7 @@ inline DumpRows dump_rows_in_pieces(const std::filesystem::path& dump_json, std:
 }
 #endif
 
-}  // namespace detail
+}  // namespace details
 
 // The dump at `dump_json` with its rows (rows.hpp), as load_dump + dump_rows would make them, and
 // its entries' values dropped (drop_entry_values). Errors are load_dump's InputErrors.
@@ -353,7 +353,7 @@ inline DumpRows load_dump_rows(const std::filesystem::path& dump_json) {
   if (!std::filesystem::is_regular_file(dump_json)) throw InputError(dump_json.string() + ": no such file");
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
   try {
-    return detail::dump_rows_in_pieces(dump_json);
+    return details::dump_rows_in_pieces(dump_json);
   } catch (const std::bad_alloc&) {
     throw;
   } catch (...) {
@@ -361,7 +361,7 @@ inline DumpRows load_dump_rows(const std::filesystem::path& dump_json) {
     // the dump again and decides what is reported, in its order (dump.json before stack.json).
   }
 #endif
-  return detail::dump_rows_through_json(dump_json, read_text_file(dump_json));
+  return details::dump_rows_through_json(dump_json, read_text_file(dump_json));
 }
 
 }  // namespace torchprobe::compare

@@ -19,12 +19,12 @@
 
 namespace torchprobe::compare {
 
-namespace detail {
+namespace details {
 inline bool expanded_api(const std::string& canon) {
   static const std::set<std::string> kExpanded = {"multi_head_attention_forward", "scaled_dot_product_attention"};
   return kExpanded.count(canon) > 0;
 }
-}  // namespace detail
+}  // namespace details
 
 // Returns whether it took back template pairs that crossed an expanded call (the templates pair the
 // k-th call of a kind with the k-th, and C++'s MultiheadAttention has linear calls that Python's does
@@ -34,8 +34,8 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
                                 PairsByTarget& by_target, TakenEntries& used) {
   const auto is_expanded = [](const Entry& e) {
     if (e.is_module() || e.direction != "forward" || e.name.rfind("Aten.", 0) == 0) return false;
-    const auto [prefix, api, dir] = detail::api_parts(e);
-    return !prefix.empty() && detail::expanded_api(detail::canonical_api(api));
+    const auto [prefix, api, dir] = details::api_parts(e);
+    return !prefix.empty() && details::expanded_api(details::canonical_api(api));
   };
   bool any = false;
   for (const Entry& e : target) any = any || (!by_target.count(&e) && is_expanded(e));
@@ -86,7 +86,7 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
   const auto backward_index = [](const std::vector<Entry>& side) {
     std::unordered_map<std::string_view, const Entry*> index;  // keys: views of the entries' names
     for (const Entry& e : side)
-      if (e.direction == "backward") index.emplace(detail::call_of(e.name), &e);
+      if (e.direction == "backward") index.emplace(details::call_of(e.name), &e);
     return index;
   };
   const auto t_backward = backward_index(target), b_backward = backward_index(bench);
@@ -97,7 +97,7 @@ inline bool pair_expanded_calls(const std::vector<Entry>& target, const std::vec
     const auto& at_backward = python_is_target ? b_backward : t_backward;
     const auto& py_backward = python_is_target ? t_backward : b_backward;
     const auto backward_of = [](const std::unordered_map<std::string_view, const Entry*>& index, const Entry& fwd) {
-      const auto it = index.find(detail::call_of(fwd.name));
+      const auto it = index.find(details::call_of(fwd.name));
       return it == index.end() ? nullptr : it->second;
     };
     // The ATen-side positions of a Python call's partners (first, last), or {-1, -1}.

@@ -18,7 +18,7 @@
 namespace torchprobe::compare {
 
 struct Judgement;
-namespace detail {
+namespace details {
 std::vector<std::string> unmatched_before(const Judgement& j, const EntryVerdict& v);
 }
 
@@ -61,7 +61,7 @@ struct Judgement {
     if (source) return s + "first divergence (source): " + std::string(source->pair->target->name) + sums;
     if (first_diverging) {
       // A call one side makes alone since the last clean pair is the cause: name it.
-      const auto alone = first_diverging->inputs_diverge ? detail::unmatched_before(*this, *first_diverging)
+      const auto alone = first_diverging->inputs_diverge ? details::unmatched_before(*this, *first_diverging)
                                                          : std::vector<std::string>{};
       if (!alone.empty())
         return s + "divergence from " + std::string(first_diverging->pair->target->name) +
@@ -72,7 +72,7 @@ struct Judgement {
   }
 };
 
-namespace detail {
+namespace details {
 // The first entry, in execution order, whose inputs are all finite and some output is not.
 inline const Entry* first_overflow(const std::vector<Entry>& entries) {
   // Execution order: forward entries first, each part in dump order (the entries' own order).
@@ -119,9 +119,9 @@ inline nlohmann::ordered_json stack_of(const Dump& d, std::string_view entry) {
   const auto it = d.stacks.find(std::string(entry));
   return it == d.stacks.end() ? nlohmann::ordered_json::array() : it->second;
 }
-}  // namespace detail
+}  // namespace details
 
-namespace detail {
+namespace details {
 // The unmatched entries (by nature ones too, marked) between the last pair judged before v and v.
 inline std::vector<std::string> unmatched_before(const Judgement& j, const EntryVerdict& v) {
   std::size_t t_from = 0, b_from = 0;
@@ -146,7 +146,7 @@ inline std::vector<std::string> unmatched_before(const Judgement& j, const Entry
                       " (by nature)");
   return cause;
 }
-}  // namespace detail
+}  // namespace details
 
 inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& trows, const std::vector<Row>& brows,
                        CsvMode csv_mode, JudgeMode mode, double threshold, const UserMap* user_map = nullptr) {
@@ -184,14 +184,14 @@ inline Judgement judge(const Dump& t, const Dump& b, const std::vector<Row>& tro
       // what differs first is what it was given (a weight, or data no recorded call made), so it is
       // the source. Not in msprobe mode, whose verdicts are msprobe's.
       if (mode != JudgeMode::msprobe && v.inputs_diverge && !v.source && v.pair->target->direction == "forward" &&
-          detail::unmatched_before(j, v).empty())
+          details::unmatched_before(j, v).empty())
         v.source = v.inputs_source = true;
     }
     if (!j.source && v.source) j.source = &v;
     if (!j.first_backward_source && v.source && v.pair->target->direction != "forward") j.first_backward_source = &v;
   }
-  j.target_overflow = detail::first_overflow(j.target_entries);
-  j.bench_overflow = detail::first_overflow(j.bench_entries);
+  j.target_overflow = details::first_overflow(j.target_entries);
+  j.bench_overflow = details::first_overflow(j.bench_entries);
   return j;
 }
 
@@ -212,8 +212,8 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
               : v.outputs_diverge ? "propagated"
                                   : "inputs differ";
   o["direction"] = p.target->direction;
-  o["input_error"] = detail::num(v.input_error);
-  o["output_error"] = detail::num(v.output_error);
+  o["input_error"] = details::num(v.input_error);
+  o["output_error"] = details::num(v.output_error);
   o["worst_input_row"] = v.worst_input;
   o["worst_output_row"] = v.worst_output;
   // innermost op: the first diverging API entry inside this module (an API is its own innermost op)
@@ -221,7 +221,7 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
   if (p.target->is_module()) {
     for (const EntryVerdict& w : j.verdicts) {
       if (w.pair->target->is_module() || !(w.inputs_diverge || w.outputs_diverge)) continue;
-      const auto chain = detail::module_chain(t, w.pair->target->name);
+      const auto chain = details::module_chain(t, w.pair->target->name);
       if (std::find(chain.begin(), chain.end(), p.target->name) != chain.end()) {
         innermost = w.pair->target->name;
         break;
@@ -229,13 +229,13 @@ inline nlohmann::ordered_json verdict_json(const Dump& t, const Dump& b, const J
     }
   }
   o["innermost_op"] = innermost;
-  o["stack"] = detail::stack_of(t, p.target->name);
-  o["module_chain"] = detail::module_chain(t, p.target->name);
+  o["stack"] = details::stack_of(t, p.target->name);
+  o["module_chain"] = details::module_chain(t, p.target->name);
   if (!p.bench.empty()) {
-    o["bench_stack"] = detail::stack_of(b, p.bench.front()->name);
+    o["bench_stack"] = details::stack_of(b, p.bench.front()->name);
     // The bench's modules around it: Python sees every module call, C++ only those it can (a
     // parameter-free torch::nn module without a ModuleGuard is invisible there).
-    o["bench_module_chain"] = detail::module_chain(b, p.bench.front()->name);
+    o["bench_module_chain"] = details::module_chain(b, p.bench.front()->name);
   }
   return o;
 }
@@ -285,7 +285,7 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
     // Diverging inputs after clean entries: the unmatched entries since the last clean pair are the cause.
     // (Also when its inputs were cast: the casts are then the unmatched calls before it.)
     if (j.first_diverging->inputs_diverge || j.first_diverging->cast_inputs)
-      f["unmatched_before"] = detail::unmatched_before(j, *j.first_diverging);
+      f["unmatched_before"] = details::unmatched_before(j, *j.first_diverging);
     o["first_diverging_entry"] = f;
   } else {
     o["first_diverging_entry"] = ordered_json();
@@ -306,8 +306,8 @@ inline nlohmann::ordered_json first_divergence_json(const Dump& t, const Dump& b
     }
     x["paired_with"] = partner;
     x["match"] = method;
-    x["stack"] = detail::stack_of(d, e->name);
-    x["module_chain"] = detail::module_chain(d, e->name);
+    x["stack"] = details::stack_of(d, e->name);
+    x["module_chain"] = details::module_chain(d, e->name);
     return x;
   };
   o["first_overflow"] = {{"target", overflow(j.target_overflow, t)}, {"bench", overflow(j.bench_overflow, b)}};

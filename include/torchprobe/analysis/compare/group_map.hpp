@@ -27,7 +27,7 @@
 
 namespace torchprobe::compare {
 
-namespace detail {
+namespace details {
 
 struct GroupArg {
   std::size_t member = 0;
@@ -82,7 +82,7 @@ std::vector<std::vector<const EntryT*>> group_runs(const std::vector<const Entry
   return runs;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Pairs what the group items of `map` describe, among the entries not yet in `by_target`/`used`.
 // (`by_target`: a PairsByTarget, `used`: a TakenEntries; entries.hpp.)
@@ -99,12 +99,12 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
     return out;
   };
   for (const UserMap::Group& g : map.groups) {
-    const auto truns = detail::group_runs(unpaired(target, true, true), g.target);
-    const auto bruns = detail::group_runs(unpaired(bench, false, true), g.bench);
+    const auto truns = details::group_runs(unpaired(target, true, true), g.target);
+    const auto bruns = details::group_runs(unpaired(bench, false, true), g.bench);
     // Each side's unpaired backward entries by call ("Aten.addmm.0"), looked up once per run member.
     const auto by_call = [&](const std::vector<const EntryT*>& entries) {
       std::map<std::string, const EntryT*> out;
-      for (const EntryT* e : entries) out[std::string(detail::call_of(e->name))] = e;
+      for (const EntryT* e : entries) out[std::string(details::call_of(e->name))] = e;
       return out;
     };
     const auto backward_t = by_call(unpaired(target, true, false)), backward_b = by_call(unpaired(bench, false, false));
@@ -114,7 +114,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
                                   const std::map<std::string, const EntryT*>& pool) {
         std::vector<const EntryT*> out(run.size(), nullptr);
         for (std::size_t m = 0; m < run.size(); ++m) {
-          const auto found = pool.find(std::string(detail::call_of(run[m]->name)));
+          const auto found = pool.find(std::string(details::call_of(run[m]->name)));
           if (found != pool.end()) out[m] = found->second;
         }
         return out;
@@ -127,7 +127,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
           if (e) bm.push_back(e);
         if (tm.empty() || bm.empty()) return;
         PairT p{tm.front(), bm, tm.size() > 1 ? tm : std::vector<const EntryT*>{}, "map", {}};
-        const auto add = [&](const detail::GroupArg& ta, const detail::GroupArg& ba) {
+        const auto add = [&](const details::GroupArg& ta, const details::GroupArg& ba) {
           const EntryT* te = ta.member < t.size() ? t[ta.member] : nullptr;
           const EntryT* be = ba.member < b.size() ? b[ba.member] : nullptr;
           const Row* tr = te ? te->row(ta.suffix) : nullptr;
@@ -135,7 +135,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
           if (tr && br) p.links.push_back({tr, br, false});
         };
         if (!g.args.empty()) {
-          for (const auto& [ta, ba] : g.args) add(detail::group_arg(ta, backward), detail::group_arg(ba, backward));
+          for (const auto& [ta, ba] : g.args) add(details::group_arg(ta, backward), details::group_arg(ba, backward));
         } else {  // inputs to the first call, outputs to the last
           const bool t_single = t.size() == 1;
           const EntryT* single = t_single ? t[0] : b[0];
@@ -145,7 +145,7 @@ void match_groups(const std::vector<EntryT>& target, const std::vector<EntryT>& 
               // forward outputs (backward inputs) belong to the last call, the rest to the first
               const bool to_last = r->is_output() != backward;
               const std::size_t other = to_last ? (t_single ? b.size() : t.size()) - 1 : 0;
-              const detail::GroupArg mine{0, std::string(suffix)}, theirs{other, std::string(suffix)};
+              const details::GroupArg mine{0, std::string(suffix)}, theirs{other, std::string(suffix)};
               t_single ? add(mine, theirs) : add(theirs, mine);
             }
           }

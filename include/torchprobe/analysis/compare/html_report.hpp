@@ -291,7 +291,7 @@ inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j,
   s += "<h2>Output error per entry</h2>" + html::error_chart(j) + "\n";
   s += "<h2>Module tree (target)</h2>" + html::module_tree(t, j) + "\n";
   s += "<h2>Stack of the " + std::string(j.source ? "source" : "first diverging entry") + "</h2>" +
-       html::frames(answer ? detail::stack_of(t, answer->pair->target->name) : nlohmann::ordered_json()) + "\n";
+       html::frames(answer ? details::stack_of(t, answer->pair->target->name) : nlohmann::ordered_json()) + "\n";
   bool virtualised = false;
   s +=
       "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>" + html::entry_table(j, virtualised) + "\n";

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-namespace torchprobe::compare::detail {
+namespace torchprobe::compare::details {
 
 // The text needs load_dump's reading (see dump_rows_reader.hpp).
 struct NotPlain {};
@@ -165,4 +165,4 @@ class JsonPieces {
   simdjson::dom::parser key_parser_;
 };
 
-}  // namespace torchprobe::compare::detail
+}  // namespace torchprobe::compare::details

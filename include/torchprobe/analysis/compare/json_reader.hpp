@@ -24,7 +24,7 @@ struct JsonSyntaxError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-namespace detail {
+namespace details {
 
 // Python's non-finite floats become strings nlohmann can read, marked so that no dump string can
 // be mistaken for one; the handler turns them back into numbers.
@@ -162,16 +162,16 @@ inline bool has_python_floats(std::string_view text) {
   return text.find("NaN") != std::string_view::npos || text.find("Infinity") != std::string_view::npos;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Parses JSON text (with Python's NaN / Infinity / -Infinity); throws JsonSyntaxError.
 inline nlohmann::ordered_json parse_json_text(std::string_view text) {
-  detail::OrderedJsonBuilder builder;
+  details::OrderedJsonBuilder builder;
   // Most dumps have no non-finite float: then the text is parsed where it is, without a marked copy.
-  if (!detail::has_python_floats(text))
+  if (!details::has_python_floats(text))
     nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &builder);
   else
-    nlohmann::ordered_json::sax_parse(detail::mark_python_floats(text), &builder);
+    nlohmann::ordered_json::sax_parse(details::mark_python_floats(text), &builder);
   return std::move(builder.result);
 }
 

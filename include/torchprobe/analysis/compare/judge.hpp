@@ -39,7 +39,7 @@ inline double dtype_epsilon(std::string_view dtype) {
   return 0;  // integers, bools, everything else: exact
 }
 
-namespace detail {
+namespace details {
 inline std::optional<double> number(const Json& v) {
   if (v.is_number()) return v.get<double>();
   if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
@@ -79,7 +79,7 @@ inline std::string reversed_shape(std::string_view shape) {
   for (std::size_t i = dims.size(); i-- > 0;) out += dims[i] + (i ? ", " : "");
   return out + "]";
 }
-}  // namespace detail
+}  // namespace details
 
 // A paired row's error in the mode's unit (epsilons for tol; 0 or infinity for exact).
 // `float_sums`: a side's Mean and Norm are float sums, so theirs count beyond the allowance only.
@@ -95,26 +95,26 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
   // as 1, C++ as 1.0) is judged as floats; any other dtype difference is a divergence.
   const bool int_and_float = t.dtype != b.dtype && python_number_class(t.dtype) && python_number_class(b.dtype);
   if (t.dtype != b.dtype && !int_and_float) return kInf;
-  if (l.reshaped ? detail::shape_numel(b.shape) != detail::shape_numel(t.shape)
-                 : (l.transposed ? detail::reversed_shape(b.shape) : b.shape) != t.shape)
+  if (l.reshaped ? details::shape_numel(b.shape) != details::shape_numel(t.shape)
+                 : (l.transposed ? details::reversed_shape(b.shape) : b.shape) != t.shape)
     return kInf;
   const double crc = t.md5 == b.md5 ? 0 : kInf;
   // md5 dumps: exact mode is the checksum; tol mode judges the statistics they also carry (the
   // checksum only where there are none).
   // (An int and a float of one value have different checksums of their text: compared as numbers.)
   if (md5 && mode == JudgeMode::exact && !int_and_float) return crc;
-  if (md5 && !int_and_float && !detail::number(t.stats[0]) && !detail::number(t.stats[3])) return crc;
+  if (md5 && !int_and_float && !details::number(t.stats[0]) && !details::number(t.stats[3])) return crc;
   double amax = 0;
   for (const Row* r : {&t, &b}) {
     for (int s = 0; s < 2; ++s) {
-      if (const auto v = detail::number(r->stats[s]); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
+      if (const auto v = details::number(r->stats[s]); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
     }
   }
   const double eps = dtype_epsilon(int_and_float ? "<class 'float'>" : t.dtype);
   double worst = 0;
   for (int s = 0; s < 4; ++s) {
-    if (detail::same_text(t.stats[s], b.stats[s])) continue;
-    const auto x = detail::number(t.stats[s]), y = detail::number(b.stats[s]);
+    if (details::same_text(t.stats[s], b.stats[s])) continue;
+    const auto x = details::number(t.stats[s]), y = details::number(b.stats[s]);
     if (!x || !y) {
       // msprobe leaves Mean and Norm of an integer tensor (indices, positions) null: a statistic
       // one side does not have is not compared, rather than judged as an error.

@@ -45,11 +45,11 @@ inline void pair_templates(const std::vector<Entry>& target, const std::vector<E
     }
     return out;
   };
-  const auto ti = detail::canonical_items(left(target, true));
-  const auto bi = detail::canonical_items(left(bench, false));
-  std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> bench_items;
+  const auto ti = details::canonical_items(left(target, true));
+  const auto bi = details::canonical_items(left(bench, false));
+  std::map<std::pair<std::string, std::string>, std::vector<const details::Item*>> bench_items;
   for (const auto& it : bi) bench_items[{it.canon, it.direction}].push_back(&it);
-  std::map<std::pair<std::string, std::string>, std::vector<const detail::Item*>> target_items;
+  std::map<std::pair<std::string, std::string>, std::vector<const details::Item*>> target_items;
   for (const auto& it : ti) target_items[{it.canon, it.direction}].push_back(&it);
   std::map<std::pair<std::string, std::string>, std::size_t> taken, seen;
   for (const auto& t : ti) {
@@ -60,10 +60,10 @@ inline void pair_templates(const std::vector<Entry>& target, const std::vector<E
     // The next one, unless one of the next few has t's output shape and the next has not (an
     // extra call on one side must not shift every later pair).
     std::size_t pick = k;
-    const std::string sig = detail::signature(t);
-    bool found = detail::signature(*queue[k]) == sig;
-    for (std::size_t j = k; j < queue.size() && j < k + detail::kLookahead && !found; ++j) {
-      if (detail::signature(*queue[j]) == sig) {
+    const std::string sig = details::signature(t);
+    bool found = details::signature(*queue[k]) == sig;
+    for (std::size_t j = k; j < queue.size() && j < k + details::kLookahead && !found; ++j) {
+      if (details::signature(*queue[j]) == sig) {
         pick = j;
         found = true;
       }
@@ -75,17 +75,17 @@ inline void pair_templates(const std::vector<Entry>& target, const std::vector<E
     // call with a wrong output, which pairs (and diverges) rather than shifting every later pair.
     const auto& mine = target_items[{t.canon, t.direction}];
     if (!found && mine.size() - own > queue.size() - k) {
-      const std::string want = detail::signature(*queue[k]);
+      const std::string want = details::signature(*queue[k]);
       bool later = false;
-      for (std::size_t j = own + 1; j < mine.size() && j <= own + detail::kLookahead && !later; ++j)
-        later = detail::signature(*mine[j]) == want;
+      for (std::size_t j = own + 1; j < mine.size() && j <= own + details::kLookahead && !later; ++j)
+        later = details::signature(*mine[j]) == want;
       if (later) continue;
     }
-    const detail::Item& b = *queue[pick];
+    const details::Item& b = *queue[pick];
     if (t.aten == b.aten) continue;  // same naming on both sides: exact matching's business
     k = pick + 1;
     EntryPair p{t.members[0], b.members, {}, "template", {}};
-    p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
+    p.links = t.aten ? details::template_links(b, t, false) : details::template_links(t, b, true);
     if (t.members.size() > 1) p.target_group = t.members;
     for (const Entry* e : b.members) used.insert(e);
     by_target[t.members[0]] = std::move(p);
@@ -100,16 +100,16 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
                               const Parents* bench_parents = nullptr) {
   Matching m;
   const auto key_of = [&](std::size_t i) { return bench[i].key; };
-  detail::NameIndex bench_by_key(bench.size());  // the first entry of each key
+  details::NameIndex bench_by_key(bench.size());  // the first entry of each key
   for (std::size_t i = 0; i < bench.size(); ++i) bench_by_key.insert(bench[i].key, i, key_of);
   TakenEntries used(bench);
   PairsByTarget by_target(target);
   for (const Entry& t : target) {  // pass 1: exact
     const std::size_t at = bench_by_key.find(t.key, key_of);
-    if (at == detail::NameIndex::npos || used.count(&bench[at])) continue;
+    if (at == details::NameIndex::npos || used.count(&bench[at])) continue;
     const Entry* b = &bench[at];
     used.insert(b);
-    by_target[&t] = EntryPair{&t, {b}, {}, "exact", detail::same_suffix_links(t, *b)};
+    by_target[&t] = EntryPair{&t, {b}, {}, "exact", details::same_suffix_links(t, *b)};
   }
   if (user_map) {  // pass 2: the user's items, in file order
     std::map<std::string_view, const Entry*> te, be;
@@ -128,7 +128,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
         const Entry* b = be[bn];
         if (by_target.count(t) || used.count(b)) continue;
         used.insert(b);
-        by_target[t] = EntryPair{t, {b}, {}, "map", detail::same_suffix_links(*t, *b)};
+        by_target[t] = EntryPair{t, {b}, {}, "map", details::same_suffix_links(*t, *b)};
       } else if (tr.count(tn) && br.count(bn)) {
         const auto [t, trow] = tr[tn];
         const auto [b, brow] = br[bn];
@@ -159,8 +159,8 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
     pair_templates(target, bench, by_target, used);
   {  // pass 5: unique value keys, order preserved
     std::map<std::string, std::vector<const Entry*>> tk, bk;
-    for (const Entry* e : left(target, true)) tk[detail::value_key(*e)].push_back(e);
-    for (const Entry* e : left(bench, false)) bk[detail::value_key(*e)].push_back(e);
+    for (const Entry* e : left(target, true)) tk[details::value_key(*e)].push_back(e);
+    for (const Entry* e : left(bench, false)) bk[details::value_key(*e)].push_back(e);
     std::vector<std::pair<const Entry*, const Entry*>> cand;
     for (const auto& [k, v] : tk) {
       const auto it = bk.find(k);
@@ -175,7 +175,7 @@ inline Matching match_entries(const std::vector<Entry>& target, const std::vecto
       any = true;
       last_bench = b->index;
       used.insert(b);
-      by_target[t] = EntryPair{t, {b}, {}, "value", detail::same_suffix_links(*t, *b)};
+      by_target[t] = EntryPair{t, {b}, {}, "value", details::same_suffix_links(*t, *b)};
     }
   }
   m.pairs = by_target.take_pairs(m.target_only);

@@ -19,7 +19,7 @@
 #include "torchprobe/analysis/compare/group_map.hpp"
 #include "torchprobe/analysis/compare/templates.hpp"
 
-namespace torchprobe::compare::detail {
+namespace torchprobe::compare::details {
 
 // The best alignment of two item lists: index pairs, in order.
 template <class ItemT, class Score>
@@ -51,7 +51,7 @@ std::vector<std::pair<std::size_t, std::size_t>> align_items(const std::vector<I
   return out;
 }
 
-}  // namespace torchprobe::compare::detail
+}  // namespace torchprobe::compare::details
 
 namespace torchprobe::compare {
 
@@ -64,15 +64,15 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
   // Keys: views of the entries' names, which outlive the pass.
   std::unordered_map<std::string_view, std::vector<const Entry*>> t_backward, b_backward;  // looked up only
   for (const Entry& e : target)
-    if (e.direction == "backward") t_backward[detail::call_of(e.name)].push_back(&e);
+    if (e.direction == "backward") t_backward[details::call_of(e.name)].push_back(&e);
   for (const Entry& e : bench)
-    if (e.direction == "backward") b_backward[detail::call_of(e.name)].push_back(&e);
+    if (e.direction == "backward") b_backward[details::call_of(e.name)].push_back(&e);
   // An item's backward entries, the one of its last call (addmm: the linear's lead) first.
-  const auto backward_of = [&](const detail::Item& it, bool is_target) {
+  const auto backward_of = [&](const details::Item& it, bool is_target) {
     std::vector<const Entry*> out;
     for (std::size_t k = it.members.size(); k-- > 0;) {
       const auto& pool = is_target ? t_backward : b_backward;
-      const auto found = pool.find(detail::call_of(it.members[k]->name));
+      const auto found = pool.find(details::call_of(it.members[k]->name));
       if (found == pool.end()) continue;
       for (const Entry* e : found->second)
         if (is_target ? !by_target.count(e) : !used.count(e)) out.push_back(e);
@@ -104,36 +104,36 @@ inline void align_inside_modules(const std::vector<Entry>& target, const std::ve
         if (!(is_target ? by_target.count(e) : used.count(e))) out.push_back(e);
       return out;
     };
-    const auto ti = detail::canonical_items(inside(true, tm.name));
-    const auto bi = detail::canonical_items(inside(false, pm->bench.front()->name));
-    const auto score = [](const detail::Item& x, const detail::Item& y) {
+    const auto ti = details::canonical_items(inside(true, tm.name));
+    const auto bi = details::canonical_items(inside(false, pm->bench.front()->name));
+    const auto score = [](const details::Item& x, const details::Item& y) {
       if (x.canon != y.canon || x.direction != y.direction) return 0;
       if (x.aten == y.aten && x.members.size() != y.members.size()) return 0;
-      return 1 + (detail::signature(x) == detail::signature(y) ? 2 : 0) +
-             (detail::value_key(*x.members.back()) == detail::value_key(*y.members.back()) ? 4 : 0);
+      return 1 + (details::signature(x) == details::signature(y) ? 2 : 0) +
+             (details::value_key(*x.members.back()) == details::value_key(*y.members.back()) ? 4 : 0);
     };
-    for (const auto& [i, j] : detail::align_items(ti, bi, score)) {
-      const detail::Item& t = ti[i];
-      const detail::Item& b = bi[j];
+    for (const auto& [i, j] : details::align_items(ti, bi, score)) {
+      const details::Item& t = ti[i];
+      const details::Item& b = bi[j];
       for (const Entry* e : b.members) used.insert(e);
       if (t.aten == b.aten) {  // same naming, other call numbers: member with member
         for (std::size_t k = 0; k < t.members.size(); ++k)
           by_target[t.members[k]] = EntryPair{
-              t.members[k], {b.members[k]}, {}, "align", detail::same_suffix_links(*t.members[k], *b.members[k])};
+              t.members[k], {b.members[k]}, {}, "align", details::same_suffix_links(*t.members[k], *b.members[k])};
         continue;
       }
       EntryPair p{t.members[0], b.members, {}, "align", {}};
-      p.links = t.aten ? detail::template_links(b, t, false) : detail::template_links(t, b, true);
+      p.links = t.aten ? details::template_links(b, t, false) : details::template_links(t, b, true);
       if (t.members.size() > 1) p.target_group = t.members;
       by_target[t.members[0]] = std::move(p);
       for (std::size_t k = 1; k < t.members.size(); ++k)
         by_target[t.members[k]] = EntryPair{t.members[k], {}, {}, "align", {}};
       const auto tb = backward_of(t, true), bb = backward_of(b, false);
       if (tb.empty() || bb.empty()) continue;  // linked by argument position, as the templates do
-      const detail::Item tbi{t.canon, "backward", tb, t.aten}, bbi{b.canon, "backward", bb, b.aten};
+      const details::Item tbi{t.canon, "backward", tb, t.aten}, bbi{b.canon, "backward", bb, b.aten};
       by_target[tb[0]] =
           EntryPair{tb[0], bb, tb.size() > 1 ? tb : std::vector<const Entry*>{}, "align",
-                    t.aten ? detail::template_links(bbi, tbi, false) : detail::template_links(tbi, bbi, true)};
+                    t.aten ? details::template_links(bbi, tbi, false) : details::template_links(tbi, bbi, true)};
       for (const Entry* e : bb) used.insert(e);
       for (std::size_t k = 1; k < tb.size(); ++k) by_target[tb[k]] = EntryPair{tb[k], {}, {}, "align", {}};
     }

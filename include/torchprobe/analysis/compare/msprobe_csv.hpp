@@ -92,7 +92,7 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
   return c;
 }
 
-namespace detail {
+namespace details {
 // The CSV's text, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a
 // gigabyte: held whole, the text alone would double the memory the compare needs).
 template <class Sink>
@@ -130,12 +130,12 @@ class CsvPieces {
   std::size_t chunk_;
   std::string out_;
 };
-}  // namespace detail
+}  // namespace details
 
 // The CSV of a table, handed to `sink` in pieces of about `chunk` bytes.
 template <class Sink>
 void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
-  detail::CsvPieces<Sink> csv(t, sink, chunk);
+  details::CsvPieces<Sink> csv(t, sink, chunk);
   for (const TableRow& r : t.rows) csv.row(r);
   csv.finish();
 }
@@ -148,7 +148,7 @@ void msprobe_csv_chunks(const std::vector<Row>& npu, const std::vector<Row>& ben
   Table shape;
   shape.mode = mode;
   shape.stack_column = stack_column;
-  detail::CsvPieces<Sink> csv(shape, sink, chunk);
+  details::CsvPieces<Sink> csv(shape, sink, chunk);
   each_table_group(npu, bench, mode, tensor_cells, [&](std::vector<TableRow>& group) {
     for (const TableRow& r : group) csv.row(r);
   });

@@ -50,7 +50,7 @@ struct Table {
   std::vector<TableRow> rows;
 };
 
-namespace detail {
+namespace details {
 
 inline bool is_inf_or_nan(const Json& v) {
   if (v.is_number_float()) return !std::isfinite(v.get<double>());
@@ -189,7 +189,7 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
   }
 }
 
-}  // namespace detail
+}  // namespace details
 
 // msprobe's table, one entry's rows at a time: pairs `npu` rows with `bench` rows by compare key
 // (msprobe's outer merge, kept in NPU order, bench-only rows dropped), fills the statistics
@@ -205,11 +205,11 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
   std::vector<std::pair<const Row*, const Row*>> pairs;  // (npu, bench or null), the table's rows
   {
     const auto key_of = [&](std::size_t i) { return bench[i].key; };
-    detail::NameIndex first_of(bench.size());
+    details::NameIndex first_of(bench.size());
     std::vector<std::size_t> next(bench.size(), kEnd), last_of(bench.size(), kEnd);
     for (std::size_t i = 0; i < bench.size(); ++i) {
       std::size_t first = first_of.insert(bench[i].key, i, key_of);
-      if (first == detail::NameIndex::npos)
+      if (first == details::NameIndex::npos)
         first = i;
       else
         next[last_of[first]] = i;
@@ -218,7 +218,7 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
     pairs.reserve(npu.size());
     for (const Row& n : npu) {
       const std::size_t first = first_of.find(n.key, key_of);
-      if (first == detail::NameIndex::npos) {
+      if (first == details::NameIndex::npos) {
         pairs.emplace_back(&n, nullptr);
         continue;
       }
@@ -238,8 +238,8 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
       for (const auto& [n, b] : pairs) {
         char n_buf[40], b_buf[40];
         std::string n_keep, b_keep;
-        const auto pn = pandas_parse(detail::cell_text(n->stats[s], n_buf, n_keep));
-        const auto pb = b ? pandas_parse(detail::cell_text(b->stats[s], b_buf, b_keep)) : std::nullopt;
+        const auto pn = pandas_parse(details::cell_text(n->stats[s], n_buf, n_keep));
+        const auto pb = b ? pandas_parse(details::cell_text(b->stats[s], b_buf, b_keep)) : std::nullopt;
         if (!(pn && pn->is_int && pb && pb->is_int)) {
           ints[s] = false;
           break;
@@ -260,11 +260,11 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
         for (int s = 0; s < 4; ++s) {
           char n_buf[40], b_buf[40];
           std::string n_keep, b_keep;
-          const std::string_view n_text = detail::cell_text(r.npu->stats[s], n_buf, n_keep);
+          const std::string_view n_text = details::cell_text(r.npu->stats[s], n_buf, n_keep);
           const std::string_view b_text =
-              r.bench ? detail::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
-          detail::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : detail::na_cell(), n_text, b_text, ints[s],
-                            r.diff[s], r.diff[4 + s]);
+              r.bench ? details::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
+          details::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : details::na_cell(), n_text, b_text, ints[s],
+                             r.diff[s], r.diff[4 + s]);
           if (n_text.data() == n_buf) {
             r.stat_text[s] = n_text;
             r.known_stats |= static_cast<unsigned char>(1u << s);
@@ -287,7 +287,7 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
     }
     members.clear();
     for (TableRow& r : group) members.push_back(&r);
-    detail::judge_entry(members, mode);
+    details::judge_entry(members, mode);
     take(group);
   }
 }

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace torchprobe::compare::detail {
+namespace torchprobe::compare::details {
 
 class NameIndex {
  public:
@@ -61,4 +61,4 @@ class NameIndex {
   std::vector<std::uint64_t> slots_;
 };
 
-}  // namespace torchprobe::compare::detail
+}  // namespace torchprobe::compare::details

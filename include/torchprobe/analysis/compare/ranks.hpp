@@ -52,7 +52,7 @@ struct StepView {
   std::map<long, std::string> incomplete;  // ranks whose step was recovered incomplete: what is missing
 };
 
-namespace detail {
+namespace details {
 
 using Json = nlohmann::ordered_json;
 
@@ -81,15 +81,15 @@ inline bool replicated_collective(const std::string& entry) {
   return false;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // One step directory's ranks.
 inline StepView view_step(const std::filesystem::path& step_dir, long step = -1) {
-  using detail::Json;
+  using details::Json;
   StepView view;
   view.step = step;
   std::map<long, Json> data;
-  for (const auto& [rank, dir] : compare::detail::rank_dirs(step_dir)) {
+  for (const auto& [rank, dir] : compare::details::rank_dirs(step_dir)) {
     if (!std::filesystem::exists(dir / "dump.json")) continue;
     const Json doc = read_json_file(dir / "dump.json");
     if (!doc.contains("data") || !doc["data"].is_object())
@@ -123,10 +123,10 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
       call.entered.push_back(rank);
       std::vector<std::pair<std::string, const Json*>> items;
       for (const char* section : {"input_args", "input_kwargs", "output"})
-        if (d[entry].contains(section)) detail::tensor_items(d[entry][section], section, items);
+        if (d[entry].contains(section)) details::tensor_items(d[entry][section], section, items);
       for (const auto& [site, item] : items) {
         if (!by_site.count(site)) sites.push_back(site);
-        by_site[site].emplace_back(rank, detail::stats_of(*item));
+        by_site[site].emplace_back(rank, details::stats_of(*item));
       }
     }
     if (collective && !call.absent.empty() && !call.entered.empty())
@@ -149,7 +149,7 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
       if (collective) (output ? call.outputs_agree : call.inputs_agree) &= agree;
       if (agree) continue;
       const std::string shape = values.front().second.value("shape", Json()).dump();
-      if (collective && output && detail::replicated_collective(entry)) {
+      if (collective && output && details::replicated_collective(entry)) {
         note({step, groups[1].second.front(), entry, site, shape, groups[0].second});
       } else if (values.size() >= 3 && groups.size() == 2 && groups[1].second.size() == 1) {
         note({step, groups[1].second.front(), entry, site, shape, groups[0].second});
@@ -164,7 +164,7 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
 inline std::vector<StepView> view_dump(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) throw InputError(path.string() + ": not a directory");
-  const auto steps = compare::detail::numbered_dirs(path, "step([0-9]+)");
+  const auto steps = compare::details::numbered_dirs(path, "step([0-9]+)");
   std::vector<StepView> views;
   if (steps.empty()) {
     views.push_back(view_step(path));

@@ -54,7 +54,7 @@ inline bool float_dtype(std::string_view d) {
   return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
 }
 
-namespace detail {
+namespace details {
 
 inline std::vector<std::string> split_dots(std::string_view s) {
   std::vector<std::string> parts(1);
@@ -251,7 +251,7 @@ void parse_items(const Node& data, std::string& op_name, std::string_view state,
   }
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Makes the rows of a dump entry by entry, in dump order: msprobe's order within an entry, and the
 // compare keys, whose backward call numbers count the entries seen before. The fast reader
@@ -281,19 +281,19 @@ class RowMaker {
     items.clear();
     if (last == "parameters_grad" || second == "parameters_grad") {
       item_name_ = op_name;
-      detail::parse_items(op, item_name_, "parameters_grad", 0, items, true, store_);
+      details::parse_items(op, item_name_, "parameters_grad", 0, items, true, store_);
     } else {
-      const bool grads_name = detail::names_parameters_grad(op_name);
+      const bool grads_name = details::names_parameters_grad(op_name);
       static const std::pair<const char*, const char*> kIo[] = {{"input_args", "input"},
                                                                 {"input_kwargs", "input"},
                                                                 {"input", "input"},
                                                                 {"output", "output"},
                                                                 {"parameters", "parameters"}};
       for (const auto& [key, state] : kIo) {
-        const Node item = detail::NodeOps<Node>::find(op, key);
-        if (!detail::NodeOps<Node>::found(item)) continue;
+        const Node item = details::NodeOps<Node>::find(op, key);
+        if (!details::NodeOps<Node>::found(item)) continue;
         item_name_.assign(op_name).append(1, '.').append(state);
-        detail::parse_items(item, item_name_, state, 0, items, grads_name, store_);
+        details::parse_items(item, item_name_, state, 0, items, grads_name, store_);
       }
     }
     // split_data_name_components: entries named neither ...forward/backward[.N] nor parameters_grad

@@ -39,7 +39,7 @@ class CellText {
   unsigned char size_ = 0;
 };
 
-namespace detail {
+namespace details {
 
 // CalcStatsDiff.classify
 enum class ValType { num, nan, inf, neg_inf, device, na, other };
@@ -148,6 +148,6 @@ inline std::string_view cell_text(const Json& v, char (&buf)[40], std::string& k
   return keep;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe::compare

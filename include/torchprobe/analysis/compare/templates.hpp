@@ -12,7 +12,7 @@
 
 namespace torchprobe::compare {
 
-namespace detail {
+namespace details {
 
 // "Tensor.__mul__.3.forward" -> {"Tensor", "mul", "forward"}; modules and odd names give {}.
 inline std::tuple<std::string, std::string, std::string> api_parts(const Entry& e) {
@@ -209,6 +209,6 @@ inline std::string value_key(const Entry& e) {
   return key.append("|").append(r->md5);
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe::compare

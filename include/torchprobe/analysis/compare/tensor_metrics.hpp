@@ -49,7 +49,7 @@ inline at::Tensor read_pt_values(const std::filesystem::path& file) {
   return t.squeeze().contiguous();
 }
 
-namespace detail {
+namespace details {
 
 // msprobe's format_value: float('{:.12f}'.format(v)), then str() of it as the CSV holds it.
 inline double py_format_value(double v) {
@@ -156,7 +156,7 @@ inline TensorCells scalar_cells(const at::Tensor& n0, const at::Tensor& b0) {
   return c;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The six cells for two tensors as read_pt_values returns them.
 inline TensorCells tensor_cells(const at::Tensor& n, const at::Tensor& b) {
@@ -169,7 +169,7 @@ inline TensorCells tensor_cells(const at::Tensor& n, const at::Tensor& b) {
     c.fill("shape unmatched");
     return c;
   }
-  if (n.dim() == 0) return detail::scalar_cells(n, b);  // _check_scalar
+  if (n.dim() == 0) return details::scalar_cells(n, b);  // _check_scalar
   at::Tensor nd = n.to(at::kDouble).reshape({-1}).contiguous().clone();
   at::Tensor bd = b.to(at::kDouble).reshape({-1}).contiguous().clone();
   // _check_nan_inf: inf/nan at the same places on both sides are zeroed (the sign of an inf is not
@@ -183,14 +183,14 @@ inline TensorCells tensor_cells(const at::Tensor& n, const at::Tensor& b) {
     nd.masked_fill_(n_inf | n_nan, 0.0);
     bd.masked_fill_(b_inf | b_nan, 0.0);
   }
-  const detail::RelativeError rel = detail::relative_error(n, b, nd, bd);
+  const details::RelativeError rel = details::relative_error(n, b, nd, bd);
   const double* x = nd.data_ptr<double>();
   const double* y = bd.data_ptr<double>();
   const auto count = static_cast<std::size_t>(nd.numel());
 
   // Cosine: n.b / (|n| |b|); both norms at most float64's epsilon: 1.0; one of them: Nan.
-  const double nn = std::sqrt(static_cast<double>(detail::dot(x, x, count)));
-  const double bb = std::sqrt(static_cast<double>(detail::dot(y, y, count)));
+  const double nn = std::sqrt(static_cast<double>(details::dot(x, x, count)));
+  const double bb = std::sqrt(static_cast<double>(details::dot(y, y, count)));
   if (count == 1) {
     c[0] = "unsupported";
   } else if (nn <= DBL_EPSILON && bb <= DBL_EPSILON) {
@@ -198,17 +198,17 @@ inline TensorCells tensor_cells(const at::Tensor& n, const at::Tensor& b) {
   } else if (nn <= DBL_EPSILON || bb <= DBL_EPSILON) {
     c[0] = "Nan";
   } else {
-    const double cos = static_cast<double>(detail::dot(x, y, count)) / (nn * bb);
+    const double cos = static_cast<double>(details::dot(x, y, count)) / (nn * bb);
     if (std::isnan(cos)) {
       c[0] = "Nan";
     } else {
-      double v = detail::py_format_value(cos);
+      double v = details::py_format_value(cos);
       if (v > 0.9999) {  // correct_data: round(v, 6)
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.6f", v);
         v = std::strtod(buf, nullptr);
       }
-      c[0] = detail::tensor_cell(v);
+      c[0] = details::tensor_cell(v);
     }
   }
   // EucDist |n - b| (not passed through format_value), MaxAbsErr max |n - b|, both in float64.
@@ -221,16 +221,16 @@ inline TensorCells tensor_cells(const at::Tensor& n, const at::Tensor& b) {
     abs_nan = abs_nan || std::isnan(a);
     max_abs = std::max(max_abs, a);
   }
-  c[1] = detail::tensor_cell(std::sqrt(static_cast<double>(detail::dot(d.data(), d.data(), count))));
-  c[2] = abs_nan ? "Nan" : detail::tensor_cell(detail::py_format_value(max_abs));
-  c[3] = detail::max_relative_cell(rel);
+  c[1] = details::tensor_cell(std::sqrt(static_cast<double>(details::dot(d.data(), d.data(), count))));
+  c[2] = abs_nan ? "Nan" : details::tensor_cell(details::py_format_value(max_abs));
+  c[3] = details::max_relative_cell(rel);
   // The share of elements whose relative error is under 0.001 / 0.005, compared in the relative
   // error's own type (numpy turns the Python float threshold into float32 for a float32 array).
   const auto ratio = [&](double threshold) {
     const double t = rel.in_float32 ? static_cast<double>(static_cast<float>(threshold)) : threshold;
     std::size_t under = 0;
     for (const double v : rel.values) under += v < t ? 1 : 0;
-    return detail::tensor_cell(detail::py_format_value(static_cast<double>(under) / static_cast<double>(count)));
+    return details::tensor_cell(details::py_format_value(static_cast<double>(under) / static_cast<double>(count)));
   };
   c[4] = ratio(0.001);
   c[5] = ratio(0.005);

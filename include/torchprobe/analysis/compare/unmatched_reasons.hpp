@@ -17,7 +17,7 @@
 
 namespace torchprobe::compare {
 
-namespace detail {
+namespace details {
 
 // msprobe 26's LOW_RISK_API_SET (msprobe/pytorch/dump/api_dump/api_risk_level.py): APIs its dump
 // leaves out by default. A copy of msprobe's list, kept as msprobe spells it.
@@ -63,7 +63,7 @@ inline std::unordered_set<std::string> structure_names(const Dump& d) {
   return names;
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The entries one side has by nature, taken out of target_only/bench_only. Only when
 // one side is msprobe's Python dump and the other TorchProbe's: two dumps of one kind have the
@@ -78,9 +78,9 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
   const bool python_target = to == StatsOrigin::msprobe;
   // msprobe dropped its low-risk APIs unless some of them are in its dump.
   bool low_risk_dumped = false;
-  const auto t_structure = detail::structure_names(t), b_structure = detail::structure_names(b);
+  const auto t_structure = details::structure_names(t), b_structure = details::structure_names(b);
   for (const Entry& e : python_target ? target_entries : bench_entries) {
-    if (!e.is_module() && detail::msprobe_low_risk_apis().count(std::get<1>(detail::api_parts(e))))
+    if (!e.is_module() && details::msprobe_low_risk_apis().count(std::get<1>(details::api_parts(e))))
       low_risk_dumped = true;
   }
   const auto reason = [&](const Entry& e, bool target_side) -> std::string {
@@ -92,7 +92,7 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
         const auto at = base.rfind(d);
         if (at != std::string::npos) base = base.substr(0, at);
       }
-      const std::string fwd = base + ".forward." + detail::split_dots(e.name).back();
+      const std::string fwd = base + ".forward." + details::split_dots(e.name).back();
       if (other.count(std::string(e.name)) || other.count(fwd))
         return "present in the other side's structure only (construct.json: a module inferred from its calls, "
                "with no ModuleGuard in C++)";
@@ -102,9 +102,9 @@ inline std::vector<ExplainedEntry> explain_unmatched(Matching& m, const std::vec
                            "module (its parent uses the weights directly)";
     }
     if (python_side || e.name.rfind("Aten.", 0) != 0) return "";
-    const std::string api = std::get<1>(detail::api_parts(e));
-    if (const char* r = detail::cpp_only_reason(api)) return r;
-    if (!low_risk_dumped && detail::msprobe_low_risk_apis().count(api))
+    const std::string api = std::get<1>(details::api_parts(e));
+    if (const char* r = details::cpp_only_reason(api)) return r;
+    if (!low_risk_dumped && details::msprobe_low_risk_apis().count(api))
       return "msprobe 26 leaves its low-risk APIs (views, reshapes, creation ops: api_risk_level.py) out of "
              "the dump";
     return "";

@@ -27,7 +27,7 @@ struct UserMap {
   std::vector<Group> groups;
 };
 
-namespace detail {
+namespace details {
 // "[Aten.t, Aten.addmm]" or "Aten.gelu" -> API names; empty when a name is not `Prefix.api`.
 inline std::vector<std::string> group_side(const std::string& text) {
   std::string body = text;
@@ -71,7 +71,7 @@ inline bool group_arg_ok(const std::string& a, std::size_t members) {
   }
   return false;
 }
-}  // namespace detail
+}  // namespace details
 
 inline UserMap read_user_map(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -99,7 +99,7 @@ inline UserMap read_user_map(const std::filesystem::path& path) {
     // The group form: API names (one dot) or lists of them, then an optional {argument map}.
     const auto brace = value.find('{');
     const std::string bench_text = trim(value.substr(0, brace));
-    const auto t_apis = detail::group_side(key), b_apis = detail::group_side(bench_text);
+    const auto t_apis = details::group_side(key), b_apis = details::group_side(bench_text);
     const bool group = key.front() == '[' || bench_text.front() == '[' || (!t_apis.empty() && !b_apis.empty());
     if (!group) {
       m.items.emplace_back(key, value);
@@ -122,7 +122,7 @@ inline UserMap read_user_map(const std::filesystem::path& path) {
         const auto colon2 = cur.find(':');
         const std::string a = colon2 == std::string::npos ? "" : trim(cur.substr(0, colon2));
         const std::string b = colon2 == std::string::npos ? "" : trim(cur.substr(colon2 + 1));
-        if (!detail::group_arg_ok(a, t_apis.size()) || !detail::group_arg_ok(b, b_apis.size()))
+        if (!details::group_arg_ok(a, t_apis.size()) || !details::group_arg_ok(b, b_apis.size()))
           throw InputError(where + "argument '" + trim(cur) +
                            "' is not '[k.]input.N: [k.]output.M' (k: a position in the list)");
         g.args.emplace_back(a, b);

@@ -63,7 +63,7 @@ inline std::string python_shape(at::IntArrayRef sizes) {
   return s + ")";
 }
 
-namespace detail {
+namespace details {
 
 inline double fraction(const at::Tensor& mask) {
   return static_cast<double>(mask.sum().item<int64_t>()) / static_cast<double>(mask.numel());
@@ -172,7 +172,7 @@ inline void cosine(Detail& row, const at::Tensor& b, const at::Tensor& d, bool& 
   ok = c > 0.99;  // NaN fails, as in msprobe's classic line
 }
 
-}  // namespace detail
+}  // namespace details
 
 // Compares one output. `device` ran in the original dtype, `bench` up-cast.
 // `input_scale`: the largest |value| among the call's inputs, for TorchProbe's verdict (0: unknown).
@@ -214,7 +214,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
       row.verdict.reason = "empty output: nothing to compare";
       return row;
     }
-    const double rate = detail::fraction(bench.ne(device));
+    const double rate = details::fraction(bench.ne(device));
     row.error_rate = Cell::f64(rate);
     row.status = rate == 0 ? Status::pass : Status::error;
     row.verdict = {status_text(row.status), "exact comparison: " + std::to_string(rate) + " of the values differ"};
@@ -238,13 +238,13 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
   const bool f64 = ct == at::kDouble;
   const at::Tensor abs_err = (device.to(ct) - bench.to(ct)).abs();
   const at::Tensor rel = (abs_err / abs_bench_eps).abs();
-  if (standard_of(api) == Standard::thousandth) row.thousandth = detail::rel_ratio(rel, 0.001).first;
+  if (standard_of(api) == Standard::thousandth) row.thousandth = details::rel_ratio(rel, 0.001).first;
   if (new_standard_supports(dtype))
-    detail::new_standard(row, api, dtype, bench, device, abs_err, abs_bench, abs_bench_eps);
+    details::new_standard(row, api, dtype, bench, device, abs_err, abs_bench, abs_bench_eps);
 
   bool cos_ok = true;
   std::string msg;
-  detail::cosine(row, bench, device, cos_ok, msg);
+  details::cosine(row, bench, device, cos_ok, msg);
   row.message = msg + "\n";
   if (!cos_ok) {
     row.message += "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE.\n";
@@ -259,7 +259,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
   }
   const bool half = dtype == at::kHalf || dtype == at::kBFloat16;
   if (half) {
-    const auto h = detail::rel_ratio(rel, 0.01);
+    const auto h = details::rel_ratio(rel, 0.01);
     row.hundredth = h.first;
     if (!h.second) {
       row.message += "Relative error is greater than 0.01, consider as error, skip other check and set to SPACE.\n";
@@ -267,7 +267,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
       return row;
     }
   }
-  const auto t = detail::rel_ratio(rel, 0.001);
+  const auto t = details::rel_ratio(rel, 0.001);
   row.thousandth = t.first;
   if (half) {
     row.status = t.second ? Status::pass : Status::warning;
@@ -276,7 +276,7 @@ inline Detail compare_tensor(const std::string& api, at::Tensor bench, at::Tenso
                  : "Relative error is greater than 0.001, consider as warning, skip other check and set to SPACE.\n";
     return row;
   }
-  const auto w = detail::rel_ratio(rel, 0.0001);
+  const auto w = details::rel_ratio(rel, 0.0001);
   row.ten_thousandth = w.first;
   if (!t.second) {
     row.message += "Relative error is greater than 0.001, consider as error, skip other check and set to SPACE.\n";

@@ -54,7 +54,7 @@ inline void apply_run_ut_config(const nlohmann::json& root, CliOptions& o, const
   const nlohmann::json& s = root.contains("run_ut") ? root["run_ut"] : root;
   if (!s.is_object()) throw UsageError(where + ": \"run_ut\" must be an object");
   try {
-    const RunUtConfig r = torchprobe::detail::parse_run_ut(s, "run_ut", o.notes);
+    const RunUtConfig r = torchprobe::details::parse_run_ut(s, "run_ut", o.notes);
     o.white_list = r.white_list;
     o.black_list = r.black_list;
     o.error_data_path = r.error_data_path;

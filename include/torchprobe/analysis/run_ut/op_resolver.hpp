@@ -90,7 +90,7 @@ inline void adapt_functional_kwargs(Kwargs& kwargs) {
   kwargs = std::move(out);
 }
 
-namespace detail {
+namespace details {
 
 inline std::optional<c10::IValue> convert(const Arg& a, c10::TypePtr type, c10::TypePtr real, int& penalty) {
   using K = c10::TypeKind;
@@ -158,7 +158,7 @@ inline std::optional<c10::IValue> convert(const Arg& a, c10::TypePtr type, c10::
   }
 }
 
-}  // namespace detail
+}  // namespace details
 
 // The stack of `schema` for these arguments, or nullopt when they do not fit it. `defaults`
 // counts the defaulted arguments and Scalar conversions (fewer is a closer fit).
@@ -186,7 +186,7 @@ inline std::optional<std::vector<c10::IValue>> bind_exact(const c10::FunctionSch
       ++defaults;
       continue;
     }
-    auto v = detail::convert(*given, p.type(), p.real_type(), defaults);
+    auto v = details::convert(*given, p.type(), p.real_type(), defaults);
     if (!v) return std::nullopt;
     stack.push_back(std::move(*v));
   }

@@ -22,7 +22,7 @@ struct Outcome {
   std::string error;                      // why msprobe would have stopped part way ("" when it did not)
 };
 
-namespace detail {
+namespace details {
 
 // api name, "Type.api.n" and the direction of "Type.api.n.forward.output.k" (7 parts: "Type.a.b.n...").
 inline bool split_row_name(const std::string& full, std::string& api, std::string& api_full, std::string& direction) {
@@ -81,7 +81,7 @@ inline std::string detail_text(const OutRow& o) {
   return row_text(f);
 }
 
-}  // namespace detail
+}  // namespace details
 
 // analyse_csv: every target row judged against the bench row of the same name, the result rows
 // aggregated over consecutive rows of one API.
@@ -96,9 +96,9 @@ inline Outcome compare_tables(const Table& npu, const Table& gpu) {
   bool have_last = false, last_unsupported = false;
   const auto flush = [&] {
     if (last_unsupported) {
-      res += detail::row_text({last_api, kSkip, kSkip, "This data type does not support benchmark compare."});
+      res += details::row_text({last_api, kSkip, kSkip, "This data type does not support benchmark compare."});
     } else {
-      const std::string f = detail::aggregate(fwd), b = detail::aggregate(bwd);
+      const std::string f = details::aggregate(fwd), b = details::aggregate(bwd);
       std::string msg;
       const auto first_dot = last_api.find('.'), last_dot = last_api.rfind('.');
       if (f == kError && first_dot != last_dot && last_api.substr(first_dot + 1, last_dot - first_dot - 1) == "topk")
@@ -106,7 +106,7 @@ inline Outcome compare_tables(const Table& npu, const Table& gpu) {
             "在npu上，topk的入参sorted=False时不生效，会返回有序tensor，而cpu上会返回无序tensor。 "
             "如果topk精度不达标，请检查是否是该原因导致的。";
       if (f == kSkip) msg += last_skip_message;
-      res += detail::row_text({last_api, f, b, msg});
+      res += details::row_text({last_api, f, b, msg});
       last_skip_message.clear();
     }
     fwd.clear();
@@ -117,19 +117,19 @@ inline Outcome compare_tables(const Table& npu, const Table& gpu) {
   for (std::size_t i = 0; i < npu.rows.size(); ++i) {
     const Value& name_value = npu.at(i, "API Name");
     const std::string full = name_value.py_str();
-    if (name_value.is_text() && detail::injection_pattern(full)) {
+    if (name_value.is_text() && details::injection_pattern(full)) {
       out.error = "api name contains special characters, please check! (" + full + ")";
       return out;
     }
     std::string api, api_full, direction;
     OutRow o;
-    if (!detail::split_row_name(full, api, api_full, direction)) {
+    if (!details::split_row_name(full, api, api_full, direction)) {
       const std::string why = "The API name " + full + " is invalid.";
       o[name] = Value::str(full);
       o[result] = Value::str(kSkip);
       o[message] = Value::str(why);
-      det += detail::detail_text(o);
-      res += detail::row_text({full, kSkip, kSkip, why});
+      det += details::detail_text(o);
+      res += details::row_text({full, kSkip, kSkip, why});
       continue;
     }
     const auto g = gpu_rows.find(full);
@@ -145,21 +145,21 @@ inline Outcome compare_tables(const Table& npu, const Table& gpu) {
     std::string status = kSpace;
     o[name] = Value::str(full);
     try {
-      status = detail::judge({npu, i, gpu, g->second[0], dtype.py_str()}, api, o);
+      status = details::judge({npu, i, gpu, g->second[0], dtype.py_str()}, api, o);
     } catch (const PrecisionCompareError& e) {
       OutRow skip;
       skip[name] = Value::str(full);
       skip[result] = Value::str(kSkip);
       skip[message] = Value::str(e.what());
-      det += detail::detail_text(skip);
-      res += detail::row_text({full, kSkip, kSkip, e.what()});
+      det += details::detail_text(skip);
+      res += details::row_text({full, kSkip, kSkip, e.what()});
       continue;
     }
-    det += detail::detail_text(o);
+    det += details::detail_text(o);
     if (have_last && api_full != last_api) flush();
     have_last = true;
     last_api = api_full;
-    last_unsupported = detail::unsupported_dtype(dtype);
+    last_unsupported = details::unsupported_dtype(dtype);
     if (last_unsupported) continue;
     if (direction == "forward") {
       fwd.push_back(status);

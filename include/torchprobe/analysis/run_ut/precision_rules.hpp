@@ -67,7 +67,7 @@ using OutRow = std::array<Value, kOutColumns>;
 
 inline const std::string kPass = "pass", kError = "error", kWarning = "Warning", kSkip = "SKIP", kSpace = " ";
 
-namespace detail {
+namespace details {
 
 inline bool is_fp8(const Value& dtype) {
   const std::string s = dtype.py_str();
@@ -300,6 +300,6 @@ inline std::string judge(const Rows& r, const std::string& api, OutRow& o) {
   return o[result].text;
 }
 
-}  // namespace detail
+}  // namespace details
 
 }  // namespace torchprobe::run_ut::precision

@@ -93,7 +93,7 @@ inline double to_float(const Value& v) {
   return x;
 }
 
-namespace detail {
+namespace details {
 
 inline bool pandas_na(const std::string& s) {
   static const std::unordered_set<std::string> na = {
@@ -118,7 +118,7 @@ inline bool pandas_float(const std::string& s, double& out) {
   return python_float(s, out);
 }
 
-}  // namespace detail
+}  // namespace details
 
 struct Table {
   std::vector<std::string> header;
@@ -143,14 +143,14 @@ inline Table table_from_csv(std::string_view text) {
   for (std::size_t r = 1; r < raw.size(); ++r) {
     for (std::size_t c = 0; c < width; ++c) {
       const std::string cell = c < raw[r].size() ? raw[r][c] : std::string();
-      if (detail::pandas_na(cell)) {
+      if (details::pandas_na(cell)) {
         has_na[c] = true;
         continue;
       }
       long long n = 0;
       double x = 0;
-      if (kinds[c] == Col::integer && detail::pandas_int(cell, n)) continue;
-      if (kinds[c] != Col::text && detail::pandas_float(cell, x)) {
+      if (kinds[c] == Col::integer && details::pandas_int(cell, n)) continue;
+      if (kinds[c] != Col::text && details::pandas_float(cell, x)) {
         kinds[c] = Col::real;
         continue;
       }
@@ -163,11 +163,11 @@ inline Table table_from_csv(std::string_view text) {
       const std::string cell = c < raw[r].size() ? raw[r][c] : std::string();
       long long n = 0;
       double x = 0;
-      if (detail::pandas_na(cell))
+      if (details::pandas_na(cell))
         row.push_back(Value::f(std::nan("")));
-      else if (kinds[c] == Col::integer && !has_na[c] && detail::pandas_int(cell, n))
+      else if (kinds[c] == Col::integer && !has_na[c] && details::pandas_int(cell, n))
         row.push_back(Value::i(n));
-      else if (kinds[c] != Col::text && detail::pandas_float(cell, x))
+      else if (kinds[c] != Col::text && details::pandas_float(cell, x))
         row.push_back(Value::f(x));
       else
         row.push_back(Value::str(cell));

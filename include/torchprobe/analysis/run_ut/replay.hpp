@@ -52,7 +52,7 @@ struct ApiResult {
   double seconds = 0;
 };
 
-namespace detail {
+namespace details {
 
 inline c10::ScalarType bench_dtype(const std::set<c10::ScalarType>& floats, c10::ScalarType t, bool all64) {
   if (!c10::isFloatingType(t) || t == at::kDouble) return t;
@@ -158,7 +158,7 @@ inline std::vector<c10::IValue> on_host(const std::vector<c10::IValue>& vs) {
   return out;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const ReplayOptions& options = {}) {
   ApiResult r;
@@ -187,7 +187,7 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
   const ResolvedOp op = resolve(target, args, kwargs);
 
   std::set<c10::ScalarType> floats;
-  detail::for_each_tensor(args, kwargs, [&](Arg& a) {
+  details::for_each_tensor(args, kwargs, [&](Arg& a) {
     const auto t = a.value.toTensor().scalar_type();
     if (t == at::kHalf || t == at::kBFloat16 || t == at::kFloat) floats.insert(t);
   });
@@ -196,26 +196,26 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
   Kwargs dkw = kwargs, bkw = kwargs;
   const auto prepare = [&](Arg& a, bool bench) {
     at::Tensor t = a.value.toTensor().detach();
-    if (bench) t = t.to(detail::bench_dtype(floats, t.scalar_type(), options.float64_bench));
+    if (bench) t = t.to(details::bench_dtype(floats, t.scalar_type(), options.float64_bench));
     if (!bench) t = t.to(options.device);
     t = t.clone();
     if (a.requires_grad && c10::isFloatingType(t.scalar_type())) t.requires_grad_(true);
     a.value = t;
   };
-  detail::for_each_tensor(dargs, dkw, [&](Arg& a) { prepare(a, false); });
-  detail::for_each_tensor(bargs, bkw, [&](Arg& a) { prepare(a, true); });
+  details::for_each_tensor(dargs, dkw, [&](Arg& a) { prepare(a, false); });
+  details::for_each_tensor(bargs, bkw, [&](Arg& a) { prepare(a, true); });
   int unused = 0;
   const auto bench_stack = bind_schema(op.handle.schema(), bargs, bkw, unused);
   const auto device_stack = bind_schema(op.handle.schema(), dargs, dkw, unused);
   if (!bench_stack || !device_stack) throw NotReplayable("the up-cast arguments no longer fit " + c.name);
-  r.bench_out = detail::call(op.handle, *bench_stack);  // CPU first, as msprobe
-  const std::vector<c10::IValue> device_raw = detail::call(op.handle, *device_stack);
-  r.device_out = detail::on_host(device_raw);
+  r.bench_out = details::call(op.handle, *bench_stack);  // CPU first, as msprobe
+  const std::vector<c10::IValue> device_raw = details::call(op.handle, *device_stack);
+  r.device_out = details::on_host(device_raw);
   std::vector<c10::IValue> all_inputs;
-  detail::for_each_tensor(args, kwargs, [&](Arg& a) { all_inputs.push_back(a.value); });
-  const double input_scale = detail::max_abs(all_inputs);
-  r.forward_rows = detail::compare_outputs(c.api, r.bench_out, r.device_out, input_scale);
-  r.forward = detail::worst(r.forward_rows);
+  details::for_each_tensor(args, kwargs, [&](Arg& a) { all_inputs.push_back(a.value); });
+  const double input_scale = details::max_abs(all_inputs);
+  r.forward_rows = details::compare_outputs(c.api, r.bench_out, r.device_out, input_scale);
+  r.forward = details::worst(r.forward_rows);
 
   if (!c.backward.is_object()) return r;  // no backward recorded: " "
   if (c.api == "repeat_interleave" || c.api == "masked_select") return r;
@@ -244,11 +244,11 @@ inline ApiResult replay(const ApiCase& c, const std::string& data_dir, const Rep
     return g;
   };
   r.bench_grads = grads(bargs);
-  r.device_grads = detail::on_host(grads(dargs));
+  r.device_grads = details::on_host(grads(dargs));
   // A gradient scales with the gradient fed in: its rounding noise lives near |grad| * |inputs|.
-  r.backward_rows = detail::compare_outputs(c.api, r.bench_grads, r.device_grads,
-                                            detail::max_abs(r.grad_in) * std::max(1.0, input_scale));
-  r.backward = status_text(detail::worst(r.backward_rows));
+  r.backward_rows = details::compare_outputs(c.api, r.bench_grads, r.device_grads,
+                                             details::max_abs(r.grad_in) * std::max(1.0, input_scale));
+  r.backward = status_text(details::worst(r.backward_rows));
   return r;
 }
 

@@ -36,7 +36,7 @@ struct RunOutput {
   Summary summary;
 };
 
-namespace detail {
+namespace details {
 
 inline bool listed(const std::vector<std::string>& list, const std::string& api) {
   return std::find(list.begin(), list.end(), api) != list.end();
@@ -114,7 +114,7 @@ inline ApiResult run_one(const ApiCase& c, const Dump& dump, const RunOptions& o
   return r;
 }
 
-}  // namespace detail
+}  // namespace details
 
 inline RunOutput run(const RunOptions& o) {
   const Dump dump = read_dump(o.api_info);
@@ -126,7 +126,7 @@ inline RunOutput run(const RunOptions& o) {
     const std::string& p = o.continue_csv;
     const auto pos = p.rfind("accuracy_checking_result_");
     if (pos == std::string::npos) throw RunUtError(p + ": -csv_path must name an accuracy_checking_result_{ts}.csv");
-    done = detail::done_apis(p);
+    done = details::done_apis(p);
     out.result_csv = p;
     out.details_csv = p.substr(0, pos) + "accuracy_checking_details_" + p.substr(pos + 25);
   } else {
@@ -150,14 +150,14 @@ inline RunOutput run(const RunOptions& o) {
   std::set<std::string> seen;
   for (const auto& c : dump.cases) {
     if (done.count(c.name)) continue;
-    if (o.filter_duplicates && !seen.insert(detail::call_key(c)).second) continue;
+    if (o.filter_duplicates && !seen.insert(details::call_key(c)).second) continue;
     todo.push_back(&c);
   }
   out.results.resize(todo.size());
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<std::size_t> next{0};
   const auto worker = [&] {
-    for (std::size_t i; (i = next++) < todo.size();) out.results[i] = detail::run_one(*todo[i], dump, o);
+    for (std::size_t i; (i = next++) < todo.size();) out.results[i] = details::run_one(*todo[i], dump, o);
   };
   const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(todo.size())));
   std::vector<std::thread> pool;
@@ -169,7 +169,7 @@ inline RunOutput run(const RunOptions& o) {
     result.append(result_row(r));
     details.append(detail_rows(r));
     verdicts.append(verdict_row(r));
-    if (o.save_error_data) detail::save_error_data(out.error_dir, r);
+    if (o.save_error_data) details::save_error_data(out.error_dir, r);
   }
   out.summary = summarize(out.results, secs);
   return out;

@@ -42,7 +42,7 @@ struct GradSummary {
   std::string sign;                   // L1/L2 with signs: -1, 0, +1 as int8 bytes (NaN is 0)
 };
 
-namespace detail {
+namespace details {
 
 inline at::Tensor as_bytes(const at::Tensor& t) { return t.contiguous().reshape({-1}).view(at::kByte); }
 
@@ -54,7 +54,7 @@ inline at::Tensor bounds_tensor(const std::vector<GradBound>& bounds, const at::
   return t.to(like.options());
 }
 
-}  // namespace detail
+}  // namespace details
 
 class GradStatsComputer {
  public:
@@ -130,10 +130,10 @@ class GradStatsComputer {
       stats.push_back((g == 0).sum().to(at::kDouble).reshape({1}));
     }
     parts.push_back(at::cat(stats).view(at::kByte));
-    if (level_ == GradLevel::L0) parts.push_back(detail::as_bytes(g.to(at::kFloat)));
+    if (level_ == GradLevel::L0) parts.push_back(details::as_bytes(g.to(at::kFloat)));
     if (level_ != GradLevel::L0) {
-      parts.push_back(detail::as_bytes(g > 0));
-      if (with_sign_) parts.push_back(detail::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
+      parts.push_back(details::as_bytes(g > 0));
+      if (with_sign_) parts.push_back(details::as_bytes((g > 0).to(at::kChar) - (g < 0).to(at::kChar)));
     }
   }
 
@@ -259,7 +259,7 @@ class GradStatsComputer {
   const at::Tensor& bounds_on(const at::Tensor& like) {
     const std::string key = like.device().str() + "/" + std::string(c10::toString(like.scalar_type()));
     auto it = bounds_cache_.find(key);
-    if (it == bounds_cache_.end()) it = bounds_cache_.emplace(key, detail::bounds_tensor(bounds_, like)).first;
+    if (it == bounds_cache_.end()) it = bounds_cache_.emplace(key, details::bounds_tensor(bounds_, like)).first;
     return it->second;
   }
 
