@@ -10,6 +10,7 @@
 #include "torchprobe/capture/token_window.hpp"
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/save_value.hpp"
+#include "torchprobe/io/console.hpp"
 
 namespace torchprobe {
 
@@ -50,6 +51,11 @@ class DebuggerInterface {
   virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
   virtual bool running() const = 0;
   virtual const Config& config() const = 0;
+  // grad_probe's monitor(model) (msprobe's debugger.monitor): the model whose parameters'
+  // gradients are recorded. A debugger of another task ignores it, and says so.
+  virtual void monitor_model(const ModelRef&) {
+    io::tell_user("monitor() is for task \"grad_probe\"; task \"" + std::string(config().task.str()) + "\" ignores it");
+  }
 };
 
 }  // namespace torchprobe

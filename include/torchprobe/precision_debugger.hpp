@@ -27,58 +27,78 @@
 
 namespace torchprobe {
 
+namespace details {
+
+// grad_probe behind the Debugger's interface: it watches gradients, not calls, so start(), stop(),
+// save() and the step's files are nothing to it (as in msprobe), and step() is its step, right
+// before optimizer.step().
+class GradProbeDebugger final : public DebuggerInterface {
+ public:
+  explicit GradProbeDebugger(Config config) : monitor_(std::move(config)) {}
+  void start_with(const ModelRef&, std::optional<std::int64_t>, std::optional<TokenRange>) override {}
+  void stop() noexcept override {}
+  void step() override { monitor_.step(); }
+  void wait_written() override {}
+  void set_init_step(std::int64_t) override {}
+  void save(const SaveValue&, const std::string&, bool) override {}
+  bool running() const override { return false; }
+  std::int64_t current_step() const override { return monitor_.current_step(); }
+  const Config& config() const override { return monitor_.config(); }
+  // One torch::nn model, as msprobe's monitor(model).
+  void monitor_model(const ModelRef& model) override {
+    if (model.nn.size() == 1 && model.jit.empty())
+      monitor_.monitor(*model.nn.front());
+    else
+      io::tell_user("grad_probe's monitor() takes one torch::nn model; nothing is monitored");
+  }
+
+ private:
+  GradMonitor monitor_;
+};
+
+}  // namespace details
+
 template <class Tasks>
 class BasicPrecisionDebugger final : public DebuggerInterface {
  public:
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
   explicit BasicPrecisionDebugger(const Options& options)
-      : options_(options), grad_(make_grad(options)), impl_(grad_ ? nullptr : make(options)) {
-    if (impl_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
+      : options_(options),
+        grad_probe_(is_grad_probe(options)),
+        impl_(grad_probe_ ? make_grad(options) : make(options)) {
+    if (!grad_probe_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
   }
 
   // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    if (tokens && !grad_) check_token_range(*tokens, model);  // also when dump_enable is false
+    if (tokens && !grad_probe_) check_token_range(*tokens, model);  // also when dump_enable is false
     model_ = model;
     rank_id_ = rank_id;
     tokens_ = tokens;
-    if (impl_ && impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
+    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
   }
-  void stop() noexcept override {
-    if (impl_) impl_->stop();
-  }
+  void stop() noexcept override { impl_->stop(); }
   // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
   void step() override {
-    if (grad_) {
-      grad_->step();
-      return;
-    }
     impl_->step();
     if (watch_ && watch_->changed()) reload();
   }
   // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
   template <class Model>
   void monitor(const Model& model) {
-    if (grad_)
-      grad_->monitor(model);
-    else
-      std::cerr << "[torchprobe] monitor() is for task \"grad_probe\"; task \"" << impl_->config().task.str()
-                << "\" ignores it\n";
+    monitor_model(to_model_ref(model));
   }
-  void wait_written() override {
-    if (impl_) impl_->wait_written();
-  }
-  void set_init_step(std::int64_t step) override {
-    if (impl_) impl_->set_init_step(step);
-  }
+  void monitor_model(const ModelRef& model) override { impl_->monitor_model(model); }
+  void wait_written() override { impl_->wait_written(); }
+  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    if (impl_) impl_->save(value, name, save_backward);
+    impl_->save(value, name, save_backward);
   }
-  bool running() const override { return impl_ && impl_->running(); }
-  std::int64_t current_step() const override { return grad_ ? grad_->current_step() : impl_->current_step(); }
-  const Config& config() const override { return grad_ ? grad_->config() : impl_->config(); }
+  bool running() const override { return impl_->running(); }
+  std::int64_t current_step() const override { return impl_->current_step(); }
+  const Config& config() const override { return impl_->config(); }
 
  private:
   // The configuration is checked against the list first: a (task, level) pair it lacks is a
@@ -130,14 +150,15 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
 
   // grad_probe watches gradients, not calls: it is no task of the list, and a task of the list (a
   // user's own) is no name resolve() knows without the list.
-  static std::unique_ptr<GradMonitor> make_grad(const Options& options) {
-    if (options.named_task() != nlohmann::json(std::string(task_name(Task::GradProbe)))) return nullptr;
-    Config c = options.resolve();
-    return std::make_unique<GradMonitor>(std::move(c));
+  static bool is_grad_probe(const Options& options) {
+    return options.named_task() == nlohmann::json(std::string(task_name(Task::GradProbe)));
+  }
+  static std::unique_ptr<DebuggerInterface> make_grad(const Options& options) {
+    return std::make_unique<details::GradProbeDebugger>(options.resolve());
   }
 
   Options options_;
-  std::unique_ptr<GradMonitor> grad_;
+  bool grad_probe_;  // task grad_probe: impl_ is a details::GradProbeDebugger
   std::unique_ptr<DebuggerInterface> impl_;
   std::optional<ConfigFileWatch> watch_;  // dump_enable
   ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
