@@ -43,8 +43,8 @@ prefix=$work/prefix
 cmake -S . -B "$work/torchprobe-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
   -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 \
   || { cat "$work/install.log"; exit 1; }
-# The one compiled thing installed is the torchprobe command-line tool: two libtorch TUs (compare,
-# run_ut), one per core.
+# The one compiled thing installed is the torchprobe command-line tool: its own TU (no libtorch) and
+# the libtorch module it loads for run_ut and .pt files, one per core.
 cmake --build "$work/torchprobe-build" --target torchprobe_cli -j"${TORCHPROBE_CI_JOBS:-2}" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
@@ -53,6 +53,10 @@ for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
   [ -f "$prefix/$f" ] || { echo "not installed: $f" >&2; find "$prefix" -type f >&2; exit 1; }
 done
 "$prefix/bin/torchprobe" --version | grep -qx "torchprobe $version" || { echo "bin/torchprobe --version is not $version" >&2; exit 1; }
+# run_ut's libtorch part is a module the tool loads from lib/torchprobe/ (tools/cli/torch_module.hpp)
+[ -f "$prefix/lib/torchprobe/libtorchprobe_torch.so" ] || [ -n "$(find "$prefix" -name libtorchprobe_torch.so)" ] \
+  || { echo "not installed: the tool's libtorch module" >&2; exit 1; }
+"$prefix/bin/torchprobe" run_ut --help | grep -q "api_info" || { echo "bin/torchprobe run_ut cannot load its module" >&2; exit 1; }
 echo "installed $(find "$prefix" -type f | wc -l) files into $prefix"
 
 # The consumer is built from a copy outside the repository, so nothing can reach the source tree

@@ -5,11 +5,13 @@
 // the growth of time and RSS per 10x entries. Each measurement runs in a child process of its own,
 // so that its max RSS is its own; the compare is the command-line tool itself where the build has it
 // (what a user runs: its start and its huge pages included). Quick mode (TORCHPROBE_BENCH_QUICK=1): 10k only.
-// TORCHPROBE_COMPARE_BENCH_KEEP=1 keeps the dumps and outputs (the path is printed).
+// TORCHPROBE_COMPARE_BENCH_KEEP=1 keeps the dumps and outputs (the path is printed);
+// TORCHPROBE_COMPARE_BENCH_RUNS=K runs each compare K times and reports the median.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -206,7 +208,22 @@ Figures run(std::size_t n, const std::filesystem::path& root) {
     }
     return seconds_since(t0);
   });
-  f.compare = compare_in_child(dir);
+  // TORCHPROBE_COMPARE_BENCH_RUNS=K: the compare K times (this machine's speed varies by a third from
+  // run to run), each printed; the figures below are the run of median time.
+  const char* runs_env = std::getenv("TORCHPROBE_COMPARE_BENCH_RUNS");
+  const int runs = runs_env ? std::max(1, std::atoi(runs_env)) : 1;
+  std::vector<Measured> each;
+  for (int r = 0; r < runs; ++r) {
+    each.push_back(compare_in_child(dir));
+    if (runs > 1)
+      std::printf("%8zu entries a side, run %d of %d: %.2f s, CPU %.2f s, max RSS %.0f MB\n", n, r + 1, runs,
+                  each.back().seconds, each.back().cpu, each.back().rss_mb);
+  }
+  std::sort(each.begin(), each.end(), [](const Measured& a, const Measured& b) { return a.seconds < b.seconds; });
+  f.compare = each[each.size() / 2];
+  if (runs > 1)
+    std::printf("%8zu entries a side: median %.2f s of %.2f-%.2f s\n", n, f.compare.seconds, each.front().seconds,
+                each.back().seconds);
   std::printf("%8zu entries a side: compare %.2f s end to end (exit %d)\n", n, f.compare.seconds, f.compare.status);
   double prev = 0;
   for (const auto& [t, line] : f.compare.lines) {

@@ -35,12 +35,12 @@ std::string differences(const DumpRows& a, const DumpRows& b) {
     note("row count " + std::to_string(a.rows.size()) + " vs " + std::to_string(b.rows.size()));
   for (std::size_t i = 0; i < a.rows.size() && i < b.rows.size(); ++i) {
     const Row &x = a.rows[i], &y = b.rows[i];
-    bool same = x.name == y.name && x.key == y.key && x.entry == y.entry && x.entry_key == y.entry_key &&
-                x.entry_index == y.entry_index && x.state == y.state && x.dtype == y.dtype && x.shape == y.shape &&
-                x.requires_grad == y.requires_grad && x.md5 == y.md5 && x.data_name == y.data_name &&
-                x.stack == y.stack;
+    bool same = x.name == y.name && x.key == y.key && x.entry() == y.entry() && x.entry_key() == y.entry_key() &&
+                x.entry_index() == y.entry_index() && x.place == y.place && x.dtype == y.dtype && x.shape == y.shape &&
+                x.requires_grad == y.requires_grad && x.md5 == y.md5 && x.data_name() == y.data_name() &&
+                x.stack() == y.stack();
     for (int s = 0; s < 4; ++s)  // dump(): the value and its type (1 unsigned, -1 integer, 1.0 float)
-      same = same && x.stats[s].dump() == y.stats[s].dump() && x.stats[s].type() == y.stats[s].type();
+      same = same && x.stat(s).dump() == y.stat(s).dump() && x.stat(s).type() == y.stat(s).type();
     if (!same) note("row " + std::to_string(i) + " (" + std::string(x.name) + ")");
   }
   return out;
@@ -155,7 +155,7 @@ TEST_CASE("a scalar argument's dtype is str(type(value)) as Python prints it, wi
       CHECK(rows.rows[i].dtype == python[i]);
       CHECK(rows.rows[i].shape == "[]");
     }
-    CHECK(rows.rows[0].stats[0].get<double>() == 0.5);  // a scalar's statistics are its value
+    CHECK(rows.rows[0].stat(0).get<double>() == 0.5);  // a scalar's statistics are its value
   }
   fs::remove_all(dir);
 }
@@ -174,16 +174,16 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
     const DumpRows rows = load_dump_rows(path);
     CHECK(differences(rows, details::dump_rows_through_json(path, read_text_file(path))) == "");
     REQUIRE(rows.rows.size() == 2);
-    CHECK(rows.rows[0].stats[0].is_number_float());
-    CHECK(std::signbit(rows.rows[0].stats[0].get<double>()));
-    CHECK(rows.rows[0].stats[2].is_number_unsigned());  // 1
-    CHECK(rows.rows[0].stats[3].is_number_integer());   // -2
-    CHECK(rows.rows[0].stats[3].get<long>() == -2);
+    CHECK(rows.rows[0].stat(0).is_number_float());
+    CHECK(std::signbit(rows.rows[0].stat(0).get<double>()));
+    CHECK(rows.rows[0].stat(2).is_number_unsigned());  // 1
+    CHECK(rows.rows[0].stat(3).is_number_integer());   // -2
+    CHECK(rows.rows[0].stat(3).get<long>() == -2);
     write(path, one_entry_dump("-0"));
     CHECK_FALSE(reads_fast(path));  // simdjson's DOM reads it as 0 like any other
     const DumpRows zero = load_dump_rows(path);
-    CHECK(zero.rows[0].stats[0].is_number_integer());
-    CHECK_FALSE(zero.rows[0].stats[0].is_number_unsigned());  // nlohmann's -0: a signed integer
+    CHECK(zero.rows[0].stat(0).is_number_integer());
+    CHECK_FALSE(zero.rows[0].stat(0).is_number_unsigned());  // nlohmann's -0: a signed integer
   }
   SUBCASE("Python's NaN, a repeated entry and a repeated key go to load_dump") {
     for (const std::string& text :
@@ -196,9 +196,9 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
       CHECK(differences(load_dump_rows(path), details::dump_rows_through_json(path, text)) == "");
     }
     write(path, one_entry_dump("NaN"));
-    CHECK(load_dump_rows(path).rows[0].stats[0] == "Nan");  // msprobe's set_summary
+    CHECK(load_dump_rows(path).rows[0].stat(0) == "Nan");  // msprobe's set_summary
     write(path, one_entry_dump("1.0, \"Max\": 2.0"));
-    CHECK(load_dump_rows(path).rows[0].stats[0].get<double>() == 2.0);  // the last value, as nlohmann keeps
+    CHECK(load_dump_rows(path).rows[0].stat(0).get<double>() == 2.0);  // the last value, as nlohmann keeps
   }
   SUBCASE("invalid JSON and dumps that are not dumps fail with load_dump's message naming the file") {
     for (const std::string& bad :

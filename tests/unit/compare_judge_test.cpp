@@ -371,12 +371,13 @@ TEST_CASE("the float sums' allowance: not between two TorchProbe dumps, not on a
 TEST_CASE("a number passed as int on one side and float on the other is the same number, not a dtype divergence") {
   // C++ passes softplus's beta as 1.0 where Python's nn.Softplus passes 1: msprobe writes
   // "<class 'float'>" for one and "<class 'int'>" for the other.
-  const auto scalar = [](const char* dtype, const Json& value) {
+  TextStore store;  // keeps the rows' cells that are not floats
+  const auto scalar = [&](const char* dtype, const Json& value) {
     Row r;
     r.name = "Aten.softplus.0.forward.input.1";
     r.dtype = dtype;
     r.shape = "[]";
-    for (auto& s : r.stats) s = value;
+    r.set_stats({value, value, value, value}, store);
     return r;
   };
   const Row py_int = scalar("<class 'int'>", 1), cpp_float = scalar("<class 'float'>", 1.0);

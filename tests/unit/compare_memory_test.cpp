@@ -1,19 +1,27 @@
-// The containers a big compare keeps small (parents.hpp, entries.hpp) and the restart with huge pages
-// (huge_pages.hpp): what each must still do exactly as the containers they replaced.
+// The containers a big compare keeps small (parents.hpp, entries.hpp, rows.hpp), the restart with huge
+// pages (huge_pages.hpp), the CSV made by several threads and the report's table data: what each must
+// still do exactly as what it replaced.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compare_support.hpp"
 #include "torchprobe/analysis/compare/dump_rows_reader.hpp"
 #include "torchprobe/analysis/compare/huge_pages.hpp"
+#include "torchprobe/analysis/compare/html_report.hpp"
 #include "torchprobe/analysis/compare/matching.hpp"
+#include "torchprobe/analysis/compare/msprobe_csv.hpp"
 #include "torchprobe/analysis/compare/parents.hpp"
 
 namespace {
@@ -79,7 +87,7 @@ TEST_CASE("an entry's rows are the consecutive rows of its name, and the pairs c
   std::size_t rows = 0;
   for (const Entry& e : te) {
     REQUIRE_FALSE(e.rows.empty());
-    for (const Row* r : e.rows) CHECK(r->entry == e.name);
+    for (const Row* r : e.rows) CHECK(r->entry() == e.name);
     rows += e.rows.size();
   }
   CHECK(rows == t.rows.size());  // every row in exactly one entry
@@ -145,4 +153,152 @@ TEST_CASE("the bytes that decide the restart are those of the dump.json files th
   CHECK(dump_json_bytes({dir / "target/step1"}) == 300);
   CHECK(dump_json_bytes({dir / "missing"}) == 0);
   fs::remove_all(dir);
+}
+
+namespace {
+// A statistics dump of `n` entries, each a Linear-like call of one input and one output (two rows),
+// every 7th an integer statistic; `drift` moves the outputs of entries from `from` on.
+fs::path synthetic_dump(const fs::path& dir, std::size_t n, double drift = 0, std::size_t from = 0) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / "dump.json");
+  out << "{\"task\": \"statistics\", \"level\": \"L1\", \"dump_data_dir\": null, \"data\": {";
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(i % 101) / 7.0 + (i >= from ? drift : 0);
+    char stats[200];
+    if (i % 7 == 0)
+      std::snprintf(stats, sizeof stats, "\"Max\": %zu, \"Min\": 0, \"Mean\": 1, \"Norm\": 2", i % 13);
+    else
+      std::snprintf(stats, sizeof stats, "\"Max\": %.17g, \"Min\": %.17g, \"Mean\": %.17g, \"Norm\": %.17g", v + 1,
+                    v - 1, v, 2 * v + 0.5);
+    out << (i ? ",\n" : "\n") << "\"Torch.linear." << i << ".forward\": {\"input_args\": [{\"type\": \"torch.Tensor\", "
+        << "\"dtype\": \"torch.float32\", \"shape\": [4, 8], \"Max\": 1.5, \"Min\": -1.5, \"Mean\": 0.25, \"Norm\": "
+           "3.0, "
+        << "\"requires_grad\": false}], \"input_kwargs\": {}, \"output\": [{\"type\": \"torch.Tensor\", "
+        << "\"dtype\": \"torch.float32\", \"shape\": [4, 16], " << stats << ", \"requires_grad\": true}]}";
+  }
+  out << "\n}}\n";
+  return dir / "dump.json";
+}
+}  // namespace
+
+TEST_CASE("a row's short texts take 8 bytes each and read back as the text, long ones through the store") {
+  TextStore store;
+  const std::string shape = "[4, 16]";
+  const TextRef ref(shape);
+  CHECK(ref == "[4, 16]");
+  CHECK(ref.view().data() == shape.data());  // a view of the text itself, not a copy
+  CHECK(ref.rfind("16") == 4);
+  const std::string long_text(70000, 'x');  // beyond the 16 bits a length has
+  CHECK_THROWS_AS(TextRef{std::string_view(long_text)}, std::length_error);
+  const TextRef kept(long_text, store);
+  CHECK(kept.size() == long_text.size());
+  CHECK(kept.view() == long_text);
+  CHECK(TextRef() == "");
+  static_assert(sizeof(TextRef) == 8);
+  // Five million rows in a million-entry compare: a row that grows by a string_view costs 80 MB.
+  CHECK(sizeof(Row) <= 120);
+}
+
+TEST_CASE("a row keeps float statistics as doubles and any other statistic as the cell it was") {
+  const fs::path dir = temp_dir("row_stats");
+  const DumpRows d = load_dump_rows(synthetic_dump(dir, 8));
+  fs::remove_all(dir);
+  REQUIRE(d.rows.size() == 16);
+  const Row& ints = d.rows[1];  // entry 0's output: integer statistics
+  CHECK(ints.stat(0).is_number_unsigned());
+  CHECK(ints.stat(0).get<long>() == 0);
+  CHECK(ints.stat(3).get<long>() == 2);
+  const Row& floats = d.rows[3];  // entry 1's output
+  CHECK(floats.stat(2).is_number_float());
+  CHECK(floats.stat(2).get<double>() == 1.0 / 7.0);
+  CHECK(floats.entry() == "Torch.linear.1.forward");
+  CHECK(floats.entry_index() == 1);
+  CHECK(floats.data_name() == "-1");
+  CHECK_FALSE(floats.stack().has_value());
+}
+
+TEST_CASE("the CSV made by several threads at once is, byte for byte, the CSV one thread makes") {
+  const fs::path dir = temp_dir("csv_stretches");
+  // 40,000 entries: 80,000 rows, three stretches of 32,768 rows
+  const DumpRows t = load_dump_rows(synthetic_dump(dir / "t", 40000));
+  const DumpRows b = load_dump_rows(synthetic_dump(dir / "b", 40000, 1e-3, 20000));
+  fs::remove_all(dir);
+  std::string one;
+  msprobe_csv_chunks(t.rows, b.rows, CsvMode::summary, false, {}, [&](std::string_view p) { one.append(p); });
+  REQUIRE(one.size() > 1000000);
+  for (const unsigned threads : {1u, 2u, 3u}) {
+    CAPTURE(threads);
+    std::string many;
+    std::size_t pieces = 0;
+    const auto sink = [&](std::string_view p) {
+      many.append(p);
+      ++pieces;
+    };
+    CsvStretches<decltype(sink)> csv(t.rows, b.rows, CsvMode::summary, false, {}, sink);
+    std::vector<std::thread> others;
+    for (unsigned k = 1; k < threads; ++k) others.emplace_back([&] { csv.work(); });
+    csv.work();
+    for (std::thread& o : others) o.join();
+    CHECK(pieces == 3);
+    CHECK(many == one);
+  }
+  // A sink that fails: the error reaches the callers, none waits for ever for its turn.
+  int calls = 0;
+  const auto failing = [&](std::string_view) {
+    if (++calls == 2) throw std::runtime_error("disk full");
+  };
+  CsvStretches<decltype(failing)> csv(t.rows, b.rows, CsvMode::summary, false, {}, failing);
+  std::atomic<int> thrown{0};
+  std::thread other([&] {
+    try {
+      csv.work();
+    } catch (const std::runtime_error&) {
+      ++thrown;
+    }
+  });
+  try {
+    csv.work();
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "disk full");
+    ++thrown;
+  }
+  other.join();
+  CHECK(thrown == 2);
+  CHECK(calls == 2);
+}
+
+TEST_CASE("the report's table of more rows than it draws holds each paired entry's row as data") {
+  const fs::path dir = temp_dir("html_data");
+  const std::size_t n = html::kStaticTableRows + 10;
+  const DumpRows t = load_dump_rows(synthetic_dump(dir / "t", n));
+  const DumpRows b = load_dump_rows(synthetic_dump(dir / "b", n, 0.5, n - 3));
+  fs::remove_all(dir);
+  const Judgement j = judge(t.dump, b.dump, t.rows, b.rows, CsvMode::summary, JudgeMode::tol, -1);
+  REQUIRE(j.verdicts.size() == n);
+  bool virtualised = false;
+  const std::string table = html::entry_table(j, virtualised);
+  CHECK(virtualised);
+  const std::string open = "id=\"entries-data\">";
+  const std::size_t from = table.find(open) + open.size();
+  const auto data = nlohmann::json::parse(table.substr(from, table.find("</script>", from) - from));
+  REQUIRE(data["rows"].size() == n);
+  CHECK(data["methods"] == nlohmann::json::array({"exact"}));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& row = data["rows"][i];
+    const EntryVerdict& v = j.verdicts[i];
+    CHECK(row[0] == std::string(v.pair->target->name));
+    CHECK(row[1] == 0);  // the bench entry has the target's name
+    CHECK(row[2] == 0);  // exact
+    CHECK(row[3].get<double>() == (std::isinf(v.input_error) ? 1e308 : v.input_error));
+    CHECK(row[4].get<double>() == (std::isinf(v.output_error) ? 1e308 : v.output_error));
+    CHECK(row[5] == (v.source ? 2 : v.outputs_diverge || v.inputs_diverge ? 1 : 0));
+  }
+  // the error keys are printf's %.17g of the errors, the form the sorting script reads
+  const std::size_t last = n - 3;
+  REQUIRE(j.verdicts[last].output_error > 0);
+  char expected[40];
+  std::snprintf(expected, sizeof expected, "%.17g", j.verdicts[last].output_error);
+  CHECK(table.find("\"Torch.linear." + std::to_string(last) + ".forward\",0,0,0," + expected + ",") !=
+        std::string::npos);
+  CHECK(data["source"] == static_cast<long>(last));
 }

@@ -1,11 +1,12 @@
 // The `torchprobe` command-line tool. Subcommands:
 //   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
 //   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
-//   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark (run_ut.cpp)
-//   torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in, msprobe's verdicts out
-//   torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their journals
-//   (io/recovery.hpp)
+//   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark
+//   (torch_module.cpp) torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in,
+//   msprobe's verdicts out torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their
+//   journals (io/recovery.hpp)
 // Everything it does lives in headers (include/torchprobe/analysis/compare/, run_ut/), which the tests use too.
+#include <array>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -13,18 +14,16 @@
 
 #include <unistd.h>
 
+#include "torch_module.hpp"
 #include "torchprobe/analysis/compare/cli.hpp"
 #include "torchprobe/analysis/compare/grad_compare.hpp"
 #include "torchprobe/analysis/compare/huge_pages.hpp"
-#include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/recovery.hpp"
 #include "torchprobe/analysis/compare/ranks.hpp"
 #include "torchprobe/analysis/run_ut/precision_compare.hpp"
 #include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/version.hpp"
-
-int torchprobe_run_ut_main(const std::vector<std::string>& args);  // run_ut.cpp
 
 namespace {
 const char* kUsage =
@@ -92,10 +91,10 @@ int api_precision_compare_main(const std::vector<std::string>& args) {
 }  // namespace
 
 // A big compare starts again with huge pages (huge_pages.hpp: a third of its time was page faults).
-// It does so from the program's preinit array, before any library's initializers run: libtorch's
-// take 0.6 s, which a restart from main would pay twice; from here only the loader's milliseconds
-// are. Only libc and plain library code (the argument parser, a directory walk) run this early; any
-// doubt, and main goes on with normal pages. Not under a sanitizer, whose runtime starts there too.
+// It does so from the program's preinit array, before any library's initializers run (the tool
+// no longer links libtorch, whose took 0.6 s, but glibc reads its tunables only at start anyway). Only libc and plain
+// library code (the argument parser, a directory walk) run this early; any doubt, and main goes on with normal pages.
+// Not under a sanitizer, whose runtime starts there too.
 static void huge_pages_for_a_big_compare(int argc, char** argv, char** envp) {
   if (argc < 2 || std::strcmp(argv[1], "compare") != 0) return;
   try {
@@ -139,7 +138,8 @@ int main(int argc, char** argv) {
     options.exit_after = true;  // main returns right after run_compare
     options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
       std::string error;
-      auto cells = torchprobe::compare::pt_tensor_cells(npu, bench, &error);
+      std::array<std::string, 6> cells;
+      torchprobe_cli::TorchModule::get().pt_cells(&npu, &bench, &cells, &error);
       if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
       return cells;
     };
@@ -162,7 +162,15 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "recover")
     return torchprobe::io::recovery::run_recover({args.begin() + 1, args.end()}, std::cout, std::cerr);
-  if (args[0] == "run_ut") return torchprobe_run_ut_main(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (args[0] == "run_ut") {
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    try {
+      return torchprobe_cli::TorchModule::get().run_ut(&rest);
+    } catch (const std::runtime_error& e) {
+      std::cerr << "torchprobe run_ut: " << e.what() << "\n";
+      return 2;
+    }
+  }
   std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
   return 2;
 }

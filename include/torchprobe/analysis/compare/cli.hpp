@@ -147,7 +147,7 @@ inline void leave_out_unrecovered(const Dump& incomplete, Dump& other, std::vect
   const std::size_t dropped = entries.size() - last;
   while (entries.size() > last) entries.pop_back();
   // Rows are in entry order: the cut entries' rows are the tail.
-  while (!other_rows.empty() && other_rows.back().entry_index >= last) other_rows.pop_back();
+  while (!other_rows.empty() && other_rows.back().entry_index() >= last) other_rows.pop_back();
   log << "note: " << incomplete.file.string()
       << " is a step recovered incomplete after a crash (missing: " << incomplete.incomplete << "); the " << dropped
       << " entries of " << other.file.string() << " after its last one are left out, not reported as unpaired\n";
@@ -247,29 +247,30 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       stage(2, tensor_mode ? "msprobe's table, reading the .pt files" : "msprobe's table");
       TensorCellsFn cells;
       std::size_t files = 0;
-      for (const Row& r : trows) files += r.data_name != "-1" ? 1 : 0;
+      for (const Row& r : trows) files += r.data_name() != "-1" ? 1 : 0;
       if (big && tensor_mode && o.progress_tty) log << "\n";  // the bar below the stage line
       Progress bar(log, "  .pt pairs", files, o.progress_tty, big && tensor_mode);
       const fs::path tdir = t.file.parent_path() / "dump_tensor_data", bdir = b.file.parent_path() / "dump_tensor_data";
       if (tensor_mode) {
         cells = [&](const Row& n, const Row& g) {
           bar.advance();
-          return o.pt_cells(tdir / n.data_name, bdir / g.data_name);
+          return o.pt_cells(tdir / n.data_name(), bdir / g.data_name());
         };
       }
       const fs::path csv = o.out / ("compare_result" + p.suffix + "_" + ts + ".csv");
+      std::ofstream csv_out(csv, std::ios::binary);
+      const auto csv_piece = [&](std::string_view piece) {
+        csv_out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+      };
+      CsvStretches<decltype(csv_piece)> csv_text(trows, brows, mode, t.has_stack_file, cells, csv_piece);
       const auto write_csv = [&] {
-        std::ofstream out(csv, std::ios::binary);
-        msprobe_csv_chunks(trows, brows, mode, t.has_stack_file, cells, [&](std::string_view piece) {
-          out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-        });
+        csv_text.work();
         bar.finish();
-        out.flush();
-        if (!out) throw std::runtime_error(csv.string() + ": cannot be written");
       };
       // msprobe's table and its CSV (a gigabyte for a million entries, whose writing waits on the
-      // disk) are made on a thread of their own while the entries are paired and judged: both only
-      // read the rows. Tensor mode stays on this thread: its progress bar writes to the log.
+      // disk) are made on a thread of their own while the entries are paired and judged, and by
+      // this thread too once it is done (CsvStretches): all only read the rows. Tensor mode stays
+      // on this thread: its progress bar writes to the log.
       BackgroundTask csv_task;
       if (tensor_mode)
         write_csv();
@@ -284,7 +285,10 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
       const fs::path page = o.out / ("report" + p.suffix + ".html");
       write_file(page, html_report(t, b, j, report));
+      csv_text.work();    // this thread makes what is left of the CSV (nothing, in tensor mode)
       csv_task.finish();  // rethrows what the CSV's thread threw
+      csv_out.flush();
+      if (!csv_out) throw std::runtime_error(csv.string() + ": cannot be written");
       diverged = diverged || j.diverged();
       log << p.target.string() << " vs " << p.bench.string() << ": " << j.summary_line() << "\n"
           << "  wrote " << csv.string() << ", " << fd.string() << " and " << page.string() << "\n";

@@ -156,18 +156,28 @@ inline bool check_dom_entry(simdjson::dom::element v, int depth) {
     for (simdjson::dom::element item : simdjson::dom::array(v)) md5 = check_dom_entry(item, depth + 1) || md5;
   } else if (v.type() == T::OBJECT) {
     const simdjson::dom::object o(v);
-    std::vector<std::string_view> keys;  // a tensor's handful compared pairwise, more sorted
+    // A tensor's handful of keys compared pairwise, on the stack (a vector per object was an
+    // allocation per object of every entry); more than 16 sorted.
+    constexpr std::size_t kFew = 16;
+    std::string_view few[kFew];
+    std::size_t count = 0;
+    std::vector<std::string_view> many;
     for (const auto member : o) {
-      if (keys.size() < 16)
-        for (const std::string_view k : keys)
-          if (k == member.key) throw NotPlain{};
-      keys.push_back(member.key);
+      if (count < kFew) {
+        for (std::size_t k = 0; k < count; ++k)
+          if (few[k] == member.key) throw NotPlain{};
+        few[count] = member.key;
+      } else {
+        if (many.empty()) many.assign(few, few + kFew);
+        many.push_back(member.key);
+      }
+      ++count;
       md5 = md5 || member.key == "md5";
       md5 = check_dom_entry(member.value, depth + 1) || md5;
     }
-    if (keys.size() > 16) {
-      std::sort(keys.begin(), keys.end());
-      if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) throw NotPlain{};
+    if (!many.empty()) {
+      std::sort(many.begin(), many.end());
+      if (std::adjacent_find(many.begin(), many.end()) != many.end()) throw NotPlain{};
     }
   }
   return md5;

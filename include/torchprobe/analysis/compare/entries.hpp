@@ -68,17 +68,17 @@ struct Entry {
 
 inline std::vector<Entry> dump_entries(const std::vector<Row>& rows) {
   std::vector<Entry> out;
-  out.reserve(rows.empty() ? 0 : rows.back().entry_index + 1);  // entries counted by the rows' maker: no fewer
+  out.reserve(rows.empty() ? 0 : rows.back().entry_index() + 1);  // entries counted by the rows' maker: no fewer
   for (const Row& r : rows) {
-    if (out.empty() || out.back().name != r.entry) {
+    if (out.empty() || out.back().name != r.entry()) {
       Entry e;
       e.rows = EntryRows(&r, 0);
-      e.name = r.entry;
-      e.key = r.entry_key;
-      e.index = r.entry_index;
-      for (std::size_t at = 0; at <= r.entry.size();) {  // the last dot-separated part that names one
-        const std::size_t dot = std::min(r.entry.find('.', at), r.entry.size());
-        const std::string_view part = r.entry.substr(at, dot - at);
+      e.name = r.entry();
+      e.key = r.entry_key();
+      e.index = r.entry_index();
+      for (std::size_t at = 0; at <= r.entry().size();) {  // the last dot-separated part that names one
+        const std::size_t dot = std::min(r.entry().find('.', at), r.entry().size());
+        const std::string_view part = r.entry().substr(at, dot - at);
         for (const char* d : {"forward", "backward", "parameters_grad"})
           if (part == d) e.direction = d;
         at = dot + 1;

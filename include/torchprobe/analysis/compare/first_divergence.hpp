@@ -84,7 +84,7 @@ inline const Entry* first_overflow(const std::vector<Entry>& entries) {
     bool finite_in = true, bad_out = false;
     for (const Row* r : e->rows) {
       for (int s = 0; s < 2; ++s) {
-        const auto v = number(r->stats[s]);
+        const auto v = number(r->stat(s));
         if (!v || std::isfinite(*v)) continue;
         if (r->is_output())
           bad_out = true;

@@ -143,10 +143,12 @@ inline std::string error_chart(const Judgement& j) {
 
 // The target's module tree from construct.json, each module coloured by its verdict.
 inline std::string module_tree(const Dump& t, const Judgement& j) {
-  // Hashed lookups by names that outlive them (a million-entry tree of strings was slow).
+  // Hashed lookups by names that outlive them (a million-entry tree of strings was slow). The tree's
+  // nodes are modules and their containers: only those are indexed (indexing every entry of a
+  // million cost a second and 100 MB).
   std::unordered_map<std::string_view, const EntryVerdict*> verdict_of;
-  verdict_of.reserve(j.verdicts.size());
-  for (const EntryVerdict& v : j.verdicts) verdict_of[v.pair->target->name] = &v;
+  for (const EntryVerdict& v : j.verdicts)
+    if (v.pair->target->is_module()) verdict_of[v.pair->target->name] = &v;
   // Every name is a view of text that outlives the tree: the rows' (entries) or t.parents' (modules
   // known from construct.json only).
   std::map<std::string_view, std::vector<std::string_view>> children;
@@ -164,10 +166,26 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
   std::vector<std::string_view> pending;
   for (const auto& kv : children) pending.push_back(kv.first);
   std::set<std::string_view> placed;
-  // A set of the entry names: a scan of the entries per parent was quadratic in the dump's size.
+  // Which of the parents, and of theirs up the tree, are entries: the few names looked up in one
+  // scan of the entries (a scan per parent was quadratic in the dump's size, a set of every entry
+  // name large).
   std::unordered_set<std::string_view> entry_names;
-  if (!pending.empty())
-    for (const Entry& e : j.target_entries) entry_names.insert(e.name);
+  {
+    std::unordered_set<std::string_view> candidates;
+    for (std::string_view up : pending)
+      while (candidates.insert(up).second) {
+        const auto p = t.parents.find(up);
+        if (p == t.parents.end()) break;
+        up = p->second;
+      }
+    if (!candidates.empty())
+      for (const Entry& e : j.target_entries)
+        if (candidates.count(e.name)) entry_names.insert(e.name);
+  }
+  if (!entry_names.empty())  // parents that are entries but not modules (an odd dump) are nodes too
+    for (const EntryVerdict& v : j.verdicts)
+      if (!v.pair->target->is_module() && entry_names.count(v.pair->target->name))
+        verdict_of[v.pair->target->name] = &v;
   while (!pending.empty()) {
     const std::string_view parent = pending.back();
     pending.pop_back();
@@ -182,9 +200,13 @@ inline std::string module_tree(const Dump& t, const Judgement& j) {
     }
   }
   // Execution order: a node comes where the first entry under it does.
+  // (Every node is a module entry, a container of them, or an entry that is a parent: only those are
+  // looked up.)
   std::unordered_map<std::string_view, std::size_t> first;
-  first.reserve(j.target_entries.size());
-  for (std::size_t i = 0; i < j.target_entries.size(); ++i) first.emplace(j.target_entries[i].name, i);
+  for (std::size_t i = 0; i < j.target_entries.size(); ++i) {
+    const Entry& e = j.target_entries[i];
+    if (e.is_module() || entry_names.count(e.name)) first.emplace(e.name, i);
+  }
   const auto first_of = [&](const auto& self, std::string_view name, int depth) -> std::size_t {
     const auto f = first.find(name);
     if (f != first.end() || depth >= 64) return f != first.end() ? f->second : j.target_entries.size();
@@ -293,8 +315,10 @@ inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j,
   s += "<h2>Stack of the " + std::string(j.source ? "source" : "first diverging entry") + "</h2>" +
        html::frames(answer ? details::stack_of(t, answer->pair->target->name) : nlohmann::ordered_json()) + "\n";
   bool virtualised = false;
-  s +=
-      "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>" + html::entry_table(j, virtualised) + "\n";
+  s.reserve(s.size() + j.verdicts.size() * 100 + (std::size_t{1} << 16));  // the table's data, grown once
+  s += "<h2>Paired entries</h2><p class=\"meta\">Click a column to sort.</p>";
+  html::append_entry_table(s, j, virtualised);
+  s += "\n";
   const auto& un = report["unmatched"];
   s += "<h2>Unmatched</h2><details><summary>" + std::to_string(un["target_only"].size()) + " target-only, " +
        std::to_string(un["bench_only"].size()) + " bench-only</summary><ul>";
@@ -309,8 +333,9 @@ inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j,
       s += std::string("<li>") + side + ": " + escape(e.get<std::string>()) + "</li>";
     }
   }
-  s += "</ul></details>\n<script>" + std::string(virtualised ? html::kVirtualScript : html::kScript) +
-       "</script>\n</body></html>\n";
+  s += "</ul></details>\n<script>";
+  s += virtualised ? html::kVirtualScript : html::kScript;
+  s += "</script>\n</body></html>\n";
   return s;
 }
 

@@ -7,9 +7,12 @@
 // "methods"), input error, output error, verdict (0 pass, 1 warning, 2 error)], errors as the sort
 // keys of the static table (inf 1e308, nan -1). Once drawn, <body> gets data-ready-ms: the
 // milliseconds from the start of the page's navigation (tools/report_open_time.py reads it).
+#include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchprobe/analysis/compare/first_divergence.hpp"
@@ -42,19 +45,23 @@ inline const char* verdict_class(const EntryVerdict& v) {
 // A JSON string literal that cannot end its <script>: '<' is written \u003c.
 inline void json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (const char c : s) {
+  std::size_t plain = 0;  // plain characters are appended a run at a time
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
+    if (c != '"' && c != '\\' && u >= 0x20 && c != '<') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (u < 0x20 || c == '<') {
+    } else {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", u);
       out += buf;
-    } else {
-      out += c;
     }
   }
+  out.append(s.data() + plain, s.size() - plain);
   out += '"';
 }
 
@@ -106,31 +113,47 @@ inline std::string table_head() {
 }
 
 // The rows as data, for the virtualised table.
-inline std::string entries_data(const Judgement& j) {
-  std::vector<std::string> methods;
-  std::string s = "{\"rows\":[";
-  s.reserve(j.verdicts.size() * 96);
+// (Appended to `s` in place, its numbers written without a string each: a million rows are 60 MB,
+// and strings made and copied per row and per part were seconds and hundreds of megabytes.)
+inline void append_entries_data(std::string& s, const Judgement& j) {
+  std::vector<std::string_view> methods;
+  s += "{\"rows\":[";
   char num[40];
+  const auto key = [&](double x) {
+    s += ',';
+    if (std::isnan(x)) {
+      s += "-1";
+    } else if (std::isinf(x)) {
+      s += "1e308";
+    } else {  // as sort_key: printf's %.17g
+      s.append(num, static_cast<std::size_t>(
+                        std::to_chars(num, num + sizeof num, x, std::chars_format::general, 17).ptr - num));
+    }
+  };
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
-    std::string bench;
-    for (const Entry* e : v.pair->bench) bench.append(bench.empty() ? "" : " + ").append(e->name);
     std::size_t m = 0;
     while (m < methods.size() && methods[m] != v.pair->method) ++m;
     if (m == methods.size()) methods.push_back(v.pair->method);
     s += i ? ",[" : "[";
     json_string(s, v.pair->target->name);
     s += ',';
-    if (bench == v.pair->target->name)
+    const auto& bench = v.pair->bench;
+    if (bench.size() == 1 && bench.front()->name == v.pair->target->name) {
       s += '0';
-    else
-      json_string(s, bench);
-    s += ',' + std::to_string(m);
-    for (const double e : {v.input_error, v.output_error}) {
-      std::snprintf(num, sizeof num, ",%s", sort_key(e).c_str());
-      s += num;
+    } else {
+      std::string joined;
+      for (const Entry* e : bench) joined.append(joined.empty() ? "" : " + ").append(e->name);
+      if (joined == v.pair->target->name)
+        s += '0';
+      else
+        json_string(s, joined);
     }
-    const std::string c = verdict_class(v);
+    s += ',';
+    s.append(num, static_cast<std::size_t>(std::to_chars(num, num + sizeof num, m).ptr - num));
+    key(v.input_error);
+    key(v.output_error);
+    const std::string_view c = verdict_class(v);
     s += c == "error" ? ",2]" : c == "warning" ? ",1]" : ",0]";
   }
   s += "],\"methods\":[";
@@ -139,21 +162,29 @@ inline std::string entries_data(const Judgement& j) {
     json_string(s, methods[m]);
   }
   const long source = j.source ? static_cast<long>(j.source - j.verdicts.data()) : -1L;
-  return s + "],\"source\":" + std::to_string(source) + "}";
+  s += "],\"source\":" + std::to_string(source) + "}";
+}
+inline std::string entries_data(const Judgement& j) {
+  std::string s;
+  append_entries_data(s, j);
+  return s;
 }
 
 // The table, and whether it is the virtualised one (then the page needs kVirtualScript, not kScript).
-inline std::string entry_table(const Judgement& j, bool& virtualised) {
+inline void append_entry_table(std::string& out, const Judgement& j, bool& virtualised) {
   virtualised = j.verdicts.size() > kStaticTableRows;
   if (virtualised) {
-    return "<p class=\"meta\">" + std::to_string(j.verdicts.size()) +
+    out += "<p class=\"meta\">" + std::to_string(j.verdicts.size()) +
            " rows: only those in view are drawn (scroll the box); the page needs scripts for them.</p>"
            "<style>#entries-view td{height:15px;white-space:nowrap}</style>"
            "<div id=\"entries-view\" style=\"max-height:70vh;overflow:auto\">" +
-           table_head() + "</tbody></table></div><script type=\"application/json\" id=\"entries-data\">" +
-           entries_data(j) + "</script>";
+           table_head() + "</tbody></table></div><script type=\"application/json\" id=\"entries-data\">";
+    append_entries_data(out, j);
+    out += "</script>";
+    return;
   }
-  std::string s = table_head();
+  std::string& s = out;
+  s += table_head();
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
     std::string bench;
@@ -166,7 +197,12 @@ inline std::string entry_table(const Judgement& j, bool& virtualised) {
          sort_key(v.output_error) + "\">" + number(v.output_error) + "</td><td class=\"" + cls + "\">" + cls +
          "</td></tr>";
   }
-  return s + "</tbody></table>";
+  s += "</tbody></table>";
+}
+inline std::string entry_table(const Judgement& j, bool& virtualised) {
+  std::string s;
+  append_entry_table(s, j, virtualised);
+  return s;
 }
 
 }  // namespace torchprobe::compare::html

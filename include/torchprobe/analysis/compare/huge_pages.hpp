@@ -21,10 +21,11 @@
 
 namespace torchprobe::compare {
 
-// Above this many bytes of dump.json (both sides, some 400,000 entries) a compare gains more from
-// huge pages than the second start costs: the tool links libtorch, whose loading takes 0.6 s here
-// (measured: 100,000 entries a side gain 0.4 s, 1,000,000 gain 5.8 s).
-constexpr std::uintmax_t kHugePagesFromBytes = std::uintmax_t(256) << 20;
+// Above this many bytes of dump.json (both sides, some 7,000 entries) a compare gains more from
+// huge pages than the second start costs, now a millisecond: the tool no longer loads libtorch at
+// start (tools/cli/torch_module.hpp; it was 0.6 s, and the bound 256 MB). Measured on this 2-core
+// machine: 10,000 entries a side take 0.15 s instead of 0.23 s, 100,000 0.88 s instead of 1.16 s.
+constexpr std::uintmax_t kHugePagesFromBytes = std::uintmax_t(8) << 20;
 
 // The bytes of the dump.json files at or under each path (a file, or a directory searched whole).
 inline std::uintmax_t dump_json_bytes(std::initializer_list<std::filesystem::path> paths) {

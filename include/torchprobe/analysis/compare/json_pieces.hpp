@@ -23,6 +23,18 @@ namespace torchprobe::compare::details {
 // The text needs load_dump's reading (see dump_rows_reader.hpp).
 struct NotPlain {};
 
+// What a byte is to the walk of a value outside its strings.
+enum class Byte : unsigned char { plain, quote, open, close };
+struct ByteKinds {
+  Byte kind[256] = {};
+  constexpr ByteKinds() {
+    kind[static_cast<unsigned char>('"')] = Byte::quote;
+    kind[static_cast<unsigned char>('{')] = kind[static_cast<unsigned char>('[')] = Byte::open;
+    kind[static_cast<unsigned char>('}')] = kind[static_cast<unsigned char>(']')] = Byte::close;
+  }
+};
+inline constexpr ByteKinds kBytes{};
+
 class JsonPieces {
  public:
   // `piece`: bytes read at a time (tests read in pieces of a few bytes, to cross every boundary).
@@ -79,27 +91,42 @@ class JsonPieces {
     if (first < 0) throw NotPlain{};
     const std::size_t from = at_;
     if (first == '{' || first == '[') {
+      // The walk that finds a value's end reads every byte of the file: a table says which bytes
+      // matter outside strings, and a string is skipped to its next quote or backslash in a tight
+      // loop (the state tested per byte cost a seventh of the reading).
       int depth = 0;
       bool in_string = false, escaped = false;
       for (;;) {
-        for (; at_ < end(); ++at_) {
-          const char c = *ptr(at_);
+        const char* p = ptr(at_);
+        const char* const stop = ptr(end());
+        while (p < stop) {
           if (in_string) {
-            if (escaped)
+            if (escaped) {
               escaped = false;
-            else if (c == '\\')
+              ++p;
+              continue;
+            }
+            while (p < stop && *p != '"' && *p != '\\') ++p;
+            if (p == stop) break;
+            if (*p == '\\')
               escaped = true;
-            else if (c == '"')
+            else
               in_string = false;
-          } else if (c == '"') {
+            ++p;
+            continue;
+          }
+          const Byte kind = kBytes.kind[static_cast<unsigned char>(*p++)];
+          if (kind == Byte::plain) continue;
+          if (kind == Byte::quote) {
             in_string = true;
-          } else if (c == '{' || c == '[') {
+          } else if (kind == Byte::open) {
             ++depth;
-          } else if ((c == '}' || c == ']') && --depth == 0) {
-            ++at_;
+          } else if (--depth == 0) {
+            at_ += static_cast<std::size_t>(p - ptr(at_));
             return {ptr(from), at_ - from};
           }
         }
+        at_ = end();
         if (!more()) throw NotPlain{};
       }
     }

@@ -96,31 +96,32 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
   const bool int_and_float = t.dtype != b.dtype && python_number_class(t.dtype) && python_number_class(b.dtype);
   if (t.dtype != b.dtype && !int_and_float) return kInf;
   if (l.reshaped ? details::shape_numel(b.shape) != details::shape_numel(t.shape)
-                 : (l.transposed ? details::reversed_shape(b.shape) : b.shape) != t.shape)
+                 : (l.transposed ? details::reversed_shape(b.shape) != t.shape.view() : b.shape != t.shape))
     return kInf;
   const double crc = t.md5 == b.md5 ? 0 : kInf;
   // md5 dumps: exact mode is the checksum; tol mode judges the statistics they also carry (the
   // checksum only where there are none).
   // (An int and a float of one value have different checksums of their text: compared as numbers.)
   if (md5 && mode == JudgeMode::exact && !int_and_float) return crc;
-  if (md5 && !int_and_float && !details::number(t.stats[0]) && !details::number(t.stats[3])) return crc;
+  if (md5 && !int_and_float && !details::number(t.stat(0)) && !details::number(t.stat(3))) return crc;
   double amax = 0;
   for (const Row* r : {&t, &b}) {
     for (int s = 0; s < 2; ++s) {
-      if (const auto v = details::number(r->stats[s]); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
+      if (const auto v = details::number(r->stat(s)); v && std::isfinite(*v)) amax = std::max(amax, std::fabs(*v));
     }
   }
   const double eps = dtype_epsilon(int_and_float ? "<class 'float'>" : t.dtype);
   double worst = 0;
   for (int s = 0; s < 4; ++s) {
-    if (details::same_text(t.stats[s], b.stats[s])) continue;
-    const auto x = details::number(t.stats[s]), y = details::number(b.stats[s]);
+    const Json ts = t.stat(s), bs = b.stat(s);
+    if (details::same_text(ts, bs)) continue;
+    const auto x = details::number(ts), y = details::number(bs);
     if (!x || !y) {
       // msprobe leaves Mean and Norm of an integer tensor (indices, positions) null: a statistic
       // one side does not have is not compared, rather than judged as an error.
       const bool integer = dtype_epsilon(t.dtype) == 0 && t.dtype.rfind("torch.", 0) == 0;
       const auto none = [](const Json& v) { return v.is_null() || (v.is_string() && v.get<std::string>() == "None"); };
-      if (integer && s >= 2 && (none(t.stats[s]) || none(b.stats[s]))) continue;
+      if (integer && s >= 2 && (none(ts) || none(bs))) continue;
       return kInf;  // different non-numbers
     }
     if (std::isnan(*x) && std::isnan(*y)) continue;
@@ -206,7 +207,7 @@ inline std::map<const Row*, int> msprobe_levels(const Matching& m, CsvMode mode,
       std::vector<Row>& rows_t = storage_t.rows;
       rows_t.push_back(*l.target);
       rows_t.back().key = storage_t.text.keep(std::to_string(rows_t.size()));
-      rows_t.back().entry = p.target->name;
+      rows_t.back().set_entry(storage_t.text.own(RowEntry{p.target->name, p.target->key, p.target->index}));
       storage_b.push_back(*l.bench);
       storage_b.back().key = rows_t.back().key;
     }

@@ -1,7 +1,11 @@
 #pragma once
 // The text of msprobe's compare_result_{timestamp}.csv from a Table (msprobe_table.hpp): its header,
 // each row's cells as msprobe writes them, and the whole CSV, as one string or in pieces for a file.
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,8 +57,8 @@ void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
   const Row& n = *r.npu;
   const Row* b = r.bench;
   const std::string_view na = "N/A";
-  for (const std::string_view c : {n.name, b ? b->name : na, n.dtype, b ? b->dtype : na, n.shape, b ? b->shape : na,
-                                   n.requires_grad, b ? b->requires_grad : na})
+  for (const std::string_view c : {n.name, b ? b->name : na, n.dtype.view(), b ? b->dtype.view() : na, n.shape.view(),
+                                   b ? b->shape.view() : na, n.requires_grad.view(), b ? b->requires_grad.view() : na})
     put(c);
   if (t.mode == CsvMode::summary || t.mode == CsvMode::tensor) {
     if (t.mode == CsvMode::summary)
@@ -65,24 +69,24 @@ void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
       if (r.known_stats & (1u << s))
         put(r.stat_text[s].view());
       else if (s < 4)
-        cell(n.stats[s]);
+        cell(n.stat(s));
       else
-        b ? cell(b->stats[s - 4]) : put(std::string_view(na));
+        b ? cell(b->stat(s - 4)) : put(std::string_view(na));
     }
   } else {
     put(std::string_view(n.md5));
-    put(std::string_view(b ? b->md5 : na));
+    put(b ? b->md5.view() : na);
   }
-  put(std::string_view(n.requires_grad == (b ? b->requires_grad : na) ? "True" : "False"));
+  put(std::string_view(n.requires_grad == (b ? b->requires_grad.view() : na) ? "True" : "False"));
   static const char* kLevel[] = {"pass", "warning", "error"};
   put(std::string_view(kLevel[r.level]));
   std::string msg = "[";
   for (std::size_t i = 0; i < r.messages.size(); ++i) msg += (i ? ", \"" : "\"") + r.messages[i] + "\"";
   msg += "]";
   put(std::string_view(msg));
-  if (t.stack_column) put(std::string_view(n.stack ? *n.stack : na));
+  if (t.stack_column) put(n.stack().value_or(std::string_view(na)));
   if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
-    put(std::string_view("[" + py_str_repr(n.data_name) + ", " + py_str_repr(b ? b->data_name : na) + "]"));
+    put(std::string_view("[" + py_str_repr(n.data_name()) + ", " + py_str_repr(b ? b->data_name() : na) + "]"));
 }
 
 // The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
@@ -93,6 +97,24 @@ inline std::vector<std::string> table_cells(const Table& t, const TableRow& r) {
 }
 
 namespace details {
+inline void append_csv_header(const Table& shape, std::string& out) {
+  const std::vector<std::string> names = table_header(shape);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i) out += ',';
+    io::append_csv_field(out, names[i]);
+  }
+  out += '\n';
+}
+inline void append_csv_row(const Table& shape, const TableRow& r, std::string& out) {
+  bool first = true;
+  each_table_cell(shape, r, [&](std::string_view v) {
+    if (!first) out += ',';
+    first = false;
+    io::append_csv_field(out, v);
+  });
+  out += '\n';
+}
+
 // The CSV's text, handed to `sink` in pieces of about `chunk` bytes (a 1M-entry compare writes a
 // gigabyte: held whole, the text alone would double the memory the compare needs).
 template <class Sink>
@@ -100,21 +122,10 @@ class CsvPieces {
  public:
   CsvPieces(const Table& shape, Sink& sink, std::size_t chunk) : shape_(shape), sink_(sink), chunk_(chunk) {
     out_.reserve(chunk + 4096);
-    const std::vector<std::string> header = table_header(shape);
-    for (std::size_t i = 0; i < header.size(); ++i) {
-      if (i) out_ += ',';
-      io::append_csv_field(out_, header[i]);
-    }
-    out_ += '\n';
+    append_csv_header(shape, out_);
   }
   void row(const TableRow& r) {
-    bool first = true;
-    each_table_cell(shape_, r, [&](std::string_view v) {
-      if (!first) out_ += ',';
-      first = false;
-      io::append_csv_field(out_, v);
-    });
-    out_ += '\n';
+    append_csv_row(shape_, r, out_);
     if (out_.size() < chunk_) return;
     sink_(std::string_view(out_));
     out_.clear();
@@ -154,6 +165,91 @@ void msprobe_csv_chunks(const std::vector<Row>& npu, const std::vector<Row>& ben
   });
   csv.finish();
 }
+
+// msprobe_csv_chunks' text made by whichever threads call work(), a stretch of some thousands of
+// entries each at a time, and handed to `sink` in table order (one call at a time). A million entries
+// a side are a gigabyte of CSV, which one thread took 5.5 s to make, longer than all the rest that
+// runs beside it; so the thread that judges, once done, takes stretches too. Each thread holds one
+// stretch's text at most. Tensor mode is streamed by the first caller alone (its cells read .pt
+// files and report progress in order). The first caller makes the plan; a second waits for it.
+template <class Sink>
+class CsvStretches {
+ public:
+  CsvStretches(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
+               const TensorCellsFn& tensor_cells, Sink& sink)
+      : npu_(npu), bench_(bench), tensor_cells_(tensor_cells), sink_(sink) {
+    shape_.mode = mode;
+    shape_.stack_column = stack_column;
+  }
+
+  // Makes stretches until none is left, and returns once those it made are handed to the sink.
+  // Rethrows what the making or the sink threw, on any thread.
+  void work() {
+    std::call_once(planned_, [&] { plan(); });
+    if (shape_.mode == CsvMode::tensor) {  // streamed by the first caller, in pieces
+      bool taken = false;
+      if (!streamed_.compare_exchange_strong(taken, true)) return;
+      details::CsvPieces<Sink> csv(shape_, sink_, std::size_t{1} << 22);
+      each_table_group_in(plan_, 0, plan_.pairs.size(), shape_.mode, tensor_cells_, [&](std::vector<TableRow>& group) {
+        for (const TableRow& r : group) csv.row(r);
+      });
+      csv.finish();
+      return;
+    }
+    std::string text;  // one stretch's, its room reused
+    try {
+      for (std::size_t k; !failed_ && (k = next_++) < stretches();) {
+        text.clear();
+        if (k == 0) details::append_csv_header(shape_, text);
+        each_table_group_in(plan_, starts_[k], starts_[k + 1], shape_.mode, tensor_cells_,
+                            [&](std::vector<TableRow>& group) {
+                              for (const TableRow& r : group) details::append_csv_row(shape_, r, text);
+                            });
+        std::unique_lock<std::mutex> lock(mutex_);
+        turn_changed_.wait(lock, [&] { return turn_ == k || failed_; });
+        if (failed_) break;
+        sink_(std::string_view(text));
+        ++turn_;
+        turn_changed_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failure_) failure_ = std::current_exception();
+      failed_ = true;
+      turn_changed_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+ private:
+  static constexpr std::size_t kStretch = std::size_t{1} << 15;  // rows: some 13 MB of text
+
+  std::size_t stretches() const { return starts_.size() - 1; }
+  void plan() {
+    plan_ = table_plan(npu_, bench_, shape_.mode);
+    const std::size_t n = plan_.pairs.size();
+    for (std::size_t at = 0; at < n; at = plan_.entry_start(at + kStretch)) starts_.push_back(at);
+    if (starts_.empty()) starts_.push_back(0);  // no rows: the header alone, as stretch 0
+    starts_.push_back(n);
+  }
+
+  const std::vector<Row>& npu_;
+  const std::vector<Row>& bench_;
+  const TensorCellsFn& tensor_cells_;
+  Sink& sink_;
+  Table shape_;
+  std::once_flag planned_;
+  TablePlan plan_;
+  std::vector<std::size_t> starts_;  // stretches begin where an entry's rows begin
+  std::atomic<std::size_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> streamed_{false};
+  std::mutex mutex_;
+  std::condition_variable turn_changed_;
+  std::size_t turn_ = 0;  // the stretch whose text goes to the sink next
+  std::exception_ptr failure_;
+};
 
 inline std::string table_csv(const Table& t) {
   std::string out;

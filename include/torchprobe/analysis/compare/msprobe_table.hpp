@@ -137,10 +137,10 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
     return;
   }
   for (TableRow* r : checked) {  // InfNanErrChecker
-    const Json& bmax = r->bench ? r->bench->stats[0] : na_cell();
-    const Json& bmin = r->bench ? r->bench->stats[1] : na_cell();
+    const Json bmax = r->bench ? r->bench->stat(0) : na_cell();
+    const Json bmin = r->bench ? r->bench->stat(1) : na_cell();
     if (is_inf_or_nan(bmax) || is_inf_or_nan(bmin)) continue;
-    if (is_inf_or_nan(r->npu->stats[0]) || is_inf_or_nan(r->npu->stats[1]))
+    if (is_inf_or_nan(r->npu->stat(0)) || is_inf_or_nan(r->npu->stat(1)))
       raise(*r, 2, "error: There is nan/inf/-inf in the maximum or minimum value of NPU.");
   }
   if (mode == CsvMode::tensor && ignore == kNone && !out.empty()) {  // OneThousandthErrChecker
@@ -162,7 +162,7 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
       if (!r->bench || r->npu->dtype.find("class") == std::string::npos ||
           r->bench->dtype.find("class") == std::string::npos || r->npu->shape != "[]")
         continue;
-      if (!py_equal(r->npu->stats[0], r->bench->stats[0]))
+      if (!py_equal(r->npu->stat(0), r->bench->stat(0)))
         raise(*r, 2, "error: The scalar parameters of NPU and Bench are inconsistent.");
     }
   }
@@ -191,18 +191,27 @@ inline void judge_entry(std::vector<TableRow*>& rows, CsvMode mode) {
 
 }  // namespace details
 
-// msprobe's table, one entry's rows at a time: pairs `npu` rows with `bench` rows by compare key
-// (msprobe's outer merge, kept in NPU order, bench-only rows dropped), fills the statistics
-// differences (tensor mode: the metric cells from `tensor_cells`) and the verdicts, and hands each
-// entry's finished rows to `take(std::vector<TableRow>&)`. Nothing of the table is kept here: the
-// CSV of a million entries is written from it without a gigabyte of rows (msprobe_csv.hpp).
-template <class Take>
-void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode,
-                      const TensorCellsFn& tensor_cells, Take&& take) {
+// What every entry's rows need, made once for the whole table: the rows' pairs (npu, bench or
+// null) in table order, and which statistics columns pandas reads as integers.
+struct TablePlan {
+  std::vector<std::pair<const Row*, const Row*>> pairs;
+  bool ints[4] = {true, true, true, true};
+  // The first pair at or after `i` that begins an entry's rows (pairs.size() if none).
+  std::size_t entry_start(std::size_t i) const {
+    if (i == 0 || i >= pairs.size()) return std::min(i, pairs.size());
+    const std::string_view before = pairs[i - 1].first->entry();
+    while (i < pairs.size() && pairs[i].first->entry() == before) ++i;
+    return i;
+  }
+};
+
+inline TablePlan table_plan(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode) {
+  TablePlan plan;
+  std::vector<std::pair<const Row*, const Row*>>& pairs = plan.pairs;
+  bool(&ints)[4] = plan.ints;
   // Bench rows by key: the first of each key hashed, the others chained in bench order (a vector
   // per key, or a tree of a million keys, cost more than the rest of the table).
   constexpr std::size_t kEnd = static_cast<std::size_t>(-1);
-  std::vector<std::pair<const Row*, const Row*>> pairs;  // (npu, bench or null), the table's rows
   {
     const auto key_of = [&](std::size_t i) { return bench[i].key; };
     details::NameIndex first_of(bench.size());
@@ -229,17 +238,15 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
       }
     }
   }
-  const std::string na = "N/A";
   // pandas.to_numeric(column.astype(str)): a column's differences are integers only when every cell
   // of it, on both sides, is one; decided over the whole table before any row is made.
-  bool ints[4] = {true, true, true, true};
   if (mode == CsvMode::summary) {
     for (int s = 0; s < 4; ++s) {
       for (const auto& [n, b] : pairs) {
         char n_buf[40], b_buf[40];
         std::string n_keep, b_keep;
-        const auto pn = pandas_parse(details::cell_text(n->stats[s], n_buf, n_keep));
-        const auto pb = b ? pandas_parse(details::cell_text(b->stats[s], b_buf, b_keep)) : std::nullopt;
+        const auto pn = pandas_parse(details::cell_text(n->stat(s), n_buf, n_keep));
+        const auto pb = b ? pandas_parse(details::cell_text(b->stat(s), b_buf, b_keep)) : std::nullopt;
         if (!(pn && pn->is_int && pb && pb->is_int)) {
           ints[s] = false;
           break;
@@ -247,12 +254,24 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
       }
     }
   }
+  return plan;
+}
+
+// The table's rows of pairs [begin, end) of `plan` (each the start of an entry's rows, or the end),
+// one entry's finished rows at a time handed to `take(std::vector<TableRow>&)`. Ranges apart may be
+// made on threads apart: this reads the plan and the rows only.
+template <class Take>
+void each_table_group_in(const TablePlan& plan, std::size_t begin, std::size_t end, CsvMode mode,
+                         const TensorCellsFn& tensor_cells, Take&& take) {
+  const auto& pairs = plan.pairs;
+  const bool(&ints)[4] = plan.ints;
+  const std::string na = "N/A";
   std::vector<TableRow> group;
   std::vector<TableRow*> members;
-  for (std::size_t i = 0; i < pairs.size();) {  // one entry's rows are contiguous
+  for (std::size_t i = begin; i < end;) {  // one entry's rows are contiguous
     group.clear();
-    const std::string_view entry = pairs[i].first->entry;
-    for (; i < pairs.size() && pairs[i].first->entry == entry; ++i) {
+    const std::string_view entry = pairs[i].first->entry();
+    for (; i < end && pairs[i].first->entry() == entry; ++i) {
       TableRow r;
       r.npu = pairs[i].first;
       r.bench = pairs[i].second;
@@ -260,11 +279,10 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
         for (int s = 0; s < 4; ++s) {
           char n_buf[40], b_buf[40];
           std::string n_keep, b_keep;
-          const std::string_view n_text = details::cell_text(r.npu->stats[s], n_buf, n_keep);
-          const std::string_view b_text =
-              r.bench ? details::cell_text(r.bench->stats[s], b_buf, b_keep) : std::string_view(na);
-          details::stat_diff(r.npu->stats[s], r.bench ? r.bench->stats[s] : details::na_cell(), n_text, b_text, ints[s],
-                             r.diff[s], r.diff[4 + s]);
+          const Json n_stat = r.npu->stat(s), b_stat = r.bench ? r.bench->stat(s) : details::na_cell();
+          const std::string_view n_text = details::cell_text(n_stat, n_buf, n_keep);
+          const std::string_view b_text = r.bench ? details::cell_text(b_stat, b_buf, b_keep) : std::string_view(na);
+          details::stat_diff(n_stat, b_stat, n_text, b_text, ints[s], r.diff[s], r.diff[4 + s]);
           if (n_text.data() == n_buf) {
             r.stat_text[s] = n_text;
             r.known_stats |= static_cast<unsigned char>(1u << s);
@@ -276,7 +294,7 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
         }
       } else if (mode == CsvMode::tensor) {
         // locate_dump_file: a side without a data file (a scalar: "-1"; unmatched: N/A) is unsupported
-        if (r.bench && r.npu->data_name != "-1" && r.bench->data_name != "-1" && tensor_cells) {
+        if (r.bench && r.npu->data_name() != "-1" && r.bench->data_name() != "-1" && tensor_cells) {
           const auto cells = tensor_cells(*r.npu, *r.bench);
           r.metrics.assign(cells.begin(), cells.end());
         } else {
@@ -290,6 +308,18 @@ void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench
     details::judge_entry(members, mode);
     take(group);
   }
+}
+
+// msprobe's table, one entry's rows at a time: pairs `npu` rows with `bench` rows by compare key
+// (msprobe's outer merge, kept in NPU order, bench-only rows dropped), fills the statistics
+// differences (tensor mode: the metric cells from `tensor_cells`) and the verdicts, and hands each
+// entry's finished rows to `take(std::vector<TableRow>&)`. Nothing of the table is kept here: the
+// CSV of a million entries is written from it without a gigabyte of rows (msprobe_csv.hpp).
+template <class Take>
+void each_table_group(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode,
+                      const TensorCellsFn& tensor_cells, Take&& take) {
+  const TablePlan plan = table_plan(npu, bench, mode);
+  each_table_group_in(plan, 0, plan.pairs.size(), mode, tensor_cells, take);
 }
 
 // The whole table (each_table_group's rows, kept).

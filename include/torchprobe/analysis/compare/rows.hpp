@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -20,28 +21,10 @@
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/python_text.hpp"
+#include "torchprobe/analysis/compare/row.hpp"
 #include "torchprobe/analysis/compare/text_store.hpp"
 
 namespace torchprobe::compare {
-
-using Json = nlohmann::ordered_json;
-
-// A row's texts are views: of the TextStore of its dump's rows (text_store.hpp), or of literals.
-struct Row {
-  std::string_view name;          // NPU/Bench Name
-  std::string_view key;           // compare key: name with the backward call number recounted
-  std::string_view entry;         // the dump.json entry it belongs to
-  std::string_view entry_key;     // the entry's name with the backward call number recounted
-  std::size_t entry_index = 0;    // the entry's position in dump order
-  std::string_view state;         // input | output | parameters | parameters_grad
-  std::string_view dtype, shape;  // str() of msprobe's values
-  Json stats[4];                  // Max, Min, Mean, Norm as msprobe's table holds them ("None", "Nan" as strings)
-  std::string_view requires_grad = "N/A";
-  std::string_view md5;
-  std::string_view data_name = "-1";
-  std::optional<std::string_view> stack;  // str(list of frames), on an entry's first row only
-  bool is_output() const { return name.find(".output.") != std::string_view::npos; }
-};
 
 // A dump's rows with the text they refer to.
 struct RowSet {
@@ -139,10 +122,10 @@ bool node_empty(const Node& n) {
 }
 
 template <class Node>
-Row leaf_row(const Node& item, const std::string& op_name, std::string_view state, TextStore& store) {
+Row leaf_row(const Node& item, const std::string& op_name, Row::Place place, TextStore& store) {
   using Ops = NodeOps<Node>;
   Row r;
-  r.state = state;
+  r.place = place;
   // The keys read, found in one pass over the item's members (a find() per key scanned them each).
   enum Key { kMax, kMin, kMean, kNorm, kDataName, kRequiresGrad, kDtype, kType, kValue, kShape, kMd5, kKeys };
   static const char* const kNames[kKeys] = {"Max",   "Min",  "Mean",  "Norm",  "data_name", "requires_grad",
@@ -163,10 +146,12 @@ Row leaf_row(const Node& item, const std::string& op_name, std::string_view stat
   const auto cell = [&](int k) { return has[k] ? Ops::cell(found[k]) : Json(); };
   const auto text = [&](int k) { return has[k] ? Ops::py_text(found[k]) : std::string("None"); };
   const auto string = [&](int k) { return Ops::string(found[k]); };  // when type_of(k) is string
-  if (type_of(kDataName) == JsonType::string && !string(kDataName).empty()) r.data_name = store.keep(string(kDataName));
-  r.name = r.data_name != "-1" ? r.data_name.substr(0, r.data_name.rfind('.')) : store.keep(op_name);
-  if (type_of(kRequiresGrad) != JsonType::null) r.requires_grad = store.intern(text(kRequiresGrad));
-  Json stats[4];
+  if (type_of(kDataName) == JsonType::string && !string(kDataName).empty())
+    r.set_data_name(store.keep(string(kDataName)), store);
+  const std::string_view data_name = r.data_name();
+  r.name = data_name != "-1" ? data_name.substr(0, data_name.rfind('.')) : store.keep(op_name);
+  if (type_of(kRequiresGrad) != JsonType::null) r.requires_grad = TextRef(store.intern(text(kRequiresGrad)), store);
+  std::array<Json, 4> stats;
   for (int i = 0; i < 4; ++i) stats[i] = cell(kMax + i);
   const JsonType dtype = type_of(kDtype);
   const bool has_dtype = !(dtype == JsonType::null || (dtype == JsonType::string && string(kDtype).empty()) ||
@@ -174,16 +159,17 @@ Row leaf_row(const Node& item, const std::string& op_name, std::string_view stat
   const std::string type = type_of(kType) == JsonType::string ? std::string(string(kType)) : "";
   const JsonType value = type_of(kValue);
   if (has_dtype) {
-    r.dtype = store.intern(text(kDtype));
-    r.shape = store.intern(text(kShape));
+    r.dtype = TextRef(store.intern(text(kDtype)), store);
+    r.shape = TextRef(store.intern(text(kShape)), store);
   } else if (type == "torch.Size") {
-    r.dtype = store.intern(type);
-    r.shape = store.intern(text(kValue));
+    r.dtype = TextRef(store.intern(type), store);
+    r.shape = TextRef(store.intern(text(kValue)), store);
   } else if (type == "slice") {
-    r.dtype = store.intern(type);
-    r.shape = store.intern("(" + std::to_string(value == JsonType::array ? Ops::size(found[kValue]) : 0) + ",)");
+    r.dtype = TextRef(store.intern(type), store);
+    r.shape = TextRef(
+        store.intern("(" + std::to_string(value == JsonType::array ? Ops::size(found[kValue]) : 0) + ",)"), store);
   } else if (type == "ellipsis") {
-    r.dtype = store.intern(type);
+    r.dtype = TextRef(store.intern(type), store);
     r.shape = "[]";
     for (auto& s : stats) s = cell(kValue);
   } else {
@@ -191,11 +177,13 @@ Row leaf_row(const Node& item, const std::string& op_name, std::string_view stat
     r.shape = "[]";
     for (auto& s : stats) s = cell(kValue);
   }
-  for (int i = 0; i < 4; ++i) r.stats[i] = summary_cell(stats[i]);
+  for (auto& s : stats) s = summary_cell(s);
+  r.set_stats(stats, store);
   static const std::string kEmptyCrc = crc32_hex("");
-  r.md5 = type_of(kMd5) == JsonType::string && !string(kMd5).empty() ? store.keep(string(kMd5))
-          : has[kValue]                                              ? store.keep(crc32_hex(text(kValue)))
-                                                                     : std::string_view(kEmptyCrc);
+  r.md5 = TextRef(type_of(kMd5) == JsonType::string && !string(kMd5).empty() ? store.keep(string(kMd5))
+                  : has[kValue]                                              ? store.keep(crc32_hex(text(kValue)))
+                                                                             : std::string_view(kEmptyCrc),
+                  store);
   return r;
 }
 
@@ -213,16 +201,17 @@ inline bool names_parameters_grad(std::string_view name) {
 // the item's name, grown in place for the items inside and given back as it came (a string made per
 // item and level cost an allocation per row).
 template <class Node>
-void parse_items(const Node& data, std::string& op_name, std::string_view state, int depth, std::vector<Row>& out,
-                 bool grads, TextStore& store) {
+void parse_items(const Node& data, std::string& op_name, Row::Place state, int depth, std::vector<Row>& out, bool grads,
+                 TextStore& store) {
   using Ops = NodeOps<Node>;
   if (depth > 50) throw InputError("entry " + op_name + " nests deeper than 50 levels");
   if (Ops::type(data) == JsonType::null) {
     Row r;
     r.name = store.keep(op_name);
-    r.state = state;
+    r.place = state;
     r.dtype = r.shape = "None";
-    for (auto& s : r.stats) s = "None";
+    static const std::array<Json, 4> kNone = {"None", "None", "None", "None"};
+    r.set_stats(kNone, store);
     out.push_back(std::move(r));
     return;
   }
@@ -281,19 +270,24 @@ class RowMaker {
     items.clear();
     if (last == "parameters_grad" || second == "parameters_grad") {
       item_name_ = op_name;
-      details::parse_items(op, item_name_, "parameters_grad", 0, items, true, store_);
+      details::parse_items(op, item_name_, Row::kParametersGrad, 0, items, true, store_);
     } else {
       const bool grads_name = details::names_parameters_grad(op_name);
-      static const std::pair<const char*, const char*> kIo[] = {{"input_args", "input"},
-                                                                {"input_kwargs", "input"},
-                                                                {"input", "input"},
-                                                                {"output", "output"},
-                                                                {"parameters", "parameters"}};
-      for (const auto& [key, state] : kIo) {
-        const Node item = details::NodeOps<Node>::find(op, key);
+      struct Io {
+        const char* key;
+        const char* state;
+        Row::Place place;
+      };
+      static const Io kIo[] = {{"input_args", "input", Row::kInput},
+                               {"input_kwargs", "input", Row::kInput},
+                               {"input", "input", Row::kInput},
+                               {"output", "output", Row::kOutput},
+                               {"parameters", "parameters", Row::kParameters}};
+      for (const Io& io : kIo) {
+        const Node item = details::NodeOps<Node>::find(op, io.key);
         if (!details::NodeOps<Node>::found(item)) continue;
-        item_name_.assign(op_name).append(1, '.').append(state);
-        details::parse_items(item, item_name_, state, 0, items, grads_name, store_);
+        item_name_.assign(op_name).append(1, '.').append(io.state);
+        details::parse_items(item, item_name_, io.place, 0, items, grads_name, store_);
       }
     }
     // split_data_name_components: entries named neither ...forward/backward[.N] nor parameters_grad
@@ -327,33 +321,26 @@ class RowMaker {
                  (is_digits(last) ? std::to_string(order) : std::string(last));
     }
     // reorder_index: inputs (and anything else), parameters, outputs, parameters_grad.
-    const auto place = [](std::string_view state) {
-      return state == "parameters" ? 1 : state == "output" ? 2 : state == "parameters_grad" ? 3 : 0;
-    };
-    // Each row's place is decided before any is moved (a row is moved, not copied, into `rows`).
-    places_.clear();
-    for (const Row& r : items) places_.push_back(place(r.state));
     const std::string_view entry = store_.keep(op_name);
     const std::string_view entry_key =
         new_call == call ? entry : store_.keep(std::string(stem).append(1, '.').append(new_call));
+    const RowEntry* owner = store_.own(RowEntry{entry, entry_key, index});
     bool first = true;
     for (int p = 0; p < 4; ++p) {
       for (std::size_t k = 0; k < items.size(); ++k) {
-        if (places_[k] != p) continue;
+        if (items[k].place != p) continue;
         Row& r = items[k];
-        r.entry = entry;
-        r.entry_index = index;
-        r.entry_key = entry_key;
+        r.set_entry(owner);
         if (new_call == call) {
-          r.key = r.name;
+          r.key = TextRef(r.name, store_);
         } else {
           std::string suffix(r.name);  // full name with every occurrence of the entry name removed
           for (std::size_t pos; (pos = suffix.find(op_name)) != std::string::npos;) suffix.erase(pos, op_name.size());
-          r.key = store_.keep(std::string(entry_key) + suffix);
+          r.key = TextRef(store_.keep(std::string(entry_key) + suffix), store_);
         }
         if (first && dump_.has_stack_file) {
           const auto s = dump_.stacks.find(op_name);
-          if (s != dump_.stacks.end() && !s->second.is_null()) r.stack = store_.keep(py_str(s->second));
+          if (s != dump_.stacks.end() && !s->second.is_null()) r.set_stack(store_.keep(py_str(s->second)), store_);
         }
         first = false;
         rows.push_back(std::move(r));
@@ -367,7 +354,6 @@ class RowMaker {
   std::unordered_map<std::string_view, int> backward_count_;  // keys kept in store_
   std::vector<Row> items_;
   std::string item_name_;  // the name parse_items grows, kept between entries: its room is reused
-  std::vector<int> places_;
   std::size_t index_ = 0;
 };
 

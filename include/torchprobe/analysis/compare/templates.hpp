@@ -95,7 +95,8 @@ constexpr std::size_t kLookahead = 8;
 inline std::string signature(const Item& it) {
   const Entry* e = it.direction == "forward" ? it.members.back() : it.members.front();
   const Row* r = e->first_output();
-  return r ? std::string(float_dtype(r->dtype) ? std::string_view("float") : r->dtype) + std::string(r->shape) : "";
+  return r ? std::string(float_dtype(r->dtype) ? std::string_view("float") : r->dtype.view()) + std::string(r->shape)
+           : "";
 }
 
 // The number of elements of a shape as the dumps write it ("[4, 3]": 12; not a shape: -1).
@@ -205,7 +206,7 @@ inline std::string value_key(const Entry& e) {
   if (!r) return "";
   std::string key(e.direction);
   for (const std::string_view part : {r->dtype, r->shape}) key.append("|").append(part);
-  for (const Json& stat : r->stats) key.append("|").append(py_str(stat));
+  for (int s = 0; s < 4; ++s) key.append("|").append(py_str(r->stat(s)));
   return key.append("|").append(r->md5);
 }
 

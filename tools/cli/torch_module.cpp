@@ -1,13 +1,28 @@
-// `torchprobe run_ut`: the API accuracy pre-check (include/torchprobe/analysis/run_ut/). Its own translation
-// unit because it needs libtorch to replay the operators; the rest of the CLI does not.
+// What the `torchprobe` tool does with libtorch, in a module of its own that the tool loads only
+// when a command needs it (torch_module.hpp): `run_ut` (the API accuracy pre-check, which replays
+// operators) and the tensor-mode cells of `compare` (which read .pt files). Loading libtorch costs
+// a start of 0.6 s and 160 MB of memory, which every other command (compare of statistics dumps,
+// grad-compare, ranks, recover) no longer pays.
+#include <array>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "torch_module.hpp"
+#include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "torchprobe/analysis/run_ut/cli_options.hpp"
 #include "torchprobe/analysis/run_ut/runner.hpp"
 
-int torchprobe_run_ut_main(const std::vector<std::string>& args) {
+extern "C" TORCHPROBE_CLI_MODULE_EXPORT void torchprobe_cli_pt_cells(const std::filesystem::path* npu,
+                                                                     const std::filesystem::path* bench,
+                                                                     std::array<std::string, 6>* cells,
+                                                                     std::string* error) {
+  *cells = torchprobe::compare::pt_tensor_cells(*npu, *bench, error);
+}
+
+extern "C" TORCHPROBE_CLI_MODULE_EXPORT int torchprobe_cli_run_ut(const std::vector<std::string>* arguments) {
+  const std::vector<std::string>& args = *arguments;
   namespace ru = torchprobe::run_ut;
   for (const auto& a : args) {
     if (a == "-h" || a == "--help") {
