@@ -25,13 +25,30 @@ constexpr std::size_t kStaticTableRows = 5000;
 
 inline std::string number(double x) { return io::python_float_format(x, "%.3g"); }
 
-// A sort key the table script can compare as a number: inf sorts last, nan below everything.
+// A sort key the table script can compare as a number: inf sorts last, nan below everything;
+// others as printf's %.17g. Appended in place (the virtualised table writes a million).
+inline void append_sort_key(std::string& out, double x) {
+  if (std::isnan(x)) {
+    out += "-1";
+  } else if (std::isinf(x)) {
+    out += "1e308";
+  } else {
+    char buf[32];
+    out.append(buf, static_cast<std::size_t>(
+                        std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 17).ptr - buf));
+  }
+}
 inline std::string sort_key(double x) {
-  if (std::isnan(x)) return "-1";
-  if (std::isinf(x)) return "1e308";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
+  std::string s;
+  append_sort_key(s, x);
+  return s;
+}
+
+// The pair's bench entries as the table shows them, " + " between a template's sequence.
+inline std::string bench_names(const EntryPair& p) {
+  std::string out;
+  for (const Entry* e : p.bench) out.append(out.empty() ? "" : " + ").append(e->name);
+  return out;
 }
 
 // pass: within the threshold; warning: outputs diverge, carried in by diverging inputs; error:
@@ -118,18 +135,7 @@ inline std::string table_head() {
 inline void append_entries_data(std::string& s, const Judgement& j) {
   std::vector<std::string_view> methods;
   s += "{\"rows\":[";
-  char num[40];
-  const auto key = [&](double x) {
-    s += ',';
-    if (std::isnan(x)) {
-      s += "-1";
-    } else if (std::isinf(x)) {
-      s += "1e308";
-    } else {  // as sort_key: printf's %.17g
-      s.append(num, static_cast<std::size_t>(
-                        std::to_chars(num, num + sizeof num, x, std::chars_format::general, 17).ptr - num));
-    }
-  };
+  char num[24];
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
     std::size_t m = 0;
@@ -138,12 +144,11 @@ inline void append_entries_data(std::string& s, const Judgement& j) {
     s += i ? ",[" : "[";
     json_string(s, v.pair->target->name);
     s += ',';
-    const auto& bench = v.pair->bench;
+    const auto& bench = v.pair->bench;  // 0: the target's name (one bench entry of that name: no string made)
     if (bench.size() == 1 && bench.front()->name == v.pair->target->name) {
       s += '0';
     } else {
-      std::string joined;
-      for (const Entry* e : bench) joined.append(joined.empty() ? "" : " + ").append(e->name);
+      const std::string joined = bench_names(*v.pair);
       if (joined == v.pair->target->name)
         s += '0';
       else
@@ -151,8 +156,10 @@ inline void append_entries_data(std::string& s, const Judgement& j) {
     }
     s += ',';
     s.append(num, static_cast<std::size_t>(std::to_chars(num, num + sizeof num, m).ptr - num));
-    key(v.input_error);
-    key(v.output_error);
+    s += ',';
+    append_sort_key(s, v.input_error);
+    s += ',';
+    append_sort_key(s, v.output_error);
     const std::string_view c = verdict_class(v);
     s += c == "error" ? ",2]" : c == "warning" ? ",1]" : ",0]";
   }
@@ -187,8 +194,7 @@ inline void append_entry_table(std::string& out, const Judgement& j, bool& virtu
   s += table_head();
   for (std::size_t i = 0; i < j.verdicts.size(); ++i) {
     const EntryVerdict& v = j.verdicts[i];
-    std::string bench;
-    for (const Entry* e : v.pair->bench) bench.append(bench.empty() ? "" : " + ").append(e->name);
+    const std::string bench = bench_names(*v.pair);
     const char* cls = verdict_class(v);
     s += std::string("<tr") + (&v == j.source ? " class=\"source\"" : "") + "><td class=\"num\" data-key=\"" +
          std::to_string(i) + "\">" + std::to_string(i) + "</td><td>" + escape(v.pair->target->name) + "</td><td>" +

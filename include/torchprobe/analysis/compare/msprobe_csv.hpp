@@ -185,17 +185,13 @@ class CsvStretches {
   // Makes stretches until none is left, and returns once those it made are handed to the sink.
   // Rethrows what the making or the sink threw, on any thread.
   void work() {
-    std::call_once(planned_, [&] { plan(); });
     if (shape_.mode == CsvMode::tensor) {  // streamed by the first caller, in pieces
       bool taken = false;
-      if (!streamed_.compare_exchange_strong(taken, true)) return;
-      details::CsvPieces<Sink> csv(shape_, sink_, std::size_t{1} << 22);
-      each_table_group_in(plan_, 0, plan_.pairs.size(), shape_.mode, tensor_cells_, [&](std::vector<TableRow>& group) {
-        for (const TableRow& r : group) csv.row(r);
-      });
-      csv.finish();
+      if (streamed_.compare_exchange_strong(taken, true))
+        msprobe_csv_chunks(npu_, bench_, shape_.mode, shape_.stack_column, tensor_cells_, sink_);
       return;
     }
+    std::call_once(planned_, [&] { plan(); });
     std::string text;  // one stretch's, its room reused
     try {
       for (std::size_t k; !failed_ && (k = next_++) < stretches();) {

@@ -201,14 +201,14 @@ inline bool names_parameters_grad(std::string_view name) {
 // the item's name, grown in place for the items inside and given back as it came (a string made per
 // item and level cost an allocation per row).
 template <class Node>
-void parse_items(const Node& data, std::string& op_name, Row::Place state, int depth, std::vector<Row>& out, bool grads,
+void parse_items(const Node& data, std::string& op_name, Row::Place place, int depth, std::vector<Row>& out, bool grads,
                  TextStore& store) {
   using Ops = NodeOps<Node>;
   if (depth > 50) throw InputError("entry " + op_name + " nests deeper than 50 levels");
   if (Ops::type(data) == JsonType::null) {
     Row r;
     r.name = store.keep(op_name);
-    r.place = state;
+    r.place = place;
     r.dtype = r.shape = "None";
     static const std::array<Json, 4> kNone = {"None", "None", "None", "None"};
     r.set_stats(kNone, store);
@@ -221,20 +221,20 @@ void parse_items(const Node& data, std::string& op_name, Row::Place state, int d
     const std::size_t length = op_name.size();
     Ops::items(data, [&](const Node& item) {
       if (!grads) op_name.append(1, '.').append(std::to_string(i));
-      parse_items(item, op_name, state, depth + 1, out, grads, store);
+      parse_items(item, op_name, place, depth + 1, out, grads, store);
       op_name.resize(length);
       ++i;
     });
   } else if (Ops::type(data) == JsonType::object) {
     const Node type = Ops::find(data, "type");
     if (Ops::found(type) && Ops::type(type) == JsonType::string) {
-      out.push_back(leaf_row(data, op_name, state, store));
+      out.push_back(leaf_row(data, op_name, place, store));
       return;
     }
     const std::size_t length = op_name.size();
     Ops::members(data, [&](std::string_view key, const Node& v) {
       op_name.append(1, '.').append(key);
-      parse_items(v, op_name, state, depth + 1, out, grads || names_parameters_grad(key), store);
+      parse_items(v, op_name, place, depth + 1, out, grads || names_parameters_grad(key), store);
       op_name.resize(length);
     });
   }

@@ -53,9 +53,9 @@ class TextStore {
   template <class T>
   T* own(T value) {
     if constexpr (std::is_trivially_destructible_v<T>) {
-      const std::size_t pad = (alignof(T) - reinterpret_cast<std::uintptr_t>(at_) % alignof(T)) % alignof(T);
-      if (pad + sizeof(T) > left_) grow(sizeof(T) + alignof(T));
-      std::size_t skip = (alignof(T) - reinterpret_cast<std::uintptr_t>(at_) % alignof(T)) % alignof(T);
+      const auto pad = [&] { return (alignof(T) - reinterpret_cast<std::uintptr_t>(at_) % alignof(T)) % alignof(T); };
+      if (pad() + sizeof(T) > left_) grow(sizeof(T) + alignof(T));
+      const std::size_t skip = pad();  // of the new block, if one was taken
       T* out = new (at_ + skip) T(std::move(value));
       at_ += skip + sizeof(T);
       left_ -= skip + sizeof(T);
