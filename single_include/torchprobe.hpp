@@ -1830,6 +1830,16 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
   }
 }
 
+// create_directories(path), with a failure told as what was being made ("create the dump
+// directory") and the whole path, whichever of its parents failed.
+inline void create_directories_for(const char* what, const std::string& path) {
+  try {
+    create_directories(path);
+  } catch (const IoError& e) {
+    throw IoError(what, path, e.error_code());
+  }
+}
+
 // A file that replaces `path` when committed, so that readers (and a crash at any moment) see
 // either the old or the new file, never a prefix: the data goes to a temporary file in the same
 // directory, is flushed with fsync (skipped when sync is false: then a process crash is still safe,
@@ -2075,10 +2085,9 @@ class PendingCopy {
 };
 
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
-// (docs/io.md describes the path). Member order matters: `data` is freed before
+// (docs/io.md describes the path), by the Recorder's writer. Member order matters: `data` is freed before
 // `memory` returns its bytes to the writer's budget.
 struct PendingSave {
-  std::shared_ptr<io::TensorWriter> writer;
   std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
   std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
   at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described
@@ -2158,6 +2167,40 @@ struct Record {
 
 }  // namespace torchprobe
 // ---- end torchprobe/core/record.hpp ----
+// ---- begin torchprobe/io/dump_header.hpp ----
+// The members of dump.json and debug.json before "data", in msprobe's order. The JSON tree
+// (StepDump::dump_json), the streamed text (sink/step_text.hpp), the journal's first line and
+// recovery's rebuilt files all write them from here, so that none of them can drift.
+#include <array>
+
+
+namespace torchprobe::io {
+
+struct DumpHeader {
+  // The keys in order; "data" follows them.
+  static constexpr std::array<std::string_view, 4> kKeys{"task", "level", "framework", "dump_data_dir"};
+  static constexpr std::string_view kFramework = "pytorch";  // msprobe's PyTorch dump
+
+  std::string task;                                // "statistics"
+  std::string level;                               // "L1", "debug"
+  nlohmann::ordered_json dump_data_dir = nullptr;  // the tensor directory, when tensors are saved
+
+  // Calls f(key, value) for each member, in order.
+  template <class F>
+  void each(F&& f) const {
+    f(kKeys[0], nlohmann::ordered_json(task));
+    f(kKeys[1], nlohmann::ordered_json(level));
+    f(kKeys[2], nlohmann::ordered_json(std::string(kFramework)));
+    f(kKeys[3], dump_data_dir);
+  }
+  // Puts the members into `object`, after what it holds.
+  void put_into(nlohmann::ordered_json& object) const {
+    each([&](std::string_view key, nlohmann::ordered_json value) { object[std::string(key)] = std::move(value); });
+  }
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/dump_header.hpp ----
 // ---- begin torchprobe/io/stack_json.hpp ----
 // stack.json: the symbolized call sites of a step's forward entries, grouped by equal stacks.
 
@@ -2688,13 +2731,13 @@ struct StepDump {
   // their text, in the task's order: a sink writes them as they are, whatever the task.
   std::vector<StepFile> files;
 
+  // The members before "data" (io/dump_header.hpp).
+  io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }
+
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
-    j["task"] = task;
-    j["level"] = level;
-    j["framework"] = "pytorch";
-    j["dump_data_dir"] = dump_data_dir;
+    header().put_into(j);
     j["data"] = keyed(by_first_place(in_dump), [](const Record& r) { return r.json_body(); });
     return j;
   }
@@ -3099,15 +3142,12 @@ namespace step_text {
 // dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
 inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.open_object();
-  out.key(0, 0, "task");
-  out.string(d.task);
-  out.key(1, 0, "level");
-  out.string(d.level);
-  out.key(2, 0, "framework");
-  out.raw("\"pytorch\"");
-  out.key(3, 0, "dump_data_dir");
-  io::write_json_value(out, d.dump_data_dir, 1);
-  out.key(4, 0, "data");
+  std::size_t members = 0;
+  d.header().each([&](std::string_view key, const nlohmann::ordered_json& value) {
+    out.key(members++, 0, key);
+    io::write_json_value(out, value, 1);
+  });
+  out.key(members, 0, "data");
   const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -3116,7 +3156,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
     out.maybe_drain();
   }
   out.close_object(entries.size(), 1);
-  out.close_object(5, 0);
+  out.close_object(members + 1, 0);
 }
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
@@ -3176,13 +3216,7 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory) {
-    try {
-      io::create_directories(directory);
-    } catch (const io::IoError& e) {
-      throw io::IoError("create the dump directory", directory, e.error_code());
-    }
-  }
+  void open(const std::string& directory) { io::create_directories_for("create the dump directory", directory); }
 
   void write_step(const StepDump& d) {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
@@ -3368,7 +3402,6 @@ constexpr bool check_sink() {
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/core/LegacyTypeDispatch.h>
 
-#include <array>
 #include <unordered_set>
 
 // ---- begin torchprobe/task/task_traits.hpp ----
@@ -3382,7 +3415,8 @@ constexpr bool check_sink() {
 //   static constexpr std::array<std::string_view, N> config_keys;  // its section's keys it reads
 //                                                      // besides scope, list and data_mode
 //   static bool saves_tensors(const Config&);          // does the step get dump_tensor_data/?
-//   explicit T(const Config&);
+//   explicit T(const Config&);  or  T(const Config&, TensorSaver);   // the latter saves tensors, through
+//                                                      // the writer the Recorder owns (task/tensor_saver.hpp)
 //   nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool gradient = false);
 //   bool keep(Record&);                                // every finished entry: kept or dropped
 // May have (found by detection; each is used only where present):
@@ -3453,14 +3487,1067 @@ inline std::string pointer_token(const std::string& key) {
 
 // Its JSON pointer inside the entry (for deferred statistics) and its msprobe file key
 // ("input.0", "input.1.0", "kwargs.bias", "output.0") for saved tensors.
+// Made by the named constructors below, one per place an entry holds tensors, so that the pointer
+// and the file key cannot disagree.
 struct Site {
   std::string pointer;
   std::string file_key;
   Site child(const std::string& token) const { return {pointer + "/" + pointer_token(token), file_key + "." + token}; }
+
+  // A positional argument: input_args[i], "input.i".
+  static Site input(std::size_t i) { return in("input_args", "input", std::to_string(i)); }
+  // A keyword argument: input_kwargs[name], "kwargs.name".
+  static Site kwarg(const std::string& name) { return {"/input_kwargs/" + pointer_token(name), "kwargs." + name}; }
+  // An output: output[i], "output.i".
+  static Site output(std::size_t i) { return in("output", "output", std::to_string(i)); }
+  // A module's own parameter in its forward entry: parameters[name], "parameters.name".
+  static Site parameter(const std::string& name) {
+    return {"/parameters/" + pointer_token(name), "parameters." + name};
+  }
+  // A parameter's gradient in a parameters_grad entry: name[0], "name".
+  static Site parameter_grad(const std::string& name) { return {"/" + pointer_token(name) + "/0", name}; }
+  // A gradient of a backward entry: {key}[i], "{key}.i" (key: "input" or "output").
+  static Site gradient(const char* key, std::size_t i) { return in(key, key, std::to_string(i)); }
+
+ private:
+  static Site in(const char* member, const char* file_prefix, const std::string& index) {
+    return {std::string("/") + member + "/" + index, std::string(file_prefix) + "." + index};
+  }
 };
 
 }  // namespace torchprobe
 // ---- end torchprobe/core/site.hpp ----
+// ---- begin torchprobe/task/tensor_saver.hpp ----
+// TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
+// calls stage() from describe() for each tensor it wants saved; the file is written only if the
+// task keeps the entry (docs/io.md describes the whole path).
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
+#include <thread>
+
+// ---- begin torchprobe/core/probe_guard.hpp ----
+// Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
+// the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
+// probe never adds nodes to the user's autograd graph.
+#include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
+
+namespace torchprobe {
+
+class ProbeGuard {
+ public:
+  ProbeGuard() = default;
+  ProbeGuard(const ProbeGuard&) = delete;
+  ProbeGuard& operator=(const ProbeGuard&) = delete;
+
+ private:
+  at::DisableRecordFunctionGuard no_record_;
+  c10::NoGradGuard no_grad_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/probe_guard.hpp ----
+// ---- begin torchprobe/io/tensor_writer.hpp ----
+// The writer threads: tensor files (.pt) are written off the training thread, in the order they
+// are handed over, with the memory their snapshots hold capped (io/memory_budget.hpp). A failure
+// is logged to dump_error_info.log and the run continues. docs/io.md describes the whole path of
+// one tensor, from a task's TensorSaver::stage() to the file.
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <set>
+
+
+// ---- begin torchprobe/io/error_log.hpp ----
+// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
+// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
+//
+// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
+//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
+//   <message>
+//   <blank line>
+// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
+// written once per log file until reset() (the dumper calls it at every step). Logging must never make things
+// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
+// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
+// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
+#include <ctime>
+#include <typeinfo>
+
+
+
+namespace torchprobe::io {
+
+class ErrorLog {
+ public:
+  static constexpr const char* kFileName = "dump_error_info.log";
+
+  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
+
+  // The directory the log goes to (the current rank directory); takes effect for the next entry.
+  void set_directory(std::string directory) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      dir_ = std::move(directory);
+    } catch (...) {
+    }
+  }
+  std::string directory() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return file_path_locked();
+  }
+
+  // Writes one entry unless this (what, kind) was already written since the last reset().
+  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
+  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
+  // Returns true when the entry was written (to the file, or to stderr as a fallback).
+  bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      return log_locked(file_path_locked(), what, name, kind, message);
+    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
+      return false;
+    }
+  }
+
+  // The same, to the log of `directory` rather than the current one: a step written after the
+  // next one began (details/step_writer.hpp) reports to its own log. De-duplicated per directory.
+  bool log_in(std::string_view directory, std::string_view what, std::string_view name,
+              const std::exception& e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      return log_locked(file_path_of(std::string(directory)), what, name, type_name(e), e.what());
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
+  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
+    try {
+      return log(what, name, type_name(e), e.what());
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // Writes the entries that could not be written before; those that still cannot be stay kept.
+  void retry() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      (void)write_pending_locked();
+    } catch (...) {
+    }
+  }
+
+  // Forget which failures were reported, so that the next step reports them again.
+  void reset() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.clear();
+    } catch (...) {
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxPending = 64 * 1024;
+
+  bool log_locked(const std::string& file, std::string_view what, std::string_view name, std::string_view kind,
+                  std::string_view message) {
+    if (!seen_.emplace(file, std::string(what), std::string(kind)).second) return false;
+    std::string entry = "[" + timestamp() + "] [ERROR] ";
+    entry.append(what).append(" failed: name=").append(name);
+    entry += ", pid=" + std::to_string(::getpid()) + "\n";
+    entry.append(message).append("\n\n");
+    int err = write_pending_locked();
+    if (err == 0) err = append(file, entry);
+    if (err != 0) {
+      fallback(file, err, what, name, message);
+      if (pending_bytes_ + entry.size() <= kMaxPending) {
+        pending_bytes_ += entry.size();
+        pending_.emplace_back(file, std::move(entry));
+      }
+    }
+    return true;
+  }
+
+  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
+  // of the first that still fails (it and those after it stay kept).
+  int write_pending_locked() {
+    while (!pending_.empty()) {
+      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
+      pending_bytes_ -= pending_.front().second.size();
+      pending_.pop_front();
+    }
+    return 0;
+  }
+
+  std::string file_path_locked() const { return file_path_of(dir_); }
+  static std::string file_path_of(const std::string& dir) {
+    if (dir.empty()) return kFileName;
+    return dir.back() == '/' ? dir + kFileName : dir + "/" + kFileName;
+  }
+
+  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
+  static std::string timestamp() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    char buf[64];
+    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+      return "0000-00-00 00:00:00 +0000";
+    return buf;
+  }
+
+  static std::string type_name(const std::exception& e) {
+    const char* raw = typeid(e).name();
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
+    std::free(demangled);
+    return out;
+  }
+
+  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
+  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
+  static int append(const std::string& file, const std::string& entry) {
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0 && errno == ENOENT) {
+      const std::size_t slash = file.rfind('/');
+      if (slash != std::string::npos && slash != 0) {
+        try {
+          create_directories(file.substr(0, slash));
+        } catch (const IoError& e) {
+          return e.error_code();
+        }
+        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+      }
+    }
+    if (fd < 0) return errno;
+    if (const int err = write_all(fd, entry.data(), entry.size())) {
+      ::close(fd);
+      return err;
+    }
+    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
+  }
+
+  // One line on stderr, with the message's first line (its reason may differ from the log's);
+  // written with ::write so that no stream state or exception gets involved.
+  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
+                       std::string_view message) {
+    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " + std::string(what) +
+                       " failed: name=" + std::string(name) + ": " +
+                       std::string(message.substr(0, message.find('\n'))) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  mutable std::mutex mu_;
+  std::string dir_;
+  std::set<std::tuple<std::string, std::string, std::string>> seen_;  // {file, what, kind}
+  std::deque<std::pair<std::string, std::string>> pending_;           // {file, entry} not written yet
+  std::size_t pending_bytes_ = 0;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/error_log.hpp ----
+// ---- begin torchprobe/io/memory_budget.hpp ----
+// The memory budget of tensor snapshots waiting to be written: every snapshot reserves its bytes
+// first, and the training thread waits while the cap would be passed and queued files will free
+// memory. Large snapshots get reusable, direct-I/O-aligned buffers. docs/io.md: the whole path.
+
+#include <iterator>
+
+// ---- begin torchprobe/io/direct_file.hpp ----
+// A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
+// from the snapshot's memory to the disk without the kernel's copy into the page cache.
+//
+// Why: a tensor file is written once and not read back by the training process, yet an ordinary
+// write() copies every byte into the page cache first. That copy was most of the writer's time
+// (docs/tensor.md, Benchmark), and it fills memory with dirty pages that the disk then drains in
+// bursts. With O_DIRECT the disk reads the bytes straight from the snapshot.
+//
+// O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
+// (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
+//  - small pieces (zip headers, the pickle) are gathered in an aligned staging buffer and written
+//    in whole blocks;
+//  - a large piece whose memory address lines up with its file offset (same remainder modulo
+//    kDirectAlign) is written straight from the caller's memory, after its first partial block
+//    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
+//    that this is the case (Reservation, io/memory_budget.hpp);
+//  - a large piece that does not line up is copied through the staging buffer: still no page
+//    cache, one copy into a buffer that stays in the CPU's cache;
+//  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than
+//    the staging buffer), so the file ends at its exact size without padding or truncation.
+// A file system that refuses O_DIRECT at open (tmpfs before Linux 6.6, some network file systems)
+// or at a write (EINVAL: an unexpected alignment rule) gets ordinary writes from that point on; the
+// bytes are the same either way.
+
+
+
+
+namespace torchprobe::io {
+
+// Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
+// logical block size of common disks, and a multiple of every smaller one).
+inline constexpr std::size_t kDirectAlign = 4096;
+
+class DirectFile {
+ public:
+  // Files of fewer bytes are written ordinarily: for them the page cache costs little and the
+  // direct path's synchronous writes would cost more.
+  static constexpr std::size_t kDirectFrom = std::size_t{1} << 20;
+
+  DirectFile() = default;
+  DirectFile(const DirectFile&) = delete;
+  DirectFile& operator=(const DirectFile&) = delete;
+  ~DirectFile() {
+    if (fd_ >= 0) ::close(fd_);
+    std::free(stage_);
+  }
+
+  // Creates `path` (O_EXCL) with `mode`; with direct I/O when `direct` is asked for and the file
+  // system accepts it. Returns 0 or the errno value.
+  int create(const char* path, mode_t mode, bool direct) {
+#if defined(__linux__) && defined(O_DIRECT)
+    if (direct) {
+      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes));
+      if (stage_) {
+        fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, mode);
+        if (fd_ >= 0) {
+          direct_ = true;
+          return 0;
+        }
+        if (errno != EINVAL) return errno;
+        // EINVAL: this file system has no O_DIRECT. Linux may have created the file before
+        // refusing the flag; the path is the caller's new, unique name, so it is removed.
+        ::unlink(path);
+      }
+    }
+#else
+    (void)direct;
+#endif
+    fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    return fd_ >= 0 ? 0 : errno;
+  }
+
+  // Appends n bytes. After the first error nothing more is written; close() returns that error.
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    if (err_ != 0 || n == 0) return;
+    if (!direct_) {
+      write_ordinary(p, n);
+      return;
+    }
+    if (n >= kDirectFrom) {
+      // Fill the current block from the front of the piece; then the rest starts on a block
+      // boundary of the file, and can go straight from memory if its address does too.
+      // (What is already written ends on a block boundary, so the staged bytes decide.)
+      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
+      const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
+      if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
+        stage(p, head);
+        flush_whole_blocks();  // the staged bytes now end on a block boundary: all of them go
+        if (err_ == 0 && direct_ && used_ == 0) {
+          write_at_end(p + head, body, /*from_caller=*/true);
+          stage(p + head + body, n - head - body);
+          return;
+        }
+        p += head;
+        n -= head;
+      }
+    }
+    stage(p, n);
+  }
+
+  // Writes what is staged, then closes; returns 0 or the first errno value. The file is complete
+  // once this returns 0.
+  int close() {
+    if (fd_ < 0) return err_;
+    if (err_ == 0 && direct_ && used_ > 0) {
+      // The last partial block, written ordinarily so that the file has its exact length.
+      if (clear_direct()) write_ordinary(stage_, used_);
+    }
+    used_ = 0;
+#if defined(__linux__)
+    // Starts the writeback of what went through the page cache, without waiting for it: the disk
+    // then works while the next files are made, instead of the dirty pages piling up until the
+    // kernel's thresholds or a sync.
+    if (err_ == 0) (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR && err_ == 0) err_ = errno;
+    return err_;
+  }
+
+  bool direct() const { return direct_; }  // still writing with O_DIRECT
+  // Bytes written straight from the caller's memory, without any copy (for the tests and the
+  // benchmark).
+  std::uint64_t direct_bytes() const { return direct_bytes_; }
+
+ private:
+  static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
+  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
+  static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
+
+  // Copies into the staging buffer, writing it out whenever it is full.
+  void stage(const unsigned char* p, std::size_t n) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const std::size_t take = std::min(n, kStageBytes - used_);
+      std::memcpy(stage_ + used_, p, take);
+      used_ += take;
+      p += take;
+      n -= take;
+      if (used_ == kStageBytes) flush_whole_blocks();
+    }
+  }
+
+  // Writes the whole blocks of the staging buffer and keeps the partial one at its front.
+  void flush_whole_blocks() {
+    const std::size_t whole = used_ / kDirectAlign * kDirectAlign;
+    if (whole == 0) return;
+    const std::size_t rest = used_ - whole;
+    used_ = 0;  // the staged bytes are no longer pending once handed to write_at_end
+    write_at_end(stage_, whole, /*from_caller=*/false);
+    if (err_ != 0) return;
+    if (direct_) {
+      std::memmove(stage_, stage_ + whole, rest);
+      used_ = rest;
+    } else {
+      write_ordinary(stage_ + whole, rest);
+    }
+  }
+
+  // Writes n bytes at the end of the file: directly while direct_ holds, ordinarily once a direct
+  // write has been refused. `from_caller`: p is the caller's memory, not the staging buffer.
+  void write_at_end(const unsigned char* p, std::size_t n, bool from_caller) {
+    while (n > 0 && err_ == 0) {
+      if (!direct_) {
+        write_ordinary(p, n);
+        return;
+      }
+      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
+      if (w < 0 && errno == EINTR) continue;
+      if (w > 0) {
+        p += w;
+        n -= static_cast<std::size_t>(w);
+        if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
+        if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
+        continue;
+      }
+      if (w < 0 && errno == EINVAL && clear_direct()) continue;  // an alignment rule we do not meet
+      err_ = w < 0 ? errno : ENOSPC;
+    }
+  }
+
+  void write_ordinary(const unsigned char* p, std::size_t n) {
+    if (err_ == 0) err_ = write_all(fd_, p, n);
+  }
+
+  // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
+  bool clear_direct() {
+#if defined(__linux__) && defined(O_DIRECT)
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+      err_ = errno;
+      return false;
+    }
+#endif
+    direct_ = false;
+    return true;
+  }
+
+  int fd_ = -1;
+  bool direct_ = false;
+  int err_ = 0;
+  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
+  unsigned char* stage_ = nullptr;
+  std::uint64_t direct_bytes_ = 0;
+};
+
+// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
+inline bool direct_io_supported(const std::string& dir) {
+  const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
+  DirectFile file;
+  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
+  file.close();
+  ::unlink(probe.c_str());
+  return direct;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/direct_file.hpp ----
+// ---- begin torchprobe/io/pt_file.hpp ----
+// The .pt file of one tensor: exactly the bytes torch::pickle_save writes (a torch.save zip), which
+// Python's torch.load reads back. Streamed into the file, large tensors with direct I/O.
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
+
+
+
+namespace torchprobe::io {
+
+// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
+// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
+// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
+// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
+// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
+inline constexpr std::size_t kTensorPayloadOffset = 64;
+
+// Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
+// torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
+// into the file instead of being assembled in memory first, with direct I/O for large tensors
+// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
+// is written). The file appears under its name only once complete (temporary file + rename, no
+// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
+// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
+// straight from the tensor's memory.
+inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
+
+  // The pickle part is small (sizes, dtype, a reference to the storage): build it first.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* bytes, std::size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); });
+  pickler.protocol();
+  pickler.pushIValue(tensor);
+  pickler.stop();
+
+  DirectFile file;
+  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
+  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
+  // The zip writer is never told about a failed write: in some libtorch versions its destructor
+  // would then throw. It goes on into the void and the error is raised below.
+  auto sink = [&](const void* data, std::size_t n) -> std::size_t {
+    file.write(data, n);
+    return n;
+  };
+  try {
+    caffe2::serialize::PyTorchStreamWriter zip(sink);
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
+    zip.writeEndOfFile();
+  } catch (...) {
+    file.close();
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  int err = file.close();
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw IoError("write tensor file", path, err);
+  }
+  return file.direct_bytes();
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/pt_file.hpp ----
+
+namespace torchprobe::io {
+
+namespace details {
+
+// What every outstanding reservation shares with the writer (which extends it: WriterState in
+// io/tensor_writer.hpp). Its mutex also guards the writer's job queue, so a finished file leaves
+// the queue and frees its memory under one lock.
+struct BudgetState {
+  explicit BudgetState(std::size_t cap) : max_held(cap) {}
+  ~BudgetState() {
+    for (auto& kv : idle) std::free(kv.second);
+  }
+
+  std::mutex mu;
+  std::condition_variable changed;  // memory was released, or a job finished
+  std::size_t in_flight = 0;        // jobs queued or being written
+  std::size_t held = 0;             // bytes of snapshots alive: staged, queued or being written
+  const std::size_t max_held;
+
+  // Statistics (for the benchmark and the tests).
+  std::size_t peak_held = 0;
+  std::uint64_t waits = 0;
+  std::chrono::steady_clock::duration waited{0};
+
+  void release(std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      held -= std::min(held, bytes);
+    }
+    changed.notify_all();
+  }
+
+  // Snapshot buffers of large tensors are reused. A fresh large allocation is mapped and zeroed
+  // page by page on first touch, which costs the training thread more than the copy itself
+  // (docs/tensor.md); training repeats the same shapes every step, so a freed buffer of the same
+  // size is soon wanted again. Idle buffers count against the cap with the live snapshots and are freed when a new
+  // snapshot needs the room.
+  static constexpr std::size_t kReuseFrom = std::size_t{1} << 20;
+  std::multimap<std::size_t, void*> idle;  // size -> buffer
+  std::size_t idle_bytes = 0;
+
+  // A freed snapshot's buffer: kept if live and idle memory stay within the cap (its own bytes
+  // are still counted as live here; its reservation is released right after).
+  void recycle(void* block, std::size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (held + idle_bytes <= max_held) {
+        idle.emplace(size, block);
+        idle_bytes += size;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+  // Called with the mutex held, after `bytes` were added to `held`: an idle buffer of that size if
+  // there is one, and the idle buffers to free so that live + idle memory fits the cap again.
+  void* take_idle_locked(std::size_t bytes, std::vector<void*>& to_free) {
+    void* block = nullptr;
+    if (auto it = idle.find(bytes); it != idle.end()) {
+      block = it->second;
+      idle.erase(it);
+      idle_bytes -= bytes;
+    }
+    while (!idle.empty() && held + idle_bytes > max_held) {
+      auto largest = std::prev(idle.end());
+      idle_bytes -= largest->first;
+      to_free.push_back(largest->second);
+      idle.erase(largest);
+    }
+    return block;
+  }
+};
+
+}  // namespace details
+
+// Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
+// (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
+// (reused when possible). Move-only.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(std::shared_ptr<details::BudgetState> state, std::size_t bytes, void* block = nullptr)
+      : state_(std::move(state)), bytes_(bytes), block_(block) {}
+  Reservation(Reservation&& o) noexcept
+      : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
+  Reservation& operator=(Reservation&& o) noexcept {
+    if (this != &o) {
+      release();
+      state_ = std::move(o.state_);
+      bytes_ = std::exchange(o.bytes_, 0);
+      block_ = std::exchange(o.block_, nullptr);
+    }
+    return *this;
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() { release(); }
+
+  std::size_t bytes() const { return bytes_; }
+
+  // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
+  // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
+  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
+  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
+  // offset will have, so that it is written with direct I/O straight from here.
+  at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
+    if (!block_) return at::Tensor();
+    void* block = std::exchange(block_, nullptr);
+    std::weak_ptr<details::BudgetState> state = state_;
+    const std::size_t size = bytes_;
+    return at::from_blob(
+        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
+        [state, size](void* data) {
+          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
+          if (auto s = state.lock())
+            s->recycle(p, size);
+          else
+            std::free(p);
+        },
+        at::TensorOptions().dtype(dtype));
+  }
+
+  // Must not be called with the writer's mutex held.
+  void release() noexcept {
+    if (block_) {
+      if (state_)
+        state_->recycle(block_, bytes_);
+      else
+        std::free(block_);
+      block_ = nullptr;
+    }
+    if (state_ && bytes_ > 0) state_->release(bytes_);
+    state_.reset();
+    bytes_ = 0;
+  }
+
+ private:
+  std::shared_ptr<details::BudgetState> state_;
+  std::size_t bytes_ = 0;
+  void* block_ = nullptr;
+};
+
+namespace details {
+
+// Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
+// will free memory (so it only ever waits for progress the writer is making).
+inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_t bytes) {
+  BudgetState& s = *state;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (s.held + bytes > s.max_held && s.in_flight > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s.changed.wait(lock, [&] { return s.held + bytes <= s.max_held || s.in_flight == 0; });
+    s.waited += std::chrono::steady_clock::now() - t0;
+    ++s.waits;
+  }
+  s.held += bytes;
+  s.peak_held = std::max(s.peak_held, s.held);
+  if (bytes < BudgetState::kReuseFrom) return Reservation(state, bytes);
+  std::vector<void*> to_free;
+  void* block = s.take_idle_locked(bytes, to_free);
+  lock.unlock();
+  for (void* p : to_free) std::free(p);
+  // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
+  if (!block)
+    block = std::aligned_alloc(kDirectAlign,
+                               (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
+  return Reservation(state, bytes, block);
+}
+
+}  // namespace details
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/memory_budget.hpp ----
+
+namespace torchprobe::io {
+
+namespace details {
+
+// What the writer's threads share with each other and, through the budget it extends, with every
+// outstanding reservation. Guarded by the budget's mutex, but for the log (log_mu).
+struct WriterState : BudgetState {
+  using BudgetState::BudgetState;
+
+  std::condition_variable work;  // a job was queued, or the writer stops
+  bool stopping = false;
+
+  // Statistics (for the benchmark and the tests).
+  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0;
+  std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
+  std::size_t writing = 0;
+  std::chrono::steady_clock::time_point busy_since{};
+  std::uint64_t submitted = 0;          // files ever submitted: the next one's number
+  std::set<std::uint64_t> outstanding;  // numbers of the files queued or being written
+
+  std::mutex log_mu;
+  ErrorLog log;
+  std::string log_dir;
+};
+
+struct WriteJob {
+  std::string path;
+  std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
+  Reservation memory;   // declared before `data`, so the snapshot is freed first
+  at::Tensor data;
+  std::uint64_t number = 0;
+};
+}  // namespace details
+
+// The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
+// being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
+// some file is still queued (so it can only wait for progress the writer is making; a single
+// snapshot larger than the cap, or entries still open, go ahead when nothing is queued).
+class TensorWriter {
+ public:
+  struct Stats {
+    std::uint64_t files = 0;         // written successfully
+    std::uint64_t bytes = 0;         // tensor bytes in those files
+    std::uint64_t direct_bytes = 0;  // of them, bytes written to the disk straight from the snapshots
+    std::uint64_t failures = 0;
+    std::size_t held_bytes = 0;       // snapshot memory alive now
+    std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
+    std::size_t peak_held_bytes = 0;  // the most snapshot memory alive at once
+    std::uint64_t waits = 0;          // reserve() calls that had to wait for the writer
+    double wait_seconds = 0;          // time the callers of reserve() spent waiting
+    double busy_seconds = 0;          // wall time during which some file was being written
+  };
+
+  static constexpr unsigned kDefaultThreads = 2;
+
+  // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
+  // is in write(), which is what a single sequential writer cannot overlap.
+  explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
+      : state_(std::make_shared<details::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
+        thread_count_(std::max(threads, 1u)) {}
+
+  TensorWriter(const TensorWriter&) = delete;
+  TensorWriter& operator=(const TensorWriter&) = delete;
+
+  // Writes everything still queued, then stops the threads.
+  ~TensorWriter() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stopping = true;
+    }
+    state_->work.notify_all();
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  std::size_t max_pending_bytes() const { return state_->max_held; }
+
+  // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
+  // will free memory.
+  Reservation reserve(std::size_t bytes) { return details::reserve(state_, bytes); }
+
+  // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
+  void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
+    details::WriterState& s = *state_;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (threads_.empty()) start_threads();
+      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data), s.submitted});
+      s.outstanding.insert(s.submitted++);
+      ++s.in_flight;
+    }
+    s.work.notify_one();
+  }
+
+  // Returns once every submitted file is written (or has failed and been logged).
+  void flush() {
+    details::WriterState& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.changed.wait(lock, [&] { return s.in_flight == 0; });
+  }
+
+  // The number of files submitted so far: flush(ticket()) returns once they are written, whatever
+  // is submitted after (a step being written while the next one saves tensors).
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->submitted;
+  }
+  void flush(std::uint64_t ticket) {
+    details::WriterState& s = *state_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
+  }
+
+  Stats stats() const {
+    details::WriterState& s = *state_;
+    std::lock_guard<std::mutex> lock(s.mu);
+    Stats out;
+    out.files = s.files;
+    out.bytes = s.bytes_written;
+    out.direct_bytes = s.bytes_direct;
+    out.failures = s.failures;
+    out.held_bytes = s.held;
+    out.idle_bytes = s.idle_bytes;
+    out.peak_held_bytes = s.peak_held;
+    out.waits = s.waits;
+    out.wait_seconds = std::chrono::duration<double>(s.waited).count();
+    out.busy_seconds = std::chrono::duration<double>(s.busy).count();
+    return out;
+  }
+
+ private:
+  // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
+  void start_threads() {
+    for (unsigned i = 0; i < thread_count_; ++i)
+      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
+  }
+
+  static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {
+    ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
+    for (;;) {
+      details::WriteJob job;
+      {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+        if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
+      }
+      bool ok = true;
+      std::uint64_t direct = 0;
+      try {
+        direct = write_tensor_file(job.path, job.data);
+      } catch (const std::exception& e) {
+        ok = false;
+        report(s, job, e);
+      }
+      const std::uint64_t bytes = job.memory.bytes();
+      job.data = at::Tensor();  // free the snapshot, then give its bytes back to the budget
+      job.memory.release();
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
+        --s.in_flight;
+        s.outstanding.erase(job.number);
+        if (ok) {
+          ++s.files;
+          s.bytes_written += bytes;
+          s.bytes_direct += direct;
+        } else {
+          ++s.failures;
+        }
+      }
+      s.changed.notify_all();
+    }
+  }
+
+  // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
+  // each on stderr, so a full disk is noticed without flooding either.
+  static void report(details::WriterState& s, const details::WriteJob& job, const std::exception& e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(s.log_mu);
+      // Each step (rank directory) has its own log, and the log remembers what it reported per log
+      // file: files of two steps may fail in any order now that steps are written in the background,
+      // and switching back to an earlier step's directory must not report its failures again.
+      if (job.log_dir != s.log_dir) {
+        s.log_dir = job.log_dir;
+        s.log.set_directory(job.log_dir);
+      }
+      const auto* io = dynamic_cast<const IoError*>(&e);
+      const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
+      const std::string name = job.path.substr(job.path.rfind('/') + 1);
+      const std::string message =
+          std::string(e.what()) +
+          "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
+      if (s.log.log("save_tensor", name, kind, message)) {
+        const std::string line = std::string(e.what()) + " (the dump continues; see " + s.log.path() + ")\n";
+        (void)!::write(STDERR_FILENO, line.data(), line.size());
+      }
+    } catch (...) {
+    }
+  }
+
+  std::shared_ptr<details::WriterState> state_;
+  // Guarded by state_->mu; shared with the threads so that they never reach into this object.
+  std::shared_ptr<std::deque<details::WriteJob>> queue_ = std::make_shared<std::deque<details::WriteJob>>();
+  const unsigned thread_count_;
+  std::vector<std::thread> threads_;  // started by the first submit
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/tensor_writer.hpp ----
+
+namespace torchprobe {
+
+// A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
+// its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
+// copied into the reservation's (reused) buffer.
+inline at::Tensor snapshot_for_file(const at::Tensor& t, io::Reservation& memory) {
+  ProbeGuard guard;
+  at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  at::Tensor out = memory.take_buffer(d.sizes(), d.scalar_type());
+  if (out.defined()) return out.copy_(d);
+  if (!d.device().is_cpu())
+    return d.to(at::kCPU, d.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+  return d.clone(at::MemoryFormat::Contiguous);
+}
+// The same with the ordinary allocator (no reserved buffer).
+inline at::Tensor snapshot_for_file(const at::Tensor& t) {
+  io::Reservation none;
+  return snapshot_for_file(t, none);
+}
+
+// async_dump: a CUDA tensor's copy to the host is queued on its stream, into pinned memory, and not
+// waited for (no host synchronisation); wait() is called when the step is written. An event marks
+// the end of the copy on the stream.
+class StreamCopy final : public PendingCopy {
+ public:
+  explicit StreamCopy(const c10::Device& device) : event_(device.type()) {
+    event_.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  }
+  void wait() override {
+    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+
+ private:
+  c10::Event event_;
+};
+
+// The snapshot of `t` for a file written at the step's end (async_dump): CUDA tensors are copied
+// without waiting (`copying` says when the copy is done), others as snapshot_for_file does. A device
+// that cannot do it (no pinned memory, no events) gets the waiting copy.
+inline at::Tensor snapshot_at_flush(const at::Tensor& t, io::Reservation& memory,
+                                    std::shared_ptr<PendingCopy>& copying) {
+  if (!t.is_cuda()) return snapshot_for_file(t, memory);
+  ProbeGuard guard;
+  const at::Tensor d = t.detach().resolve_conj().resolve_neg();
+  try {
+    at::Tensor host = at::empty(d.sizes(), d.options().device(at::kCPU).pinned_memory(true));
+    host.copy_(d, /*non_blocking=*/true);
+    copying = std::make_shared<StreamCopy>(d.device());
+    return host;
+  } catch (const std::exception&) {
+    copying.reset();
+    return snapshot_for_file(t, memory);
+  }
+}
+
+// A task that saves tensors is handed one by the Recorder, which owns the writer behind it: the
+// snapshots' memory budget (max_pending_mb) and the files' destination are one writer, whatever
+// the task.
+class TensorSaver {
+ public:
+  TensorSaver() = default;  // saves nothing
+  // Saves through `writer` (its budget bounds the snapshots waiting for it).
+  // `at_flush` (async_dump): the files are handed to the writer when the step is written, and
+  // device tensors are copied to the host without waiting.
+  TensorSaver(std::shared_ptr<io::TensorWriter> writer, bool at_flush)
+      : writer_(std::move(writer)), at_flush_(at_flush) {}
+
+  bool enabled() const { return writer_ != nullptr; }
+  const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
+
+  // Snapshots `t` now for the file "{record.name}.{site.file_key}.pt" (msprobe's name; without the
+  // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
+  // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
+  // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
+  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
+    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+    io::Reservation memory = writer_->reserve(bytes);
+    std::shared_ptr<PendingCopy> copying;
+    at::Tensor copy = at_flush_ ? snapshot_at_flush(t, memory, copying) : snapshot_for_file(t, memory);
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
+    nlohmann::ordered_json md5;
+    const bool has_md5 = item.contains("md5");
+    if (has_md5) {
+      md5 = std::move(item["md5"]);
+      item.erase("md5");
+    }
+    item["data_name"] = name;
+    if (has_md5) item["md5"] = std::move(md5);
+    record.saves.push_back(PendingSave{std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
+                                       std::move(copy), at_flush_, std::move(copying)});
+  }
+
+ private:
+  std::shared_ptr<io::TensorWriter> writer_;
+  bool at_flush_ = false;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/tensor_saver.hpp ----
 
 namespace torchprobe {
 
@@ -3579,13 +4666,20 @@ struct ends_checks<T, std::void_t<decltype(std::declval<T&>().check_call_end(
                           std::declval<CallCheck&>(), std::declval<const std::vector<c10::IValue>&>()))>>
     : std::true_type {};
 
+// Is it given the Recorder's TensorSaver (a task that saves tensors)?
+template <class T>
+struct takes_saver : std::is_constructible<T, const Config&, TensorSaver> {};
+template <class T>
+struct is_constructible_task : std::bool_constant<std::is_constructible_v<T, const Config&> || takes_saver<T>::value> {
+};
+
 }  // namespace task_traits
 
 // True when T is a complete task; check_task<T>() says what is missing.
 template <class T>
 inline constexpr bool is_task_v =
     task_traits::has_name<T>::value&& task_traits::has_levels<T>::value&& task_traits::has_config_keys<T>::value&&
-        task_traits::has_saves_tensors<T>::value&& std::is_constructible_v<T, const Config&>&&
+        task_traits::has_saves_tensors<T>::value&& task_traits::is_constructible_task<T>::value&&
             task_traits::has_describe<T>::value&& task_traits::has_keep<T>::value &&
     (!task_traits::can_end<T>::value || task_traits::says_end_reason<T>::value) &&
     (!task_traits::holds_entries<T>::value || task_traits::decides_held<T>::value) &&
@@ -3604,7 +4698,9 @@ constexpr bool check_task() {
   static_assert(has_saves_tensors<T>::value,
                 "torchprobe: a task needs `static bool saves_tensors(const Config&)` (does a step get "
                 "dump_tensor_data/?)");
-  static_assert(std::is_constructible_v<T, const Config&>, "torchprobe: a task needs a constructor `T(const Config&)`");
+  static_assert(is_constructible_task<T>::value,
+                "torchprobe: a task needs a constructor `T(const Config&)`, or `T(const Config&, TensorSaver)` "
+                "when it saves tensors");
   static_assert(has_describe<T>::value,
                 "torchprobe: a task needs `nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, "
                 "bool gradient = false)` (what a tensor becomes in dump.json)");
@@ -3621,28 +4717,12 @@ constexpr bool check_task() {
 
 }  // namespace torchprobe
 // ---- end torchprobe/task/task_traits.hpp ----
-// ---- begin torchprobe/core/probe_guard.hpp ----
-// Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
-// the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
-// probe never adds nodes to the user's autograd graph.
-#include <ATen/record_function.h>
-#include <c10/core/GradMode.h>
+// ---- begin torchprobe/stats/item_stats.hpp ----
+// A tensor item's four statistics, now or at the flush: one rule for every task that writes them.
+// A CPU tensor's are computed on the spot by the SIMD kernels; a device tensor's are reduced where
+// it lives and read back later, all of a batch in one copy, so that no op waits for the device.
 
-namespace torchprobe {
 
-class ProbeGuard {
- public:
-  ProbeGuard() = default;
-  ProbeGuard(const ProbeGuard&) = delete;
-  ProbeGuard& operator=(const ProbeGuard&) = delete;
-
- private:
-  at::DisableRecordFunctionGuard no_record_;
-  c10::NoGradGuard no_grad_;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/probe_guard.hpp ----
 // ---- begin torchprobe/stats/cpu_stats.hpp ----
 // Statistics of a CPU tensor in one pass over its memory, with fused SIMD kernels.
 //
@@ -4976,6 +6056,134 @@ inline TensorStats cpu_stats(const at::Tensor& tensor) { return details::cpu_sta
 
 }  // namespace torchprobe::stats
 // ---- end torchprobe/stats/cpu_stats.hpp ----
+// ---- begin torchprobe/stats/device_stats.hpp ----
+// Statistics of a tensor on an accelerator, reduced where the tensor lives.
+//
+// Reading each statistic back with .item() would synchronise the host with the device four
+// times per tensor. Instead the four values are reduced on the device into one small float64
+// tensor that stays there; the step's pending tensors are copied to the host in one batch when
+// the step is flushed (see DeferredStats).
+
+
+
+namespace torchprobe::stats {
+
+// Reduce `t` on its own device into a float64 tensor [max, min, mean, norm]. No host sync.
+// bool: [any, all, -, -]; complex: statistics of |z|. Callers check numel() > 0 first.
+inline at::Tensor device_stats_tensor(const at::Tensor& t) {
+  ProbeGuard guard;
+  if (t.scalar_type() == at::kBool) {
+    const at::Tensor any = t.any().to(at::kDouble);
+    const at::Tensor all = t.all().to(at::kDouble);
+    return at::stack({any, all, any, any});
+  }
+  const at::Tensor x = t.is_complex() ? t.to(at::kComplexDouble).abs() : t.to(at::kDouble);
+  // norm of |z| equals the complex tensor's L2 norm.
+  return at::stack({x.max(), x.min(), x.mean(), x.norm()});
+}
+
+// Turn the four reduced values back into statistics with the rules of cpu_stats: Max/Min keep
+// the dtype's kind, bool has null Mean/Norm, a 0-d tensor shows its value in all four.
+inline TensorStats decode_device_stats(const double* v, at::ScalarType dtype, bool zero_dim) {
+  TensorStats s;
+  if (dtype == at::kBool) {
+    s.max = StatValue::boolean(v[0] != 0.0);
+    s.min = StatValue::boolean(v[1] != 0.0);
+    return s;
+  }
+  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
+    s.max = StatValue::integer(static_cast<std::int64_t>(v[0]));
+    s.min = StatValue::integer(static_cast<std::int64_t>(v[1]));
+  } else {
+    s.max = StatValue::real(v[0]);
+    s.min = StatValue::real(v[1]);
+  }
+  s.mean = StatValue::real(zero_dim ? v[0] : v[2]);
+  s.norm = StatValue::real(zero_dim ? v[0] : v[3]);
+  return s;
+}
+
+// Statistics waiting on the device. `add` keeps the reduced tensor; `resolve` copies them all to
+// the host with one transfer and hands each result back in the order they were added.
+class DeferredStats {
+ public:
+  struct Item {
+    at::Tensor values;  // float64 [4] on the device
+    at::ScalarType dtype;
+    bool zero_dim;
+  };
+
+  std::size_t add(const at::Tensor& t) { return add_reduced(device_stats_tensor(t), t.scalar_type(), t.dim() == 0); }
+  // For values already reduced by device_stats_tensor.
+  std::size_t add_reduced(at::Tensor values, at::ScalarType dtype, bool zero_dim) {
+    items_.push_back({std::move(values), dtype, zero_dim});
+    return items_.size() - 1;
+  }
+  bool empty() const { return items_.empty(); }
+  std::size_t size() const { return items_.size(); }
+
+  std::vector<TensorStats> resolve() {
+    std::vector<TensorStats> out;
+    if (items_.empty()) return out;
+    ProbeGuard guard;
+    std::vector<at::Tensor> parts;
+    parts.reserve(items_.size());
+    for (auto& it : items_) parts.push_back(it.values.to(items_.front().values.device()));
+    // One device-to-host copy for the whole batch.
+    const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
+    const double* p = host.data_ptr<double>();
+    out.reserve(items_.size());
+    for (std::size_t k = 0; k < items_.size(); ++k)
+      out.push_back(decode_device_stats(p + 4 * k, items_[k].dtype, items_[k].zero_dim));
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<Item> items_;
+};
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/device_stats.hpp ----
+
+namespace torchprobe::stats {
+
+// Writes Max/Min/Mean/Norm of `t` into `item`: nulls for an empty tensor or a dtype without a
+// kernel; the values for a CPU tensor; nulls for now for a device tensor (or any tensor, with
+// `device_path`, which tests use to run this path without a GPU), with its reduction queued on
+// `record` at `site`, for resolve_pending_stats().
+inline void put_tensor_stats(nlohmann::ordered_json& item, const at::Tensor& t, const Site& site, Record& record,
+                             bool device_path = false) {
+  const bool empty = t.numel() == 0 || !t.has_storage();
+  if (empty || !has_cpu_kernel(t.scalar_type())) {
+    put_stats(item, TensorStats{});
+  } else if (t.device().is_cpu() && !device_path) {
+    put_stats(item, cpu_stats(t));
+  } else {
+    put_stats(item, TensorStats{});
+    record.pending.push_back({site.pointer, device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+  }
+}
+
+// Fills every statistic the records still wait for, with one device-to-host copy for all of
+// them, and empties their `pending` lists. `Records`: a container of Record.
+template <class Records>
+void resolve_pending_stats(Records& records) {
+  DeferredStats batch;
+  for (const Record& r : records)
+    for (const PendingStats& p : r.pending) batch.add_reduced(p.values, p.dtype, p.zero_dim);
+  if (batch.empty()) return;
+  const std::vector<TensorStats> resolved = batch.resolve();
+  std::size_t next = 0;
+  for (Record& r : records) {
+    for (const PendingStats& p : r.pending)
+      put_stats(r.body.at(nlohmann::ordered_json::json_pointer(p.pointer)), resolved[next++]);
+    r.pending.clear();
+  }
+}
+
+}  // namespace torchprobe::stats
+// ---- end torchprobe/stats/item_stats.hpp ----
 // ---- begin torchprobe/task/free_benchmark/backward.hpp ----
 // free_benchmark's backward stage (fuzz_stage backward, for the APIs in `list`; msprobe-reference.md
 // §7.3): when a checked call's gradient arrives, the op's backward is recomputed twice on the probe's
@@ -5836,11 +7044,9 @@ class FreeBenchmarkTask {
   }
 
   // Only save()'s values are described (debug.json): with statistics, as task statistics does.
-  nlohmann::ordered_json describe(const at::Tensor& t, const Site&, Record&, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    put_stats(j, !empty && t.device().is_cpu() && stats::has_cpu_kernel(t.scalar_type()) ? stats::cpu_stats(t)
-                                                                                         : TensorStats{});
+    stats::put_tensor_stats(j, t, site, record);
     j["requires_grad"] = gradient ? false : t.requires_grad();
     return j;
   }
@@ -6182,95 +7388,6 @@ class FreeBenchmarkTask {
 //    synchronisation per op. overflow_nums is then applied at that point.
 
 
-// ---- begin torchprobe/stats/device_stats.hpp ----
-// Statistics of a tensor on an accelerator, reduced where the tensor lives.
-//
-// Reading each statistic back with .item() would synchronise the host with the device four
-// times per tensor. Instead the four values are reduced on the device into one small float64
-// tensor that stays there; the step's pending tensors are copied to the host in one batch when
-// the step is flushed (see DeferredStats).
-
-
-
-namespace torchprobe::stats {
-
-// Reduce `t` on its own device into a float64 tensor [max, min, mean, norm]. No host sync.
-// bool: [any, all, -, -]; complex: statistics of |z|. Callers check numel() > 0 first.
-inline at::Tensor device_stats_tensor(const at::Tensor& t) {
-  ProbeGuard guard;
-  if (t.scalar_type() == at::kBool) {
-    const at::Tensor any = t.any().to(at::kDouble);
-    const at::Tensor all = t.all().to(at::kDouble);
-    return at::stack({any, all, any, any});
-  }
-  const at::Tensor x = t.is_complex() ? t.to(at::kComplexDouble).abs() : t.to(at::kDouble);
-  // norm of |z| equals the complex tensor's L2 norm.
-  return at::stack({x.max(), x.min(), x.mean(), x.norm()});
-}
-
-// Turn the four reduced values back into statistics with the rules of cpu_stats: Max/Min keep
-// the dtype's kind, bool has null Mean/Norm, a 0-d tensor shows its value in all four.
-inline TensorStats decode_device_stats(const double* v, at::ScalarType dtype, bool zero_dim) {
-  TensorStats s;
-  if (dtype == at::kBool) {
-    s.max = StatValue::boolean(v[0] != 0.0);
-    s.min = StatValue::boolean(v[1] != 0.0);
-    return s;
-  }
-  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
-    s.max = StatValue::integer(static_cast<std::int64_t>(v[0]));
-    s.min = StatValue::integer(static_cast<std::int64_t>(v[1]));
-  } else {
-    s.max = StatValue::real(v[0]);
-    s.min = StatValue::real(v[1]);
-  }
-  s.mean = StatValue::real(zero_dim ? v[0] : v[2]);
-  s.norm = StatValue::real(zero_dim ? v[0] : v[3]);
-  return s;
-}
-
-// Statistics waiting on the device. `add` keeps the reduced tensor; `resolve` copies them all to
-// the host with one transfer and hands each result back in the order they were added.
-class DeferredStats {
- public:
-  struct Item {
-    at::Tensor values;  // float64 [4] on the device
-    at::ScalarType dtype;
-    bool zero_dim;
-  };
-
-  std::size_t add(const at::Tensor& t) { return add_reduced(device_stats_tensor(t), t.scalar_type(), t.dim() == 0); }
-  // For values already reduced by device_stats_tensor.
-  std::size_t add_reduced(at::Tensor values, at::ScalarType dtype, bool zero_dim) {
-    items_.push_back({std::move(values), dtype, zero_dim});
-    return items_.size() - 1;
-  }
-  bool empty() const { return items_.empty(); }
-  std::size_t size() const { return items_.size(); }
-
-  std::vector<TensorStats> resolve() {
-    std::vector<TensorStats> out;
-    if (items_.empty()) return out;
-    ProbeGuard guard;
-    std::vector<at::Tensor> parts;
-    parts.reserve(items_.size());
-    for (auto& it : items_) parts.push_back(it.values.to(items_.front().values.device()));
-    // One device-to-host copy for the whole batch.
-    const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
-    const double* p = host.data_ptr<double>();
-    out.reserve(items_.size());
-    for (std::size_t k = 0; k < items_.size(); ++k)
-      out.push_back(decode_device_stats(p + 4 * k, items_[k].dtype, items_[k].zero_dim));
-    items_.clear();
-    return out;
-  }
-
- private:
-  std::vector<Item> items_;
-};
-
-}  // namespace torchprobe::stats
-// ---- end torchprobe/stats/device_stats.hpp ----
 // ---- begin torchprobe/task/overflow_summary.hpp ----
 // overflow_summary.json: which of a step's overflowing calls made the first inf/NaN, and which
 // only passed it on. Built from the entries overflow_check kept (their statistics resolved), so
@@ -6434,1014 +7551,6 @@ inline Json summarize(const std::vector<const Record*>& records, std::int64_t st
 
 }  // namespace torchprobe::overflow
 // ---- end torchprobe/task/overflow_summary.hpp ----
-// ---- begin torchprobe/task/tensor_saver.hpp ----
-// TensorSaver: the part of a task that puts tensors into dump_tensor_data/. A task holds one and
-// calls stage() from describe() for each tensor it wants saved; the file is written only if the
-// task keeps the entry (docs/io.md describes the whole path).
-
-#include <c10/core/Event.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-
-#include <chrono>
-#include <thread>
-
-// ---- begin torchprobe/io/tensor_writer.hpp ----
-// The writer threads: tensor files (.pt) are written off the training thread, in the order they
-// are handed over, with the memory their snapshots hold capped (io/memory_budget.hpp). A failure
-// is logged to dump_error_info.log and the run continues. docs/io.md describes the whole path of
-// one tensor, from a task's TensorSaver::stage() to the file.
-
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <set>
-
-
-// ---- begin torchprobe/io/error_log.hpp ----
-// <rank_dir>/dump_error_info.log: where a failure to collect one call's data is reported, so that a
-// dump keeps going (and the rest of the data is kept) when a single op cannot be analysed.
-//
-// Each entry follows classic msprobe's layout (its Python traceback replaced by our message):
-//   [2025-01-31 14:03:07 +0800] [ERROR] forward_input_data_collect failed: name=Aten.add.0.forward, pid=4242
-//   <message>
-//   <blank line>
-// A failure that repeats on every op would flood the log, so like msprobe each (what, kind) pair is
-// written once per log file until reset() (the dumper calls it at every step). Logging must never make things
-// worse: nothing here throws, and if the file cannot be written one line goes to stderr instead.
-// Such an entry is kept (up to kMaxPending bytes) and written, in its place, before the next entry
-// or at retry() (the Debugger's every flush): a full disk has room again once files are freed.
-#include <ctime>
-#include <typeinfo>
-
-
-
-namespace torchprobe::io {
-
-class ErrorLog {
- public:
-  static constexpr const char* kFileName = "dump_error_info.log";
-
-  explicit ErrorLog(std::string directory = {}) : dir_(std::move(directory)) {}
-
-  // The directory the log goes to (the current rank directory); takes effect for the next entry.
-  void set_directory(std::string directory) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      dir_ = std::move(directory);
-    } catch (...) {
-    }
-  }
-  std::string directory() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return dir_;
-  }
-  std::string path() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return file_path_locked();
-  }
-
-  // Writes one entry unless this (what, kind) was already written since the last reset().
-  // `what` is the failed action (msprobe: "forward_input_data_collect"), `name` the dump name,
-  // `kind` what makes failures "the same" (msprobe: the exception class), `message` the text.
-  // Returns true when the entry was written (to the file, or to stderr as a fallback).
-  bool log(std::string_view what, std::string_view name, std::string_view kind, std::string_view message) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      return log_locked(file_path_locked(), what, name, kind, message);
-    } catch (...) {  // out of memory or a broken mutex: nothing sensible is left to do
-      return false;
-    }
-  }
-
-  // The same, to the log of `directory` rather than the current one: a step written after the
-  // next one began (details/step_writer.hpp) reports to its own log. De-duplicated per directory.
-  bool log_in(std::string_view directory, std::string_view what, std::string_view name,
-              const std::exception& e) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      return log_locked(file_path_of(std::string(directory)), what, name, type_name(e), e.what());
-    } catch (...) {
-      return false;
-    }
-  }
-
-  // Convenience for a caught exception: kind = its demangled dynamic type, message = what().
-  bool log(std::string_view what, std::string_view name, const std::exception& e) noexcept {
-    try {
-      return log(what, name, type_name(e), e.what());
-    } catch (...) {
-      return false;
-    }
-  }
-
-  // Writes the entries that could not be written before; those that still cannot be stay kept.
-  void retry() noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      (void)write_pending_locked();
-    } catch (...) {
-    }
-  }
-
-  // Forget which failures were reported, so that the next step reports them again.
-  void reset() noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      seen_.clear();
-    } catch (...) {
-    }
-  }
-
- private:
-  static constexpr std::size_t kMaxPending = 64 * 1024;
-
-  bool log_locked(const std::string& file, std::string_view what, std::string_view name, std::string_view kind,
-                  std::string_view message) {
-    if (!seen_.emplace(file, std::string(what), std::string(kind)).second) return false;
-    std::string entry = "[" + timestamp() + "] [ERROR] ";
-    entry.append(what).append(" failed: name=").append(name);
-    entry += ", pid=" + std::to_string(::getpid()) + "\n";
-    entry.append(message).append("\n\n");
-    int err = write_pending_locked();
-    if (err == 0) err = append(file, entry);
-    if (err != 0) {
-      fallback(file, err, what, name, message);
-      if (pending_bytes_ + entry.size() <= kMaxPending) {
-        pending_bytes_ += entry.size();
-        pending_.emplace_back(file, std::move(entry));
-      }
-    }
-    return true;
-  }
-
-  // Writes the kept entries, oldest first, each to the file it was meant for. Returns 0 or the errno
-  // of the first that still fails (it and those after it stay kept).
-  int write_pending_locked() {
-    while (!pending_.empty()) {
-      if (const int err = append(pending_.front().first, pending_.front().second)) return err;
-      pending_bytes_ -= pending_.front().second.size();
-      pending_.pop_front();
-    }
-    return 0;
-  }
-
-  std::string file_path_locked() const { return file_path_of(dir_); }
-  static std::string file_path_of(const std::string& dir) {
-    if (dir.empty()) return kFileName;
-    return dir.back() == '/' ? dir + kFileName : dir + "/" + kFileName;
-  }
-
-  // Local time with a numeric UTC offset, e.g. "2025-01-31 14:03:07 +0800".
-  static std::string timestamp() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    char buf[64];
-    if (::localtime_r(&now, &tm) == nullptr || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
-      return "0000-00-00 00:00:00 +0000";
-    return buf;
-  }
-
-  static std::string type_name(const std::exception& e) {
-    const char* raw = typeid(e).name();
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
-    std::string out = (status == 0 && demangled != nullptr) ? demangled : raw;
-    std::free(demangled);
-    return out;
-  }
-
-  // Appends with O_APPEND so entries from several processes sharing a directory do not overwrite
-  // each other. Creates the directory if the dumper has not done so yet. Returns 0 or an errno.
-  static int append(const std::string& file, const std::string& entry) {
-    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0 && errno == ENOENT) {
-      const std::size_t slash = file.rfind('/');
-      if (slash != std::string::npos && slash != 0) {
-        try {
-          create_directories(file.substr(0, slash));
-        } catch (const IoError& e) {
-          return e.error_code();
-        }
-        fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-      }
-    }
-    if (fd < 0) return errno;
-    if (const int err = write_all(fd, entry.data(), entry.size())) {
-      ::close(fd);
-      return err;
-    }
-    return ::close(fd) == 0 || errno == EINTR ? 0 : errno;
-  }
-
-  // One line on stderr, with the message's first line (its reason may differ from the log's);
-  // written with ::write so that no stream state or exception gets involved.
-  static void fallback(const std::string& file, int err, std::string_view what, std::string_view name,
-                       std::string_view message) {
-    std::string line = "torchprobe: cannot write '" + file + "' (" + errno_text(err) + "); " + std::string(what) +
-                       " failed: name=" + std::string(name) + ": " +
-                       std::string(message.substr(0, message.find('\n'))) + "\n";
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-  }
-
-  mutable std::mutex mu_;
-  std::string dir_;
-  std::set<std::tuple<std::string, std::string, std::string>> seen_;  // {file, what, kind}
-  std::deque<std::pair<std::string, std::string>> pending_;           // {file, entry} not written yet
-  std::size_t pending_bytes_ = 0;
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/error_log.hpp ----
-// ---- begin torchprobe/io/memory_budget.hpp ----
-// The memory budget of tensor snapshots waiting to be written: every snapshot reserves its bytes
-// first, and the training thread waits while the cap would be passed and queued files will free
-// memory. Large snapshots get reusable, direct-I/O-aligned buffers. docs/io.md: the whole path.
-
-#include <iterator>
-
-// ---- begin torchprobe/io/direct_file.hpp ----
-// A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
-// from the snapshot's memory to the disk without the kernel's copy into the page cache.
-//
-// Why: a tensor file is written once and not read back by the training process, yet an ordinary
-// write() copies every byte into the page cache first. That copy was most of the writer's time
-// (docs/tensor.md, Benchmark), and it fills memory with dirty pages that the disk then drains in
-// bursts. With O_DIRECT the disk reads the bytes straight from the snapshot.
-//
-// O_DIRECT asks for file offsets, lengths and memory addresses aligned to the device's block
-// (kDirectAlign covers every common device). A stream of arbitrary pieces is made to fit so:
-//  - small pieces (zip headers, the pickle) are gathered in an aligned staging buffer and written
-//    in whole blocks;
-//  - a large piece whose memory address lines up with its file offset (same remainder modulo
-//    kDirectAlign) is written straight from the caller's memory, after its first partial block
-//    has gone through the staging buffer; the snapshot buffers of large tensors are placed so
-//    that this is the case (Reservation, io/memory_budget.hpp);
-//  - a large piece that does not line up is copied through the staging buffer: still no page
-//    cache, one copy into a buffer that stays in the CPU's cache;
-//  - the last partial block is written with O_DIRECT switched off (an ordinary write of less than
-//    the staging buffer), so the file ends at its exact size without padding or truncation.
-// A file system that refuses O_DIRECT at open (tmpfs before Linux 6.6, some network file systems)
-// or at a write (EINVAL: an unexpected alignment rule) gets ordinary writes from that point on; the
-// bytes are the same either way.
-
-
-
-
-namespace torchprobe::io {
-
-// Offsets, lengths and addresses of direct writes are multiples of this (a page: the largest
-// logical block size of common disks, and a multiple of every smaller one).
-inline constexpr std::size_t kDirectAlign = 4096;
-
-class DirectFile {
- public:
-  // Files of fewer bytes are written ordinarily: for them the page cache costs little and the
-  // direct path's synchronous writes would cost more.
-  static constexpr std::size_t kDirectFrom = std::size_t{1} << 20;
-
-  DirectFile() = default;
-  DirectFile(const DirectFile&) = delete;
-  DirectFile& operator=(const DirectFile&) = delete;
-  ~DirectFile() {
-    if (fd_ >= 0) ::close(fd_);
-    std::free(stage_);
-  }
-
-  // Creates `path` (O_EXCL) with `mode`; with direct I/O when `direct` is asked for and the file
-  // system accepts it. Returns 0 or the errno value.
-  int create(const char* path, mode_t mode, bool direct) {
-#if defined(__linux__) && defined(O_DIRECT)
-    if (direct) {
-      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes));
-      if (stage_) {
-        fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, mode);
-        if (fd_ >= 0) {
-          direct_ = true;
-          return 0;
-        }
-        if (errno != EINVAL) return errno;
-        // EINVAL: this file system has no O_DIRECT. Linux may have created the file before
-        // refusing the flag; the path is the caller's new, unique name, so it is removed.
-        ::unlink(path);
-      }
-    }
-#else
-    (void)direct;
-#endif
-    fd_ = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    return fd_ >= 0 ? 0 : errno;
-  }
-
-  // Appends n bytes. After the first error nothing more is written; close() returns that error.
-  void write(const void* data, std::size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    if (err_ != 0 || n == 0) return;
-    if (!direct_) {
-      write_ordinary(p, n);
-      return;
-    }
-    if (n >= kDirectFrom) {
-      // Fill the current block from the front of the piece; then the rest starts on a block
-      // boundary of the file, and can go straight from memory if its address does too.
-      // (What is already written ends on a block boundary, so the staged bytes decide.)
-      const std::size_t head = (kDirectAlign - used_ % kDirectAlign) % kDirectAlign;
-      const std::size_t body = (n - head) / kDirectAlign * kDirectAlign;
-      if (body > 0 && reinterpret_cast<std::uintptr_t>(p + head) % kDirectAlign == 0) {
-        stage(p, head);
-        flush_whole_blocks();  // the staged bytes now end on a block boundary: all of them go
-        if (err_ == 0 && direct_ && used_ == 0) {
-          write_at_end(p + head, body, /*from_caller=*/true);
-          stage(p + head + body, n - head - body);
-          return;
-        }
-        p += head;
-        n -= head;
-      }
-    }
-    stage(p, n);
-  }
-
-  // Writes what is staged, then closes; returns 0 or the first errno value. The file is complete
-  // once this returns 0.
-  int close() {
-    if (fd_ < 0) return err_;
-    if (err_ == 0 && direct_ && used_ > 0) {
-      // The last partial block, written ordinarily so that the file has its exact length.
-      if (clear_direct()) write_ordinary(stage_, used_);
-    }
-    used_ = 0;
-#if defined(__linux__)
-    // Starts the writeback of what went through the page cache, without waiting for it: the disk
-    // then works while the next files are made, instead of the dirty pages piling up until the
-    // kernel's thresholds or a sync.
-    if (err_ == 0) (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
-#endif
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0 && errno != EINTR && err_ == 0) err_ = errno;
-    return err_;
-  }
-
-  bool direct() const { return direct_; }  // still writing with O_DIRECT
-  // Bytes written straight from the caller's memory, without any copy (for the tests and the
-  // benchmark).
-  std::uint64_t direct_bytes() const { return direct_bytes_; }
-
- private:
-  static constexpr std::size_t kStageBytes = std::size_t{256} << 10;  // a multiple of kDirectAlign
-  // Each direct write() of at most this much (Linux moves at most about 2 GiB per call).
-  static constexpr std::size_t kMaxCall = std::size_t{1} << 30;
-
-  // Copies into the staging buffer, writing it out whenever it is full.
-  void stage(const unsigned char* p, std::size_t n) {
-    while (n > 0 && err_ == 0) {
-      if (!direct_) {
-        write_ordinary(p, n);
-        return;
-      }
-      const std::size_t take = std::min(n, kStageBytes - used_);
-      std::memcpy(stage_ + used_, p, take);
-      used_ += take;
-      p += take;
-      n -= take;
-      if (used_ == kStageBytes) flush_whole_blocks();
-    }
-  }
-
-  // Writes the whole blocks of the staging buffer and keeps the partial one at its front.
-  void flush_whole_blocks() {
-    const std::size_t whole = used_ / kDirectAlign * kDirectAlign;
-    if (whole == 0) return;
-    const std::size_t rest = used_ - whole;
-    used_ = 0;  // the staged bytes are no longer pending once handed to write_at_end
-    write_at_end(stage_, whole, /*from_caller=*/false);
-    if (err_ != 0) return;
-    if (direct_) {
-      std::memmove(stage_, stage_ + whole, rest);
-      used_ = rest;
-    } else {
-      write_ordinary(stage_ + whole, rest);
-    }
-  }
-
-  // Writes n bytes at the end of the file: directly while direct_ holds, ordinarily once a direct
-  // write has been refused. `from_caller`: p is the caller's memory, not the staging buffer.
-  void write_at_end(const unsigned char* p, std::size_t n, bool from_caller) {
-    while (n > 0 && err_ == 0) {
-      if (!direct_) {
-        write_ordinary(p, n);
-        return;
-      }
-      const ssize_t w = ::write(fd_, p, std::min(n, kMaxCall));
-      if (w < 0 && errno == EINTR) continue;
-      if (w > 0) {
-        p += w;
-        n -= static_cast<std::size_t>(w);
-        if (from_caller) direct_bytes_ += static_cast<std::size_t>(w);
-        if (static_cast<std::size_t>(w) % kDirectAlign != 0) clear_direct();  // a short write: the rest ordinarily
-        continue;
-      }
-      if (w < 0 && errno == EINVAL && clear_direct()) continue;  // an alignment rule we do not meet
-      err_ = w < 0 ? errno : ENOSPC;
-    }
-  }
-
-  void write_ordinary(const unsigned char* p, std::size_t n) {
-    if (err_ == 0) err_ = write_all(fd_, p, n);
-  }
-
-  // Switches the file to ordinary writes (anything still staged goes out ordinarily by the caller).
-  bool clear_direct() {
-#if defined(__linux__) && defined(O_DIRECT)
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
-      err_ = errno;
-      return false;
-    }
-#endif
-    direct_ = false;
-    return true;
-  }
-
-  int fd_ = -1;
-  bool direct_ = false;
-  int err_ = 0;
-  std::size_t used_ = 0;  // bytes in the staging buffer, which starts where the written bytes end
-  unsigned char* stage_ = nullptr;
-  std::uint64_t direct_bytes_ = 0;
-};
-
-// Whether files created in `dir` get direct I/O from DirectFile (creates and removes a probe file).
-inline bool direct_io_supported(const std::string& dir) {
-  const std::string probe = dir + "/.torchprobe_direct_io_probe." + std::to_string(::getpid());
-  DirectFile file;
-  const bool direct = file.create(probe.c_str(), 0600, true) == 0 && file.direct();
-  file.close();
-  ::unlink(probe.c_str());
-  return direct;
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/direct_file.hpp ----
-// ---- begin torchprobe/io/pt_file.hpp ----
-// The .pt file of one tensor: exactly the bytes torch::pickle_save writes (a torch.save zip), which
-// Python's torch.load reads back. Streamed into the file, large tensors with direct I/O.
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
-
-
-
-
-namespace torchprobe::io {
-
-// Where a tensor's bytes start in its .pt file: libtorch's writer puts the storage record
-// ("archive/data/0") first, and pads its local zip header (30 bytes + the name) to 64 bytes. The
-// snapshot buffers of large tensors are placed at this remainder modulo kDirectAlign, so that the
-// bytes go to the disk straight from the snapshot (DirectFile). Were a libtorch version to place
-// the record elsewhere, the files would be the same, written through DirectFile's staging copy.
-inline constexpr std::size_t kTensorPayloadOffset = 64;
-
-// Writes `tensor` to `path` as the bytes torch::pickle_save(tensor) returns, which Python's
-// torch.load (weights_only or not) reads back as an equal tensor. The archive is streamed straight
-// into the file instead of being assembled in memory first, with direct I/O for large tensors
-// (DirectFile). `tensor` should be a contiguous CPU tensor that owns its storage (the whole storage
-// is written). The file appears under its name only once complete (temporary file + rename, no
-// fsync: a process crash cannot leave a partial file, a power loss can). Throws IoError naming
-// `path` and the OS error; the temporary file is removed. Returns the bytes that went to the disk
-// straight from the tensor's memory.
-inline std::uint64_t write_tensor_file(const std::string& path, const at::Tensor& tensor, mode_t mode = 0640) {
-  const std::size_t slash = path.rfind('/');
-  const std::string dir_prefix = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir_prefix + "." + base.substr(0, 200) + ".tmp" + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-
-  // The pickle part is small (sizes, dtype, a reference to the storage): build it first.
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* bytes, std::size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); });
-  pickler.protocol();
-  pickler.pushIValue(tensor);
-  pickler.stop();
-
-  DirectFile file;
-  const bool large = tensor.has_storage() && tensor.storage().nbytes() >= DirectFile::kDirectFrom;
-  if (const int err = file.create(tmp.c_str(), mode, large)) throw IoError("write tensor file", path, err);
-  // The zip writer is never told about a failed write: in some libtorch versions its destructor
-  // would then throw. It goes on into the void and the error is raised below.
-  auto sink = [&](const void* data, std::size_t n) -> std::size_t {
-    file.write(data, n);
-    return n;
-  };
-  try {
-    caffe2::serialize::PyTorchStreamWriter zip(sink);
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), zip);
-    zip.writeEndOfFile();
-  } catch (...) {
-    file.close();
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  int err = file.close();
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    throw IoError("write tensor file", path, err);
-  }
-  return file.direct_bytes();
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/pt_file.hpp ----
-
-namespace torchprobe::io {
-
-namespace details {
-
-// What every outstanding reservation shares with the writer (which extends it: WriterState in
-// io/tensor_writer.hpp). Its mutex also guards the writer's job queue, so a finished file leaves
-// the queue and frees its memory under one lock.
-struct BudgetState {
-  explicit BudgetState(std::size_t cap) : max_held(cap) {}
-  ~BudgetState() {
-    for (auto& kv : idle) std::free(kv.second);
-  }
-
-  std::mutex mu;
-  std::condition_variable changed;  // memory was released, or a job finished
-  std::size_t in_flight = 0;        // jobs queued or being written
-  std::size_t held = 0;             // bytes of snapshots alive: staged, queued or being written
-  const std::size_t max_held;
-
-  // Statistics (for the benchmark and the tests).
-  std::size_t peak_held = 0;
-  std::uint64_t waits = 0;
-  std::chrono::steady_clock::duration waited{0};
-
-  void release(std::size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      held -= std::min(held, bytes);
-    }
-    changed.notify_all();
-  }
-
-  // Snapshot buffers of large tensors are reused. A fresh large allocation is mapped and zeroed
-  // page by page on first touch, which costs the training thread more than the copy itself
-  // (docs/tensor.md); training repeats the same shapes every step, so a freed buffer of the same
-  // size is soon wanted again. Idle buffers count against the cap with the live snapshots and are freed when a new
-  // snapshot needs the room.
-  static constexpr std::size_t kReuseFrom = std::size_t{1} << 20;
-  std::multimap<std::size_t, void*> idle;  // size -> buffer
-  std::size_t idle_bytes = 0;
-
-  // A freed snapshot's buffer: kept if live and idle memory stay within the cap (its own bytes
-  // are still counted as live here; its reservation is released right after).
-  void recycle(void* block, std::size_t size) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (held + idle_bytes <= max_held) {
-        idle.emplace(size, block);
-        idle_bytes += size;
-        return;
-      }
-    }
-    std::free(block);
-  }
-
-  // Called with the mutex held, after `bytes` were added to `held`: an idle buffer of that size if
-  // there is one, and the idle buffers to free so that live + idle memory fits the cap again.
-  void* take_idle_locked(std::size_t bytes, std::vector<void*>& to_free) {
-    void* block = nullptr;
-    if (auto it = idle.find(bytes); it != idle.end()) {
-      block = it->second;
-      idle.erase(it);
-      idle_bytes -= bytes;
-    }
-    while (!idle.empty() && held + idle_bytes > max_held) {
-      auto largest = std::prev(idle.end());
-      idle_bytes -= largest->first;
-      to_free.push_back(largest->second);
-      idle.erase(largest);
-    }
-    return block;
-  }
-};
-
-}  // namespace details
-
-// Bytes of the writer's budget taken by one snapshot; given back when the snapshot is freed
-// (written, or dropped with its entry). For a large snapshot it also holds the buffer to copy into
-// (reused when possible). Move-only.
-class Reservation {
- public:
-  Reservation() = default;
-  Reservation(std::shared_ptr<details::BudgetState> state, std::size_t bytes, void* block = nullptr)
-      : state_(std::move(state)), bytes_(bytes), block_(block) {}
-  Reservation(Reservation&& o) noexcept
-      : state_(std::move(o.state_)), bytes_(std::exchange(o.bytes_, 0)), block_(std::exchange(o.block_, nullptr)) {}
-  Reservation& operator=(Reservation&& o) noexcept {
-    if (this != &o) {
-      release();
-      state_ = std::move(o.state_);
-      bytes_ = std::exchange(o.bytes_, 0);
-      block_ = std::exchange(o.block_, nullptr);
-    }
-    return *this;
-  }
-  Reservation(const Reservation&) = delete;
-  Reservation& operator=(const Reservation&) = delete;
-  ~Reservation() { release(); }
-
-  std::size_t bytes() const { return bytes_; }
-
-  // A CPU tensor of `sizes` and `dtype` (bytes() bytes, contiguous) in this reservation's buffer,
-  // whose buffer goes back to the writer when the tensor is freed; undefined when there is no
-  // buffer (small tensors: the ordinary allocator is fast for them). Its data starts
-  // kTensorPayloadOffset bytes into a block aligned to kDirectAlign: at the remainder its file
-  // offset will have, so that it is written with direct I/O straight from here.
-  at::Tensor take_buffer(at::IntArrayRef sizes, at::ScalarType dtype) {
-    if (!block_) return at::Tensor();
-    void* block = std::exchange(block_, nullptr);
-    std::weak_ptr<details::BudgetState> state = state_;
-    const std::size_t size = bytes_;
-    return at::from_blob(
-        static_cast<char*>(block) + kTensorPayloadOffset, sizes,
-        [state, size](void* data) {
-          void* p = static_cast<char*>(data) - kTensorPayloadOffset;
-          if (auto s = state.lock())
-            s->recycle(p, size);
-          else
-            std::free(p);
-        },
-        at::TensorOptions().dtype(dtype));
-  }
-
-  // Must not be called with the writer's mutex held.
-  void release() noexcept {
-    if (block_) {
-      if (state_)
-        state_->recycle(block_, bytes_);
-      else
-        std::free(block_);
-      block_ = nullptr;
-    }
-    if (state_ && bytes_ > 0) state_->release(bytes_);
-    state_.reset();
-    bytes_ = 0;
-  }
-
- private:
-  std::shared_ptr<details::BudgetState> state_;
-  std::size_t bytes_ = 0;
-  void* block_ = nullptr;
-};
-
-namespace details {
-
-// Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
-// will free memory (so it only ever waits for progress the writer is making).
-inline Reservation reserve(const std::shared_ptr<BudgetState>& state, std::size_t bytes) {
-  BudgetState& s = *state;
-  std::unique_lock<std::mutex> lock(s.mu);
-  if (s.held + bytes > s.max_held && s.in_flight > 0) {
-    const auto t0 = std::chrono::steady_clock::now();
-    s.changed.wait(lock, [&] { return s.held + bytes <= s.max_held || s.in_flight == 0; });
-    s.waited += std::chrono::steady_clock::now() - t0;
-    ++s.waits;
-  }
-  s.held += bytes;
-  s.peak_held = std::max(s.peak_held, s.held);
-  if (bytes < BudgetState::kReuseFrom) return Reservation(state, bytes);
-  std::vector<void*> to_free;
-  void* block = s.take_idle_locked(bytes, to_free);
-  lock.unlock();
-  for (void* p : to_free) std::free(p);
-  // Aligned for direct I/O (see take_buffer); no buffer (and an ordinary copy) if this fails.
-  if (!block)
-    block = std::aligned_alloc(kDirectAlign,
-                               (bytes + kTensorPayloadOffset + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
-  return Reservation(state, bytes, block);
-}
-
-}  // namespace details
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/memory_budget.hpp ----
-
-namespace torchprobe::io {
-
-namespace details {
-
-// What the writer's threads share with each other and, through the budget it extends, with every
-// outstanding reservation. Guarded by the budget's mutex, but for the log (log_mu).
-struct WriterState : BudgetState {
-  using BudgetState::BudgetState;
-
-  std::condition_variable work;  // a job was queued, or the writer stops
-  bool stopping = false;
-
-  // Statistics (for the benchmark and the tests).
-  std::uint64_t files = 0, bytes_written = 0, bytes_direct = 0, failures = 0;
-  std::chrono::steady_clock::duration busy{0};  // time with at least one file being written
-  std::size_t writing = 0;
-  std::chrono::steady_clock::time_point busy_since{};
-  std::uint64_t submitted = 0;          // files ever submitted: the next one's number
-  std::set<std::uint64_t> outstanding;  // numbers of the files queued or being written
-
-  std::mutex log_mu;
-  ErrorLog log;
-  std::string log_dir;
-};
-
-struct WriteJob {
-  std::string path;
-  std::string log_dir;  // the rank directory whose dump_error_info.log hears about a failure
-  Reservation memory;   // declared before `data`, so the snapshot is freed first
-  at::Tensor data;
-  std::uint64_t number = 0;
-};
-}  // namespace details
-
-// The writer threads behind a bounded queue. Memory held by snapshots that are staged, queued or
-// being written is capped at max_pending_bytes: reserve() waits while the cap would be passed and
-// some file is still queued (so it can only wait for progress the writer is making; a single
-// snapshot larger than the cap, or entries still open, go ahead when nothing is queued).
-class TensorWriter {
- public:
-  struct Stats {
-    std::uint64_t files = 0;         // written successfully
-    std::uint64_t bytes = 0;         // tensor bytes in those files
-    std::uint64_t direct_bytes = 0;  // of them, bytes written to the disk straight from the snapshots
-    std::uint64_t failures = 0;
-    std::size_t held_bytes = 0;       // snapshot memory alive now
-    std::size_t idle_bytes = 0;       // freed snapshot buffers kept for reuse
-    std::size_t peak_held_bytes = 0;  // the most snapshot memory alive at once
-    std::uint64_t waits = 0;          // reserve() calls that had to wait for the writer
-    double wait_seconds = 0;          // time the callers of reserve() spent waiting
-    double busy_seconds = 0;          // wall time during which some file was being written
-  };
-
-  static constexpr unsigned kDefaultThreads = 2;
-
-  // Two threads by default: while one computes a file's CRC-32 (the zip format needs it) the other
-  // is in write(), which is what a single sequential writer cannot overlap.
-  explicit TensorWriter(std::size_t max_pending_bytes, unsigned threads = kDefaultThreads)
-      : state_(std::make_shared<details::WriterState>(std::max<std::size_t>(max_pending_bytes, 1))),
-        thread_count_(std::max(threads, 1u)) {}
-
-  TensorWriter(const TensorWriter&) = delete;
-  TensorWriter& operator=(const TensorWriter&) = delete;
-
-  // Writes everything still queued, then stops the threads.
-  ~TensorWriter() {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->stopping = true;
-    }
-    state_->work.notify_all();
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
-  std::size_t max_pending_bytes() const { return state_->max_held; }
-
-  // Takes `bytes` from the budget, first waiting while that would pass the cap and a queued file
-  // will free memory.
-  Reservation reserve(std::size_t bytes) { return details::reserve(state_, bytes); }
-
-  // Queues `data` (contiguous, on the CPU) for `path`; `log_dir` is where a failure is logged.
-  void submit(std::string path, std::string log_dir, at::Tensor data, Reservation memory) {
-    details::WriterState& s = *state_;
-    {
-      std::lock_guard<std::mutex> lock(s.mu);
-      if (threads_.empty()) start_threads();
-      queue_->push_back({std::move(path), std::move(log_dir), std::move(memory), std::move(data), s.submitted});
-      s.outstanding.insert(s.submitted++);
-      ++s.in_flight;
-    }
-    s.work.notify_one();
-  }
-
-  // Returns once every submitted file is written (or has failed and been logged).
-  void flush() {
-    details::WriterState& s = *state_;
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.changed.wait(lock, [&] { return s.in_flight == 0; });
-  }
-
-  // The number of files submitted so far: flush(ticket()) returns once they are written, whatever
-  // is submitted after (a step being written while the next one saves tensors).
-  std::uint64_t ticket() const {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    return state_->submitted;
-  }
-  void flush(std::uint64_t ticket) {
-    details::WriterState& s = *state_;
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.changed.wait(lock, [&] { return s.outstanding.empty() || *s.outstanding.begin() >= ticket; });
-  }
-
-  Stats stats() const {
-    details::WriterState& s = *state_;
-    std::lock_guard<std::mutex> lock(s.mu);
-    Stats out;
-    out.files = s.files;
-    out.bytes = s.bytes_written;
-    out.direct_bytes = s.bytes_direct;
-    out.failures = s.failures;
-    out.held_bytes = s.held;
-    out.idle_bytes = s.idle_bytes;
-    out.peak_held_bytes = s.peak_held;
-    out.waits = s.waits;
-    out.wait_seconds = std::chrono::duration<double>(s.waited).count();
-    out.busy_seconds = std::chrono::duration<double>(s.busy).count();
-    return out;
-  }
-
- private:
-  // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
-  void start_threads() {
-    for (unsigned i = 0; i < thread_count_; ++i)
-      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
-  }
-
-  static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {
-    ProbeGuard guard;  // the writer's own tensor work must not reach the op observer
-    for (;;) {
-      details::WriteJob job;
-      {
-        std::unique_lock<std::mutex> lock(s.mu);
-        s.work.wait(lock, [&] { return s.stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        job = std::move(queue.front());
-        queue.pop_front();
-        if (s.writing++ == 0) s.busy_since = std::chrono::steady_clock::now();
-      }
-      bool ok = true;
-      std::uint64_t direct = 0;
-      try {
-        direct = write_tensor_file(job.path, job.data);
-      } catch (const std::exception& e) {
-        ok = false;
-        report(s, job, e);
-      }
-      const std::uint64_t bytes = job.memory.bytes();
-      job.data = at::Tensor();  // free the snapshot, then give its bytes back to the budget
-      job.memory.release();
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        if (--s.writing == 0) s.busy += std::chrono::steady_clock::now() - s.busy_since;
-        --s.in_flight;
-        s.outstanding.erase(job.number);
-        if (ok) {
-          ++s.files;
-          s.bytes_written += bytes;
-          s.bytes_direct += direct;
-        } else {
-          ++s.failures;
-        }
-      }
-      s.changed.notify_all();
-    }
-  }
-
-  // One entry per kind of failure (the OS error) and step in dump_error_info.log, and the first of
-  // each on stderr, so a full disk is noticed without flooding either.
-  static void report(details::WriterState& s, const details::WriteJob& job, const std::exception& e) noexcept {
-    try {
-      std::lock_guard<std::mutex> lock(s.log_mu);
-      // Each step (rank directory) has its own log, and the log remembers what it reported per log
-      // file: files of two steps may fail in any order now that steps are written in the background,
-      // and switching back to an earlier step's directory must not report its failures again.
-      if (job.log_dir != s.log_dir) {
-        s.log_dir = job.log_dir;
-        s.log.set_directory(job.log_dir);
-      }
-      const auto* io = dynamic_cast<const IoError*>(&e);
-      const std::string kind = io ? errno_text(io->error_code()) : std::string("tensor serialization");
-      const std::string name = job.path.substr(job.path.rfind('/') + 1);
-      const std::string message =
-          std::string(e.what()) +
-          "\nThis tensor file was not written; the dump continues and the files written before stay valid.";
-      if (s.log.log("save_tensor", name, kind, message)) {
-        const std::string line = std::string(e.what()) + " (the dump continues; see " + s.log.path() + ")\n";
-        (void)!::write(STDERR_FILENO, line.data(), line.size());
-      }
-    } catch (...) {
-    }
-  }
-
-  std::shared_ptr<details::WriterState> state_;
-  // Guarded by state_->mu; shared with the threads so that they never reach into this object.
-  std::shared_ptr<std::deque<details::WriteJob>> queue_ = std::make_shared<std::deque<details::WriteJob>>();
-  const unsigned thread_count_;
-  std::vector<std::thread> threads_;  // started by the first submit
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/tensor_writer.hpp ----
-
-namespace torchprobe {
-
-// A contiguous CPU copy of `t` that owns its storage: what a .pt file must hold (a view would carry
-// its whole base storage, a conjugate or negative view its unresolved bits). Large tensors are
-// copied into the reservation's (reused) buffer.
-inline at::Tensor snapshot_for_file(const at::Tensor& t, io::Reservation& memory) {
-  ProbeGuard guard;
-  at::Tensor d = t.detach().resolve_conj().resolve_neg();
-  at::Tensor out = memory.take_buffer(d.sizes(), d.scalar_type());
-  if (out.defined()) return out.copy_(d);
-  if (!d.device().is_cpu())
-    return d.to(at::kCPU, d.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
-  return d.clone(at::MemoryFormat::Contiguous);
-}
-// The same with the ordinary allocator (no reserved buffer).
-inline at::Tensor snapshot_for_file(const at::Tensor& t) {
-  io::Reservation none;
-  return snapshot_for_file(t, none);
-}
-
-// async_dump: a CUDA tensor's copy to the host is queued on its stream, into pinned memory, and not
-// waited for (no host synchronisation); wait() is called when the step is written. An event marks
-// the end of the copy on the stream.
-class StreamCopy final : public PendingCopy {
- public:
-  explicit StreamCopy(const c10::Device& device) : event_(device.type()) {
-    event_.record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
-  }
-  void wait() override {
-    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-
- private:
-  c10::Event event_;
-};
-
-// The snapshot of `t` for a file written at the step's end (async_dump): CUDA tensors are copied
-// without waiting (`copying` says when the copy is done), others as snapshot_for_file does. A device
-// that cannot do it (no pinned memory, no events) gets the waiting copy.
-inline at::Tensor snapshot_at_flush(const at::Tensor& t, io::Reservation& memory,
-                                    std::shared_ptr<PendingCopy>& copying) {
-  if (!t.is_cuda()) return snapshot_for_file(t, memory);
-  ProbeGuard guard;
-  const at::Tensor d = t.detach().resolve_conj().resolve_neg();
-  try {
-    at::Tensor host = at::empty(d.sizes(), d.options().device(at::kCPU).pinned_memory(true));
-    host.copy_(d, /*non_blocking=*/true);
-    copying = std::make_shared<StreamCopy>(d.device());
-    return host;
-  } catch (const std::exception&) {
-    copying.reset();
-    return snapshot_for_file(t, memory);
-  }
-}
-
-class TensorSaver {
- public:
-  TensorSaver() = default;  // saves nothing
-  // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
-  // start with its first file.
-  // `at_flush` (async_dump): the files are handed to the writer when the step is written, and
-  // device tensors are copied to the host without waiting.
-  explicit TensorSaver(std::int64_t max_pending_mb, bool at_flush = false)
-      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)),
-        at_flush_(at_flush) {}
-
-  bool enabled() const { return writer_ != nullptr; }
-  const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
-
-  // Snapshots `t` now for the file "{record.name}.{site.file_key}.pt" (msprobe's name; without the
-  // key when it is empty, as for save()'s "y.0.debug.pt") and writes its name into item["data_name"],
-  // after "requires_grad" and before "md5" as msprobe orders them. May wait for the writer when the
-  // pending-memory cap is reached. Tensors without strided data (sparse, meta) get no file.
-  void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
-    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    io::Reservation memory = writer_->reserve(bytes);
-    std::shared_ptr<PendingCopy> copying;
-    at::Tensor copy = at_flush_ ? snapshot_at_flush(t, memory, copying) : snapshot_for_file(t, memory);
-    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
-    nlohmann::ordered_json md5;
-    const bool has_md5 = item.contains("md5");
-    if (has_md5) {
-      md5 = std::move(item["md5"]);
-      item.erase("md5");
-    }
-    item["data_name"] = name;
-    if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
-                                       std::move(copy), at_flush_, std::move(copying)});
-  }
-
- private:
-  std::shared_ptr<io::TensorWriter> writer_;
-  bool at_flush_ = false;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/task/tensor_saver.hpp ----
 
 namespace torchprobe {
 
@@ -7457,7 +7566,9 @@ class OverflowCheckTask {
   static constexpr std::size_t kHeldEntriesBeforeDecision = 1000;
   static constexpr std::size_t kHeldBytesBeforeDecision = std::size_t(512) << 20;
 
-  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config.max_pending_mb) {}
+  // `saver`: the Recorder's (the tensors of the calls that overflow are saved, without async_dump).
+  OverflowCheckTask(const Config& config, TensorSaver saver)
+      : limit_(config.overflow_nums), saver_(saver.writer(), /*at_flush=*/false) {}
 
   // As StatisticsTask::force_device_path: CPU tensors take the device path (tests use it to run the
   // deferred decision without a GPU).
@@ -7465,15 +7576,8 @@ class OverflowCheckTask {
 
   nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
-      put_stats(j, TensorStats{});
-    } else if (t.device().is_cpu() && !force_device_) {
-      put_stats(j, stats::cpu_stats(t));
-    } else {
-      put_stats(j, TensorStats{});  // read back with the entry's decision
-      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
-    }
+    stats::put_tensor_stats(j, t, site, record,
+                            force_device_);  // a device tensor's: read back with the entry's decision
     j["requires_grad"] = gradient ? false : t.requires_grad();
     stage(t, site, record, j);
     return j;
@@ -7529,17 +7633,9 @@ class OverflowCheckTask {
     }
     if (held.empty() || ended()) return;
     std::stable_sort(held.begin(), held.end(), [](const Record& a, const Record& b) { return a.order < b.order; });
-    stats::DeferredStats batch;
-    for (const Record& r : held)
-      for (const PendingStats& p : r.pending) batch.add_reduced(p.values, p.dtype, p.zero_dim);
-    const std::vector<TensorStats> resolved = batch.resolve();
-    std::size_t next = 0;
-    for (Record& r : held) {
-      for (const PendingStats& p : r.pending)
-        put_stats(r.body.at(nlohmann::ordered_json::json_pointer(p.pointer)), resolved[next++]);
-      r.pending.clear();
+    stats::resolve_pending_stats(held);
+    for (Record& r : held)
       if (overflow::any_nonfinite_stat(r.body)) commit(std::move(r));
-    }
   }
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
@@ -7566,7 +7662,7 @@ class OverflowCheckTask {
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     item["data_name"] = name;
-    PendingSave save{writer, nullptr, std::move(name), t};
+    PendingSave save{nullptr, std::move(name), t};
     if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
       ProbeGuard guard;
       if (t.device().is_cpu()) {
@@ -7586,7 +7682,7 @@ class OverflowCheckTask {
     for (PendingSave& s : r.saves) {
       if (s.memory || !s.data.defined()) continue;
       s.memory = std::make_shared<io::Reservation>(
-          s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
+          saver_.writer()->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
       s.data = snapshot_for_file(s.data);
     }
   }
@@ -7931,7 +8027,9 @@ class StatisticsTask {
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
   static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
 
-  explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
+  // With the Recorder's saver (a tensor_list saves tensors); alone, it saves none.
+  StatisticsTask(const Config& config, TensorSaver saver) : StatisticsTask(config, std::move(saver), false) {}
+  explicit StatisticsTask(const Config& config) : StatisticsTask(config, TensorSaver(), false) {}
 
   // Tensors whose statistics are reduced where they live and read back in one batch at flush.
   // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
@@ -7956,13 +8054,8 @@ class StatisticsTask {
         j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
       else
         j["md5"] = stats::xor64_hex(t);
-    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
-      put_stats(j, TensorStats{});
-    } else if (t.device().is_cpu() && !force_device_) {
-      put_stats(j, stats::cpu_stats(t));
     } else {
-      put_stats(j, TensorStats{});  // placeholders, filled at flush
-      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+      stats::put_tensor_stats(j, t, site, record, force_device_);  // a device tensor's: filled at flush
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
     if (saves(record)) saver_.stage(t, site, record, j);
@@ -8001,10 +8094,10 @@ class StatisticsTask {
   const TensorSaver& saver() const { return saver_; }
 
  protected:
-  StatisticsTask(const Config& config, bool save_every_tensor)
+  // `saver` (the Recorder's) is used for task tensor (save_every_tensor) and a non-empty tensor_list.
+  StatisticsTask(const Config& config, TensorSaver saver, bool save_every_tensor)
       : mode_(config.summary_mode),
-        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb, config.async_dump)
-                                                          : TensorSaver()),
+        saver_(save_every_tensor || saves_tensors(config) ? std::move(saver) : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
@@ -8141,7 +8234,8 @@ class TensorTask : public StatisticsTask {
   static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
   static bool saves_tensors(const Config&) { return true; }
 
-  explicit TensorTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/true) {}
+  TensorTask(const Config& config, TensorSaver saver)
+      : StatisticsTask(config, std::move(saver), /*save_every_tensor=*/true) {}
 };
 
 }  // namespace torchprobe
@@ -10018,22 +10112,7 @@ class StepState {
  private:
   void resolve_pending() {
     resolve_checksums();
-    std::vector<std::pair<Record*, std::size_t>> where;
-    stats::DeferredStats batch;
-    for (auto& r : records_)
-      for (std::size_t k = 0; k < r.pending.size(); ++k) {
-        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
-        where.emplace_back(&r, k);
-      }
-    if (batch.empty()) return;
-    const std::vector<TensorStats> resolved = batch.resolve();
-    for (std::size_t i = 0; i < where.size(); ++i) {
-      Record& r = *where[i].first;
-      nlohmann::ordered_json& item =
-          r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
-      put_stats(item, resolved[i]);
-    }
-    for (auto& r : records_) r.pending.clear();
+    stats::resolve_pending_stats(records_);
   }
 
   // Checksums computed off the training thread (stats/checksum_worker.hpp) join their items.
@@ -10407,7 +10486,14 @@ template <class TaskT>
 class Recorder {
  public:
   explicit Recorder(Config c)
-      : config_(std::move(c)), task_(config_), state_(config_), debug_state_(config_), errors_(std::string()) {}
+      : config_(std::move(c)),
+        tensor_writer_(task_traits::takes_saver<TaskT>::value
+                           ? std::make_shared<io::TensorWriter>(static_cast<std::size_t>(config_.max_pending_mb) << 20)
+                           : nullptr),
+        task_(make_task(config_, tensor_writer_)),
+        state_(config_),
+        debug_state_(config_),
+        errors_(std::string()) {}
 
   const Config& config() const { return config_; }
   TaskT& task() { return task_; }
@@ -10530,15 +10616,22 @@ class Recorder {
     std::shared_ptr<io::TensorWriter> writer;  // null when no file was handed over yet
     std::uint64_t number = 0;
   };
-  FilesTicket tensor_files_ticket() {
-    std::lock_guard<std::mutex> lock(files_mu_);
-    return writer_ ? FilesTicket{writer_, writer_->ticket()} : FilesTicket{};
+  FilesTicket tensor_files_ticket() const {
+    return tensor_writer_ ? FilesTicket{tensor_writer_, tensor_writer_->ticket()} : FilesTicket{};
   }
   static void wait_tensor_files(const FilesTicket& t) {
     if (t.writer) t.writer->flush(t.number);
   }
 
  private:
+  // A task that saves tensors gets a TensorSaver on this Recorder's writer.
+  static TaskT make_task(const Config& config, const std::shared_ptr<io::TensorWriter>& writer) {
+    if constexpr (task_traits::takes_saver<TaskT>::value)
+      return TaskT(config, TensorSaver(writer, config.async_dump));
+    else
+      return TaskT(config);
+  }
+
   void accept(StepState& into, const char* file, Record&& r) {
     if (!r.saves.empty()) hand_over_saves(r);
     if (journal_.is_open()) append_to_journal(file, r);
@@ -10563,9 +10656,8 @@ class Recorder {
     {
       std::lock_guard<std::mutex> lock(files_mu_);
       rank_dir = rank_dir_;
-      if (!writer_) writer_ = r.saves.front().writer;
     }
-    if (!rank_dir.empty()) {
+    if (!rank_dir.empty() && tensor_writer_) {  // a task that takes no TensorSaver writes no file
       const std::string dir = tensor_data_directory(rank_dir) + "/";
       for (PendingSave& s : r.saves) {
         if (s.at_flush) {
@@ -10579,9 +10671,9 @@ class Recorder {
     r.saves.clear();
   }
 
-  static void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
-    s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
-                     s.memory ? std::move(*s.memory) : io::Reservation());
+  void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
+    tensor_writer_->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                           s.memory ? std::move(*s.memory) : io::Reservation());
   }
 
   // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
@@ -10677,6 +10769,9 @@ class Recorder {
   }
 
   const Config config_;
+  // Where kept entries' tensor files go; null for a task that saves none. Declared before the
+  // task, which holds it through its TensorSaver.
+  const std::shared_ptr<io::TensorWriter> tensor_writer_;
   TaskT task_;
   StepState state_;
   StepState debug_state_;
@@ -10690,7 +10785,6 @@ class Recorder {
   std::atomic<bool> end_seen_{false};
   std::mutex files_mu_;
   std::string rank_dir_;
-  std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
   struct HeldSave {
     std::string directory, rank_dir;  // dump_tensor_data/ (with its '/') and the rank directory
     PendingSave save;
@@ -10749,9 +10843,7 @@ class GradientRecorder final : public GradientReceiver {
     auto core = live_core();
     if (!core) return;
     try {
-      const std::string idx = std::to_string(index);
-      record_.body[key][index] = core->task().describe(
-          grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
+      record_.body[key][index] = core->task().describe(grad, Site::gradient(key, index), record_, /*gradient=*/true);
     } catch (const std::exception& e) {
       core->errors().log("backward_data_collect", record_.name, e);
     }
@@ -11046,13 +11138,12 @@ class ApiEntries {
   }
 
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
-    const std::string i = std::to_string(index);
     switch (section) {
-      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
-      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Kwarg: return Site::kwarg(*name);
+      case CapturedCall::Section::Output: return Site::output(index);
       case CapturedCall::Section::Arg: break;
     }
-    return Site{"/input_args/" + i, "input." + i};
+    return Site::input(index);
   }
 
   // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.
@@ -11205,6 +11296,35 @@ struct ModuleInfo {
   std::string counter_key() const { return prefix; }
 };
 
+// A module's facts, the same way for both kinds of module. `path` is its dotted path under the
+// model given to start(); `index_prefix` is "1." for the second model of a list, else empty.
+inline std::unique_ptr<ModuleInfo> named_module_info(const void* key, const std::string& path, std::string cls,
+                                                     const std::string& index_prefix, bool leaf) {
+  auto info = std::make_unique<ModuleInfo>();
+  info->key = key;
+  info->path = path;
+  info->cls = std::move(cls);
+  info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
+  info->leaf = leaf;
+  return info;
+}
+inline std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
+                                               const std::string& index_prefix) {
+  auto info = named_module_info(&m, path, module_class_name(m.name()), index_prefix, m.children().empty());
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
+  return info;
+}
+// TorchScript: named as Python names it, its class's unqualified name
+// ("__torch__.torch.nn.modules.linear.Linear" -> "Linear").
+inline std::unique_ptr<ModuleInfo> module_info(const torch::jit::Module& m, const std::string& path,
+                                               const std::string& index_prefix) {
+  const auto type_name = m.type()->name();
+  auto info = named_module_info(m._ivalue().get(), path, type_name ? type_name->name() : std::string("Module"),
+                                index_prefix, m.children().size() == 0);
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
+  return info;
+}
+
 // The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
 inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
 
@@ -11266,14 +11386,7 @@ class ModuleCatalog {
     std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules()) {
       if (item.name.empty()) continue;  // the root
-      auto info = std::make_unique<ModuleInfo>();
-      info->key = item.value._ivalue().get();
-      info->path = item.name;
-      const auto type_name = item.value.type()->name();
-      info->cls = type_name ? type_name->name() : std::string("Module");
-      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
-      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
-      info->leaf = item.value.children().size() == 0;
+      auto info = module_info(item.value, item.name, index_prefix);
       tree[info->path] = info.get();
       by_module_[info->key] = std::move(info);
     }
@@ -11293,18 +11406,6 @@ class ModuleCatalog {
         }
       }
     }
-  }
-
-  static std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
-                                                 const std::string& index_prefix) {
-    auto info = std::make_unique<ModuleInfo>();
-    info->key = &m;
-    info->path = path;
-    info->cls = module_class_name(m.name());
-    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
-    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
-    info->leaf = m.children().empty();
-    return info;
   }
 
   ModuleInfo* index(std::unique_ptr<ModuleInfo> info) {
@@ -11663,8 +11764,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
         const auto& p = info.params[k];
         const at::Tensor grad = p.second.grad();
         nlohmann::ordered_json one = nlohmann::ordered_json::array();
-        one.push_back(grad.defined() ? core_->task().describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first},
-                                                              r, /*gradient=*/true)
+        one.push_back(grad.defined() ? core_->task().describe(grad, Site::parameter_grad(p.first), r, /*gradient=*/true)
                                      : nlohmann::ordered_json(nullptr));
         r.body[p.first] = std::move(one);
       }
@@ -11797,9 +11897,8 @@ class ModuleTracker {
       if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
       ep.input_edges.push_back(gradient_edge_of(*t));
       if (ep.admitted && core_->config().data_mode.forward_inputs()) {
-        const std::string idx = std::to_string(ep.record.body["input_args"].size());
         ep.record.body["input_args"].push_back(
-            core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
+            core_->task().describe(*t, Site::input(ep.record.body["input_args"].size()), ep.record));
       }
     }
   }
@@ -11829,14 +11928,7 @@ class ModuleTracker {
       const ModuleInfo* info = nullptr;
       if (dump_name) {
         if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
-        auto named = std::make_unique<ModuleInfo>();
-        named->key = &module;
-        named->cls = module_class_name(module.name());
-        named->path = *dump_name;
-        named->prefix = "Module." + *dump_name + "." + named->cls + ".";
-        for (const auto& p : module.named_parameters(/*recurse=*/false)) named->params.emplace_back(p.key(), p.value());
-        named->leaf = module.children().empty();
-        tm.dump_only = std::move(named);
+        tm.dump_only = module_info(module, *dump_name, "");
         info = tm.dump_only.get();
         // A parameter-owning leaf is recognised by its parameters, call by call; the scope
         // then only switches the capture to this module.
@@ -11945,9 +12037,8 @@ class ModuleTracker {
         auto describe = describer(m->record);
         ValueEncoder<decltype(describe)> encode(describe);
         for (const c10::IValue& v : inputs) {
-          const std::string idx = std::to_string(m->record.body["input_args"].size());
           m->record.body["input_args"].push_back(
-              encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+              encode.encode(v, ArgKind::Generic, Site::input(m->record.body["input_args"].size())));
         }
       } catch (const std::exception& e) {
         // No entry for this call; the module's scope (list/scope filters) closes with it.
@@ -11984,8 +12075,7 @@ class ModuleTracker {
       ProbeGuard guard;
       nlohmann::ordered_json params = nlohmann::ordered_json::object();
       for (const auto& p : info.params)
-        params[p.first] = core_->task().describe(
-            p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
+        params[p.first] = core_->task().describe(p.second, Site::parameter(p.first), m.record);
       m.record.body["parameters"] = std::move(params);
     }
     if (core_->config().extra_info) m.record.stack = io::capture_shared_call_stack();
@@ -12022,8 +12112,7 @@ class ModuleTracker {
         ValueEncoder<decltype(describe)> encode(describe);
         nlohmann::ordered_json out = nlohmann::ordered_json::array();
         for (std::size_t k = 0; k < outputs.size(); ++k)
-          out.push_back(encode.encode(outputs[k], ArgKind::Generic,
-                                      Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+          out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site::output(k)));
         r.body["output"] = std::move(out);
         if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
       }
@@ -13268,7 +13357,7 @@ class StepLifecycle {
     sink_.open(directory_);
     // dump_tensor_data/ whatever the sink: the tensor files go to disk in any case.
     if (TaskT::saves_tensors(core_->config()))
-      create_directory("create the tensor directory", tensor_data_directory(directory_));
+      io::create_directories_for("create the tensor directory", tensor_data_directory(directory_));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
     if constexpr (sink_traits::keeps_journal<Sink>::value) {
@@ -13512,15 +13601,6 @@ class StepLifecycle {
     return files;
   }
 
-  // Makes `path` (and its parents), or throws IoError saying what was being made.
-  static void create_directory(const char* what, const std::string& path) {
-    try {
-      io::create_directories(path);
-    } catch (const io::IoError& e) {
-      throw io::IoError(what, path, e.error_code());
-    }
-  }
-
   nlohmann::ordered_json dump_data_dir() const {
     if (!TaskT::saves_tensors(core_->config())) return nullptr;
     return tensor_data_directory(directory_);
@@ -13529,10 +13609,7 @@ class StepLifecycle {
   std::string journal_header() const {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     h["journal"] = 1;
-    h["task"] = std::string(TaskT::name);
-    h["level"] = std::string(level_name(L));
-    h["framework"] = "pytorch";
-    h["dump_data_dir"] = dump_data_dir();
+    io::DumpHeader{std::string(TaskT::name), std::string(level_name(L)), dump_data_dir()}.put_into(h);
     h["writes_dump"] = !kSaveOnly;
     h["extra_info"] = core_->config().extra_info;
     h["step"] = session_.step();

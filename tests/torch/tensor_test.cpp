@@ -356,9 +356,11 @@ TEST_CASE(
 
 namespace {
 // A task that keeps only entries whose name contains "keep": the contract other tasks rely on
-// (overflow_check decides in keep()): files of dropped entries are never written.
+// (overflow_check decides in keep()): files of dropped entries are never written. It saves through
+// the Recorder's writer, as every task that saves tensors does.
 struct SelectiveTask : tp::StatisticsTask {
-  explicit SelectiveTask(const tp::Config& c) : StatisticsTask(c, /*save_every_tensor=*/true) {}
+  SelectiveTask(const tp::Config& c, tp::TensorSaver saver)
+      : StatisticsTask(c, std::move(saver), /*save_every_tensor=*/true) {}
   bool keep(tp::Record& r) const { return r.name.find("keep") != std::string::npos; }
 };
 }  // namespace

@@ -211,13 +211,12 @@ class ApiEntries {
   }
 
   static Site site_of(CapturedCall::Section section, std::size_t index, const std::string* name) {
-    const std::string i = std::to_string(index);
     switch (section) {
-      case CapturedCall::Section::Kwarg: return Site{"/input_kwargs/" + pointer_token(*name), "kwargs." + *name};
-      case CapturedCall::Section::Output: return Site{"/output/" + i, "output." + i};
+      case CapturedCall::Section::Kwarg: return Site::kwarg(*name);
+      case CapturedCall::Section::Output: return Site::output(index);
       case CapturedCall::Section::Arg: break;
     }
-    return Site{"/input_args/" + i, "input." + i};
+    return Site::input(index);
   }
 
   // Positional schema arguments go to input_args, keyword-only ones to input_kwargs by name.

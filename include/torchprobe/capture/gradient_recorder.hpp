@@ -57,9 +57,7 @@ class GradientRecorder final : public GradientReceiver {
     auto core = live_core();
     if (!core) return;
     try {
-      const std::string idx = std::to_string(index);
-      record_.body[key][index] = core->task().describe(
-          grad, Site{std::string("/") + key + "/" + idx, std::string(key) + "." + idx}, record_, /*gradient=*/true);
+      record_.body[key][index] = core->task().describe(grad, Site::gradient(key, index), record_, /*gradient=*/true);
     } catch (const std::exception& e) {
       core->errors().log("backward_data_collect", record_.name, e);
     }

@@ -42,6 +42,35 @@ struct ModuleInfo {
   std::string counter_key() const { return prefix; }
 };
 
+// A module's facts, the same way for both kinds of module. `path` is its dotted path under the
+// model given to start(); `index_prefix` is "1." for the second model of a list, else empty.
+inline std::unique_ptr<ModuleInfo> named_module_info(const void* key, const std::string& path, std::string cls,
+                                                     const std::string& index_prefix, bool leaf) {
+  auto info = std::make_unique<ModuleInfo>();
+  info->key = key;
+  info->path = path;
+  info->cls = std::move(cls);
+  info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
+  info->leaf = leaf;
+  return info;
+}
+inline std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
+                                               const std::string& index_prefix) {
+  auto info = named_module_info(&m, path, module_class_name(m.name()), index_prefix, m.children().empty());
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
+  return info;
+}
+// TorchScript: named as Python names it, its class's unqualified name
+// ("__torch__.torch.nn.modules.linear.Linear" -> "Linear").
+inline std::unique_ptr<ModuleInfo> module_info(const torch::jit::Module& m, const std::string& path,
+                                               const std::string& index_prefix) {
+  const auto type_name = m.type()->name();
+  auto info = named_module_info(m._ivalue().get(), path, type_name ? type_name->name() : std::string("Module"),
+                                index_prefix, m.children().size() == 0);
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
+  return info;
+}
+
 // The class name (Module::name()) of probe_children()'s wrapper, module_guard.hpp.
 inline constexpr const char* kWrapperName = "torchprobe::ProbedChildImpl";
 
@@ -103,14 +132,7 @@ class ModuleCatalog {
     std::unordered_map<std::string, ModuleInfo*> tree;
     for (const auto& item : root.named_modules()) {
       if (item.name.empty()) continue;  // the root
-      auto info = std::make_unique<ModuleInfo>();
-      info->key = item.value._ivalue().get();
-      info->path = item.name;
-      const auto type_name = item.value.type()->name();
-      info->cls = type_name ? type_name->name() : std::string("Module");
-      info->prefix = "Module." + index_prefix + info->path + "." + info->cls + ".";
-      for (const auto& p : item.value.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.name, p.value);
-      info->leaf = item.value.children().size() == 0;
+      auto info = module_info(item.value, item.name, index_prefix);
       tree[info->path] = info.get();
       by_module_[info->key] = std::move(info);
     }
@@ -130,18 +152,6 @@ class ModuleCatalog {
         }
       }
     }
-  }
-
-  static std::unique_ptr<ModuleInfo> module_info(const torch::nn::Module& m, const std::string& path,
-                                                 const std::string& index_prefix) {
-    auto info = std::make_unique<ModuleInfo>();
-    info->key = &m;
-    info->path = path;
-    info->cls = module_class_name(m.name());
-    info->prefix = "Module." + index_prefix + path + "." + info->cls + ".";
-    for (const auto& p : m.named_parameters(/*recurse=*/false)) info->params.emplace_back(p.key(), p.value());
-    info->leaf = m.children().empty();
-    return info;
   }
 
   ModuleInfo* index(std::unique_ptr<ModuleInfo> info) {

@@ -130,9 +130,8 @@ class ModuleTracker {
       if (ep.produced.count(impl) || !ep.inputs_seen.insert(impl).second) continue;
       ep.input_edges.push_back(gradient_edge_of(*t));
       if (ep.admitted && core_->config().data_mode.forward_inputs()) {
-        const std::string idx = std::to_string(ep.record.body["input_args"].size());
         ep.record.body["input_args"].push_back(
-            core_->task().describe(*t, Site{"/input_args/" + idx, "input." + idx}, ep.record));
+            core_->task().describe(*t, Site::input(ep.record.body["input_args"].size()), ep.record));
       }
     }
   }
@@ -162,14 +161,7 @@ class ModuleTracker {
       const ModuleInfo* info = nullptr;
       if (dump_name) {
         if (tm.dump_only) return nullptr;  // one ScopedModuleDump at a time per thread
-        auto named = std::make_unique<ModuleInfo>();
-        named->key = &module;
-        named->cls = module_class_name(module.name());
-        named->path = *dump_name;
-        named->prefix = "Module." + *dump_name + "." + named->cls + ".";
-        for (const auto& p : module.named_parameters(/*recurse=*/false)) named->params.emplace_back(p.key(), p.value());
-        named->leaf = module.children().empty();
-        tm.dump_only = std::move(named);
+        tm.dump_only = module_info(module, *dump_name, "");
         info = tm.dump_only.get();
         // A parameter-owning leaf is recognised by its parameters, call by call; the scope
         // then only switches the capture to this module.
@@ -278,9 +270,8 @@ class ModuleTracker {
         auto describe = describer(m->record);
         ValueEncoder<decltype(describe)> encode(describe);
         for (const c10::IValue& v : inputs) {
-          const std::string idx = std::to_string(m->record.body["input_args"].size());
           m->record.body["input_args"].push_back(
-              encode.encode(v, ArgKind::Generic, Site{"/input_args/" + idx, "input." + idx}));
+              encode.encode(v, ArgKind::Generic, Site::input(m->record.body["input_args"].size())));
         }
       } catch (const std::exception& e) {
         // No entry for this call; the module's scope (list/scope filters) closes with it.
@@ -317,8 +308,7 @@ class ModuleTracker {
       ProbeGuard guard;
       nlohmann::ordered_json params = nlohmann::ordered_json::object();
       for (const auto& p : info.params)
-        params[p.first] = core_->task().describe(
-            p.second, Site{"/parameters/" + pointer_token(p.first), "parameters." + p.first}, m.record);
+        params[p.first] = core_->task().describe(p.second, Site::parameter(p.first), m.record);
       m.record.body["parameters"] = std::move(params);
     }
     if (core_->config().extra_info) m.record.stack = io::capture_shared_call_stack();
@@ -355,8 +345,7 @@ class ModuleTracker {
         ValueEncoder<decltype(describe)> encode(describe);
         nlohmann::ordered_json out = nlohmann::ordered_json::array();
         for (std::size_t k = 0; k < outputs.size(); ++k)
-          out.push_back(encode.encode(outputs[k], ArgKind::Generic,
-                                      Site{"/output/" + std::to_string(k), "output." + std::to_string(k)}));
+          out.push_back(encode.encode(outputs[k], ArgKind::Generic, Site::output(k)));
         r.body["output"] = std::move(out);
         if (body.contains("parameters")) r.body["parameters"] = std::move(body["parameters"]);
       }

@@ -150,8 +150,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
         const auto& p = info.params[k];
         const at::Tensor grad = p.second.grad();
         nlohmann::ordered_json one = nlohmann::ordered_json::array();
-        one.push_back(grad.defined() ? core_->task().describe(grad, Site{"/" + pointer_token(p.first) + "/0", p.first},
-                                                              r, /*gradient=*/true)
+        one.push_back(grad.defined() ? core_->task().describe(grad, Site::parameter_grad(p.first), r, /*gradient=*/true)
                                      : nlohmann::ordered_json(nullptr));
         r.body[p.first] = std::move(one);
       }

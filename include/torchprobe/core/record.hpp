@@ -31,10 +31,9 @@ class PendingCopy {
 };
 
 // One tensor file an entry names in "data_name", written only if the task keeps the entry
-// (docs/io.md describes the path). Member order matters: `data` is freed before
+// (docs/io.md describes the path), by the Recorder's writer. Member order matters: `data` is freed before
 // `memory` returns its bytes to the writer's budget.
 struct PendingSave {
-  std::shared_ptr<io::TensorWriter> writer;
   std::shared_ptr<io::Reservation> memory;  // the budget `data` holds; null when it holds none
   std::string file_name;                    // "Aten.add.0.forward.input.0.pt", a safe path component
   at::Tensor data;                          // contiguous CPU snapshot taken when the tensor was described

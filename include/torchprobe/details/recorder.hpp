@@ -31,7 +31,14 @@ template <class TaskT>
 class Recorder {
  public:
   explicit Recorder(Config c)
-      : config_(std::move(c)), task_(config_), state_(config_), debug_state_(config_), errors_(std::string()) {}
+      : config_(std::move(c)),
+        tensor_writer_(task_traits::takes_saver<TaskT>::value
+                           ? std::make_shared<io::TensorWriter>(static_cast<std::size_t>(config_.max_pending_mb) << 20)
+                           : nullptr),
+        task_(make_task(config_, tensor_writer_)),
+        state_(config_),
+        debug_state_(config_),
+        errors_(std::string()) {}
 
   const Config& config() const { return config_; }
   TaskT& task() { return task_; }
@@ -154,15 +161,22 @@ class Recorder {
     std::shared_ptr<io::TensorWriter> writer;  // null when no file was handed over yet
     std::uint64_t number = 0;
   };
-  FilesTicket tensor_files_ticket() {
-    std::lock_guard<std::mutex> lock(files_mu_);
-    return writer_ ? FilesTicket{writer_, writer_->ticket()} : FilesTicket{};
+  FilesTicket tensor_files_ticket() const {
+    return tensor_writer_ ? FilesTicket{tensor_writer_, tensor_writer_->ticket()} : FilesTicket{};
   }
   static void wait_tensor_files(const FilesTicket& t) {
     if (t.writer) t.writer->flush(t.number);
   }
 
  private:
+  // A task that saves tensors gets a TensorSaver on this Recorder's writer.
+  static TaskT make_task(const Config& config, const std::shared_ptr<io::TensorWriter>& writer) {
+    if constexpr (task_traits::takes_saver<TaskT>::value)
+      return TaskT(config, TensorSaver(writer, config.async_dump));
+    else
+      return TaskT(config);
+  }
+
   void accept(StepState& into, const char* file, Record&& r) {
     if (!r.saves.empty()) hand_over_saves(r);
     if (journal_.is_open()) append_to_journal(file, r);
@@ -187,9 +201,8 @@ class Recorder {
     {
       std::lock_guard<std::mutex> lock(files_mu_);
       rank_dir = rank_dir_;
-      if (!writer_) writer_ = r.saves.front().writer;
     }
-    if (!rank_dir.empty()) {
+    if (!rank_dir.empty() && tensor_writer_) {  // a task that takes no TensorSaver writes no file
       const std::string dir = tensor_data_directory(rank_dir) + "/";
       for (PendingSave& s : r.saves) {
         if (s.at_flush) {
@@ -203,9 +216,9 @@ class Recorder {
     r.saves.clear();
   }
 
-  static void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
-    s.writer->submit(dir + s.file_name, rank_dir, std::move(s.data),
-                     s.memory ? std::move(*s.memory) : io::Reservation());
+  void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
+    tensor_writer_->submit(dir + s.file_name, rank_dir, std::move(s.data),
+                           s.memory ? std::move(*s.memory) : io::Reservation());
   }
 
   // One line per kept entry; see io/journal.hpp for the format. The line is made on the journal's
@@ -301,6 +314,9 @@ class Recorder {
   }
 
   const Config config_;
+  // Where kept entries' tensor files go; null for a task that saves none. Declared before the
+  // task, which holds it through its TensorSaver.
+  const std::shared_ptr<io::TensorWriter> tensor_writer_;
   TaskT task_;
   StepState state_;
   StepState debug_state_;
@@ -314,7 +330,6 @@ class Recorder {
   std::atomic<bool> end_seen_{false};
   std::mutex files_mu_;
   std::string rank_dir_;
-  std::shared_ptr<io::TensorWriter> writer_;  // the writer kept entries' files went to
   struct HeldSave {
     std::string directory, rank_dir;  // dump_tensor_data/ (with its '/') and the rank directory
     PendingSave save;

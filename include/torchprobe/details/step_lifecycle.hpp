@@ -31,6 +31,7 @@
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/details/step_writer.hpp"
 #include "torchprobe/io/console.hpp"
+#include "torchprobe/io/dump_header.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/python_json.hpp"
@@ -99,7 +100,7 @@ class StepLifecycle {
     sink_.open(directory_);
     // dump_tensor_data/ whatever the sink: the tensor files go to disk in any case.
     if (TaskT::saves_tensors(core_->config()))
-      create_directory("create the tensor directory", tensor_data_directory(directory_));
+      io::create_directories_for("create the tensor directory", tensor_data_directory(directory_));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);
     if constexpr (sink_traits::keeps_journal<Sink>::value) {
@@ -343,15 +344,6 @@ class StepLifecycle {
     return files;
   }
 
-  // Makes `path` (and its parents), or throws IoError saying what was being made.
-  static void create_directory(const char* what, const std::string& path) {
-    try {
-      io::create_directories(path);
-    } catch (const io::IoError& e) {
-      throw io::IoError(what, path, e.error_code());
-    }
-  }
-
   nlohmann::ordered_json dump_data_dir() const {
     if (!TaskT::saves_tensors(core_->config())) return nullptr;
     return tensor_data_directory(directory_);
@@ -360,10 +352,7 @@ class StepLifecycle {
   std::string journal_header() const {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     h["journal"] = 1;
-    h["task"] = std::string(TaskT::name);
-    h["level"] = std::string(level_name(L));
-    h["framework"] = "pytorch";
-    h["dump_data_dir"] = dump_data_dir();
+    io::DumpHeader{std::string(TaskT::name), std::string(level_name(L)), dump_data_dir()}.put_into(h);
     h["writes_dump"] = !kSaveOnly;
     h["extra_info"] = core_->config().extra_info;
     h["step"] = session_.step();

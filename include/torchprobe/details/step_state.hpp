@@ -13,7 +13,7 @@
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/config/name_filter.hpp"
 #include "torchprobe/core/record.hpp"
-#include "torchprobe/stats/device_stats.hpp"
+#include "torchprobe/stats/item_stats.hpp"
 
 namespace torchprobe::details {
 
@@ -168,22 +168,7 @@ class StepState {
  private:
   void resolve_pending() {
     resolve_checksums();
-    std::vector<std::pair<Record*, std::size_t>> where;
-    stats::DeferredStats batch;
-    for (auto& r : records_)
-      for (std::size_t k = 0; k < r.pending.size(); ++k) {
-        batch.add_reduced(r.pending[k].values, r.pending[k].dtype, r.pending[k].zero_dim);
-        where.emplace_back(&r, k);
-      }
-    if (batch.empty()) return;
-    const std::vector<TensorStats> resolved = batch.resolve();
-    for (std::size_t i = 0; i < where.size(); ++i) {
-      Record& r = *where[i].first;
-      nlohmann::ordered_json& item =
-          r.body.at(nlohmann::ordered_json::json_pointer(r.pending[where[i].second].pointer));
-      put_stats(item, resolved[i]);
-    }
-    for (auto& r : records_) r.pending.clear();
+    stats::resolve_pending_stats(records_);
   }
 
   // Checksums computed off the training thread (stats/checksum_worker.hpp) join their items.

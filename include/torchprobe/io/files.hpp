@@ -87,6 +87,16 @@ inline void create_directories(const std::string& path, mode_t mode = 0750) {
   }
 }
 
+// create_directories(path), with a failure told as what was being made ("create the dump
+// directory") and the whole path, whichever of its parents failed.
+inline void create_directories_for(const char* what, const std::string& path) {
+  try {
+    create_directories(path);
+  } catch (const IoError& e) {
+    throw IoError(what, path, e.error_code());
+  }
+}
+
 // A file that replaces `path` when committed, so that readers (and a crash at any moment) see
 // either the old or the new file, never a prefix: the data goes to a temporary file in the same
 // directory, is flushed with fsync (skipped when sync is false: then a process crash is still safe,

@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "torchprobe/io/dump_header.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal.hpp"
@@ -92,10 +93,19 @@ inline std::string members_text(const std::vector<std::pair<std::string_view, co
 
 inline std::string top_level(const Value& header, const std::string& level_raw, const Assembled& a,
                              const std::string& missing) {
-  std::string out = "{\n \"task\": " + raw_or(header, "task", "null") + ",\n \"level\": " + level_raw +
-                    ",\n \"framework\": " + raw_or(header, "framework", "\"pytorch\"") +
-                    ",\n \"dump_data_dir\": " + raw_or(header, "dump_data_dir", "null") +
-                    ",\n \"data\": " + members_text(a.data, 1);
+  // The journal's header holds dump.json's own members (io/dump_header.hpp); the level is given.
+  std::string out = "{";
+  for (std::string_view key : DumpHeader::kKeys) {
+    out.append("\n \"").append(key).append("\": ");
+    if (key == "level")
+      out += level_raw;
+    else if (key == "framework")
+      out += raw_or(header, key, "\"" + std::string(DumpHeader::kFramework) + "\"");
+    else
+      out += raw_or(header, key, "null");
+    out += ',';
+  }
+  out += "\n \"data\": " + members_text(a.data, 1);
   if (!missing.empty())
     out += ",\n \"torchprobe_recovery\": {\n  \"complete\": false,\n  \"entries_recovered\": " +
            std::to_string(a.data.size()) + ",\n  \"missing\": " + python_string(missing) + "\n }";

@@ -19,13 +19,7 @@ class DirectorySink {
 
   // Called by start(): the step's directory must exist and be writable, or the user hears now,
   // with the path and the OS's reason.
-  void open(const std::string& directory) {
-    try {
-      io::create_directories(directory);
-    } catch (const io::IoError& e) {
-      throw io::IoError("create the dump directory", directory, e.error_code());
-    }
-  }
+  void open(const std::string& directory) { io::create_directories_for("create the dump directory", directory); }
 
   void write_step(const StepDump& d) {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss

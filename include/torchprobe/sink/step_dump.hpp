@@ -12,6 +12,7 @@
 
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
+#include "torchprobe/io/dump_header.hpp"
 #include "torchprobe/io/stack_json.hpp"
 
 namespace torchprobe {
@@ -40,13 +41,13 @@ struct StepDump {
   // their text, in the task's order: a sink writes them as they are, whatever the task.
   std::vector<StepFile> files;
 
+  // The members before "data" (io/dump_header.hpp).
+  io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }
+
   // {"task", "level", "framework", "dump_data_dir", "data"} in msprobe's key order.
   nlohmann::ordered_json dump_json() const {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
-    j["task"] = task;
-    j["level"] = level;
-    j["framework"] = "pytorch";
-    j["dump_data_dir"] = dump_data_dir;
+    header().put_into(j);
     j["data"] = keyed(by_first_place(in_dump), [](const Record& r) { return r.json_body(); });
     return j;
   }

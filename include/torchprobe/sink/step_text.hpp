@@ -20,15 +20,12 @@ namespace step_text {
 // dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
 inline void write_dump(io::JsonText& out, const StepDump& d) {
   out.open_object();
-  out.key(0, 0, "task");
-  out.string(d.task);
-  out.key(1, 0, "level");
-  out.string(d.level);
-  out.key(2, 0, "framework");
-  out.raw("\"pytorch\"");
-  out.key(3, 0, "dump_data_dir");
-  io::write_json_value(out, d.dump_data_dir, 1);
-  out.key(4, 0, "data");
+  std::size_t members = 0;
+  d.header().each([&](std::string_view key, const nlohmann::ordered_json& value) {
+    out.key(members++, 0, key);
+    io::write_json_value(out, value, 1);
+  });
+  out.key(members, 0, "data");
   const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -37,7 +34,7 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
     out.maybe_drain();
   }
   out.close_object(entries.size(), 1);
-  out.close_object(5, 0);
+  out.close_object(members + 1, 0);
 }
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).

@@ -39,7 +39,7 @@
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/tensor_json.hpp"
-#include "torchprobe/stats/cpu_stats.hpp"
+#include "torchprobe/stats/item_stats.hpp"
 #include "torchprobe/task/free_benchmark/backward.hpp"
 #include "torchprobe/task/free_benchmark/comparison.hpp"
 #include "torchprobe/task/free_benchmark/perturbation.hpp"
@@ -67,11 +67,9 @@ class FreeBenchmarkTask {
   }
 
   // Only save()'s values are described (debug.json): with statistics, as task statistics does.
-  nlohmann::ordered_json describe(const at::Tensor& t, const Site&, Record&, bool gradient = false) const {
+  nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    put_stats(j, !empty && t.device().is_cpu() && stats::has_cpu_kernel(t.scalar_type()) ? stats::cpu_stats(t)
-                                                                                         : TensorStats{});
+    stats::put_tensor_stats(j, t, site, record);
     j["requires_grad"] = gradient ? false : t.requires_grad();
     return j;
   }

@@ -30,8 +30,7 @@
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/io/files.hpp"
-#include "torchprobe/stats/cpu_stats.hpp"
-#include "torchprobe/stats/device_stats.hpp"
+#include "torchprobe/stats/item_stats.hpp"
 #include "torchprobe/task/overflow_summary.hpp"
 #include "torchprobe/task/tensor_saver.hpp"
 
@@ -49,7 +48,9 @@ class OverflowCheckTask {
   static constexpr std::size_t kHeldEntriesBeforeDecision = 1000;
   static constexpr std::size_t kHeldBytesBeforeDecision = std::size_t(512) << 20;
 
-  explicit OverflowCheckTask(const Config& config) : limit_(config.overflow_nums), saver_(config.max_pending_mb) {}
+  // `saver`: the Recorder's (the tensors of the calls that overflow are saved, without async_dump).
+  OverflowCheckTask(const Config& config, TensorSaver saver)
+      : limit_(config.overflow_nums), saver_(saver.writer(), /*at_flush=*/false) {}
 
   // As StatisticsTask::force_device_path: CPU tensors take the device path (tests use it to run the
   // deferred decision without a GPU).
@@ -57,15 +58,8 @@ class OverflowCheckTask {
 
   nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     nlohmann::ordered_json j = tensor_header(t);
-    const bool empty = t.numel() == 0 || !t.has_storage();
-    if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
-      put_stats(j, TensorStats{});
-    } else if (t.device().is_cpu() && !force_device_) {
-      put_stats(j, stats::cpu_stats(t));
-    } else {
-      put_stats(j, TensorStats{});  // read back with the entry's decision
-      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
-    }
+    stats::put_tensor_stats(j, t, site, record,
+                            force_device_);  // a device tensor's: read back with the entry's decision
     j["requires_grad"] = gradient ? false : t.requires_grad();
     stage(t, site, record, j);
     return j;
@@ -121,17 +115,9 @@ class OverflowCheckTask {
     }
     if (held.empty() || ended()) return;
     std::stable_sort(held.begin(), held.end(), [](const Record& a, const Record& b) { return a.order < b.order; });
-    stats::DeferredStats batch;
-    for (const Record& r : held)
-      for (const PendingStats& p : r.pending) batch.add_reduced(p.values, p.dtype, p.zero_dim);
-    const std::vector<TensorStats> resolved = batch.resolve();
-    std::size_t next = 0;
-    for (Record& r : held) {
-      for (const PendingStats& p : r.pending)
-        put_stats(r.body.at(nlohmann::ordered_json::json_pointer(p.pointer)), resolved[next++]);
-      r.pending.clear();
+    stats::resolve_pending_stats(held);
+    for (Record& r : held)
       if (overflow::any_nonfinite_stat(r.body)) commit(std::move(r));
-    }
   }
 
   // overflow_summary.json, for a step with overflowing entries (given in dump order).
@@ -158,7 +144,7 @@ class OverflowCheckTask {
     if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
     std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
     item["data_name"] = name;
-    PendingSave save{writer, nullptr, std::move(name), t};
+    PendingSave save{nullptr, std::move(name), t};
     if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
       ProbeGuard guard;
       if (t.device().is_cpu()) {
@@ -178,7 +164,7 @@ class OverflowCheckTask {
     for (PendingSave& s : r.saves) {
       if (s.memory || !s.data.defined()) continue;
       s.memory = std::make_shared<io::Reservation>(
-          s.writer->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
+          saver_.writer()->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
       s.data = snapshot_for_file(s.data);
     }
   }

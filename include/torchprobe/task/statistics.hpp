@@ -16,7 +16,7 @@
 #include "torchprobe/stats/checksum.hpp"
 #include "torchprobe/stats/checksum_worker.hpp"
 #include "torchprobe/stats/cpu_stats.hpp"
-#include "torchprobe/stats/device_stats.hpp"
+#include "torchprobe/stats/item_stats.hpp"
 #include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
@@ -29,7 +29,9 @@ class StatisticsTask {
   // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
   static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
 
-  explicit StatisticsTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/false) {}
+  // With the Recorder's saver (a tensor_list saves tensors); alone, it saves none.
+  StatisticsTask(const Config& config, TensorSaver saver) : StatisticsTask(config, std::move(saver), false) {}
+  explicit StatisticsTask(const Config& config) : StatisticsTask(config, TensorSaver(), false) {}
 
   // Tensors whose statistics are reduced where they live and read back in one batch at flush.
   // CPU tensors use the CPU kernels unless the device path is forced (tests use that to check
@@ -54,13 +56,8 @@ class StatisticsTask {
         j["md5"] = stats::cpu_stats(t.device().is_cpu() ? t : stats::host_contiguous(t)).max;
       else
         j["md5"] = stats::xor64_hex(t);
-    } else if (empty || !stats::has_cpu_kernel(t.scalar_type())) {
-      put_stats(j, TensorStats{});
-    } else if (t.device().is_cpu() && !force_device_) {
-      put_stats(j, stats::cpu_stats(t));
     } else {
-      put_stats(j, TensorStats{});  // placeholders, filled at flush
-      record.pending.push_back({site.pointer, stats::device_stats_tensor(t), t.scalar_type(), t.dim() == 0});
+      stats::put_tensor_stats(j, t, site, record, force_device_);  // a device tensor's: filled at flush
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
     if (saves(record)) saver_.stage(t, site, record, j);
@@ -99,10 +96,10 @@ class StatisticsTask {
   const TensorSaver& saver() const { return saver_; }
 
  protected:
-  StatisticsTask(const Config& config, bool save_every_tensor)
+  // `saver` (the Recorder's) is used for task tensor (save_every_tensor) and a non-empty tensor_list.
+  StatisticsTask(const Config& config, TensorSaver saver, bool save_every_tensor)
       : mode_(config.summary_mode),
-        saver_(save_every_tensor || saves_tensors(config) ? TensorSaver(config.max_pending_mb, config.async_dump)
-                                                          : TensorSaver()),
+        saver_(save_every_tensor || saves_tensors(config) ? std::move(saver) : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
         checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}

@@ -9,7 +9,8 @@
 //   static constexpr std::array<std::string_view, N> config_keys;  // its section's keys it reads
 //                                                      // besides scope, list and data_mode
 //   static bool saves_tensors(const Config&);          // does the step get dump_tensor_data/?
-//   explicit T(const Config&);
+//   explicit T(const Config&);  or  T(const Config&, TensorSaver);   // the latter saves tensors, through
+//                                                      // the writer the Recorder owns (task/tensor_saver.hpp)
 //   nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool gradient = false);
 //   bool keep(Record&);                                // every finished entry: kept or dropped
 // May have (found by detection; each is used only where present):
@@ -40,6 +41,7 @@
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/core/site.hpp"
 #include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
 
@@ -158,13 +160,20 @@ struct ends_checks<T, std::void_t<decltype(std::declval<T&>().check_call_end(
                           std::declval<CallCheck&>(), std::declval<const std::vector<c10::IValue>&>()))>>
     : std::true_type {};
 
+// Is it given the Recorder's TensorSaver (a task that saves tensors)?
+template <class T>
+struct takes_saver : std::is_constructible<T, const Config&, TensorSaver> {};
+template <class T>
+struct is_constructible_task : std::bool_constant<std::is_constructible_v<T, const Config&> || takes_saver<T>::value> {
+};
+
 }  // namespace task_traits
 
 // True when T is a complete task; check_task<T>() says what is missing.
 template <class T>
 inline constexpr bool is_task_v =
     task_traits::has_name<T>::value&& task_traits::has_levels<T>::value&& task_traits::has_config_keys<T>::value&&
-        task_traits::has_saves_tensors<T>::value&& std::is_constructible_v<T, const Config&>&&
+        task_traits::has_saves_tensors<T>::value&& task_traits::is_constructible_task<T>::value&&
             task_traits::has_describe<T>::value&& task_traits::has_keep<T>::value &&
     (!task_traits::can_end<T>::value || task_traits::says_end_reason<T>::value) &&
     (!task_traits::holds_entries<T>::value || task_traits::decides_held<T>::value) &&
@@ -183,7 +192,9 @@ constexpr bool check_task() {
   static_assert(has_saves_tensors<T>::value,
                 "torchprobe: a task needs `static bool saves_tensors(const Config&)` (does a step get "
                 "dump_tensor_data/?)");
-  static_assert(std::is_constructible_v<T, const Config&>, "torchprobe: a task needs a constructor `T(const Config&)`");
+  static_assert(is_constructible_task<T>::value,
+                "torchprobe: a task needs a constructor `T(const Config&)`, or `T(const Config&, TensorSaver)` "
+                "when it saves tensors");
   static_assert(has_describe<T>::value,
                 "torchprobe: a task needs `nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, "
                 "bool gradient = false)` (what a tensor becomes in dump.json)");

@@ -17,7 +17,8 @@ class TensorTask : public StatisticsTask {
   static constexpr std::array<std::string_view, 1> config_keys{"summary_mode"};
   static bool saves_tensors(const Config&) { return true; }
 
-  explicit TensorTask(const Config& config) : StatisticsTask(config, /*save_every_tensor=*/true) {}
+  TensorTask(const Config& config, TensorSaver saver)
+      : StatisticsTask(config, std::move(saver), /*save_every_tensor=*/true) {}
 };
 
 }  // namespace torchprobe

@@ -78,16 +78,17 @@ inline at::Tensor snapshot_at_flush(const at::Tensor& t, io::Reservation& memory
   }
 }
 
+// A task that saves tensors is handed one by the Recorder, which owns the writer behind it: the
+// snapshots' memory budget (max_pending_mb) and the files' destination are one writer, whatever
+// the task.
 class TensorSaver {
  public:
   TensorSaver() = default;  // saves nothing
-  // Saves, with at most max_pending_mb MiB of snapshots waiting for the writer; the writer's threads
-  // start with its first file.
+  // Saves through `writer` (its budget bounds the snapshots waiting for it).
   // `at_flush` (async_dump): the files are handed to the writer when the step is written, and
   // device tensors are copied to the host without waiting.
-  explicit TensorSaver(std::int64_t max_pending_mb, bool at_flush = false)
-      : writer_(std::make_shared<io::TensorWriter>(static_cast<std::size_t>(max_pending_mb) << 20)),
-        at_flush_(at_flush) {}
+  TensorSaver(std::shared_ptr<io::TensorWriter> writer, bool at_flush)
+      : writer_(std::move(writer)), at_flush_(at_flush) {}
 
   bool enabled() const { return writer_ != nullptr; }
   const std::shared_ptr<io::TensorWriter>& writer() const { return writer_; }
@@ -111,7 +112,7 @@ class TensorSaver {
     }
     item["data_name"] = name;
     if (has_md5) item["md5"] = std::move(md5);
-    record.saves.push_back(PendingSave{writer_, std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
+    record.saves.push_back(PendingSave{std::make_shared<io::Reservation>(std::move(memory)), std::move(name),
                                        std::move(copy), at_flush_, std::move(copying)});
   }
 
