@@ -12,7 +12,8 @@
 # Each consumer must have got NDEBUG, -fopenmp and -rdynamic from the target; its program then dumps
 # a Linear + relu step, checked by tests/packaging/check_dump.py (dump.json has the relu entry and
 # stack.json names the consumer's own function). TORCHPROBE_PACKAGING_KEEP=1 keeps the work folder.
-# Cost: the tool (two libtorch TUs, one per core), then two consumer TUs in parallel; the rest takes seconds.
+# Cost: the tool (two libtorch TUs, one per core), then the two consumers in parallel (the package one
+# builds torchprobe::compiled: four libtorch TUs more); the rest takes seconds.
 # The single-header test and the examples run in the README's ctest command, not here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,9 +82,9 @@ configure_consumer package -DCMAKE_PREFIX_PATH="$prefix"
 log "4. configure the consumer with add_subdirectory(<repo>)"
 configure_consumer subdirectory -DTORCHPROBE_SOURCE_DIR="$repo"
 
-log "3+4. build both consumers (one libtorch TU each, in parallel)"
+log "3+4. build both consumers in parallel (package: the compiled library's four TUs, then one; subdirectory: one)"
 for mode in package subdirectory; do
-  cmake --build "$work/consumer-$mode" >"$work/build-$mode.log" 2>&1 &
+  cmake --build "$work/consumer-$mode" --parallel 2 >"$work/build-$mode.log" 2>&1 &
   pids+=($!)
 done
 failed=0
@@ -109,4 +110,12 @@ for mode in package subdirectory; do
   "$python" tests/packaging/check_dump.py "$work/dump-$mode" --entry Aten.relu.0.forward \
     --stack-frame ConsumerNetImpl::forward -- "$work/consumer-$mode/consumer" "$work/dump-$mode"
 done
+# The package consumer used the compiled library: it compiled no debugger of its own (the
+# instantiation declarations of torchprobe/compiled.hpp), so its object file defines none.
+grep -q -- -DTORCHPROBE_COMPILED_LIB "$work/consumer-package/CMakeFiles/consumer.dir/flags.make" ||
+  { echo "package consumer: -DTORCHPROBE_COMPILED_LIB missing from its compile flags" >&2; exit 1; }
+if nm -C --defined-only "$work/consumer-package/CMakeFiles/consumer.dir/main.cpp.o" | grep -q 'DebuggerImpl<'; then
+  echo "package consumer: main.cpp.o defines a DebuggerImpl; the compiled library should" >&2
+  exit 1
+fi
 log "packaging checks passed"

@@ -1742,6 +1742,1812 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/options.hpp ----
+// ---- begin torchprobe/debugger.hpp ----
+// Debugger<Level, Task, Sink>: what is captured (the level), what each tensor becomes (the task)
+// and where a step goes (the sink), composed at compile time.
+//
+// This header is the Debugger's face only: it says what a Debugger does and holds its
+// implementation (debugger_impl.hpp) behind a pointer, so that a file using it needs neither the
+// capture's nor the tasks' code. With the compiled library (torchprobe::compiled, which defines
+// TORCHPROBE_COMPILED_LIB), the built-in debuggers are compiled once there (torchprobe/compiled.hpp);
+// header-only, torchprobe.hpp includes the implementation.
+//
+// Not started, it registers nothing and costs nothing. start() registers the capture; stop()
+// removes it and hands the step's files to the writer's thread (DirectorySink: they are written
+// in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
+// The destructor writes everything still pending.
+// save(value, name) is msprobe's single-point save (debug.json); it needs no start().
+// start(model, TokenRange{a, b}) records only the model's forward calls a..b (capture/token_window.hpp).
+// While a step runs, every kept entry is also appended to the step's journal, so a process killed
+// mid-step leaves records that tools/recover_dump.py turns into dump.json.
+#include <memory>
+
+// ---- begin torchprobe/debugger_interface.hpp ----
+// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
+
+// ---- begin torchprobe/capture/model_ref.hpp ----
+// Whatever the user passes to start(model): a torch::nn module holder (`Net`, `torch::nn::Linear`),
+// a std::shared_ptr to a module, a torch::jit::Module, or a list of them (msprobe's list of models).
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/csrc/jit/api/module.h>
+
+
+namespace torchprobe {
+
+struct ModelRef {
+  std::vector<std::shared_ptr<torch::nn::Module>> nn;
+  std::vector<torch::jit::Module> jit;
+  bool empty() const { return nn.empty() && jit.empty(); }
+  std::size_t size() const { return nn.size() + jit.size(); }
+};
+
+namespace details {
+
+template <class T, class = void>
+struct is_module_holder : std::false_type {};
+template <class T>
+struct is_module_holder<T, std::void_t<typename T::ContainedType>>
+    : std::is_base_of<torch::nn::Module, typename T::ContainedType> {};
+
+template <class T>
+struct is_shared_module : std::false_type {};
+template <class T>
+struct is_shared_module<std::shared_ptr<T>> : std::is_base_of<torch::nn::Module, T> {};
+
+template <class T>
+struct is_model_list : std::false_type {};
+template <class T, class A>
+struct is_model_list<std::vector<T, A>> : std::true_type {};
+
+template <class M>
+void add_model(ModelRef& ref, const M& m) {
+  using T = std::decay_t<M>;
+  if constexpr (std::is_same_v<T, torch::jit::Module>) {
+    ref.jit.push_back(m);
+  } else if constexpr (is_shared_module<T>::value) {
+    ref.nn.push_back(m);
+  } else if constexpr (is_module_holder<T>::value) {
+    ref.nn.push_back(m.ptr());
+  } else if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
+    ref.nn.push_back(const_cast<T&>(m).shared_from_this());
+  } else if constexpr (is_model_list<T>::value) {
+    for (const auto& item : m) add_model(ref, item);
+  } else {
+    static_assert(!std::is_same_v<T, T>,
+                  "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a "
+                  "std::vector of them");
+  }
+}
+
+}  // namespace details
+
+template <class M>
+ModelRef to_model_ref(const M& model) {
+  ModelRef ref;
+  details::add_model(ref, model);
+  return ref;
+}
+inline ModelRef to_model_ref(const ModelRef& ref) { return ref; }
+
+}  // namespace torchprobe
+// ---- end torchprobe/capture/model_ref.hpp ----
+// ---- begin torchprobe/capture/token_window.hpp ----
+// start(model, token_range): msprobe's inference dump of chosen tokens. The forward calls of the
+// model given to start() are counted from 0 (one call = one token); recording is on from the
+// beginning of forward `start` to the beginning of forward `end + 1` (or stop()), so the calls a
+// generation loop makes between two forwards (sampling) belong to the token before them, as in
+// msprobe, whose forward pre-hook on the root model switches the dump on and off.
+//
+// How a root forward is seen:
+//  - torch::nn: a ModuleGuard on the root module, in its forward (`ModuleGuard guard(this, x);`)
+//    or around the call (`{ ModuleGuard g(model.get()); model->forward(x); }`); torch::nn has no
+//    forward hooks, so a root forward without a guard is not seen (stop() then says so);
+//  - TorchScript: the RecordFunction record libtorch makes for every Module::forward call
+//    (scope TORCHSCRIPT_FUNCTION, `self` as first input), the outermost one on its thread.
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <mutex>
+
+// ---- begin torchprobe/capture/record_depth.hpp ----
+// How many records of one observer are open on a thread. An observer sees every record's start and
+// end, so only the outermost one is a call of the user's; the count belongs to an observer session
+// (its epoch): a record still open when the session ended never reports its end, and a count left
+// from an earlier session must not hide the first calls of the next one.
+
+namespace torchprobe::capture {
+
+struct RecordDepth {
+  int value = 0;
+  std::uint64_t epoch = 0;
+
+  // A record starts in session `now`; true when it is the outermost one on this thread.
+  bool enter(std::uint64_t now) {
+    if (epoch != now) *this = RecordDepth{0, now};
+    return value++ == 0;
+  }
+  // A record of session `now` ends (an end of an earlier session's record changes nothing).
+  void leave(std::uint64_t now) {
+    if (epoch == now && value > 0) --value;
+  }
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/record_depth.hpp ----
+
+namespace torchprobe {
+
+// The forward calls to dump, counted from 0, both ends included (msprobe's [start, end]).
+struct TokenRange {
+  std::int64_t start = 0;
+  std::int64_t end = 0;
+};
+
+// msprobe's checks of start(model, token_range): a model is required, and 0 <= start <= end.
+// Throws std::invalid_argument naming what is wrong.
+inline void check_token_range(const TokenRange& r, const ModelRef& model) {
+  const std::string shown = "{" + std::to_string(r.start) + ", " + std::to_string(r.end) + "}";
+  if (r.start < 0 || r.end < r.start)
+    throw std::invalid_argument("torchprobe: start(): token_range " + shown +
+                                " is invalid; it must be {start, end} with 0 <= start <= end");
+  if (model.empty())
+    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': token_range " + shown +
+                                " counts the forward calls of the model given to start(model, token_range)");
+}
+
+namespace capture {
+
+// The count of root forwards and whether the current one is inside the range. Shared by the
+// capture (which records only while open()) and the TorchScript observer below.
+class TokenWindow {
+ public:
+  enum class Change { None, Opened, Closed };
+
+  // `root`: the torch::nn::Module, or the TorchScript module's object, whose forwards count.
+  TokenWindow(TokenRange range, const void* root) : range_(range), root_(root) {}
+
+  const void* root() const { return root_; }
+  const TokenRange& range() const { return range_; }
+  bool open() const { return open_.load(std::memory_order_acquire); }
+  std::int64_t forwards() const { return next_.load(); }
+
+  // A forward of the root begins.
+  Change forward_begins() {
+    const std::int64_t id = next_.fetch_add(1);
+    if (id == range_.start) {
+      open_.store(true, std::memory_order_release);
+      return Change::Opened;
+    }
+    if (id == range_.end + 1) {
+      open_.store(false, std::memory_order_release);
+      return Change::Closed;
+    }
+    return Change::None;
+  }
+
+  // A user ATen call ran while the window was closed (for stop()'s diagnosis).
+  void saw_call() { saw_calls_.store(true, std::memory_order_relaxed); }
+  bool saw_calls() const { return saw_calls_.load(std::memory_order_relaxed); }
+
+ private:
+  const TokenRange range_;
+  const void* const root_;
+  std::atomic<std::int64_t> next_{0};
+  std::atomic<bool> open_{false};
+  std::atomic<bool> saw_calls_{false};
+};
+
+// Counts the forward calls of a TorchScript root: a global callback on TORCHSCRIPT_FUNCTION
+// records, registered between attach() and detach() only.
+class ScriptForwardObserver {
+ public:
+  ScriptForwardObserver() = default;
+  ScriptForwardObserver(const ScriptForwardObserver&) = delete;
+  ScriptForwardObserver& operator=(const ScriptForwardObserver&) = delete;
+  ~ScriptForwardObserver() { detach(); }
+
+  void attach(std::shared_ptr<TokenWindow> window) {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (handle_ != 0) return;
+    std::atomic_store(&slot(), std::move(window));
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // depths left by an earlier session are void
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                        .needsInputs(true)
+                                        .scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    std::atomic_store(&slot(), std::shared_ptr<TokenWindow>());
+  }
+
+ private:
+  // Only the outermost record counts: libtorch records a forward again inside the executor.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    if (!depth().enter(epoch().load(std::memory_order_acquire))) return nullptr;
+    if (std::string(fn.name()) != "forward") return nullptr;
+    const auto inputs = fn.inputs();
+    if (inputs.empty() || !inputs[0].isObject()) return nullptr;
+    std::shared_ptr<TokenWindow> w = std::atomic_load(&slot());
+    if (w && inputs[0].toObject().get() == w->root()) w->forward_begins();
+    return nullptr;
+  }
+  static void on_end(const at::RecordFunction&, at::ObserverContext*) {
+    depth().leave(epoch().load(std::memory_order_relaxed));
+  }
+
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<TokenWindow>& slot() {
+    static std::shared_ptr<TokenWindow>* s = new std::shared_ptr<TokenWindow>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace capture
+}  // namespace torchprobe
+// ---- end torchprobe/capture/token_window.hpp ----
+// ---- begin torchprobe/io/console.hpp ----
+// What the user must hear at once, on standard error, one line each: TorchProbe never stops
+// training, so this (and dump_error_info.log) is how a problem is seen.
+#include <iostream>
+
+namespace torchprobe::io {
+
+inline void tell_user(const std::string& message) { std::cerr << "torchprobe: " << message << "\n"; }
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/console.hpp ----
+
+namespace torchprobe {
+
+class DebuggerInterface {
+ public:
+  virtual ~DebuggerInterface() = default;
+
+  // The ways to start, written once for every Debugger: each becomes a start_with().
+  void start() { start_with(ModelRef{}, std::nullopt); }
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id);
+  }
+  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
+  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
+  // model or with a range that is not 0 <= start <= end.
+  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
+  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
+    start_with(to_model_ref(model), rank_id, tokens);
+  }
+  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer
+  // with getRank()).
+  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
+  void start(const Model& model, const PG& pg) {
+    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
+  }
+
+  // `tokens`: start(model, token_range), see capture/token_window.hpp.
+  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                          std::optional<TokenRange> tokens = std::nullopt) = 0;
+  virtual void stop() noexcept = 0;
+  virtual void step() = 0;
+  // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
+  virtual void wait_written() = 0;
+  virtual void set_init_step(std::int64_t step) = 0;
+  virtual std::int64_t current_step() const = 0;
+  // msprobe's single-point save (debug.json); see Debugger::save.
+  virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
+  virtual bool running() const = 0;
+  virtual const Config& config() const = 0;
+  // grad_probe's monitor(model) (msprobe's debugger.monitor): the model whose parameters'
+  // gradients are recorded. A debugger of another task ignores it, and says so.
+  virtual void monitor_model(const ModelRef&) {
+    io::tell_user("monitor() is for task \"grad_probe\"; task \"" + std::string(config().task.str()) + "\" ignores it");
+  }
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/debugger_interface.hpp ----
+// ---- begin torchprobe/task/builtin.hpp ----
+// The tasks this TorchProbe implements, by msprobe's name, without their definitions: enough to
+// name Debugger<L, Task::X>'s class in a file that uses the compiled library (it never sees a
+// task's code). task/registry.hpp completes the list; adding a task is its header and one entry
+// here.
+
+
+namespace torchprobe {
+
+class StatisticsTask;
+class TensorTask;
+class OverflowCheckTask;
+class FreeBenchmarkTask;
+class StructureTask;
+template <class... Tasks>
+struct TaskList;
+
+// One task of the list: msprobe's task and the class that implements it.
+template <Task Id, class TaskT>
+struct BuiltinTask {
+  static constexpr Task id = Id;
+  using type = TaskT;
+};
+
+using BuiltinTaskEntries =
+    std::tuple<BuiltinTask<Task::Statistics, StatisticsTask>, BuiltinTask<Task::Tensor, TensorTask>,
+               BuiltinTask<Task::OverflowCheck, OverflowCheckTask>, BuiltinTask<Task::FreeBenchmark, FreeBenchmarkTask>,
+               BuiltinTask<Task::Structure, StructureTask>>;
+
+namespace details {
+template <Task T, class Entries>
+struct find_builtin;
+template <Task T>
+struct find_builtin<T, std::tuple<>> {
+  using type = void;
+};
+template <Task T, class First, class... Rest>
+struct find_builtin<T, std::tuple<First, Rest...>> {
+  using type =
+      std::conditional_t<First::id == T, typename First::type, typename find_builtin<T, std::tuple<Rest...>>::type>;
+};
+template <class Entries>
+struct builtin_task_list;
+template <class... Entries>
+struct builtin_task_list<std::tuple<Entries...>> {
+  using type = TaskList<typename Entries::type...>;
+};
+}  // namespace details
+
+// The list as a TaskList (task/task_list.hpp), which PrecisionDebugger dispatches on; named here,
+// complete where task/registry.hpp is included.
+using BuiltinTasks = typename details::builtin_task_list<BuiltinTaskEntries>::type;
+
+// Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
+template <Task T>
+struct builtin_task {
+  using type = typename details::find_builtin<T, BuiltinTaskEntries>::type;
+  static_assert(!std::is_void_v<type>,
+                "torchprobe: this task is not available yet; task/builtin.hpp lists the implemented ones");
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/task/builtin.hpp ----
+
+namespace torchprobe {
+
+class DirectorySink;
+
+namespace details {
+class StepWriter;
+template <Level L, class TaskT, class Sink>
+class DebuggerImpl;
+}  // namespace details
+
+// The Debugger of one task class: Debugger<L, Task::X> names a built-in one; a task of your own
+// (task/task_traits.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
+template <Level L, class TaskT, class Sink = DirectorySink>
+class BasicDebugger final : public DebuggerInterface {
+ public:
+  explicit BasicDebugger(const Options& options = Options());
+  // With a sink of your own making (one that holds a path, a callback, a connection): it is moved in.
+  BasicDebugger(const Options& options, Sink sink);
+  // A msprobe config.json; Options(...).config_file(path) also takes overrides.
+  explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
+  explicit BasicDebugger(const char* config_path) : BasicDebugger(std::string(config_path)) {}
+  BasicDebugger(const BasicDebugger&) = delete;
+  BasicDebugger& operator=(const BasicDebugger&) = delete;
+  // Writes what the step has, and every step still pending; the journal goes once the files are
+  // written. A Debugger with static storage duration does this at exit; a process that ends
+  // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
+  // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
+  ~BasicDebugger() override = default;
+
+  // start(), start(model), start(model, rank), start(model, tokens), start(model, pg):
+  // DebuggerInterface's, each a start_with().
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    impl_->start_with(model, rank_id, tokens);
+  }
+  void stop() noexcept override { impl_->stop(); }
+  // Writes the step, then numbers the next one; a running capture continues into the new step.
+  void step() override { impl_->step(); }
+  // msprobe's save(variable, name, save_backward): debug.json entry "{name}.{count}.debug" (and,
+  // with save_backward, "{name}_grad.{count}.debug", filled when the gradients arrive); tensor files
+  // with the tensor task. Only in dumped steps. A value that cannot be encoded is logged to
+  // dump_error_info.log; an unwritable dump_path throws IoError, as start() does.
+  void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
+    impl_->save(value, name, save_backward);
+  }
+  // Returns once the files of every step handed over so far (by stop(), step(), or the task
+  // ending the dump) are complete on disk, or their failure is reported. stop() and step() do not
+  // wait with a sink that writes in the background (DirectorySink); read the files after this.
+  void wait_written() override { impl_->wait_written(); }
+  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  bool running() const override { return impl_->running(); }
+  const Config& config() const override { return impl_->config(); }
+  std::int64_t current_step() const override { return impl_->current_step(); }
+
+  // {dump_path}/step{N}/{rank dir} of the last start().
+  const std::string& directory() const;
+  Sink& sink();
+  TaskT& task();
+  // The thread that writes handed-over steps (statistics; pause()/resume() for tests).
+  details::StepWriter& background_writer();
+
+ private:
+  details::DebuggerImpl<L, TaskT, Sink>& impl() const;
+  std::unique_ptr<DebuggerInterface> impl_;  // a details::DebuggerImpl<L, TaskT, Sink>
+};
+
+// Debugger<Level::Mix, Task::Statistics>: a built-in task (task/builtin.hpp) by its name.
+template <Level L, Task T, class Sink = DirectorySink>
+using Debugger = BasicDebugger<L, typename builtin_task<T>::type, Sink>;
+
+}  // namespace torchprobe
+// ---- end torchprobe/debugger.hpp ----
+// ---- begin torchprobe/precision_debugger.hpp ----
+// PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
+// the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
+// With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
+// before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
+// With "dump_enable" in the file (msprobe's dynamic start/stop) the file is watched: a change is read
+// at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
+// record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
+// configuration in use is kept.
+#include <iterator>
+
+// ---- begin torchprobe/config/config_watch.hpp ----
+// dump_enable (msprobe's dynamic start/stop, config key "dump_enable"): the config file is watched
+// and a change takes effect at the next step(). This is the watching half: whether the file changed
+// since the last change reported, by its modification time, size and inode (an editor that saves
+// through a new file and a rename changes the inode). PrecisionDebugger asks at every step(): one
+// stat() per training step costs less than msprobe's polling thread (0.5 s) and no change is seen
+// in the middle of a step.
+
+
+namespace torchprobe {
+
+class ConfigFileWatch {
+ public:
+  explicit ConfigFileWatch(std::string path) : path_(std::move(path)), seen_(stamp()) {}
+
+  // True once per change of the file (a file that disappears is a change too).
+  bool changed() {
+    const Stamp now = stamp();
+    if (now == seen_) return false;
+    seen_ = now;
+    return true;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  using Stamp = std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;  // exists, s, ns, size, inode
+
+  Stamp stamp() const {
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) return {false, 0, 0, 0, 0};
+    return {true, static_cast<std::int64_t>(st.st_mtim.tv_sec), static_cast<std::int64_t>(st.st_mtim.tv_nsec),
+            static_cast<std::int64_t>(st.st_size), static_cast<std::int64_t>(st.st_ino)};
+  }
+
+  std::string path_;
+  Stamp seen_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/config/config_watch.hpp ----
+
+namespace torchprobe {
+
+template <class Tasks>
+class BasicPrecisionDebugger final : public DebuggerInterface {
+ public:
+  explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
+      : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
+  explicit BasicPrecisionDebugger(const Options& options);
+
+  // start(...) in all its forms is DebuggerInterface's, each a start_with().
+  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+                  std::optional<TokenRange> tokens = std::nullopt) override {
+    if (tokens && !grad_probe_) check_token_range(*tokens, model);  // also when dump_enable is false
+    model_ = model;
+    rank_id_ = rank_id;
+    tokens_ = tokens;
+    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
+  }
+  void stop() noexcept override { impl_->stop(); }
+  // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
+  void step() override {
+    impl_->step();
+    if (watch_ && watch_->changed()) reload();
+  }
+  // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
+  template <class Model>
+  void monitor(const Model& model) {
+    monitor_model(to_model_ref(model));
+  }
+  void monitor_model(const ModelRef& model) override { impl_->monitor_model(model); }
+  void wait_written() override { impl_->wait_written(); }
+  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
+  void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
+    impl_->save(value, name, save_backward);
+  }
+  bool running() const override { return impl_->running(); }
+  std::int64_t current_step() const override { return impl_->current_step(); }
+  const Config& config() const override { return impl_->config(); }
+
+ private:
+  // The debugger of the configured task and level; its definition is in precision_debugger_impl.hpp.
+  static std::unique_ptr<DebuggerInterface> make(const Options& options);
+  // dump_enable: the edited file replaces the debugger between two steps.
+  void reload();
+
+  Options options_;
+  bool grad_probe_;  // task grad_probe: impl_ is a details::GradProbeDebugger
+  std::unique_ptr<DebuggerInterface> impl_;
+  std::optional<ConfigFileWatch> watch_;  // dump_enable
+  ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
+  std::optional<std::int64_t> rank_id_;
+  std::optional<TokenRange> tokens_;
+};
+
+using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
+
+}  // namespace torchprobe
+// ---- end torchprobe/precision_debugger.hpp ----
+// ---- begin torchprobe/scoped_dump.hpp ----
+// RAII: start on construction, stop on destruction, also when an exception unwinds the scope.
+
+
+namespace torchprobe {
+
+class ScopedDump {
+ public:
+  template <class D, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  explicit ScopedDump(D& debugger) : debugger_(debugger) {
+    debugger_.start_with(ModelRef{}, std::nullopt);
+  }
+  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  ScopedDump(D& debugger, const Model& model, std::optional<std::int64_t> rank_id = std::nullopt)
+      : debugger_(debugger) {
+    debugger_.start_with(to_model_ref(model), rank_id);
+  }
+  // start(model, token_range) ... stop().
+  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
+  ScopedDump(D& debugger, const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt)
+      : debugger_(debugger) {
+    debugger_.start_with(to_model_ref(model), rank_id, tokens);
+  }
+  ScopedDump(const ScopedDump&) = delete;
+  ScopedDump& operator=(const ScopedDump&) = delete;
+  ~ScopedDump() { debugger_.stop(); }
+
+ private:
+  DebuggerInterface& debugger_;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/scoped_dump.hpp ----
+// ---- begin torchprobe/module_guard.hpp ----
+// Module entries for modules the probe cannot see by itself.
+//
+// Parameter-owning leaf modules (Linear, Conv, norms, Embedding, RNNs) are found automatically.
+// Parameter-free modules (ReLU, Dropout) and containers (Sequential, your own blocks) have no
+// parameters to recognise them by and torch::nn has no forward hooks, so they take one line:
+//
+//   torch::Tensor BlockImpl::forward(torch::Tensor x) {
+//     torchprobe::ModuleGuard guard(this, x);   // Module.block.Block.forward.{n}, with backward
+//     return proj(x).relu();
+//   }
+//
+// The module's output is the result of the last ATen call made inside it; a forward whose
+// result is something else (an input returned as is, a tuple assembled by hand) says so:
+// `return guard.output(result);`. A guard for a module that is not part of the model given to
+// start(model), or while nothing is being dumped, does nothing.
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <exception>
+
+// ---- begin torchprobe/capture/api_observer.hpp ----
+// The one RecordFunction observer through which the probe sees ATen calls.
+//
+// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
+// in a process-wide slot. The callback is global (not thread-local) because autograd runs
+// backward on its own threads and users run models on several; it is registered only between
+// attach() and detach(), so a debugger that is not started costs nothing at all.
+
+
+// ---- begin torchprobe/capture/backend_threads.hpp ----
+// Threads that a c10d backend owns: Gloo's (and MPI's) work loops run ATen ops of their own while
+// a collective executes (all_gather flattens, copies the result out). Those are the collective's
+// insides, not calls of the user's: msprobe, which wraps Python functions, never sees them. The
+// observer gives such a thread no handler. A thread's role never changes, so each thread is
+// classified once, by the functions at the bottom of its stack at its first call.
+#include <dlfcn.h>
+
+
+// ---- begin torchprobe/io/call_stack_capture.hpp ----
+// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
+//
+// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
+// native stack. Capturing happens on every recorded op, so it only stores return addresses
+// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
+// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
+#include <execinfo.h>
+
+
+// ---- begin torchprobe/core/call_stack.hpp ----
+// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
+// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
+// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
+#include <functional>
+
+namespace torchprobe {
+
+struct CallStack {
+  std::vector<void*> frames;
+
+  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
+  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
+};
+
+struct CallStackHash {
+  std::size_t operator()(const CallStack& s) const noexcept {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
+    for (void* f : s.frames) {
+      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 32));
+  }
+};
+
+}  // namespace torchprobe
+
+namespace std {
+template <>
+struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
+}  // namespace std
+// ---- end torchprobe/core/call_stack.hpp ----
+
+namespace torchprobe::io {
+
+namespace details {
+
+using BacktraceFunction = int (*)(void**, int);
+
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
+// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
+// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
+// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
+// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// falls back to the frame-pointer chain with its memory reads validated.
+inline BacktraceFunction libunwind_backtrace() {
+  static const BacktraceFunction fn = []() -> BacktraceFunction {
+#if defined(__linux__) && defined(__x86_64__)
+    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
+#else
+    return nullptr;
+#endif
+  }();
+  return fn;
+}
+
+}  // namespace details
+
+// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
+// else glibc), or glibc's backtrace() always.
+enum class Unwinder { Fastest, Glibc };
+
+// Whether Unwinder::Fastest is libunwind in this process.
+inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
+
+// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
+// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
+// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
+// must not happen inside a signal handler.
+inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
+  constexpr int kLimit = 256;
+  CallStack out;
+  if (max_frames <= 0) return out;
+  if (max_frames > kLimit) max_frames = kLimit;
+  void* buf[kLimit];
+  int n = 0;
+  if (how == Unwinder::Fastest)
+    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
+  if (n <= 0) n = ::backtrace(buf, max_frames);
+  if (n > 0) out.frames.assign(buf, buf + n);
+  return out;
+}
+
+// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
+// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
+// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
+// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
+inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
+  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
+  static std::mutex mu;
+  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
+                                              CallStackHash>();  // never freed: entries may outlive static destruction
+  CallStack s = capture_call_stack();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = table->find(s);
+  if (it != table->end()) return it->second;
+  auto shared = std::make_shared<const CallStack>(s);
+  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
+  return shared;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/call_stack_capture.hpp ----
+
+namespace torchprobe::capture {
+
+namespace details {
+
+// A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
+// ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
+inline bool backend_loop_symbol(std::string_view mangled) {
+  if (mangled.rfind("_ZN4c10d", 0) != 0) return false;
+  return mangled.find("runLoop") != std::string_view::npos || mangled.find("atchdog") != std::string_view::npos ||
+         mangled.find("CleanupLoop") != std::string_view::npos;
+}
+
+// A thread's first function sits at the bottom of its stack, under at most the C library's and
+// std::thread's entry frames: only the outermost frames are named (dladdr searches a library's
+// whole symbol table, libtorch's is large).
+inline bool stack_runs_backend_loop() {
+  constexpr std::size_t kOutermost = 8;
+  const CallStack stack = io::capture_call_stack(256);
+  const std::size_t n = stack.frames.size();
+  for (std::size_t i = n > kOutermost ? n - kOutermost : 0; i < n; ++i) {
+    Dl_info info{};
+    if (::dladdr(stack.frames[i], &info) != 0 && info.dli_sname != nullptr && backend_loop_symbol(info.dli_sname))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace details
+
+inline bool on_backend_thread() {
+  thread_local const bool backend = details::stack_runs_backend_loop();
+  return backend;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/backend_threads.hpp ----
+// ---- begin torchprobe/capture/collective.hpp ----
+// A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
+// entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
+// tensors (op, group, src/dst, async_op) already encoded as msprobe encodes them. The output is
+// msprobe's too: the arguments again, read after the collective ended, then the keyword values.
+// The wrappers of distributed.hpp fill it; the running capture records it (ApiHandler).
+#include <zlib.h>
+
+#include <cstdio>
+#include <set>
+
+namespace torchprobe::capture {
+
+struct Collective {
+  std::string api;                                                            // "all_reduce"
+  std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
+  std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
+  bool ended = true;  // false: dropped before its work completed; the entry then has no output
+  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
+  // the call has completed when it returns.
+  std::function<bool()> completed;
+
+  // A keyword's name, kept for the life of the process (entries point at it until written).
+  static const std::string* kwarg_name(const std::string& name) {
+    static std::mutex mutex;
+    static auto* names = new std::set<std::string>();  // never destroyed: entries may outlive statics
+    std::lock_guard<std::mutex> lock(mutex);
+    return &*names->insert(name).first;
+  }
+  void kwarg(const std::string& name, nlohmann::ordered_json value) {
+    kwargs.emplace_back(kwarg_name(name), std::move(value));
+  }
+};
+
+// msprobe's ProcessGroup item: {"type": "torch.ProcessGroup", "group_ranks": [...], "group_id":
+// crc32 of str(ranks) as 8 hex digits}; str() of a Python list is "[0, 1, 2]".
+inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>& ranks) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  text += "]";
+  const uLong crc =
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  nlohmann::ordered_json j;
+  j["type"] = "torch.ProcessGroup";
+  j["group_ranks"] = ranks;
+  j["group_id"] = hex;
+  return j;
+}
+
+// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
+// gives them. A C++ process group knows only its own size and this process's rank in it, so a
+// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
+// nobody registered is taken to be the whole world, ranks 0 .. size-1.
+class GroupRanks {
+ public:
+  static void set(const void* group, std::vector<std::int64_t> ranks) {
+    std::lock_guard<std::mutex> lock(mutex());
+    (*groups())[group] = std::move(ranks);
+  }
+  static std::vector<std::int64_t> of(const void* group, int size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = groups()->find(group);
+      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
+    }
+    std::vector<std::int64_t> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+    return ranks;
+  }
+
+ private:
+  static std::map<const void*, std::vector<std::int64_t>>* groups() {
+    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
+    return g;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
+
+// A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
+inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
+inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/collective.hpp ----
+// ---- begin torchprobe/capture/dispatched_collectives.hpp ----
+// Collectives that libtorch routes through the dispatcher: on 2.x every c10d::ProcessGroup method
+// (pg->allreduce(...) is the operator c10d::allreduce_), on 1.13 the functions of c10d::ops. The
+// observer sees them as records named "c10d::..."; this header says which msprobe API each one is
+// (capture/pending_collectives.hpp keeps those whose work is still running). Reading the boxed arguments (a
+// ProcessGroup, a ReduceOp, a Work) needs libtorch's c10d headers: distributed.hpp installs that
+// reader (capture/c10d_reader.hpp), so a program that never includes it sees no change.
+
+
+
+namespace torchprobe::capture {
+
+// One c10d operator: the msprobe name of the call and what its arguments after the process group
+// mean. Every operator takes its tensors before the process group.
+struct DispatchedCollective {
+  std::string_view op;         // "c10d::allreduce_"
+  const char* api;             // "all_reduce"
+  const char* peer = nullptr;  // the first int after the group: "src" or "dst" (root_rank, peer)
+  int tag_int = -1;            // which int after the group is the tag (send, recv)
+  bool tensors = true;         // false: the tensors are the backend's own (2.x barrier's)
+  bool keep_lists = false;     // a list of one tensor stays a list (all_to_all's lists)
+  bool input_first = false;    // Python's API names the input before the output (gather)
+};
+
+// The operators and their Python names (torch.distributed, as msprobe wraps them; barrier too).
+inline const DispatchedCollective* dispatched_collective(const char* name) {
+  static const DispatchedCollective table[] = {
+      {"c10d::allreduce_", "all_reduce"},
+      {"c10d::broadcast_", "broadcast", "src"},
+      {"c10d::allgather_", "all_gather"},
+      {"c10d::_allgather_base_", "all_gather_into_tensor"},
+      {"c10d::reduce_scatter_", "reduce_scatter"},
+      {"c10d::_reduce_scatter_base_", "reduce_scatter_tensor"},
+      {"c10d::reduce_", "reduce", "dst"},
+      {"c10d::gather_", "gather", "dst", -1, true, false, true},
+      {"c10d::scatter_", "scatter", "src"},
+      {"c10d::alltoall_", "all_to_all", nullptr, -1, true, true},
+      {"c10d::alltoall_base_", "all_to_all_single"},
+      {"c10d::send", "send", "dst", 1},
+      {"c10d::recv_", "recv", "src", 1},
+      {"c10d::recv_any_source_", "recv", nullptr, 0},
+      {"c10d::barrier", "barrier", nullptr, -1, false},
+  };
+  if (std::strncmp(name, "c10d::", 6) != 0) return nullptr;
+  for (const DispatchedCollective& d : table)
+    if (d.op == name) return &d;
+  return nullptr;
+}
+
+// Reads a dispatched call: its arguments at the start (tensors, group, op, src/dst, tag) and,
+// at the end, the Work it returned (Collective::completed polls it).
+struct DispatchedReader {
+  bool (*describe)(const at::RecordFunction& fn, const DispatchedCollective& kind, Collective& c);
+  void (*attach_work)(const at::RecordFunction& fn, Collective& c);
+};
+
+inline std::atomic<const DispatchedReader*>& dispatched_reader() {
+  static std::atomic<const DispatchedReader*> reader{nullptr};
+  return reader;
+}
+
+// True on a thread while a torchprobe::dist wrapper runs its call: the wrapper records it, and on
+// libtorch 2.x the process group's dispatcher operator must not record it a second time.
+inline bool& wrapper_running() {
+  thread_local bool running = false;
+  return running;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/dispatched_collectives.hpp ----
+// ---- begin torchprobe/capture/op_registry.hpp ----
+// What the probe knows about an operator, looked up once per operator (overload) and cached.
+//
+// RecordFunction hands the observer the operator's name as a `const char*` that points into the
+// operator's schema, so the pointer identifies the overload for the life of the process; the
+// cache is keyed by it and the schema is read only on the first call.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <unordered_set>
+
+// ---- begin torchprobe/core/op_info.hpp ----
+// What the probe knows about an operator (capture/op_registry.hpp looks it up once per overload).
+// A task that re-runs calls is handed it (check_call, task/task_traits.hpp), so it lives below
+// both the tasks and the capture.
+
+
+namespace torchprobe {
+
+// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
+// ints, so only the schema says that an int is really a dtype.
+enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
+
+struct ArgInfo {
+  std::string name;
+  bool kwarg_only = false;
+  ArgKind kind = ArgKind::Generic;
+  bool written = false;  // the op writes into it (in-place self, out=)
+};
+
+struct OpInfo {
+  std::string qualified;   // "aten::add"
+  std::string api;         // "add": the ATen name without namespace and overload
+  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
+  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
+  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
+  bool schema_known = false;
+  std::vector<ArgInfo> args;
+  std::size_t returns = 0;                    // how many values the schema returns
+  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/op_info.hpp ----
+
+namespace torchprobe::capture {
+
+// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
+// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
+// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
+inline const std::unordered_set<std::string_view>& infrastructure_ops() {
+  static const std::unordered_set<std::string_view> ops = {"detach",
+                                                           "detach_",
+                                                           "alias",
+                                                           "lift",
+                                                           "lift_fresh",
+                                                           "lift_fresh_copy",
+                                                           "empty",
+                                                           "empty_like",
+                                                           "empty_strided",
+                                                           "new_empty",
+                                                           "new_empty_strided",
+                                                           "ones_like",
+                                                           "zero_",
+                                                           "set_",
+                                                           "resize_",
+                                                           "resize_as_",
+                                                           "record_stream",
+                                                           "_version",
+                                                           "data",
+                                                           "set_data",
+                                                           "is_leaf",
+                                                           "output_nr",
+                                                           "requires_grad_",
+                                                           "retain_grad",
+                                                           "retains_grad",
+                                                           "_backward",
+                                                           "_fw_primal",
+                                                           "_make_dual",
+                                                           "_has_compatible_shallow_copy_type"};
+  return ops;
+}
+
+// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
+// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
+// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
+inline bool internal_namespace(std::string_view ns) {
+  static const std::unordered_set<std::string_view> names = {"prim",
+                                                             "autograd",
+                                                             "profiler",
+                                                             "_caffe2",
+                                                             "c10d",
+                                                             "c10d_functional",
+                                                             "_c10d_functional",
+                                                             "_c10d_functional_autograd",
+                                                             "cuda",
+                                                             "mkldnn",
+                                                             "mkl",
+                                                             "onednn",
+                                                             "xnnpack",
+                                                             "fbgemm",
+                                                             "quantized",
+                                                             "_quantized",
+                                                             "inductor",
+                                                             "_inductor",
+                                                             "prims",
+                                                             "_prims",
+                                                             "debugprims",
+                                                             "rngprims",
+                                                             "higher_order",
+                                                             "_test",
+                                                             "_nested",
+                                                             "static_runtime",
+                                                             "fuser",
+                                                             "tensorexpr",
+                                                             "vulkan",
+                                                             "metal",
+                                                             "_torchbind",
+                                                             "_dtensor",
+                                                             "sparse",
+                                                             "_export",
+                                                             "_quant"};
+  return names.count(ns) != 0;
+}
+
+// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
+inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
+  const auto sep = q.find("::");
+  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
+  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
+}
+
+// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
+inline std::string api_family(std::string_view ns) {
+  std::string family(ns);
+  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
+  return family;
+}
+
+namespace details {
+
+inline ArgKind kind_of(const c10::TypePtr& declared) {
+  c10::TypePtr t = declared;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
+    case c10::TypeKind::LayoutType: return ArgKind::Layout;
+    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
+    default: return ArgKind::Generic;
+  }
+}
+
+inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
+  auto info = std::make_unique<OpInfo>();
+  info->qualified = fn.name();
+  constexpr std::string_view ns = "aten::";
+  const std::string_view q = info->qualified;
+  if (q.substr(0, ns.size()) == ns) {
+    info->api = std::string(q.substr(ns.size()));
+    info->key = "Aten." + info->api + ".";
+    info->user_api = infrastructure_ops().count(info->api) == 0;
+  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
+    info->api = std::string(parts->second);
+    info->key = api_family(parts->first) + "." + info->api + ".";
+    info->user_api = true;
+  }
+  if (const auto opname = fn.operator_name()) {
+    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
+      info->schema_known = true;
+      for (const auto& a : handle->schema().arguments())
+        info->args.push_back(
+            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
+      info->returns = handle->schema().returns().size();
+      info->handle = *handle;
+    }
+  }
+  return info;
+}
+
+}  // namespace details
+
+// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
+// the process), so a returned reference stays valid.
+class OpRegistry {
+ public:
+  static const OpInfo& lookup(const at::RecordFunction& fn) {
+    const char* key = fn.name();
+    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
+    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
+    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
+    thread_local std::unordered_map<const char*, const OpInfo*> local;
+    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
+    const OpInfo& info = instance().find_or_add(fn, key);
+    local[key] = &info;
+    return info;
+  }
+
+ private:
+  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
+  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
+    const auto parts = split_qualified(name);
+    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
+    return fn.operator_name().has_value();
+  }
+
+  static OpRegistry& instance() {
+    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
+    return *r;
+  }
+  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = ops_[key];
+    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
+    if (!slot) {
+      slot = details::op_info_of(fn);
+      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
+      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ public:
+  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
+  // wrappers, not by the observer): its info, with a counter key of its own.
+  static const OpInfo& named(const std::string& family, const std::string& api) {
+    OpRegistry& r = instance();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    auto& slot = r.named_[family + "." + api];
+    if (!slot) {
+      slot = std::make_unique<OpInfo>();
+      slot->qualified = family + "::" + api;
+      slot->api = api;
+      slot->key = family + "." + api + ".";
+      slot->user_api = true;
+      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ private:
+  static const OpInfo& not_an_api() {
+    static const OpInfo none{};
+    return none;
+  }
+  std::mutex mutex_;
+  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
+  std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
+  std::unordered_map<std::string, std::size_t> key_ids_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/op_registry.hpp ----
+
+namespace torchprobe::capture {
+
+// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
+// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
+// returns comes back to `on_api_end` with the outputs.
+class ApiHandler;
+
+// A call in flight. It owns a reference to its handler, so a call that is still running when
+// the debugger stops (a backward thread, say) finishes safely.
+struct CallContext : at::ObserverContext {
+  std::shared_ptr<ApiHandler> handler;
+  bool dispatched_collective = false;  // a DispatchedCall (below)
+};
+
+// A collective that went through the dispatcher, between its operator's start and end.
+struct DispatchedCall : CallContext {
+  Collective collective;
+  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
+};
+
+// Level L2: what the records running inside a record inherit from it (one per open record on a
+// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
+// the backward entry of the call that created the node the parent of the ops the node runs.
+struct Enclosing {
+  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
+  std::shared_ptr<const std::string> backward;  // and of their backward entries
+  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
+  bool inside = false;           // inside the call the L2 list names: everything is dumped
+  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
+};
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
+  // autograd's own records, which a module tracker needs to see as boundaries.
+  // Return nullptr to ignore the call.
+  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
+  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
+  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
+  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
+                                                       Enclosing& /*frame*/) {
+    return nullptr;
+  }
+  // Level L2: the backward entry of the call that created the autograd node (forward thread,
+  // sequence number) that is about to run, if a recorded call did.
+  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
+    return std::nullopt;
+  }
+  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
+  // runs) and, once its work has completed, its end (the same arguments, now written).
+  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
+  virtual void on_collective_end(const Collective&, CallContext&) {}
+  // A collective that went through the dispatcher returned; its work may still be running
+  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
+  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
+    on_collective_end(c, *entry);
+  }
+};
+
+class ApiObserver {
+ public:
+  ApiObserver() = default;
+  ApiObserver(const ApiObserver&) = delete;
+  ApiObserver& operator=(const ApiObserver&) = delete;
+  ~ApiObserver() { detach(); }
+
+  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
+  // node records are watched too (they say which backward entry the ops inside belong to).
+  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ != 0) return;
+    if (std::atomic_load(&slot()))
+      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
+    // A new epoch makes every thread forget a nesting depth left over from an earlier session
+    // (a call that was in flight when the previous session detached never saw its end).
+    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
+    std::atomic_store(&slot(), std::move(handler));
+    epoch().fetch_add(1, std::memory_order_acq_rel);
+    handle_ = nested
+                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
+                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    // Calls already in flight keep their handler alive through the context they hold.
+    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
+  }
+
+  bool attached() const { return handle_ != 0; }
+
+  // The handler of the running capture, or null: how RAII module guards find it.
+  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
+
+ private:
+  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
+  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
+  // inside a backward node from being mistaken for user calls.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (!depth().enter(e)) return nullptr;
+    const OpInfo& op = OpRegistry::lookup(fn);
+    std::shared_ptr<ApiHandler> h = current_handler(e);
+    if (!h) return nullptr;
+    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
+    if (!op.user_api)
+      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+        return start_dispatched(fn, *kind, std::move(h));
+    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
+    if (ctx) ctx->handler = std::move(h);
+    return ctx;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    depth().leave(epoch().load(std::memory_order_relaxed));
+    if (ctx == nullptr) return;
+    // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
+  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
+  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
+                                                               const DispatchedCollective& kind,
+                                                               std::shared_ptr<ApiHandler> h) {
+    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
+    if (reader == nullptr || wrapper_running()) return nullptr;
+    try {
+      auto call = std::make_unique<DispatchedCall>();
+      if (!reader->describe(fn, kind, call->collective)) return nullptr;
+      call->entry = h->on_collective_start(call->collective);
+      if (!call->entry) return nullptr;
+      call->handler = std::move(h);
+      call->dispatched_collective = true;
+      return call;
+    } catch (...) {  // the probe never fails the training step
+      return nullptr;
+    }
+  }
+
+  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
+    try {
+      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
+    } catch (...) {  // no work to poll: the entry is finished as it is now
+    }
+    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
+  }
+
+  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
+  // exactly what on_start pushed.
+  struct Frames {
+    std::vector<Enclosing> open;
+    std::uint64_t epoch = 0;
+  };
+  static Frames& frames() {
+    thread_local Frames f;
+    return f;
+  }
+
+  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
+    Frames& fs = frames();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (fs.epoch != e) fs = Frames{{}, e};
+    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
+    std::unique_ptr<CallContext> ctx;
+    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
+    if (h && node) {
+      // A node runs: its ops, and what the engine does with its results in the enclosing
+      // evaluate_function record, belong to the backward entry of the call that created it.
+      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
+      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
+      if (!fs.open.empty()) fs.open.back() = frame;
+    } else if (h) {
+      const char* name = fn.name();
+      const OpInfo& op = OpRegistry::lookup(fn);
+      if (!op.qualified.empty()) {
+        ctx = h->on_nested_start(fn, op, frame);
+        if (ctx) ctx->handler = std::move(h);
+      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
+        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
+      }
+    }
+    fs.open.push_back(std::move(frame));
+    return ctx;
+  }
+
+  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Frames& fs = frames();
+    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
+    if (ctx == nullptr) return;
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
+  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  // A backend's own thread (capture/backend_threads.hpp) gets none.
+  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    if (on_backend_thread()) return nullptr;
+    struct Cached {
+      std::uint64_t epoch = 0;
+      std::weak_ptr<ApiHandler> handler;
+    };
+    thread_local Cached cached;
+    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
+    return cached.handler.lock();
+  }
+
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<ApiHandler>& slot() {
+    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& registration_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/api_observer.hpp ----
+// ---- begin torchprobe/capture/module_events.hpp ----
+// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
+
+
+namespace torchprobe::capture {
+
+class ModuleEvents {
+ public:
+  virtual ~ModuleEvents() = default;
+  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
+  // only this module, under that name, and nothing else on this thread until it ends.
+  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
+  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
+                             std::vector<c10::IValue> inputs) = 0;
+  // `outputs` null: the module's output is that of the last outermost call made inside it.
+  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
+
+  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
+  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
+  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
+  virtual void script_module_exit(const c10::IValue& output) = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/module_events.hpp ----
+
+namespace torchprobe {
+
+namespace details {
+
+class ModuleScopeBase {
+ protected:
+  ModuleScopeBase(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs)
+      : handler_(capture::ApiObserver::active()), uncaught_(std::uncaught_exceptions()) {
+    events_ = dynamic_cast<capture::ModuleEvents*>(handler_.get());
+    if (events_) token_ = events_->module_enter(module, dump_name, std::move(inputs));
+  }
+  ~ModuleScopeBase() {
+    if (events_ && token_)
+      events_->module_exit(token_, has_outputs_ ? &outputs_ : nullptr, std::uncaught_exceptions() > uncaught_);
+  }
+
+  std::shared_ptr<capture::ApiHandler> handler_;  // keeps the capture alive until the scope ends
+  capture::ModuleEvents* events_ = nullptr;
+  void* token_ = nullptr;
+  int uncaught_;
+  bool has_outputs_ = false;
+  std::vector<c10::IValue> outputs_;
+
+ public:
+  ModuleScopeBase(const ModuleScopeBase&) = delete;
+  ModuleScopeBase& operator=(const ModuleScopeBase&) = delete;
+};
+
+}  // namespace details
+
+class ModuleGuard : public details::ModuleScopeBase {
+ public:
+  template <class... Inputs>
+  explicit ModuleGuard(const torch::nn::Module* module, const Inputs&... inputs)
+      : ModuleScopeBase(*module, nullptr, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
+
+  // The module's result, when it is not simply what the last ATen call returned.
+  template <class T>
+  const T& output(const T& value) {
+    outputs_ = {c10::IValue(value)};
+    has_outputs_ = true;
+    return value;
+  }
+};
+
+// msprobe's module_dump(module, name) ... module_dump_end(): while it lives, this thread records
+// only `module`, as Module.{name}.{Class}.forward.{n} (and its backward), and no API entries.
+// A parameter-owning leaf module is recognised call by call; any other module counts as called
+// once for the scope, with the inputs given here.
+class ScopedModuleDump : public details::ModuleScopeBase {
+ public:
+  template <class Holder, class... Inputs>
+  ScopedModuleDump(const Holder& module, const std::string& name, const Inputs&... inputs)
+      : ModuleScopeBase(as_module(module), &name, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
+
+  template <class T>
+  const T& output(const T& value) {
+    outputs_ = {c10::IValue(value)};
+    has_outputs_ = true;
+    return value;
+  }
+
+ private:
+  template <class Holder>
+  static const torch::nn::Module& as_module(const Holder& m) {
+    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>)
+      return m;
+    else
+      return *m;  // a module holder or a pointer
+  }
+};
+
+// A Sequential's children, each wrapped so its forward is a module entry: the one-line way to
+// cover parameter-free children (ReLU, Dropout) of a Sequential, whose forward you cannot edit.
+//
+//   layer = register_module("layer", torchprobe::probe_children(torch::nn::Sequential(
+//       torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2))));
+//
+// The wrappers are invisible in names: the children stay "layer.0", "layer.1", ... Children
+// must map one tensor to one tensor, as a Sequential chains them.
+class ProbedChildImpl : public torch::nn::Module {
+ public:
+  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) {
+    register_module("inner", inner_.ptr());
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    ModuleGuard guard(inner_.ptr().get(), x);
+    return inner_.forward<torch::Tensor>(std::move(x));
+  }
+
+ private:
+  torch::nn::AnyModule inner_;
+};
+TORCH_MODULE(ProbedChild);
+
+inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
+  torch::nn::Sequential out;
+  const auto names = seq->named_children();
+  std::size_t k = 0;
+  for (const torch::nn::AnyModule& child : *seq) out->push_back(std::string(names[k++].key()), ProbedChild(child));
+  return out;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/module_guard.hpp ----
+// ---- begin torchprobe/seed.hpp ----
+// seed_all: msprobe's seed_all(seed=1234, mode=False, rm_dropout=False, is_enhanced=False) for a
+// libtorch program. Call it once, before the model is built and before the Debugger starts.
+//
+// - seed: libtorch's CPU generator and every CUDA device's generator (at::manual_seed; CUDA only
+//   where the build and the machine have it), and std::srand. The environment variable
+//   PYTHONHASHSEED is set to the seed, for Python processes this program starts (msprobe sets it
+//   for its own interpreter; C++ has no hash randomisation).
+// - mode: at::globalContext().setDeterministicAlgorithms(mode) (torch.use_deterministic_algorithms),
+//   cuDNN deterministic = mode and, when mode, cuDNN benchmark off; with mode, CUBLAS_WORKSPACE_CONFIG
+//   is set to ":4096:8" unless the user set it (cuBLAS is deterministic only with it, and libtorch's
+//   deterministic mode raises on CUDA matmuls without it). msprobe's NPU variables
+//   (HCCL_DETERMINISTIC, LCCL_DETERMINISTIC, CLOSE_MATMUL_K_SHIFT, ATB_LLM_LCOC_ENABLE) mean nothing
+//   to libtorch and are not set; msprobe's "torch.backends.cudnn.enable = False" is a misspelt
+//   attribute that turns nothing off, so cuDNN stays enabled here too.
+// - rm_dropout: for the whole process from this call on, aten::dropout, feature_dropout,
+//   alpha_dropout, feature_alpha_dropout and their in-place forms return their input, as with
+//   p = 0 (the same values and aliasing as the eval-mode call). They are overridden in the
+//   dispatcher for CPU and CUDA tensors (make_dropout_override), so torch::nn::Dropout/Dropout2d/
+//   Dropout3d/AlphaDropout/FeatureAlphaDropout and torch::dropout are all covered, in
+//   InferenceMode too, whenever their modules were built. Direct at::native_dropout calls (CUDA's
+//   fused kernel, which aten::dropout no longer reaches) keep their randomness.
+// - is_enhanced: every outermost random ATen call (random_ops below) first re-seeds the
+//   generators with `seed`, so identical random calls return identical values in one process and
+//   across processes (msprobe's guide: two torch.randn(2,2) have the same mean). It costs a
+//   RecordFunction callback on every ATen call (about 0.2 us, libtorch-notes §1).
+//
+// Each call sets the whole state it describes: seed_all(s) without rm_dropout / is_enhanced
+// removes an override a previous call installed, and mode=false turns deterministic mode off.
+// A config with "seed" or "is_deterministic" makes a Debugger call seed_all(seed or 1234,
+// is_deterministic) when it is constructed (msprobe's PrecisionDebugger does the same).
+#include <cstdlib>
+
+#include <ATen/Context.h>
+#include <torch/library.h>
+
+namespace torchprobe {
+
+namespace details {
+
+// ATen operators (names without "aten::" and overload) that draw random numbers; shared with
+// random_save. The dropout family is here because its training-mode calls draw a mask.
+inline bool is_random_op(std::string_view name) {
+  static constexpr std::string_view kOps[] = {"rand",
+                                              "rand_like",
+                                              "randn",
+                                              "randn_like",
+                                              "randint",
+                                              "randint_like",
+                                              "randperm",
+                                              "bernoulli",
+                                              "bernoulli_",
+                                              "multinomial",
+                                              "normal",
+                                              "normal_",
+                                              "uniform_",
+                                              "random_",
+                                              "exponential_",
+                                              "geometric_",
+                                              "cauchy_",
+                                              "log_normal_",
+                                              "poisson",
+                                              "binomial",
+                                              "_standard_gamma",
+                                              "_sample_dirichlet",
+                                              "dropout",
+                                              "dropout_",
+                                              "feature_dropout",
+                                              "feature_dropout_",
+                                              "alpha_dropout",
+                                              "alpha_dropout_",
+                                              "feature_alpha_dropout",
+                                              "feature_alpha_dropout_",
+                                              "native_dropout",
+                                              "_fused_dropout",
+                                              "rrelu",
+                                              "rrelu_",
+                                              "rrelu_with_noise",
+                                              "rrelu_with_noise_"};
+  constexpr std::string_view kPrefix = "aten::";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
+  name.remove_prefix(kPrefix.size());
+  for (std::string_view op : kOps)
+    if (op == name) return true;
+  return false;
+}
+
+// Random-op nesting of this thread: randn runs normal_, dropout runs bernoulli_; only the
+// outermost one is the user's call.
+inline int& random_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+// The process-wide overrides seed_all installs. Never destroyed: a registration must not be
+// removed while static destructors of libtorch run.
+struct SeedState {
+  std::mutex mu;
+  std::vector<std::unique_ptr<torch::Library>> dropout_override;
+  std::atomic<std::uint64_t> enhanced_seed{0};
+  bool enhanced = false;
+  at::CallbackHandle enhanced_handle = 0;
+
+  static SeedState& instance() {
+    static SeedState* state = new SeedState();
+    return *state;
+  }
+};
+
+// One library per dispatch key: the Autograd keys of CPU and CUDA (a kernel registered there
+// directly wins over the ops' CompositeImplicitAutograd kernels; the Autograd alias key would not),
+// and the backend keys, which calls under c10::InferenceMode (no autograd key) reach.
+inline std::vector<std::unique_ptr<torch::Library>> make_dropout_override() {
+  std::vector<std::unique_ptr<torch::Library>> libs;
+  for (c10::DispatchKey key :
+       {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA, c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+    // dropout(p = 0) and dropout(train = false) both return `input` itself (ATen's _dropout_impl).
+    for (const char* op : {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
+      lib->impl(op, [](const at::Tensor& input, double, bool) { return input; });
+    for (const char* op : {"dropout_", "feature_dropout_", "alpha_dropout_", "feature_alpha_dropout_"})
+      lib->impl(op, [](at::Tensor& self, double, bool) -> at::Tensor& { return self; });
+    libs.push_back(std::move(lib));
+  }
+  return libs;
+}
+
+inline std::unique_ptr<at::ObserverContext> reseed_before_random_op(const at::RecordFunction& fn) {
+  if (!is_random_op(fn.name())) return nullptr;
+  if (random_depth()++ == 0) at::manual_seed(SeedState::instance().enhanced_seed.load());
+  return nullptr;
+}
+
+inline void leave_random_op(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (is_random_op(fn.name()) && random_depth() > 0) --random_depth();
+}
+
+inline void set_env(const char* name, const std::string& value, bool overwrite) {
+  ::setenv(name, value.c_str(), overwrite ? 1 : 0);
+}
+
+}  // namespace details
+
+// Range and meaning of each argument: see the top of this header. Throws std::invalid_argument for
+// a seed outside [0, 2^32 - 1] (msprobe's range).
+inline void seed_all(std::int64_t seed = 1234, bool mode = false, bool rm_dropout = false, bool is_enhanced = false) {
+  if (seed < 0 || seed > 4294967295LL)
+    throw std::invalid_argument("torchprobe::seed_all: seed " + std::to_string(seed) +
+                                " is outside [0, 4294967295] (msprobe's range)");
+  const auto s = static_cast<std::uint64_t>(seed);
+  at::manual_seed(s);  // the CPU generator, and every CUDA device's when CUDA is available
+  std::srand(static_cast<unsigned>(s));
+  details::set_env("PYTHONHASHSEED", std::to_string(s), true);
+
+  at::globalContext().setDeterministicAlgorithms(mode, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(mode);
+  if (mode) {
+    at::globalContext().setBenchmarkCuDNN(false);
+    details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
+  }
+
+  details::SeedState& state = details::SeedState::instance();
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (rm_dropout && state.dropout_override.empty())
+    state.dropout_override = details::make_dropout_override();
+  else if (!rm_dropout)
+    state.dropout_override.clear();
+
+  state.enhanced_seed.store(s);
+  if (is_enhanced && !state.enhanced) {
+    state.enhanced_handle =
+        at::addGlobalCallback(at::RecordFunctionCallback(details::reseed_before_random_op, details::leave_random_op)
+                                  .scopes({at::RecordScope::FUNCTION}));
+    state.enhanced = true;
+  } else if (!is_enhanced && state.enhanced) {
+    at::removeCallback(state.enhanced_handle);
+    state.enhanced = false;
+  }
+}
+
+// Whether seed_all's dropout override / re-seeding are installed now.
+inline bool dropout_removed() {
+  details::SeedState& state = details::SeedState::instance();
+  std::lock_guard<std::mutex> lock(state.mu);
+  return !state.dropout_override.empty();
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/seed.hpp ----
+
+#if defined(TORCHPROBE_COMPILED_LIB)
+// The compiled library (CMake target torchprobe::compiled): the built-in debuggers and
+// PrecisionDebugger are compiled there once, so this file parses their faces only. A Debugger of
+// your own task or sink, and the features below, have their own headers:
+// torchprobe/debugger_impl.hpp (a Debugger of your own task or sink), torchprobe/sink/*.hpp,
+// torchprobe/custom_api.hpp, torchprobe/random_save.hpp, torchprobe/distributed.hpp,
+// torchprobe/task/grad_probe/monitor.hpp.
+// ---- begin torchprobe/compiled.hpp ----
+// The debuggers the compiled library (CMake target torchprobe::compiled) holds: every built-in
+// task at each level it supports, with the default sink, and PrecisionDebugger. A file that
+// includes torchprobe.hpp with TORCHPROBE_COMPILED_LIB defined declares them here and compiles
+// none of them (an explicit instantiation declaration); the library's sources (src/) define them.
+
+// X(level, task class) for each of them, grouped by task so that the library can compile each
+// group in a file of its own.
+#define TORCHPROBE_STATISTICS_DEBUGGERS(X) \
+  X(L0, StatisticsTask) X(L1, StatisticsTask) X(Mix, StatisticsTask) X(L2, StatisticsTask) X(Debug, StatisticsTask)
+#define TORCHPROBE_TENSOR_DEBUGGERS(X) \
+  X(L0, TensorTask) X(L1, TensorTask) X(Mix, TensorTask) X(L2, TensorTask) X(Debug, TensorTask)
+#define TORCHPROBE_OTHER_DEBUGGERS(X)                                                              \
+  X(L0, OverflowCheckTask)                                                                         \
+  X(L1, OverflowCheckTask) X(Mix, OverflowCheckTask) X(L1, FreeBenchmarkTask) X(L0, StructureTask) \
+      X(Mix, StructureTask)
+#define TORCHPROBE_COMPILED_DEBUGGERS(X) \
+  TORCHPROBE_STATISTICS_DEBUGGERS(X) TORCHPROBE_TENSOR_DEBUGGERS(X) TORCHPROBE_OTHER_DEBUGGERS(X)
+
+#define TORCHPROBE_DECLARE_COMPILED(level, task) \
+  extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
+#undef TORCHPROBE_DECLARE_COMPILED
+extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+// ---- end torchprobe/compiled.hpp ----
+#else
+// Header-only: everything, the implementations included (each Debugger is compiled in the file
+// that uses it).
 // ---- begin torchprobe/sink/directory_sink.hpp ----
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
@@ -1755,8 +3561,6 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
 // Dump files are rewritten while the program runs, often on shared or nearly full disks. The rules
 // here exist so that a failure is loud and harmless: every error names the path and the OS reason,
 // and a file that is being replaced keeps its old content until the new content is fully on disk.
-#include <atomic>
-#include <cstdio>
 
 #include <fcntl.h>
 #include <sys/types.h>
@@ -1971,7 +3775,6 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
 
-#include <memory>
 
 // ---- begin torchprobe/core/names.hpp ----
 // Names that more than one part of TorchProbe must spell the same way.
@@ -2034,39 +3837,6 @@ constexpr std::string_view without_inplace_mark(std::string_view op) {
 
 #include <future>
 
-// ---- begin torchprobe/core/call_stack.hpp ----
-// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
-// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
-// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
-#include <functional>
-
-namespace torchprobe {
-
-struct CallStack {
-  std::vector<void*> frames;
-
-  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
-  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
-};
-
-struct CallStackHash {
-  std::size_t operator()(const CallStack& s) const noexcept {
-    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
-    for (void* f : s.frames) {
-      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
-      h *= 1099511628211ull;
-    }
-    return static_cast<std::size_t>(h ^ (h >> 32));
-  }
-};
-
-}  // namespace torchprobe
-
-namespace std {
-template <>
-struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
-}  // namespace std
-// ---- end torchprobe/core/call_stack.hpp ----
 
 namespace torchprobe {
 
@@ -2213,10 +3983,7 @@ struct DumpHeader {
 // Function names of an executable come from its dynamic symbol table, which only lists them when it
 // is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
 // program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
-#include <cstdlib>
-#include <mutex>
 
-#include <dlfcn.h>
 #include <link.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -3382,7 +5149,9 @@ constexpr bool check_sink() {
 }  // namespace torchprobe
 // ---- end torchprobe/sink/sink_traits.hpp ----
 // ---- begin torchprobe/task/registry.hpp ----
-// The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
+// The tasks this TorchProbe implements (task/builtin.hpp lists them), with their definitions: the
+// BuiltinTasks complete, for PrecisionDebugger to dispatch on.
+
 // ---- begin torchprobe/task/free_benchmark.hpp ----
 // Task::FreeBenchmark (classic msprobe's free_benchmark; docs/free_benchmark.md): which API of a run
 // is numerically fragile, without a reference run. Each outermost ATen call (level L1) whose first
@@ -3402,7 +5171,6 @@ constexpr bool check_sink() {
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/core/LegacyTypeDispatch.h>
 
-#include <unordered_set>
 
 // ---- begin torchprobe/task/task_traits.hpp ----
 // The task contract, written once: what a task class must have, what it may have, and how the
@@ -3431,40 +5199,6 @@ constexpr bool check_sink() {
 #include <ATen/core/Tensor.h>
 
 
-// ---- begin torchprobe/core/op_info.hpp ----
-// What the probe knows about an operator (capture/op_registry.hpp looks it up once per overload).
-// A task that re-runs calls is handed it (check_call, task/task_traits.hpp), so it lives below
-// both the tasks and the capture.
-#include <ATen/core/dispatch/Dispatcher.h>
-
-
-namespace torchprobe {
-
-// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
-// ints, so only the schema says that an int is really a dtype.
-enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
-
-struct ArgInfo {
-  std::string name;
-  bool kwarg_only = false;
-  ArgKind kind = ArgKind::Generic;
-  bool written = false;  // the op writes into it (in-place self, out=)
-};
-
-struct OpInfo {
-  std::string qualified;   // "aten::add"
-  std::string api;         // "add": the ATen name without namespace and overload
-  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
-  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
-  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
-  bool schema_known = false;
-  std::vector<ArgInfo> args;
-  std::size_t returns = 0;                    // how many values the schema returns
-  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/op_info.hpp ----
 // ---- begin torchprobe/core/site.hpp ----
 // Where a value sits inside its entry: a Site is what a task's describe() is told about each
 // tensor, so it belongs to the task contract (task/task_traits.hpp) and lives below it.
@@ -3532,7 +5266,6 @@ struct Site {
 // Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
 // the probe's own ops are never recorded (nor re-enter the observer), and grad mode is off so the
 // probe never adds nodes to the user's autograd graph.
-#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
 namespace torchprobe {
@@ -3558,8 +5291,6 @@ class ProbeGuard {
 
 #include <condition_variable>
 #include <deque>
-#include <exception>
-#include <set>
 
 
 // ---- begin torchprobe/io/error_log.hpp ----
@@ -3762,7 +5493,6 @@ class ErrorLog {
 // first, and the training thread waits while the cap would be passed and queued files will free
 // memory. Large snapshots get reusable, direct-I/O-aligned buffers. docs/io.md: the whole path.
 
-#include <iterator>
 
 // ---- begin torchprobe/io/direct_file.hpp ----
 // A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go
@@ -7726,7 +9456,6 @@ class OverflowCheckTask {
 // summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
 // taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
 // tensor is hashed in place, run by run in logical order, without a contiguous copy.
-#include <zlib.h>
 
 
 
@@ -8243,813 +9972,33 @@ class TensorTask : public StatisticsTask {
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask, StructureTask>;
-
-// Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
-template <Task T>
-struct builtin_task {
-  using type = BuiltinTasks::find<T>;
-  static_assert(!std::is_void_v<type>,
-                "torchprobe: this task is not available yet; task/registry.hpp lists the implemented ones");
+namespace details {
+template <class Entries>
+struct names_match;
+template <class... Entries>
+struct names_match<std::tuple<Entries...>> {
+  static constexpr bool value = ((Entries::type::name == task_name(Entries::id)) && ...);
 };
+}  // namespace details
+static_assert(details::names_match<BuiltinTaskEntries>::value,
+              "torchprobe: each task of task/builtin.hpp is listed under its own name");
 
 }  // namespace torchprobe
 // ---- end torchprobe/task/registry.hpp ----
-// ---- begin torchprobe/debugger.hpp ----
-// Debugger<Level, Task, Sink>: what is captured (the level), what each tensor becomes (the task)
-// and where a step goes (the sink), composed.
+// ---- begin torchprobe/debugger_impl.hpp ----
+// The Debugger's implementation: details::DebuggerImpl<Level, Task, Sink> composes the capture (the
+// level), the task and the sink, and BasicDebugger's members that need it are defined here. A file
+// that uses the compiled library never includes this header for the built-in debuggers
+// (torchprobe/compiled.hpp); a Debugger with a task or sink of your own needs it (torchprobe.hpp
+// includes it when TORCHPROBE_COMPILED_LIB is not defined).
 //
 // Not started, it registers nothing and costs nothing. start() registers the capture; stop()
 // removes it and hands the step's files to the writer's thread (DirectorySink: they are written
 // in the background; wait_written() waits for them); step() moves to the next step{N}/ directory.
 // The destructor writes everything still pending.
-// save(value, name) is msprobe's single-point save (debug.json); it needs no start().
-// start(model, TokenRange{a, b}) records only the model's forward calls a..b (capture/token_window.hpp).
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
 
-// ---- begin torchprobe/capture/api_observer.hpp ----
-// The one RecordFunction observer through which the probe sees ATen calls.
-//
-// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
-// in a process-wide slot. The callback is global (not thread-local) because autograd runs
-// backward on its own threads and users run models on several; it is registered only between
-// attach() and detach(), so a debugger that is not started costs nothing at all.
-
-
-// ---- begin torchprobe/capture/backend_threads.hpp ----
-// Threads that a c10d backend owns: Gloo's (and MPI's) work loops run ATen ops of their own while
-// a collective executes (all_gather flattens, copies the result out). Those are the collective's
-// insides, not calls of the user's: msprobe, which wraps Python functions, never sees them. The
-// observer gives such a thread no handler. A thread's role never changes, so each thread is
-// classified once, by the functions at the bottom of its stack at its first call.
-
-
-// ---- begin torchprobe/io/call_stack_capture.hpp ----
-// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
-//
-// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
-// native stack. Capturing happens on every recorded op, so it only stores return addresses
-// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
-// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
-#include <execinfo.h>
-
-
-
-namespace torchprobe::io {
-
-namespace details {
-
-using BacktraceFunction = int (*)(void**, int);
-
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
-// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
-// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
-// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
-// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
-// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
-// falls back to the frame-pointer chain with its memory reads validated.
-inline BacktraceFunction libunwind_backtrace() {
-  static const BacktraceFunction fn = []() -> BacktraceFunction {
-#if defined(__linux__) && defined(__x86_64__)
-    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return nullptr;
-    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
-#else
-    return nullptr;
-#endif
-  }();
-  return fn;
-}
-
-}  // namespace details
-
-// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
-// else glibc), or glibc's backtrace() always.
-enum class Unwinder { Fastest, Glibc };
-
-// Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
-
-// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
-// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
-// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
-// must not happen inside a signal handler.
-inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
-  constexpr int kLimit = 256;
-  CallStack out;
-  if (max_frames <= 0) return out;
-  if (max_frames > kLimit) max_frames = kLimit;
-  void* buf[kLimit];
-  int n = 0;
-  if (how == Unwinder::Fastest)
-    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
-  if (n <= 0) n = ::backtrace(buf, max_frames);
-  if (n > 0) out.frames.assign(buf, buf + n);
-  return out;
-}
-
-// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
-// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
-// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
-// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
-inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
-  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
-  static std::mutex mu;
-  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
-                                              CallStackHash>();  // never freed: entries may outlive static destruction
-  CallStack s = capture_call_stack();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = table->find(s);
-  if (it != table->end()) return it->second;
-  auto shared = std::make_shared<const CallStack>(s);
-  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
-  return shared;
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/call_stack_capture.hpp ----
-
-namespace torchprobe::capture {
-
-namespace details {
-
-// A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
-// ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
-inline bool backend_loop_symbol(std::string_view mangled) {
-  if (mangled.rfind("_ZN4c10d", 0) != 0) return false;
-  return mangled.find("runLoop") != std::string_view::npos || mangled.find("atchdog") != std::string_view::npos ||
-         mangled.find("CleanupLoop") != std::string_view::npos;
-}
-
-// A thread's first function sits at the bottom of its stack, under at most the C library's and
-// std::thread's entry frames: only the outermost frames are named (dladdr searches a library's
-// whole symbol table, libtorch's is large).
-inline bool stack_runs_backend_loop() {
-  constexpr std::size_t kOutermost = 8;
-  const CallStack stack = io::capture_call_stack(256);
-  const std::size_t n = stack.frames.size();
-  for (std::size_t i = n > kOutermost ? n - kOutermost : 0; i < n; ++i) {
-    Dl_info info{};
-    if (::dladdr(stack.frames[i], &info) != 0 && info.dli_sname != nullptr && backend_loop_symbol(info.dli_sname))
-      return true;
-  }
-  return false;
-}
-
-}  // namespace details
-
-inline bool on_backend_thread() {
-  thread_local const bool backend = details::stack_runs_backend_loop();
-  return backend;
-}
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/backend_threads.hpp ----
-// ---- begin torchprobe/capture/collective.hpp ----
-// A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
-// entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
-// tensors (op, group, src/dst, async_op) already encoded as msprobe encodes them. The output is
-// msprobe's too: the arguments again, read after the collective ended, then the keyword values.
-// The wrappers of distributed.hpp fill it; the running capture records it (ApiHandler).
-
-
-namespace torchprobe::capture {
-
-struct Collective {
-  std::string api;                                                            // "all_reduce"
-  std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
-  std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
-  bool ended = true;  // false: dropped before its work completed; the entry then has no output
-  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
-  // the call has completed when it returns.
-  std::function<bool()> completed;
-
-  // A keyword's name, kept for the life of the process (entries point at it until written).
-  static const std::string* kwarg_name(const std::string& name) {
-    static std::mutex mutex;
-    static auto* names = new std::set<std::string>();  // never destroyed: entries may outlive statics
-    std::lock_guard<std::mutex> lock(mutex);
-    return &*names->insert(name).first;
-  }
-  void kwarg(const std::string& name, nlohmann::ordered_json value) {
-    kwargs.emplace_back(kwarg_name(name), std::move(value));
-  }
-};
-
-// msprobe's ProcessGroup item: {"type": "torch.ProcessGroup", "group_ranks": [...], "group_id":
-// crc32 of str(ranks) as 8 hex digits}; str() of a Python list is "[0, 1, 2]".
-inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>& ranks) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  text += "]";
-  const uLong crc =
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
-  nlohmann::ordered_json j;
-  j["type"] = "torch.ProcessGroup";
-  j["group_ranks"] = ranks;
-  j["group_id"] = hex;
-  return j;
-}
-
-// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
-// gives them. A C++ process group knows only its own size and this process's rank in it, so a
-// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
-// nobody registered is taken to be the whole world, ranks 0 .. size-1.
-class GroupRanks {
- public:
-  static void set(const void* group, std::vector<std::int64_t> ranks) {
-    std::lock_guard<std::mutex> lock(mutex());
-    (*groups())[group] = std::move(ranks);
-  }
-  static std::vector<std::int64_t> of(const void* group, int size) {
-    {
-      std::lock_guard<std::mutex> lock(mutex());
-      auto it = groups()->find(group);
-      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
-    }
-    std::vector<std::int64_t> ranks;
-    for (int r = 0; r < size; ++r) ranks.push_back(r);
-    return ranks;
-  }
-
- private:
-  static std::map<const void*, std::vector<std::int64_t>>* groups() {
-    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
-    return g;
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-};
-
-// A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
-inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
-inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/collective.hpp ----
-// ---- begin torchprobe/capture/dispatched_collectives.hpp ----
-// Collectives that libtorch routes through the dispatcher: on 2.x every c10d::ProcessGroup method
-// (pg->allreduce(...) is the operator c10d::allreduce_), on 1.13 the functions of c10d::ops. The
-// observer sees them as records named "c10d::..."; this header says which msprobe API each one is
-// (capture/pending_collectives.hpp keeps those whose work is still running). Reading the boxed arguments (a
-// ProcessGroup, a ReduceOp, a Work) needs libtorch's c10d headers: distributed.hpp installs that
-// reader (capture/c10d_reader.hpp), so a program that never includes it sees no change.
-
-
-
-namespace torchprobe::capture {
-
-// One c10d operator: the msprobe name of the call and what its arguments after the process group
-// mean. Every operator takes its tensors before the process group.
-struct DispatchedCollective {
-  std::string_view op;         // "c10d::allreduce_"
-  const char* api;             // "all_reduce"
-  const char* peer = nullptr;  // the first int after the group: "src" or "dst" (root_rank, peer)
-  int tag_int = -1;            // which int after the group is the tag (send, recv)
-  bool tensors = true;         // false: the tensors are the backend's own (2.x barrier's)
-  bool keep_lists = false;     // a list of one tensor stays a list (all_to_all's lists)
-  bool input_first = false;    // Python's API names the input before the output (gather)
-};
-
-// The operators and their Python names (torch.distributed, as msprobe wraps them; barrier too).
-inline const DispatchedCollective* dispatched_collective(const char* name) {
-  static const DispatchedCollective table[] = {
-      {"c10d::allreduce_", "all_reduce"},
-      {"c10d::broadcast_", "broadcast", "src"},
-      {"c10d::allgather_", "all_gather"},
-      {"c10d::_allgather_base_", "all_gather_into_tensor"},
-      {"c10d::reduce_scatter_", "reduce_scatter"},
-      {"c10d::_reduce_scatter_base_", "reduce_scatter_tensor"},
-      {"c10d::reduce_", "reduce", "dst"},
-      {"c10d::gather_", "gather", "dst", -1, true, false, true},
-      {"c10d::scatter_", "scatter", "src"},
-      {"c10d::alltoall_", "all_to_all", nullptr, -1, true, true},
-      {"c10d::alltoall_base_", "all_to_all_single"},
-      {"c10d::send", "send", "dst", 1},
-      {"c10d::recv_", "recv", "src", 1},
-      {"c10d::recv_any_source_", "recv", nullptr, 0},
-      {"c10d::barrier", "barrier", nullptr, -1, false},
-  };
-  if (std::strncmp(name, "c10d::", 6) != 0) return nullptr;
-  for (const DispatchedCollective& d : table)
-    if (d.op == name) return &d;
-  return nullptr;
-}
-
-// Reads a dispatched call: its arguments at the start (tensors, group, op, src/dst, tag) and,
-// at the end, the Work it returned (Collective::completed polls it).
-struct DispatchedReader {
-  bool (*describe)(const at::RecordFunction& fn, const DispatchedCollective& kind, Collective& c);
-  void (*attach_work)(const at::RecordFunction& fn, Collective& c);
-};
-
-inline std::atomic<const DispatchedReader*>& dispatched_reader() {
-  static std::atomic<const DispatchedReader*> reader{nullptr};
-  return reader;
-}
-
-// True on a thread while a torchprobe::dist wrapper runs its call: the wrapper records it, and on
-// libtorch 2.x the process group's dispatcher operator must not record it a second time.
-inline bool& wrapper_running() {
-  thread_local bool running = false;
-  return running;
-}
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/dispatched_collectives.hpp ----
-// ---- begin torchprobe/capture/op_registry.hpp ----
-// What the probe knows about an operator, looked up once per operator (overload) and cached.
-//
-// RecordFunction hands the observer the operator's name as a `const char*` that points into the
-// operator's schema, so the pointer identifies the overload for the life of the process; the
-// cache is keyed by it and the schema is read only on the first call.
-
-
-
-namespace torchprobe::capture {
-
-// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
-// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
-// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
-inline const std::unordered_set<std::string_view>& infrastructure_ops() {
-  static const std::unordered_set<std::string_view> ops = {"detach",
-                                                           "detach_",
-                                                           "alias",
-                                                           "lift",
-                                                           "lift_fresh",
-                                                           "lift_fresh_copy",
-                                                           "empty",
-                                                           "empty_like",
-                                                           "empty_strided",
-                                                           "new_empty",
-                                                           "new_empty_strided",
-                                                           "ones_like",
-                                                           "zero_",
-                                                           "set_",
-                                                           "resize_",
-                                                           "resize_as_",
-                                                           "record_stream",
-                                                           "_version",
-                                                           "data",
-                                                           "set_data",
-                                                           "is_leaf",
-                                                           "output_nr",
-                                                           "requires_grad_",
-                                                           "retain_grad",
-                                                           "retains_grad",
-                                                           "_backward",
-                                                           "_fw_primal",
-                                                           "_make_dual",
-                                                           "_has_compatible_shallow_copy_type"};
-  return ops;
-}
-
-// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
-// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
-// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
-inline bool internal_namespace(std::string_view ns) {
-  static const std::unordered_set<std::string_view> names = {"prim",
-                                                             "autograd",
-                                                             "profiler",
-                                                             "_caffe2",
-                                                             "c10d",
-                                                             "c10d_functional",
-                                                             "_c10d_functional",
-                                                             "_c10d_functional_autograd",
-                                                             "cuda",
-                                                             "mkldnn",
-                                                             "mkl",
-                                                             "onednn",
-                                                             "xnnpack",
-                                                             "fbgemm",
-                                                             "quantized",
-                                                             "_quantized",
-                                                             "inductor",
-                                                             "_inductor",
-                                                             "prims",
-                                                             "_prims",
-                                                             "debugprims",
-                                                             "rngprims",
-                                                             "higher_order",
-                                                             "_test",
-                                                             "_nested",
-                                                             "static_runtime",
-                                                             "fuser",
-                                                             "tensorexpr",
-                                                             "vulkan",
-                                                             "metal",
-                                                             "_torchbind",
-                                                             "_dtensor",
-                                                             "sparse",
-                                                             "_export",
-                                                             "_quant"};
-  return names.count(ns) != 0;
-}
-
-// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
-inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
-  const auto sep = q.find("::");
-  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
-  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
-}
-
-// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
-inline std::string api_family(std::string_view ns) {
-  std::string family(ns);
-  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
-  return family;
-}
-
-namespace details {
-
-inline ArgKind kind_of(const c10::TypePtr& declared) {
-  c10::TypePtr t = declared;
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  switch (t->kind()) {
-    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
-    case c10::TypeKind::LayoutType: return ArgKind::Layout;
-    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
-    default: return ArgKind::Generic;
-  }
-}
-
-inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
-  auto info = std::make_unique<OpInfo>();
-  info->qualified = fn.name();
-  constexpr std::string_view ns = "aten::";
-  const std::string_view q = info->qualified;
-  if (q.substr(0, ns.size()) == ns) {
-    info->api = std::string(q.substr(ns.size()));
-    info->key = "Aten." + info->api + ".";
-    info->user_api = infrastructure_ops().count(info->api) == 0;
-  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
-    info->api = std::string(parts->second);
-    info->key = api_family(parts->first) + "." + info->api + ".";
-    info->user_api = true;
-  }
-  if (const auto opname = fn.operator_name()) {
-    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
-      info->schema_known = true;
-      for (const auto& a : handle->schema().arguments())
-        info->args.push_back(
-            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
-      info->returns = handle->schema().returns().size();
-      info->handle = *handle;
-    }
-  }
-  return info;
-}
-
-}  // namespace details
-
-// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
-// the process), so a returned reference stays valid.
-class OpRegistry {
- public:
-  static const OpInfo& lookup(const at::RecordFunction& fn) {
-    const char* key = fn.name();
-    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
-    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
-    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
-    thread_local std::unordered_map<const char*, const OpInfo*> local;
-    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
-    const OpInfo& info = instance().find_or_add(fn, key);
-    local[key] = &info;
-    return info;
-  }
-
- private:
-  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
-  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
-    const auto parts = split_qualified(name);
-    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
-    return fn.operator_name().has_value();
-  }
-
-  static OpRegistry& instance() {
-    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
-    return *r;
-  }
-  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = ops_[key];
-    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
-    if (!slot) {
-      slot = details::op_info_of(fn);
-      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
-      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- public:
-  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
-  // wrappers, not by the observer): its info, with a counter key of its own.
-  static const OpInfo& named(const std::string& family, const std::string& api) {
-    OpRegistry& r = instance();
-    std::lock_guard<std::mutex> lock(r.mutex_);
-    auto& slot = r.named_[family + "." + api];
-    if (!slot) {
-      slot = std::make_unique<OpInfo>();
-      slot->qualified = family + "::" + api;
-      slot->api = api;
-      slot->key = family + "." + api + ".";
-      slot->user_api = true;
-      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- private:
-  static const OpInfo& not_an_api() {
-    static const OpInfo none{};
-    return none;
-  }
-  std::mutex mutex_;
-  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
-  std::vector<std::unique_ptr<OpInfo>> retired_;
-  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
-  std::unordered_map<std::string, std::size_t> key_ids_;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/op_registry.hpp ----
-// ---- begin torchprobe/capture/record_depth.hpp ----
-// How many records of one observer are open on a thread. An observer sees every record's start and
-// end, so only the outermost one is a call of the user's; the count belongs to an observer session
-// (its epoch): a record still open when the session ended never reports its end, and a count left
-// from an earlier session must not hide the first calls of the next one.
-
-namespace torchprobe::capture {
-
-struct RecordDepth {
-  int value = 0;
-  std::uint64_t epoch = 0;
-
-  // A record starts in session `now`; true when it is the outermost one on this thread.
-  bool enter(std::uint64_t now) {
-    if (epoch != now) *this = RecordDepth{0, now};
-    return value++ == 0;
-  }
-  // A record of session `now` ends (an end of an earlier session's record changes nothing).
-  void leave(std::uint64_t now) {
-    if (epoch == now && value > 0) --value;
-  }
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/record_depth.hpp ----
-
-namespace torchprobe::capture {
-
-// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
-// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
-// returns comes back to `on_api_end` with the outputs.
-class ApiHandler;
-
-// A call in flight. It owns a reference to its handler, so a call that is still running when
-// the debugger stops (a backward thread, say) finishes safely.
-struct CallContext : at::ObserverContext {
-  std::shared_ptr<ApiHandler> handler;
-  bool dispatched_collective = false;  // a DispatchedCall (below)
-};
-
-// A collective that went through the dispatcher, between its operator's start and end.
-struct DispatchedCall : CallContext {
-  Collective collective;
-  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
-};
-
-// Level L2: what the records running inside a record inherit from it (one per open record on a
-// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
-// the backward entry of the call that created the node the parent of the ops the node runs.
-struct Enclosing {
-  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
-  std::shared_ptr<const std::string> backward;  // and of their backward entries
-  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
-  bool inside = false;           // inside the call the L2 list names: everything is dumped
-  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
-};
-
-class ApiHandler {
- public:
-  virtual ~ApiHandler() = default;
-  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
-  // autograd's own records, which a module tracker needs to see as boundaries.
-  // Return nullptr to ignore the call.
-  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
-  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
-  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
-  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
-  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
-                                                       Enclosing& /*frame*/) {
-    return nullptr;
-  }
-  // Level L2: the backward entry of the call that created the autograd node (forward thread,
-  // sequence number) that is about to run, if a recorded call did.
-  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
-    return std::nullopt;
-  }
-  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
-  // runs) and, once its work has completed, its end (the same arguments, now written).
-  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
-  virtual void on_collective_end(const Collective&, CallContext&) {}
-  // A collective that went through the dispatcher returned; its work may still be running
-  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
-  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
-    on_collective_end(c, *entry);
-  }
-};
-
-class ApiObserver {
- public:
-  ApiObserver() = default;
-  ApiObserver(const ApiObserver&) = delete;
-  ApiObserver& operator=(const ApiObserver&) = delete;
-  ~ApiObserver() { detach(); }
-
-  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
-  // node records are watched too (they say which backward entry the ops inside belong to).
-  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ != 0) return;
-    if (std::atomic_load(&slot()))
-      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
-    // A new epoch makes every thread forget a nesting depth left over from an earlier session
-    // (a call that was in flight when the previous session detached never saw its end).
-    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
-    std::atomic_store(&slot(), std::move(handler));
-    epoch().fetch_add(1, std::memory_order_acq_rel);
-    handle_ = nested
-                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
-                                              .needsInputs(true)
-                                              .needsOutputs(true)
-                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
-                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                              .needsInputs(true)
-                                              .needsOutputs(true)
-                                              .scopes({at::RecordScope::FUNCTION}));
-  }
-
-  void detach() {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ == 0) return;
-    at::removeCallback(handle_);
-    handle_ = 0;
-    // Calls already in flight keep their handler alive through the context they hold.
-    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
-    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
-  }
-
-  bool attached() const { return handle_ != 0; }
-
-  // The handler of the running capture, or null: how RAII module guards find it.
-  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
-
- private:
-  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
-  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
-  // inside a backward node from being mistaken for user calls.
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (!depth().enter(e)) return nullptr;
-    const OpInfo& op = OpRegistry::lookup(fn);
-    std::shared_ptr<ApiHandler> h = current_handler(e);
-    if (!h) return nullptr;
-    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
-    if (!op.user_api)
-      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
-        return start_dispatched(fn, *kind, std::move(h));
-    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
-    if (ctx) ctx->handler = std::move(h);
-    return ctx;
-  }
-
-  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    depth().leave(epoch().load(std::memory_order_relaxed));
-    if (ctx == nullptr) return;
-    // Only this observer's start callback made contexts for this callback.
-    auto* call = static_cast<CallContext*>(ctx);
-    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
-    call->handler->on_api_end(fn, *call);
-  }
-
-  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
-  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
-  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
-                                                               const DispatchedCollective& kind,
-                                                               std::shared_ptr<ApiHandler> h) {
-    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
-    if (reader == nullptr || wrapper_running()) return nullptr;
-    try {
-      auto call = std::make_unique<DispatchedCall>();
-      if (!reader->describe(fn, kind, call->collective)) return nullptr;
-      call->entry = h->on_collective_start(call->collective);
-      if (!call->entry) return nullptr;
-      call->handler = std::move(h);
-      call->dispatched_collective = true;
-      return call;
-    } catch (...) {  // the probe never fails the training step
-      return nullptr;
-    }
-  }
-
-  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
-    try {
-      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
-    } catch (...) {  // no work to poll: the entry is finished as it is now
-    }
-    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
-  }
-
-  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
-  // exactly what on_start pushed.
-  struct Frames {
-    std::vector<Enclosing> open;
-    std::uint64_t epoch = 0;
-  };
-  static Frames& frames() {
-    thread_local Frames f;
-    return f;
-  }
-
-  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
-    Frames& fs = frames();
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (fs.epoch != e) fs = Frames{{}, e};
-    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
-    std::unique_ptr<CallContext> ctx;
-    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
-    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
-    if (h && node) {
-      // A node runs: its ops, and what the engine does with its results in the enclosing
-      // evaluate_function record, belong to the backward entry of the call that created it.
-      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
-      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
-      if (!fs.open.empty()) fs.open.back() = frame;
-    } else if (h) {
-      const char* name = fn.name();
-      const OpInfo& op = OpRegistry::lookup(fn);
-      if (!op.qualified.empty()) {
-        ctx = h->on_nested_start(fn, op, frame);
-        if (ctx) ctx->handler = std::move(h);
-      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
-        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
-      }
-    }
-    fs.open.push_back(std::move(frame));
-    return ctx;
-  }
-
-  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    Frames& fs = frames();
-    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
-    if (ctx == nullptr) return;
-    auto* call = static_cast<CallContext*>(ctx);
-    call->handler->on_api_end(fn, *call);
-  }
-
-  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
-  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
-  // A backend's own thread (capture/backend_threads.hpp) gets none.
-  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
-    if (on_backend_thread()) return nullptr;
-    struct Cached {
-      std::uint64_t epoch = 0;
-      std::weak_ptr<ApiHandler> handler;
-    };
-    thread_local Cached cached;
-    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
-    return cached.handler.lock();
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<ApiHandler>& slot() {
-    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& registration_mutex() {
-    static std::mutex m;
-    return m;
-  }
-
-  at::CallbackHandle handle_ = 0;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/api_observer.hpp ----
 // ---- begin torchprobe/capture/call_capture.hpp ----
 // What the probe makes of each outermost ATen call and each module forward: the composition that
 // a Debugger holds and that the observer (api_observer.hpp) and the module guards call into.
@@ -11192,73 +12141,6 @@ class ApiEntries {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/api_entries.hpp ----
-// ---- begin torchprobe/capture/model_ref.hpp ----
-// Whatever the user passes to start(model): a torch::nn module holder (`Net`, `torch::nn::Linear`),
-// a std::shared_ptr to a module, a torch::jit::Module, or a list of them (msprobe's list of models).
-#include <torch/nn/module.h>
-#include <torch/nn/pimpl.h>
-#include <torch/csrc/jit/api/module.h>
-
-
-namespace torchprobe {
-
-struct ModelRef {
-  std::vector<std::shared_ptr<torch::nn::Module>> nn;
-  std::vector<torch::jit::Module> jit;
-  bool empty() const { return nn.empty() && jit.empty(); }
-  std::size_t size() const { return nn.size() + jit.size(); }
-};
-
-namespace details {
-
-template <class T, class = void>
-struct is_module_holder : std::false_type {};
-template <class T>
-struct is_module_holder<T, std::void_t<typename T::ContainedType>>
-    : std::is_base_of<torch::nn::Module, typename T::ContainedType> {};
-
-template <class T>
-struct is_shared_module : std::false_type {};
-template <class T>
-struct is_shared_module<std::shared_ptr<T>> : std::is_base_of<torch::nn::Module, T> {};
-
-template <class T>
-struct is_model_list : std::false_type {};
-template <class T, class A>
-struct is_model_list<std::vector<T, A>> : std::true_type {};
-
-template <class M>
-void add_model(ModelRef& ref, const M& m) {
-  using T = std::decay_t<M>;
-  if constexpr (std::is_same_v<T, torch::jit::Module>) {
-    ref.jit.push_back(m);
-  } else if constexpr (is_shared_module<T>::value) {
-    ref.nn.push_back(m);
-  } else if constexpr (is_module_holder<T>::value) {
-    ref.nn.push_back(m.ptr());
-  } else if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
-    ref.nn.push_back(const_cast<T&>(m).shared_from_this());
-  } else if constexpr (is_model_list<T>::value) {
-    for (const auto& item : m) add_model(ref, item);
-  } else {
-    static_assert(!std::is_same_v<T, T>,
-                  "torchprobe: a model must be a torch::nn module (holder or shared_ptr), a torch::jit::Module, or a "
-                  "std::vector of them");
-  }
-}
-
-}  // namespace details
-
-template <class M>
-ModelRef to_model_ref(const M& model) {
-  ModelRef ref;
-  details::add_model(ref, model);
-  return ref;
-}
-inline ModelRef to_model_ref(const ModelRef& ref) { return ref; }
-
-}  // namespace torchprobe
-// ---- end torchprobe/capture/model_ref.hpp ----
 // ---- begin torchprobe/capture/module_catalog.hpp ----
 // The modules of the model(s) given to start(model): their dotted paths, msprobe class names,
 // entry-name prefixes and own parameters, and which module owns each parameter tensor.
@@ -11427,31 +12309,6 @@ class ModuleCatalog {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/module_catalog.hpp ----
-// ---- begin torchprobe/capture/module_events.hpp ----
-// How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
-
-
-namespace torchprobe::capture {
-
-class ModuleEvents {
- public:
-  virtual ~ModuleEvents() = default;
-  // A module's forward begins on this thread. `dump_name` set: ScopedModuleDump, which records
-  // only this module, under that name, and nothing else on this thread until it ends.
-  // Returns a token for module_exit, or nullptr when the module is not one the capture knows.
-  virtual void* module_enter(const torch::nn::Module& module, const std::string* dump_name,
-                             std::vector<c10::IValue> inputs) = 0;
-  // `outputs` null: the module's output is that of the last outermost call made inside it.
-  virtual void module_exit(void* token, const std::vector<c10::IValue>* outputs, bool unwinding) = 0;
-
-  // TorchScript submodule calls, from the probes put around them (torchscript.hpp): `object` is
-  // the module's object; calls nest, so the exit pairs with the latest enter on this thread.
-  virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
-  virtual void script_module_exit(const c10::IValue& output) = 0;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/module_events.hpp ----
 // ---- begin torchprobe/capture/module_state.hpp ----
 // The modules open on a thread while module tracking (module_tracking.hpp) follows its calls,
 // and the construct.json parents they give the entries made meanwhile.
@@ -12290,149 +13147,6 @@ class PendingCollectives {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/pending_collectives.hpp ----
-// ---- begin torchprobe/capture/token_window.hpp ----
-// start(model, token_range): msprobe's inference dump of chosen tokens. The forward calls of the
-// model given to start() are counted from 0 (one call = one token); recording is on from the
-// beginning of forward `start` to the beginning of forward `end + 1` (or stop()), so the calls a
-// generation loop makes between two forwards (sampling) belong to the token before them, as in
-// msprobe, whose forward pre-hook on the root model switches the dump on and off.
-//
-// How a root forward is seen:
-//  - torch::nn: a ModuleGuard on the root module, in its forward (`ModuleGuard guard(this, x);`)
-//    or around the call (`{ ModuleGuard g(model.get()); model->forward(x); }`); torch::nn has no
-//    forward hooks, so a root forward without a guard is not seen (stop() then says so);
-//  - TorchScript: the RecordFunction record libtorch makes for every Module::forward call
-//    (scope TORCHSCRIPT_FUNCTION, `self` as first input), the outermost one on its thread.
-
-
-
-namespace torchprobe {
-
-// The forward calls to dump, counted from 0, both ends included (msprobe's [start, end]).
-struct TokenRange {
-  std::int64_t start = 0;
-  std::int64_t end = 0;
-};
-
-// msprobe's checks of start(model, token_range): a model is required, and 0 <= start <= end.
-// Throws std::invalid_argument naming what is wrong.
-inline void check_token_range(const TokenRange& r, const ModelRef& model) {
-  const std::string shown = "{" + std::to_string(r.start) + ", " + std::to_string(r.end) + "}";
-  if (r.start < 0 || r.end < r.start)
-    throw std::invalid_argument("torchprobe: start(): token_range " + shown +
-                                " is invalid; it must be {start, end} with 0 <= start <= end");
-  if (model.empty())
-    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': token_range " + shown +
-                                " counts the forward calls of the model given to start(model, token_range)");
-}
-
-namespace capture {
-
-// The count of root forwards and whether the current one is inside the range. Shared by the
-// capture (which records only while open()) and the TorchScript observer below.
-class TokenWindow {
- public:
-  enum class Change { None, Opened, Closed };
-
-  // `root`: the torch::nn::Module, or the TorchScript module's object, whose forwards count.
-  TokenWindow(TokenRange range, const void* root) : range_(range), root_(root) {}
-
-  const void* root() const { return root_; }
-  const TokenRange& range() const { return range_; }
-  bool open() const { return open_.load(std::memory_order_acquire); }
-  std::int64_t forwards() const { return next_.load(); }
-
-  // A forward of the root begins.
-  Change forward_begins() {
-    const std::int64_t id = next_.fetch_add(1);
-    if (id == range_.start) {
-      open_.store(true, std::memory_order_release);
-      return Change::Opened;
-    }
-    if (id == range_.end + 1) {
-      open_.store(false, std::memory_order_release);
-      return Change::Closed;
-    }
-    return Change::None;
-  }
-
-  // A user ATen call ran while the window was closed (for stop()'s diagnosis).
-  void saw_call() { saw_calls_.store(true, std::memory_order_relaxed); }
-  bool saw_calls() const { return saw_calls_.load(std::memory_order_relaxed); }
-
- private:
-  const TokenRange range_;
-  const void* const root_;
-  std::atomic<std::int64_t> next_{0};
-  std::atomic<bool> open_{false};
-  std::atomic<bool> saw_calls_{false};
-};
-
-// Counts the forward calls of a TorchScript root: a global callback on TORCHSCRIPT_FUNCTION
-// records, registered between attach() and detach() only.
-class ScriptForwardObserver {
- public:
-  ScriptForwardObserver() = default;
-  ScriptForwardObserver(const ScriptForwardObserver&) = delete;
-  ScriptForwardObserver& operator=(const ScriptForwardObserver&) = delete;
-  ~ScriptForwardObserver() { detach(); }
-
-  void attach(std::shared_ptr<TokenWindow> window) {
-    std::lock_guard<std::mutex> lock(mutex());
-    if (handle_ != 0) return;
-    std::atomic_store(&slot(), std::move(window));
-    epoch().fetch_add(1, std::memory_order_acq_rel);  // depths left by an earlier session are void
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                        .needsInputs(true)
-                                        .scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
-  }
-
-  void detach() {
-    std::lock_guard<std::mutex> lock(mutex());
-    if (handle_ == 0) return;
-    at::removeCallback(handle_);
-    handle_ = 0;
-    std::atomic_store(&slot(), std::shared_ptr<TokenWindow>());
-  }
-
- private:
-  // Only the outermost record counts: libtorch records a forward again inside the executor.
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    if (!depth().enter(epoch().load(std::memory_order_acquire))) return nullptr;
-    if (std::string(fn.name()) != "forward") return nullptr;
-    const auto inputs = fn.inputs();
-    if (inputs.empty() || !inputs[0].isObject()) return nullptr;
-    std::shared_ptr<TokenWindow> w = std::atomic_load(&slot());
-    if (w && inputs[0].toObject().get() == w->root()) w->forward_begins();
-    return nullptr;
-  }
-  static void on_end(const at::RecordFunction&, at::ObserverContext*) {
-    depth().leave(epoch().load(std::memory_order_relaxed));
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<TokenWindow>& slot() {
-    static std::shared_ptr<TokenWindow>* s = new std::shared_ptr<TokenWindow>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-
-  at::CallbackHandle handle_ = 0;
-};
-
-}  // namespace capture
-}  // namespace torchprobe
-// ---- end torchprobe/capture/token_window.hpp ----
 
 namespace torchprobe::capture {
 
@@ -12986,69 +13700,6 @@ class ScriptExecutorSettings {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/torchscript.hpp ----
-// ---- begin torchprobe/debugger_interface.hpp ----
-// The runtime face of every Debugger instantiation: what PrecisionDebugger and ScopedDump drive.
-
-// ---- begin torchprobe/io/console.hpp ----
-// What the user must hear at once, on standard error, one line each: TorchProbe never stops
-// training, so this (and dump_error_info.log) is how a problem is seen.
-#include <iostream>
-
-namespace torchprobe::io {
-
-inline void tell_user(const std::string& message) { std::cerr << "torchprobe: " << message << "\n"; }
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/console.hpp ----
-
-namespace torchprobe {
-
-class DebuggerInterface {
- public:
-  virtual ~DebuggerInterface() = default;
-
-  // The ways to start, written once for every Debugger: each becomes a start_with().
-  void start() { start_with(ModelRef{}, std::nullopt); }
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id);
-  }
-  // Inference: only the forward calls `tokens.start`..`tokens.end` of `model` (counted from 0 at
-  // each start(), so again in each step) are recorded. Throws std::invalid_argument without a
-  // model or with a range that is not 0 <= start <= end.
-  template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
-  void start(const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt) {
-    start_with(to_model_ref(model), rank_id, tokens);
-  }
-  // start(model, pg): the rank{R} directory is the rank of c10d process group `pg` (any pointer
-  // with getRank()).
-  template <class Model, class PG, class = decltype(std::declval<const PG&>()->getRank())>
-  void start(const Model& model, const PG& pg) {
-    start_with(to_model_ref(model), static_cast<std::int64_t>(pg->getRank()));
-  }
-
-  // `tokens`: start(model, token_range), see capture/token_window.hpp.
-  virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
-                          std::optional<TokenRange> tokens = std::nullopt) = 0;
-  virtual void stop() noexcept = 0;
-  virtual void step() = 0;
-  // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
-  virtual void wait_written() = 0;
-  virtual void set_init_step(std::int64_t step) = 0;
-  virtual std::int64_t current_step() const = 0;
-  // msprobe's single-point save (debug.json); see Debugger::save.
-  virtual void save(const SaveValue& value, const std::string& name, bool save_backward = true) = 0;
-  virtual bool running() const = 0;
-  virtual const Config& config() const = 0;
-  // grad_probe's monitor(model) (msprobe's debugger.monitor): the model whose parameters'
-  // gradients are recorded. A debugger of another task ignores it, and says so.
-  virtual void monitor_model(const ModelRef&) {
-    io::tell_user("monitor() is for task \"grad_probe\"; task \"" + std::string(config().task.str()) + "\" ignores it");
-  }
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/debugger_interface.hpp ----
 // ---- begin torchprobe/details/step_lifecycle.hpp ----
 // One dumped step from its first start() or save() to its end: the step directory (made when the
 // step opens), its journal, and writing its files. Owned by the Debugger, used from the training
@@ -13632,201 +14283,13 @@ class StepLifecycle {
 
 }  // namespace torchprobe::details
 // ---- end torchprobe/details/step_lifecycle.hpp ----
-// ---- begin torchprobe/seed.hpp ----
-// seed_all: msprobe's seed_all(seed=1234, mode=False, rm_dropout=False, is_enhanced=False) for a
-// libtorch program. Call it once, before the model is built and before the Debugger starts.
-//
-// - seed: libtorch's CPU generator and every CUDA device's generator (at::manual_seed; CUDA only
-//   where the build and the machine have it), and std::srand. The environment variable
-//   PYTHONHASHSEED is set to the seed, for Python processes this program starts (msprobe sets it
-//   for its own interpreter; C++ has no hash randomisation).
-// - mode: at::globalContext().setDeterministicAlgorithms(mode) (torch.use_deterministic_algorithms),
-//   cuDNN deterministic = mode and, when mode, cuDNN benchmark off; with mode, CUBLAS_WORKSPACE_CONFIG
-//   is set to ":4096:8" unless the user set it (cuBLAS is deterministic only with it, and libtorch's
-//   deterministic mode raises on CUDA matmuls without it). msprobe's NPU variables
-//   (HCCL_DETERMINISTIC, LCCL_DETERMINISTIC, CLOSE_MATMUL_K_SHIFT, ATB_LLM_LCOC_ENABLE) mean nothing
-//   to libtorch and are not set; msprobe's "torch.backends.cudnn.enable = False" is a misspelt
-//   attribute that turns nothing off, so cuDNN stays enabled here too.
-// - rm_dropout: for the whole process from this call on, aten::dropout, feature_dropout,
-//   alpha_dropout, feature_alpha_dropout and their in-place forms return their input, as with
-//   p = 0 (the same values and aliasing as the eval-mode call). They are overridden in the
-//   dispatcher for CPU and CUDA tensors (make_dropout_override), so torch::nn::Dropout/Dropout2d/
-//   Dropout3d/AlphaDropout/FeatureAlphaDropout and torch::dropout are all covered, in
-//   InferenceMode too, whenever their modules were built. Direct at::native_dropout calls (CUDA's
-//   fused kernel, which aten::dropout no longer reaches) keep their randomness.
-// - is_enhanced: every outermost random ATen call (random_ops below) first re-seeds the
-//   generators with `seed`, so identical random calls return identical values in one process and
-//   across processes (msprobe's guide: two torch.randn(2,2) have the same mean). It costs a
-//   RecordFunction callback on every ATen call (about 0.2 us, libtorch-notes §1).
-//
-// Each call sets the whole state it describes: seed_all(s) without rm_dropout / is_enhanced
-// removes an override a previous call installed, and mode=false turns deterministic mode off.
-// A config with "seed" or "is_deterministic" makes a Debugger call seed_all(seed or 1234,
-// is_deterministic) when it is constructed (msprobe's PrecisionDebugger does the same).
-
-#include <ATen/Context.h>
-#include <torch/library.h>
 
 namespace torchprobe {
 
 namespace details {
 
-// ATen operators (names without "aten::" and overload) that draw random numbers; shared with
-// random_save. The dropout family is here because its training-mode calls draw a mask.
-inline bool is_random_op(std::string_view name) {
-  static constexpr std::string_view kOps[] = {"rand",
-                                              "rand_like",
-                                              "randn",
-                                              "randn_like",
-                                              "randint",
-                                              "randint_like",
-                                              "randperm",
-                                              "bernoulli",
-                                              "bernoulli_",
-                                              "multinomial",
-                                              "normal",
-                                              "normal_",
-                                              "uniform_",
-                                              "random_",
-                                              "exponential_",
-                                              "geometric_",
-                                              "cauchy_",
-                                              "log_normal_",
-                                              "poisson",
-                                              "binomial",
-                                              "_standard_gamma",
-                                              "_sample_dirichlet",
-                                              "dropout",
-                                              "dropout_",
-                                              "feature_dropout",
-                                              "feature_dropout_",
-                                              "alpha_dropout",
-                                              "alpha_dropout_",
-                                              "feature_alpha_dropout",
-                                              "feature_alpha_dropout_",
-                                              "native_dropout",
-                                              "_fused_dropout",
-                                              "rrelu",
-                                              "rrelu_",
-                                              "rrelu_with_noise",
-                                              "rrelu_with_noise_"};
-  constexpr std::string_view kPrefix = "aten::";
-  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
-  name.remove_prefix(kPrefix.size());
-  for (std::string_view op : kOps)
-    if (op == name) return true;
-  return false;
-}
-
-// Random-op nesting of this thread: randn runs normal_, dropout runs bernoulli_; only the
-// outermost one is the user's call.
-inline int& random_depth() {
-  thread_local int depth = 0;
-  return depth;
-}
-
-// The process-wide overrides seed_all installs. Never destroyed: a registration must not be
-// removed while static destructors of libtorch run.
-struct SeedState {
-  std::mutex mu;
-  std::vector<std::unique_ptr<torch::Library>> dropout_override;
-  std::atomic<std::uint64_t> enhanced_seed{0};
-  bool enhanced = false;
-  at::CallbackHandle enhanced_handle = 0;
-
-  static SeedState& instance() {
-    static SeedState* state = new SeedState();
-    return *state;
-  }
-};
-
-// One library per dispatch key: the Autograd keys of CPU and CUDA (a kernel registered there
-// directly wins over the ops' CompositeImplicitAutograd kernels; the Autograd alias key would not),
-// and the backend keys, which calls under c10::InferenceMode (no autograd key) reach.
-inline std::vector<std::unique_ptr<torch::Library>> make_dropout_override() {
-  std::vector<std::unique_ptr<torch::Library>> libs;
-  for (c10::DispatchKey key :
-       {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA, c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
-    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
-    // dropout(p = 0) and dropout(train = false) both return `input` itself (ATen's _dropout_impl).
-    for (const char* op : {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
-      lib->impl(op, [](const at::Tensor& input, double, bool) { return input; });
-    for (const char* op : {"dropout_", "feature_dropout_", "alpha_dropout_", "feature_alpha_dropout_"})
-      lib->impl(op, [](at::Tensor& self, double, bool) -> at::Tensor& { return self; });
-    libs.push_back(std::move(lib));
-  }
-  return libs;
-}
-
-inline std::unique_ptr<at::ObserverContext> reseed_before_random_op(const at::RecordFunction& fn) {
-  if (!is_random_op(fn.name())) return nullptr;
-  if (random_depth()++ == 0) at::manual_seed(SeedState::instance().enhanced_seed.load());
-  return nullptr;
-}
-
-inline void leave_random_op(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (is_random_op(fn.name()) && random_depth() > 0) --random_depth();
-}
-
-inline void set_env(const char* name, const std::string& value, bool overwrite) {
-  ::setenv(name, value.c_str(), overwrite ? 1 : 0);
-}
-
-}  // namespace details
-
-// Range and meaning of each argument: see the top of this header. Throws std::invalid_argument for
-// a seed outside [0, 2^32 - 1] (msprobe's range).
-inline void seed_all(std::int64_t seed = 1234, bool mode = false, bool rm_dropout = false, bool is_enhanced = false) {
-  if (seed < 0 || seed > 4294967295LL)
-    throw std::invalid_argument("torchprobe::seed_all: seed " + std::to_string(seed) +
-                                " is outside [0, 4294967295] (msprobe's range)");
-  const auto s = static_cast<std::uint64_t>(seed);
-  at::manual_seed(s);  // the CPU generator, and every CUDA device's when CUDA is available
-  std::srand(static_cast<unsigned>(s));
-  details::set_env("PYTHONHASHSEED", std::to_string(s), true);
-
-  at::globalContext().setDeterministicAlgorithms(mode, /*warn_only=*/false);
-  at::globalContext().setDeterministicCuDNN(mode);
-  if (mode) {
-    at::globalContext().setBenchmarkCuDNN(false);
-    details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
-  }
-
-  details::SeedState& state = details::SeedState::instance();
-  std::lock_guard<std::mutex> lock(state.mu);
-  if (rm_dropout && state.dropout_override.empty())
-    state.dropout_override = details::make_dropout_override();
-  else if (!rm_dropout)
-    state.dropout_override.clear();
-
-  state.enhanced_seed.store(s);
-  if (is_enhanced && !state.enhanced) {
-    state.enhanced_handle =
-        at::addGlobalCallback(at::RecordFunctionCallback(details::reseed_before_random_op, details::leave_random_op)
-                                  .scopes({at::RecordScope::FUNCTION}));
-    state.enhanced = true;
-  } else if (!is_enhanced && state.enhanced) {
-    at::removeCallback(state.enhanced_handle);
-    state.enhanced = false;
-  }
-}
-
-// Whether seed_all's dropout override / re-seeding are installed now.
-inline bool dropout_removed() {
-  details::SeedState& state = details::SeedState::instance();
-  std::lock_guard<std::mutex> lock(state.mu);
-  return !state.dropout_override.empty();
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/seed.hpp ----
-
-namespace torchprobe {
-
-// The Debugger of one task class: Debugger<L, Task::X> names a built-in one; a task of your own
-// (task/task_traits.hpp says what it declares) runs as BasicDebugger<L, YourTask>.
-template <Level L, class TaskT, class Sink = DirectorySink>
-class BasicDebugger final : public DebuggerInterface {
+template <Level L, class TaskT, class Sink>
+class DebuggerImpl final : public DebuggerInterface {
   static_assert(check_task<TaskT>(), "torchprobe: the task keeps the task contract (task/task_traits.hpp)");
   static_assert(TaskT::levels.contains(L),
                 "torchprobe: this task does not support this level (see the task's `levels`)");
@@ -13835,22 +14298,16 @@ class BasicDebugger final : public DebuggerInterface {
   using Capture = capture::CallCapture<TaskT, L>;
 
  public:
-  explicit BasicDebugger(const Options& options = Options()) : core_(make_core(options)), step_(core_) { init(); }
-  // With a sink of your own making (one that holds a path, a callback, a connection): it is moved in.
-  BasicDebugger(const Options& options, Sink sink) : core_(make_core(options)), step_(core_, std::move(sink)) {
-    init();
-  }
-  // A msprobe config.json; Options(...).config_file(path) also takes overrides.
-  explicit BasicDebugger(const std::string& config_path) : BasicDebugger(Options().config_file(config_path)) {}
-  explicit BasicDebugger(const char* config_path) : BasicDebugger(std::string(config_path)) {}
-  BasicDebugger(const BasicDebugger&) = delete;
-  BasicDebugger& operator=(const BasicDebugger&) = delete;
+  explicit DebuggerImpl(const Options& options) : core_(make_core(options)), step_(core_) { init(); }
+  DebuggerImpl(const Options& options, Sink sink) : core_(make_core(options)), step_(core_, std::move(sink)) { init(); }
+  DebuggerImpl(const DebuggerImpl&) = delete;
+  DebuggerImpl& operator=(const DebuggerImpl&) = delete;
 
   // Writes what the step has, and every step still pending; the journal goes once the files are
   // written. A Debugger with static storage duration does this at exit; a process that ends
   // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
   // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
-  ~BasicDebugger() override {
+  ~DebuggerImpl() override {
     core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
     stop();
     if (step_.saves_unflushed()) flush();
@@ -14014,366 +14471,44 @@ class BasicDebugger final : public DebuggerInterface {
   bool running_ = false;
 };
 
-// Debugger<Level::Mix, Task::Statistics>: a built-in task (task/registry.hpp) by its name.
-template <Level L, Task T, class Sink = DirectorySink>
-using Debugger = BasicDebugger<L, typename builtin_task<T>::type, Sink>;
-
-}  // namespace torchprobe
-// ---- end torchprobe/debugger.hpp ----
-// ---- begin torchprobe/scoped_dump.hpp ----
-// RAII: start on construction, stop on destruction, also when an exception unwinds the scope.
-
-
-namespace torchprobe {
-
-class ScopedDump {
- public:
-  template <class D, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
-  explicit ScopedDump(D& debugger) : debugger_(debugger) {
-    debugger_.start_with(ModelRef{}, std::nullopt);
-  }
-  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
-  ScopedDump(D& debugger, const Model& model, std::optional<std::int64_t> rank_id = std::nullopt)
-      : debugger_(debugger) {
-    debugger_.start_with(to_model_ref(model), rank_id);
-  }
-  // start(model, token_range) ... stop().
-  template <class D, class Model, class = std::enable_if_t<std::is_base_of_v<DebuggerInterface, D>>>
-  ScopedDump(D& debugger, const Model& model, TokenRange tokens, std::optional<std::int64_t> rank_id = std::nullopt)
-      : debugger_(debugger) {
-    debugger_.start_with(to_model_ref(model), rank_id, tokens);
-  }
-  ScopedDump(const ScopedDump&) = delete;
-  ScopedDump& operator=(const ScopedDump&) = delete;
-  ~ScopedDump() { debugger_.stop(); }
-
- private:
-  DebuggerInterface& debugger_;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/scoped_dump.hpp ----
-// ---- begin torchprobe/module_guard.hpp ----
-// Module entries for modules the probe cannot see by itself.
-//
-// Parameter-owning leaf modules (Linear, Conv, norms, Embedding, RNNs) are found automatically.
-// Parameter-free modules (ReLU, Dropout) and containers (Sequential, your own blocks) have no
-// parameters to recognise them by and torch::nn has no forward hooks, so they take one line:
-//
-//   torch::Tensor BlockImpl::forward(torch::Tensor x) {
-//     torchprobe::ModuleGuard guard(this, x);   // Module.block.Block.forward.{n}, with backward
-//     return proj(x).relu();
-//   }
-//
-// The module's output is the result of the last ATen call made inside it; a forward whose
-// result is something else (an input returned as is, a tuple assembled by hand) says so:
-// `return guard.output(result);`. A guard for a module that is not part of the model given to
-// start(model), or while nothing is being dumped, does nothing.
-#include <torch/nn/modules/container/any.h>
-#include <torch/nn/modules/container/sequential.h>
-
-
-
-namespace torchprobe {
-
-namespace details {
-
-class ModuleScopeBase {
- protected:
-  ModuleScopeBase(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs)
-      : handler_(capture::ApiObserver::active()), uncaught_(std::uncaught_exceptions()) {
-    events_ = dynamic_cast<capture::ModuleEvents*>(handler_.get());
-    if (events_) token_ = events_->module_enter(module, dump_name, std::move(inputs));
-  }
-  ~ModuleScopeBase() {
-    if (events_ && token_)
-      events_->module_exit(token_, has_outputs_ ? &outputs_ : nullptr, std::uncaught_exceptions() > uncaught_);
-  }
-
-  std::shared_ptr<capture::ApiHandler> handler_;  // keeps the capture alive until the scope ends
-  capture::ModuleEvents* events_ = nullptr;
-  void* token_ = nullptr;
-  int uncaught_;
-  bool has_outputs_ = false;
-  std::vector<c10::IValue> outputs_;
-
- public:
-  ModuleScopeBase(const ModuleScopeBase&) = delete;
-  ModuleScopeBase& operator=(const ModuleScopeBase&) = delete;
-};
-
 }  // namespace details
 
-class ModuleGuard : public details::ModuleScopeBase {
- public:
-  template <class... Inputs>
-  explicit ModuleGuard(const torch::nn::Module* module, const Inputs&... inputs)
-      : ModuleScopeBase(*module, nullptr, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
+// ---- BasicDebugger's members that need the implementation ----------------------------------------
 
-  // The module's result, when it is not simply what the last ATen call returned.
-  template <class T>
-  const T& output(const T& value) {
-    outputs_ = {c10::IValue(value)};
-    has_outputs_ = true;
-    return value;
-  }
-};
-
-// msprobe's module_dump(module, name) ... module_dump_end(): while it lives, this thread records
-// only `module`, as Module.{name}.{Class}.forward.{n} (and its backward), and no API entries.
-// A parameter-owning leaf module is recognised call by call; any other module counts as called
-// once for the scope, with the inputs given here.
-class ScopedModuleDump : public details::ModuleScopeBase {
- public:
-  template <class Holder, class... Inputs>
-  ScopedModuleDump(const Holder& module, const std::string& name, const Inputs&... inputs)
-      : ModuleScopeBase(as_module(module), &name, std::vector<c10::IValue>{c10::IValue(inputs)...}) {}
-
-  template <class T>
-  const T& output(const T& value) {
-    outputs_ = {c10::IValue(value)};
-    has_outputs_ = true;
-    return value;
-  }
-
- private:
-  template <class Holder>
-  static const torch::nn::Module& as_module(const Holder& m) {
-    if constexpr (std::is_base_of_v<torch::nn::Module, Holder>)
-      return m;
-    else
-      return *m;  // a module holder or a pointer
-  }
-};
-
-// A Sequential's children, each wrapped so its forward is a module entry: the one-line way to
-// cover parameter-free children (ReLU, Dropout) of a Sequential, whose forward you cannot edit.
-//
-//   layer = register_module("layer", torchprobe::probe_children(torch::nn::Sequential(
-//       torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2))));
-//
-// The wrappers are invisible in names: the children stay "layer.0", "layer.1", ... Children
-// must map one tensor to one tensor, as a Sequential chains them.
-class ProbedChildImpl : public torch::nn::Module {
- public:
-  explicit ProbedChildImpl(torch::nn::AnyModule inner) : inner_(std::move(inner)) {
-    register_module("inner", inner_.ptr());
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    ModuleGuard guard(inner_.ptr().get(), x);
-    return inner_.forward<torch::Tensor>(std::move(x));
-  }
-
- private:
-  torch::nn::AnyModule inner_;
-};
-TORCH_MODULE(ProbedChild);
-
-inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
-  torch::nn::Sequential out;
-  const auto names = seq->named_children();
-  std::size_t k = 0;
-  for (const torch::nn::AnyModule& child : *seq) out->push_back(std::string(names[k++].key()), ProbedChild(child));
-  return out;
+template <Level L, class TaskT, class Sink>
+BasicDebugger<L, TaskT, Sink>::BasicDebugger(const Options& options)
+    : impl_(std::make_unique<details::DebuggerImpl<L, TaskT, Sink>>(options)) {}
+template <Level L, class TaskT, class Sink>
+BasicDebugger<L, TaskT, Sink>::BasicDebugger(const Options& options, Sink sink)
+    : impl_(std::make_unique<details::DebuggerImpl<L, TaskT, Sink>>(options, std::move(sink))) {}
+template <Level L, class TaskT, class Sink>
+const std::string& BasicDebugger<L, TaskT, Sink>::directory() const {
+  return impl().directory();
+}
+template <Level L, class TaskT, class Sink>
+Sink& BasicDebugger<L, TaskT, Sink>::sink() {
+  return impl().sink();
+}
+template <Level L, class TaskT, class Sink>
+TaskT& BasicDebugger<L, TaskT, Sink>::task() {
+  return impl().task();
+}
+template <Level L, class TaskT, class Sink>
+details::StepWriter& BasicDebugger<L, TaskT, Sink>::background_writer() {
+  return impl().background_writer();
+}
+template <Level L, class TaskT, class Sink>
+details::DebuggerImpl<L, TaskT, Sink>& BasicDebugger<L, TaskT, Sink>::impl() const {
+  return static_cast<details::DebuggerImpl<L, TaskT, Sink>&>(*impl_);
 }
 
 }  // namespace torchprobe
-// ---- end torchprobe/module_guard.hpp ----
-// ---- begin torchprobe/custom_api.hpp ----
-// msprobe's register_custom_api / restore_custom_api for C++: a plain function becomes an API of its
-// own, so that a dump shows it as one entry, {Prefix}.{name}.{n}.forward and .backward, with its
-// tensor arguments and outputs, and the ATen calls it makes are hidden inside it.
-//
-//   static auto block = TORCHPROBE_API("MyNet", block, [](const at::Tensor& x, const at::Tensor& w) {
-//     return at::relu(x.matmul(w));
-//   });
-//   at::Tensor y = block(x, w);                      // MyNet.block.0.forward while a debugger runs
-//   torchprobe::restore_custom_api("MyNet", "block");  // from now on a plain call, ATen ops visible
-//
-// How: the function is registered with the dispatcher as the operator {prefix}::{name} (a
-// TORCH_LIBRARY fragment made at run time, schema inferred from the C++ signature, a composite
-// kernel so that autograd goes through the ATen ops inside), and the returned object calls it
-// through the dispatcher. The probe captures operators of custom namespaces as APIs of their own
-// (capture/op_registry.hpp): no other hook is needed, and with no debugger running the cost is one
-// dispatcher call. Arguments and results must be types the dispatcher knows (Tensor, int64_t,
-// double, bool, std::vector<Tensor>, c10::optional<...>, ...).
-#include <c10/util/Metaprogramming.h>
+// ---- end torchprobe/debugger_impl.hpp ----
+// ---- begin torchprobe/precision_debugger_impl.hpp ----
+// PrecisionDebugger's implementation: the debugger of each task and level its list has, chosen at
+// run time from the configuration. A file that uses the compiled library never includes it for
+// the built-in list (torchprobe/compiled.hpp); torchprobe.hpp includes it header-only.
 
-#include <typeindex>
-
-
-namespace torchprobe {
-
-namespace details {
-
-// What one registered name holds: whether calls go through the dispatcher (captured) or straight to
-// the function (restored), and the function itself (replaced when the name is registered again).
-struct CustomApiState {
-  std::atomic<bool> captured{true};
-  std::type_index signature;
-  std::mutex mutex;
-  std::shared_ptr<void> function;  // std::function<Sig>, read under `mutex`
-  explicit CustomApiState(std::type_index sig) : signature(sig) {}
-};
-
-struct CustomApiRegistry {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<CustomApiState>> states;
-  std::map<std::string, std::unique_ptr<torch::Library>> libraries;  // operators live as long as these
-
-  static CustomApiRegistry& instance() {
-    static auto* r = new CustomApiRegistry();  // never destroyed: registered operators outlive statics
-    return *r;
-  }
-};
-
-inline bool is_identifier(const std::string& s) {
-  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
-  for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
-  return true;
-}
-
-}  // namespace details
-
-template <class Sig>
-class CustomApi;
-
-// A registered function: call it as the function itself.
-template <class Ret, class... Args>
-class CustomApi<Ret(Args...)> {
- public:
-  CustomApi(std::shared_ptr<details::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
-      : state_(std::move(state)), op_(std::move(op)) {}
-
-  Ret operator()(Args... args) const {
-    if (state_->captured.load(std::memory_order_acquire)) return op_.call(std::forward<Args>(args)...);
-    return function(*state_)(std::forward<Args>(args)...);
-  }
-
-  // The operator's kernel: whatever function the name holds now.
-  static void define(torch::Library& library, const std::string& name, std::shared_ptr<details::CustomApiState> state) {
-    library.def(name.c_str(), [state](Args... args) -> Ret { return function(*state)(std::forward<Args>(args)...); });
-  }
-
-  static std::function<Ret(Args...)> function(details::CustomApiState& state) {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    return *std::static_pointer_cast<std::function<Ret(Args...)>>(state.function);
-  }
-
- private:
-  std::shared_ptr<details::CustomApiState> state_;
-  c10::TypedOperatorHandle<Ret(Args...)> op_;
-};
-
-// Registers `fn` as the API {prefix}.{name} (operator prefix::name); the dump names it with the
-// prefix's first letter upper-cased, as every API family ("MyNet" stays "MyNet", "mynet" becomes
-// "Mynet"). Registering a name again (after restore_custom_api, or from a second place) turns capture
-// back on and makes `fn` the function called; its signature must be the same. Throws
-// std::invalid_argument naming the problem: a prefix or name that is not an identifier, the aten or a
-// libtorch-internal namespace, another signature.
-template <class Fn>
-auto register_custom_api(const std::string& prefix, const std::string& name, Fn fn) {
-  using Sig = typename c10::guts::infer_function_traits_t<Fn>::func_type;
-  using Api = CustomApi<Sig>;
-  const std::string where = "torchprobe::register_custom_api(\"" + prefix + "\", \"" + name + "\")";
-  if (!details::is_identifier(prefix) || !details::is_identifier(name))
-    throw std::invalid_argument(where + ": prefix and name must be identifiers ([A-Za-z_][A-Za-z0-9_]*)");
-  if (prefix == "aten" || capture::internal_namespace(prefix))
-    throw std::invalid_argument(where + ": '" + prefix +
-                                "' is a namespace of libtorch's own; choose another prefix (e.g. your project's name)");
-  auto& registry = details::CustomApiRegistry::instance();
-  const std::string qualified = prefix + "::" + name;
-  std::shared_ptr<details::CustomApiState> state;
-  {
-    std::lock_guard<std::mutex> lock(registry.mutex);
-    auto& slot = registry.states[qualified];
-    if (slot && slot->signature != std::type_index(typeid(Sig)))
-      throw std::invalid_argument(where + ": registered before with another signature");
-    if (!slot) {
-      slot = std::make_shared<details::CustomApiState>(std::type_index(typeid(Sig)));
-      slot->function = std::make_shared<std::function<Sig>>(fn);
-      auto& library = registry.libraries[prefix];
-      if (!library)
-        library = std::make_unique<torch::Library>(torch::Library::FRAGMENT, prefix, c10::nullopt, __FILE__, __LINE__);
-      Api::define(*library, name, slot);
-    } else {
-      std::lock_guard<std::mutex> fn_lock(slot->mutex);
-      slot->function = std::make_shared<std::function<Sig>>(fn);
-    }
-    slot->captured.store(true, std::memory_order_release);
-    state = slot;
-  }
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "").template typed<Sig>();
-  return Api(std::move(state), std::move(op));
-}
-
-// msprobe's restore_custom_api: calls of {prefix}.{name} go straight to the function again (not an
-// entry; the ATen calls inside are recorded as any). Returns false when the name was never registered.
-inline bool restore_custom_api(const std::string& prefix, const std::string& name) {
-  auto& registry = details::CustomApiRegistry::instance();
-  std::lock_guard<std::mutex> lock(registry.mutex);
-  const auto it = registry.states.find(prefix + "::" + name);
-  if (it == registry.states.end()) return false;
-  it->second->captured.store(false, std::memory_order_release);
-  return true;
-}
-
-}  // namespace torchprobe
-
-// TORCHPROBE_API("MyNet", block, fn): register_custom_api with the name written as an identifier.
-#define TORCHPROBE_API(prefix, name, fn) ::torchprobe::register_custom_api(prefix, #name, fn)
-// ---- end torchprobe/custom_api.hpp ----
-// ---- begin torchprobe/precision_debugger.hpp ----
-// PrecisionDebugger: msprobe's entry point, driven by a config.json. The task and level come from
-// the file at run time, so it picks the matching BasicDebugger<Level, TaskT> of its task list.
-// With "task": "grad_probe" it is a GradMonitor instead: monitor(model) once, then step() right
-// before each optimizer.step(); start() and stop() do nothing for that task, as in msprobe.
-// With "dump_enable" in the file (msprobe's dynamic start/stop) the file is watched: a change is read
-// at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
-// record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
-// configuration in use is kept.
-
-// ---- begin torchprobe/config/config_watch.hpp ----
-// dump_enable (msprobe's dynamic start/stop, config key "dump_enable"): the config file is watched
-// and a change takes effect at the next step(). This is the watching half: whether the file changed
-// since the last change reported, by its modification time, size and inode (an editor that saves
-// through a new file and a rename changes the inode). PrecisionDebugger asks at every step(): one
-// stat() per training step costs less than msprobe's polling thread (0.5 s) and no change is seen
-// in the middle of a step.
-
-
-namespace torchprobe {
-
-class ConfigFileWatch {
- public:
-  explicit ConfigFileWatch(std::string path) : path_(std::move(path)), seen_(stamp()) {}
-
-  // True once per change of the file (a file that disappears is a change too).
-  bool changed() {
-    const Stamp now = stamp();
-    if (now == seen_) return false;
-    seen_ = now;
-    return true;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  using Stamp = std::tuple<bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;  // exists, s, ns, size, inode
-
-  Stamp stamp() const {
-    struct stat st {};
-    if (::stat(path_.c_str(), &st) != 0) return {false, 0, 0, 0, 0};
-    return {true, static_cast<std::int64_t>(st.st_mtim.tv_sec), static_cast<std::int64_t>(st.st_mtim.tv_nsec),
-            static_cast<std::int64_t>(st.st_size), static_cast<std::int64_t>(st.st_ino)};
-  }
-
-  std::string path_;
-  Stamp seen_;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/config/config_watch.hpp ----
 // ---- begin torchprobe/task/grad_probe/monitor.hpp ----
 // GradMonitor: msprobe's grad_probe task (msprobe-grad-probe-run-ut.md part A; docs/grad_probe.md).
 //
@@ -15076,120 +15211,217 @@ class GradProbeDebugger final : public DebuggerInterface {
   GradMonitor monitor_;
 };
 
+// The debugger of each level the task supports (kLevels, core/kinds.hpp), chosen at run time.
+template <class TaskT, std::size_t... I>
+std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options, std::index_sequence<I...> = {}) {
+  if constexpr (sizeof...(I) == 0) {
+    return make_at_level<TaskT>(level, options, std::make_index_sequence<std::size(kLevels)>{});
+  } else {
+    std::unique_ptr<DebuggerInterface> made;
+    auto one = [&](auto constant) {
+      constexpr Level l = decltype(constant)::value;
+      if constexpr (TaskT::levels.contains(l))
+        if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
+    };
+    (one(std::integral_constant<Level, kLevels[I]>{}), ...);
+    return made;
+  }
+}
+
+// grad_probe watches gradients, not calls: it is no task of the list, and a task of the list (a
+// user's own) is no name resolve() knows without the list.
+inline bool is_grad_probe(const Options& options) {
+  return options.named_task() == nlohmann::json(std::string(task_name(Task::GradProbe)));
+}
+
 }  // namespace details
 
 template <class Tasks>
-class BasicPrecisionDebugger final : public DebuggerInterface {
- public:
-  explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
-      : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
-  explicit BasicPrecisionDebugger(const Options& options)
-      : options_(options),
-        grad_probe_(is_grad_probe(options)),
-        impl_(grad_probe_ ? make_grad(options) : make(options)) {
-    if (!grad_probe_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
-  }
+BasicPrecisionDebugger<Tasks>::BasicPrecisionDebugger(const Options& options)
+    : options_(options),
+      grad_probe_(details::is_grad_probe(options)),
+      impl_(grad_probe_ ? std::make_unique<details::GradProbeDebugger>(options.resolve()) : make(options)) {
+  if (!grad_probe_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
+}
 
-  // start(...) in all its forms is DebuggerInterface's, each a start_with().
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
-                  std::optional<TokenRange> tokens = std::nullopt) override {
-    if (tokens && !grad_probe_) check_token_range(*tokens, model);  // also when dump_enable is false
-    model_ = model;
-    rank_id_ = rank_id;
-    tokens_ = tokens;
-    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
-  }
-  void stop() noexcept override { impl_->stop(); }
-  // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
-  void step() override {
-    impl_->step();
-    if (watch_ && watch_->changed()) reload();
-  }
-  // grad_probe: the model whose parameters' gradients are recorded (msprobe's debugger.monitor).
-  template <class Model>
-  void monitor(const Model& model) {
-    monitor_model(to_model_ref(model));
-  }
-  void monitor_model(const ModelRef& model) override { impl_->monitor_model(model); }
-  void wait_written() override { impl_->wait_written(); }
-  void set_init_step(std::int64_t step) override { impl_->set_init_step(step); }
-  void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
-    impl_->save(value, name, save_backward);
-  }
-  bool running() const override { return impl_->running(); }
-  std::int64_t current_step() const override { return impl_->current_step(); }
-  const Config& config() const override { return impl_->config(); }
+// The configuration is checked against the list first: a (task, level) pair it lacks is a
+// ConfigError that names what the list has.
+template <class Tasks>
+std::unique_ptr<DebuggerInterface> BasicPrecisionDebugger<Tasks>::make(const Options& options) {
+  const Config c = options.resolve(std::nullopt, std::nullopt, &Tasks::catalog());
+  std::unique_ptr<DebuggerInterface> made;
+  Tasks::visit(c.task,
+               [&](auto tag) { made = details::make_at_level<typename decltype(tag)::type>(c.level, options); });
+  return made;
+}
 
- private:
-  // The configuration is checked against the list first: a (task, level) pair it lacks is a
-  // ConfigError that names what the list has.
-  static std::unique_ptr<DebuggerInterface> make(const Options& options) {
-    const Config c = options.resolve(std::nullopt, std::nullopt, &Tasks::catalog());
-    std::unique_ptr<DebuggerInterface> made;
-    Tasks::visit(c.task, [&](auto tag) { made = make_at_level<typename decltype(tag)::type>(c.level, options); });
-    return made;
+// The step number goes on, and a running capture goes on under the new configuration.
+template <class Tasks>
+void BasicPrecisionDebugger<Tasks>::reload() {
+  std::unique_ptr<DebuggerInterface> next;
+  try {
+    next = make(options_);
+  } catch (const std::exception& e) {
+    std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
+              << "); the configuration in use is kept\n";
+    io::ErrorLog(impl_->config().dump_path).log("config_reload", watch_->path(), e);
+    return;
   }
-
-  // The debugger of each level the task supports (kLevels, core/kinds.hpp), chosen at run time.
-  template <class TaskT, std::size_t... I>
-  static std::unique_ptr<DebuggerInterface> make_at_level(Level level, const Options& options,
-                                                          std::index_sequence<I...> = {}) {
-    if constexpr (sizeof...(I) == 0) {
-      return make_at_level<TaskT>(level, options, std::make_index_sequence<std::size(kLevels)>{});
-    } else {
-      std::unique_ptr<DebuggerInterface> made;
-      auto one = [&](auto constant) {
-        constexpr Level l = decltype(constant)::value;
-        if constexpr (TaskT::levels.contains(l))
-          if (level == l) made = std::make_unique<BasicDebugger<l, TaskT>>(options);
-      };
-      (one(std::integral_constant<Level, kLevels[I]>{}), ...);
-      return made;
-    }
-  }
-
-  // dump_enable: the edited file replaces the debugger between two steps; the step number goes on,
-  // and a running capture goes on under the new configuration.
-  void reload() {
-    std::unique_ptr<DebuggerInterface> next;
-    try {
-      next = make(options_);
-    } catch (const std::exception& e) {
-      std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
-                << "); the configuration in use is kept\n";
-      io::ErrorLog(impl_->config().dump_path).log("config_reload", watch_->path(), e);
-      return;
-    }
-    const bool was_running = impl_->running();
-    impl_->stop();
-    impl_->wait_written();
-    next->set_init_step(impl_->current_step());
-    impl_ = std::move(next);
-    if (was_running) start_with(model_, rank_id_, tokens_);
-  }
-
-  // grad_probe watches gradients, not calls: it is no task of the list, and a task of the list (a
-  // user's own) is no name resolve() knows without the list.
-  static bool is_grad_probe(const Options& options) {
-    return options.named_task() == nlohmann::json(std::string(task_name(Task::GradProbe)));
-  }
-  static std::unique_ptr<DebuggerInterface> make_grad(const Options& options) {
-    return std::make_unique<details::GradProbeDebugger>(options.resolve());
-  }
-
-  Options options_;
-  bool grad_probe_;  // task grad_probe: impl_ is a details::GradProbeDebugger
-  std::unique_ptr<DebuggerInterface> impl_;
-  std::optional<ConfigFileWatch> watch_;  // dump_enable
-  ModelRef model_;                        // of the last start(), for a capture that goes on after a reload
-  std::optional<std::int64_t> rank_id_;
-  std::optional<TokenRange> tokens_;
-};
-
-using PrecisionDebugger = BasicPrecisionDebugger<BuiltinTasks>;
+  const bool was_running = impl_->running();
+  impl_->stop();
+  impl_->wait_written();
+  next->set_init_step(impl_->current_step());
+  impl_ = std::move(next);
+  if (was_running) start_with(model_, rank_id_, tokens_);
+}
 
 }  // namespace torchprobe
-// ---- end torchprobe/precision_debugger.hpp ----
+// ---- end torchprobe/precision_debugger_impl.hpp ----
+// ---- begin torchprobe/custom_api.hpp ----
+// msprobe's register_custom_api / restore_custom_api for C++: a plain function becomes an API of its
+// own, so that a dump shows it as one entry, {Prefix}.{name}.{n}.forward and .backward, with its
+// tensor arguments and outputs, and the ATen calls it makes are hidden inside it.
+//
+//   static auto block = TORCHPROBE_API("MyNet", block, [](const at::Tensor& x, const at::Tensor& w) {
+//     return at::relu(x.matmul(w));
+//   });
+//   at::Tensor y = block(x, w);                      // MyNet.block.0.forward while a debugger runs
+//   torchprobe::restore_custom_api("MyNet", "block");  // from now on a plain call, ATen ops visible
+//
+// How: the function is registered with the dispatcher as the operator {prefix}::{name} (a
+// TORCH_LIBRARY fragment made at run time, schema inferred from the C++ signature, a composite
+// kernel so that autograd goes through the ATen ops inside), and the returned object calls it
+// through the dispatcher. The probe captures operators of custom namespaces as APIs of their own
+// (capture/op_registry.hpp): no other hook is needed, and with no debugger running the cost is one
+// dispatcher call. Arguments and results must be types the dispatcher knows (Tensor, int64_t,
+// double, bool, std::vector<Tensor>, c10::optional<...>, ...).
+#include <c10/util/Metaprogramming.h>
+
+#include <typeindex>
+
+
+namespace torchprobe {
+
+namespace details {
+
+// What one registered name holds: whether calls go through the dispatcher (captured) or straight to
+// the function (restored), and the function itself (replaced when the name is registered again).
+struct CustomApiState {
+  std::atomic<bool> captured{true};
+  std::type_index signature;
+  std::mutex mutex;
+  std::shared_ptr<void> function;  // std::function<Sig>, read under `mutex`
+  explicit CustomApiState(std::type_index sig) : signature(sig) {}
+};
+
+struct CustomApiRegistry {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<CustomApiState>> states;
+  std::map<std::string, std::unique_ptr<torch::Library>> libraries;  // operators live as long as these
+
+  static CustomApiRegistry& instance() {
+    static auto* r = new CustomApiRegistry();  // never destroyed: registered operators outlive statics
+    return *r;
+  }
+};
+
+inline bool is_identifier(const std::string& s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+}  // namespace details
+
+template <class Sig>
+class CustomApi;
+
+// A registered function: call it as the function itself.
+template <class Ret, class... Args>
+class CustomApi<Ret(Args...)> {
+ public:
+  CustomApi(std::shared_ptr<details::CustomApiState> state, c10::TypedOperatorHandle<Ret(Args...)> op)
+      : state_(std::move(state)), op_(std::move(op)) {}
+
+  Ret operator()(Args... args) const {
+    if (state_->captured.load(std::memory_order_acquire)) return op_.call(std::forward<Args>(args)...);
+    return function(*state_)(std::forward<Args>(args)...);
+  }
+
+  // The operator's kernel: whatever function the name holds now.
+  static void define(torch::Library& library, const std::string& name, std::shared_ptr<details::CustomApiState> state) {
+    library.def(name.c_str(), [state](Args... args) -> Ret { return function(*state)(std::forward<Args>(args)...); });
+  }
+
+  static std::function<Ret(Args...)> function(details::CustomApiState& state) {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    return *std::static_pointer_cast<std::function<Ret(Args...)>>(state.function);
+  }
+
+ private:
+  std::shared_ptr<details::CustomApiState> state_;
+  c10::TypedOperatorHandle<Ret(Args...)> op_;
+};
+
+// Registers `fn` as the API {prefix}.{name} (operator prefix::name); the dump names it with the
+// prefix's first letter upper-cased, as every API family ("MyNet" stays "MyNet", "mynet" becomes
+// "Mynet"). Registering a name again (after restore_custom_api, or from a second place) turns capture
+// back on and makes `fn` the function called; its signature must be the same. Throws
+// std::invalid_argument naming the problem: a prefix or name that is not an identifier, the aten or a
+// libtorch-internal namespace, another signature.
+template <class Fn>
+auto register_custom_api(const std::string& prefix, const std::string& name, Fn fn) {
+  using Sig = typename c10::guts::infer_function_traits_t<Fn>::func_type;
+  using Api = CustomApi<Sig>;
+  const std::string where = "torchprobe::register_custom_api(\"" + prefix + "\", \"" + name + "\")";
+  if (!details::is_identifier(prefix) || !details::is_identifier(name))
+    throw std::invalid_argument(where + ": prefix and name must be identifiers ([A-Za-z_][A-Za-z0-9_]*)");
+  if (prefix == "aten" || capture::internal_namespace(prefix))
+    throw std::invalid_argument(where + ": '" + prefix +
+                                "' is a namespace of libtorch's own; choose another prefix (e.g. your project's name)");
+  auto& registry = details::CustomApiRegistry::instance();
+  const std::string qualified = prefix + "::" + name;
+  std::shared_ptr<details::CustomApiState> state;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    auto& slot = registry.states[qualified];
+    if (slot && slot->signature != std::type_index(typeid(Sig)))
+      throw std::invalid_argument(where + ": registered before with another signature");
+    if (!slot) {
+      slot = std::make_shared<details::CustomApiState>(std::type_index(typeid(Sig)));
+      slot->function = std::make_shared<std::function<Sig>>(fn);
+      auto& library = registry.libraries[prefix];
+      if (!library)
+        library = std::make_unique<torch::Library>(torch::Library::FRAGMENT, prefix, c10::nullopt, __FILE__, __LINE__);
+      Api::define(*library, name, slot);
+    } else {
+      std::lock_guard<std::mutex> fn_lock(slot->mutex);
+      slot->function = std::make_shared<std::function<Sig>>(fn);
+    }
+    slot->captured.store(true, std::memory_order_release);
+    state = slot;
+  }
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(qualified.c_str(), "").template typed<Sig>();
+  return Api(std::move(state), std::move(op));
+}
+
+// msprobe's restore_custom_api: calls of {prefix}.{name} go straight to the function again (not an
+// entry; the ATen calls inside are recorded as any). Returns false when the name was never registered.
+inline bool restore_custom_api(const std::string& prefix, const std::string& name) {
+  auto& registry = details::CustomApiRegistry::instance();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  const auto it = registry.states.find(prefix + "::" + name);
+  if (it == registry.states.end()) return false;
+  it->second->captured.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace torchprobe
+
+// TORCHPROBE_API("MyNet", block, fn): register_custom_api with the name written as an identifier.
+#define TORCHPROBE_API(prefix, name, fn) ::torchprobe::register_custom_api(prefix, #name, fn)
+// ---- end torchprobe/custom_api.hpp ----
 // ---- begin torchprobe/random_save.hpp ----
 // random_save(output_path): msprobe's random_save for a libtorch program. From this call on, every
 // outermost call of a random ATen operator (details::is_random_op: rand*, randn*, randint*,
@@ -15338,3 +15570,4 @@ inline void random_save_stop() { details::RandomSave::instance().stop(); }
 
 }  // namespace torchprobe
 // ---- end torchprobe/random_save.hpp ----
+#endif

@@ -32,6 +32,7 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 PRAGMA_ONCE_RE = re.compile(r"^\s*#\s*pragma\s+once\b")
 IF_RE = re.compile(r"^\s*#\s*if(n?def)?\b")
 ENDIF_RE = re.compile(r"^\s*#\s*endif\b")
+ELSE_RE = re.compile(r"^\s*#\s*(else|elif)\b")
 VERSION_RE = re.compile(r"^\s*#\s*define\s+TORCHPROBE_VERSION_STRING\s+\"([^\"]*)\"", re.M)
 
 # Headers that are meant to be included more than once with different effects (assert.h follows
@@ -82,6 +83,13 @@ class Amalgamator:
         if not is_umbrella:
             self.out.append(f"// ---- begin {name} ----\n")
         depth = outer_depth  # #if nesting around the current line, counting the includer's
+        # The umbrella may choose between branches at its top #if level (TORCHPROBE_COMPILED_LIB:
+        # the compiled library's declarations, or the implementations). Each branch is inlined as if
+        # it were the only one, from what was inlined before the #if; after the #endif nothing more
+        # of ours may be included, since which headers are there depends on the branch taken.
+        snapshot = None  # (done, system_seen) at the umbrella's #if
+        union = None
+        after_branches = False
         text = path.read_text(encoding="utf-8")
         for line in text.splitlines(keepends=True):
             if not line.endswith("\n"):
@@ -90,8 +98,21 @@ class Amalgamator:
                 continue  # the single header carries one #pragma once at its top
             if IF_RE.match(line):
                 depth += 1
+                if is_umbrella and depth == 1:
+                    snapshot = (set(self.done), set(self.system_seen))
+                    union = (set(), set())
             elif ENDIF_RE.match(line):
                 depth -= 1
+                if is_umbrella and depth == 0 and snapshot is not None:
+                    union[0].update(self.done)
+                    union[1].update(self.system_seen)
+                    after_branches = after_branches or union[0] != snapshot[0]
+                    self.done, self.system_seen = union
+                    snapshot = union = None
+            elif ELSE_RE.match(line) and is_umbrella and depth == 1 and snapshot is not None:
+                union[0].update(self.done)
+                union[1].update(self.system_seen)
+                self.done, self.system_seen = set(snapshot[0]), set(snapshot[1])
             m = INCLUDE_RE.match(line)
             if not m:
                 self.out.append(line)
@@ -99,6 +120,12 @@ class Amalgamator:
             quoted, spelling = m.group(1) == '"', m.group(2).strip()
             own = resolve_own(spelling, quoted, path)
             if own is not None:
+                if is_umbrella and depth == 1 and snapshot is not None:
+                    if own not in self.done:
+                        self.inline(own, 0)  # a branch of the umbrella: inlined as unconditional text
+                    continue
+                if is_umbrella and after_branches:
+                    raise GenerationError(f"{name}: #include of {rel(own)} after the #if that chooses headers")
                 if depth != 0:
                     # "Once each" is only right when the include is unconditional: inside an #if the
                     # first occurrence might be the inactive one.

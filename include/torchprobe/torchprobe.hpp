@@ -28,16 +28,31 @@
 #include "torchprobe/core/save_value.hpp"
 #include "torchprobe/config/config.hpp"
 #include "torchprobe/config/options.hpp"
+#include "torchprobe/debugger.hpp"
+#include "torchprobe/precision_debugger.hpp"
+#include "torchprobe/scoped_dump.hpp"
+#include "torchprobe/module_guard.hpp"
+#include "torchprobe/seed.hpp"
+
+#if defined(TORCHPROBE_COMPILED_LIB)
+// The compiled library (CMake target torchprobe::compiled): the built-in debuggers and
+// PrecisionDebugger are compiled there once, so this file parses their faces only. A Debugger of
+// your own task or sink, and the features below, have their own headers:
+// torchprobe/debugger_impl.hpp (a Debugger of your own task or sink), torchprobe/sink/*.hpp,
+// torchprobe/custom_api.hpp, torchprobe/random_save.hpp, torchprobe/distributed.hpp,
+// torchprobe/task/grad_probe/monitor.hpp.
+#include "torchprobe/compiled.hpp"
+#else
+// Header-only: everything, the implementations included (each Debugger is compiled in the file
+// that uses it).
 #include "torchprobe/sink/directory_sink.hpp"
 #include "torchprobe/sink/memory_sink.hpp"
 #include "torchprobe/sink/null_sink.hpp"
 #include "torchprobe/sink/sink_traits.hpp"
 #include "torchprobe/task/registry.hpp"
-#include "torchprobe/debugger.hpp"
-#include "torchprobe/scoped_dump.hpp"
-#include "torchprobe/module_guard.hpp"
+#include "torchprobe/debugger_impl.hpp"
+#include "torchprobe/precision_debugger_impl.hpp"
 #include "torchprobe/custom_api.hpp"
-#include "torchprobe/precision_debugger.hpp"
-#include "torchprobe/seed.hpp"
 #include "torchprobe/random_save.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"
+#endif

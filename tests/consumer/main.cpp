@@ -1,5 +1,5 @@
-// Uses TorchProbe only through the CMake target torchprobe::torchprobe: a Linear + relu step dumped
-// at level L1. Usage: consumer DUMP_PATH
+// Uses TorchProbe only through a CMake target (torchprobe::torchprobe, or torchprobe::compiled): a
+// Linear + relu step dumped at level L1. Usage: consumer DUMP_PATH
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
 

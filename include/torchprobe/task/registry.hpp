@@ -1,5 +1,9 @@
 #pragma once
-// The tasks this TorchProbe implements. Adding one: its header under task/, and one entry here.
+// The tasks this TorchProbe implements (task/builtin.hpp lists them), with their definitions: the
+// BuiltinTasks complete, for PrecisionDebugger to dispatch on.
+#include <tuple>
+
+#include "torchprobe/task/builtin.hpp"
 #include "torchprobe/task/free_benchmark.hpp"
 #include "torchprobe/task/overflow_check.hpp"
 #include "torchprobe/task/statistics.hpp"
@@ -9,14 +13,15 @@
 
 namespace torchprobe {
 
-using BuiltinTasks = TaskList<StatisticsTask, TensorTask, OverflowCheckTask, FreeBenchmarkTask, StructureTask>;
-
-// Debugger<L, Task::X>'s task class; a task that is not in the list stops the build here.
-template <Task T>
-struct builtin_task {
-  using type = BuiltinTasks::find<T>;
-  static_assert(!std::is_void_v<type>,
-                "torchprobe: this task is not available yet; task/registry.hpp lists the implemented ones");
+namespace details {
+template <class Entries>
+struct names_match;
+template <class... Entries>
+struct names_match<std::tuple<Entries...>> {
+  static constexpr bool value = ((Entries::type::name == task_name(Entries::id)) && ...);
 };
+}  // namespace details
+static_assert(details::names_match<BuiltinTaskEntries>::value,
+              "torchprobe: each task of task/builtin.hpp is listed under its own name");
 
 }  // namespace torchprobe
