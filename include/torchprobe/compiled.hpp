@@ -9,16 +9,18 @@
 
 // X(level, task class) for each of them, grouped by task so that the library can compile each
 // group in a file of its own.
+// clang-format off
 #define TORCHPROBE_STATISTICS_DEBUGGERS(X) \
   X(L0, StatisticsTask) X(L1, StatisticsTask) X(Mix, StatisticsTask) X(L2, StatisticsTask) X(Debug, StatisticsTask)
 #define TORCHPROBE_TENSOR_DEBUGGERS(X) \
   X(L0, TensorTask) X(L1, TensorTask) X(Mix, TensorTask) X(L2, TensorTask) X(Debug, TensorTask)
-#define TORCHPROBE_OTHER_DEBUGGERS(X)                                                              \
-  X(L0, OverflowCheckTask)                                                                         \
-  X(L1, OverflowCheckTask) X(Mix, OverflowCheckTask) X(L1, FreeBenchmarkTask) X(L0, StructureTask) \
-      X(Mix, StructureTask)
+#define TORCHPROBE_OTHER_DEBUGGERS(X) \
+  X(L0, OverflowCheckTask) X(L1, OverflowCheckTask) X(Mix, OverflowCheckTask) \
+  X(L1, FreeBenchmarkTask) \
+  X(L0, StructureTask) X(Mix, StructureTask)
 #define TORCHPROBE_COMPILED_DEBUGGERS(X) \
   TORCHPROBE_STATISTICS_DEBUGGERS(X) TORCHPROBE_TENSOR_DEBUGGERS(X) TORCHPROBE_OTHER_DEBUGGERS(X)
+// clang-format on
 
 #define TORCHPROBE_DECLARE_COMPILED(level, task) \
   extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;

@@ -58,8 +58,12 @@ struct SinkWithOldOpen {
 
 }  // namespace
 
-// A Debugger of each, and one in a task list (PrecisionDebugger's way in).
-static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, WithoutKeep>) > 0);
-static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, DescribeWithoutSite>) > 0);
+// A Debugger of each, made (the Debugger's face holds its implementation behind a pointer: the
+// contract is checked where the implementation is made), and one in a task list (PrecisionDebugger's
+// way in).
+void make_each() {
+  tp::BasicDebugger<tp::Level::L1, WithoutKeep> without_keep;
+  tp::BasicDebugger<tp::Level::L1, DescribeWithoutSite> describe_without_site;
+  tp::BasicDebugger<tp::Level::L1, tp::StatisticsTask, SinkWithOldOpen> old_sink;
+}
 static_assert(sizeof(tp::TaskList<tp::StatisticsTask, EndsWithoutReason>) > 0);
-static_assert(sizeof(tp::BasicDebugger<tp::Level::L1, tp::StatisticsTask, SinkWithOldOpen>) > 0);
