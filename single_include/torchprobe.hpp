@@ -2208,7 +2208,6 @@ using Debugger = BasicDebugger<L, typename builtin_task<T>::type, Sink>;
 // at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
 // record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
 // configuration in use is kept.
-#include <iterator>
 
 // ---- begin torchprobe/config/config_watch.hpp ----
 // dump_enable (msprobe's dynamic start/stop, config key "dump_enable"): the config file is watched
@@ -3541,10 +3540,12 @@ inline bool dropout_removed() {
   TORCHPROBE_STATISTICS_DEBUGGERS(X) TORCHPROBE_TENSOR_DEBUGGERS(X) TORCHPROBE_OTHER_DEBUGGERS(X)
 // clang-format on
 
+// Declared here for every file; defined by the library's sources, a group each.
 #define TORCHPROBE_DECLARE_COMPILED(level, task) \
   extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED(level, task) \
+  template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
 TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
-#undef TORCHPROBE_DECLARE_COMPILED
 extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
 // ---- end torchprobe/compiled.hpp ----
 #else
@@ -5495,6 +5496,7 @@ class ErrorLog {
 // first, and the training thread waits while the cap would be passed and queued files will free
 // memory. Large snapshots get reusable, direct-I/O-aligned buffers. docs/io.md: the whole path.
 
+#include <iterator>
 
 // ---- begin torchprobe/io/direct_file.hpp ----
 // A file written with direct I/O (O_DIRECT) where the file system allows it: large tensor files go

@@ -5,6 +5,4 @@
 #include "torchprobe/debugger_impl.hpp"
 #include "torchprobe/task/registry.hpp"
 
-#define TORCHPROBE_DEFINE_COMPILED(level, task) \
-  template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
 TORCHPROBE_OTHER_DEBUGGERS(TORCHPROBE_DEFINE_COMPILED)

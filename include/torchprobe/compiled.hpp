@@ -22,8 +22,10 @@
   TORCHPROBE_STATISTICS_DEBUGGERS(X) TORCHPROBE_TENSOR_DEBUGGERS(X) TORCHPROBE_OTHER_DEBUGGERS(X)
 // clang-format on
 
+// Declared here for every file; defined by the library's sources, a group each.
 #define TORCHPROBE_DECLARE_COMPILED(level, task) \
   extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED(level, task) \
+  template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
 TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
-#undef TORCHPROBE_DECLARE_COMPILED
 extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;

@@ -7,14 +7,10 @@
 // at the next step() and the following steps use it, numbered on; "dump_enable": false makes start()
 // record nothing. A broken edit is reported (stderr and {dump_path}/dump_error_info.log) and the
 // configuration in use is kept.
-#include <cstddef>
-#include <iostream>
-#include <iterator>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <type_traits>
-#include <utility>
 
 #include "torchprobe/config/config_watch.hpp"
 #include "torchprobe/config/options.hpp"
