@@ -50,7 +50,7 @@ cmake --build "$work/torchprobe-build" --target torchprobe_cli -j"${TORCHPROBE_C
 cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
          share/cmake/TorchProbe/TorchProbeConfig.cmake share/cmake/TorchProbe/TorchProbeConfigVersion.cmake \
-         share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp bin/torchprobe; do
+         share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp share/torchprobe/single_include/torchprobe_compiled.cpp bin/torchprobe; do
   [ -f "$prefix/$f" ] || { echo "not installed: $f" >&2; find "$prefix" -type f >&2; exit 1; }
 done
 "$prefix/bin/torchprobe" --version | grep -qx "torchprobe $version" || { echo "bin/torchprobe --version is not $version" >&2; exit 1; }

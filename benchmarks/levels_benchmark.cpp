@@ -9,6 +9,10 @@
 //   build-bench/benchmarks/torchprobe_benchmarks levels
 #include <torch/torch.h>
 #include <torchprobe/torchprobe.hpp>
+// NullSink's debuggers are not in the compiled library: this file also builds against it
+// (torchprobe_levels_benchmark_compiled), where the DirectorySink ones come from the library.
+#include <torchprobe/debugger_impl.hpp>
+#include <torchprobe/sink/null_sink.hpp>
 
 #include "registry.hpp"
 #include "bench_support.hpp"

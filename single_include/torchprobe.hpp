@@ -1244,7 +1244,6 @@ inline std::string describe_available(const TaskCatalog& catalog) {
 // and what is allowed. msprobe's online mode (is_online, nfs_path, host, port, rank_list, tls_path:
 // run_ut between an NPU and a GPU machine over the network) is accepted and reported as not
 // supported.
-#include <regex>
 
 #include <sys/stat.h>
 
@@ -1254,12 +1253,31 @@ namespace torchprobe {
 
 namespace details {
 
+// An identifier, or two joined by one dot ("linalg.inv"). Written out rather than with <regex>:
+// this header is parsed by every file that includes torchprobe.hpp.
+inline bool is_bare_api_name(const std::string& n) {
+  const auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t dots = 0;
+  bool at_start = true;  // of an identifier
+  for (char c : n) {
+    if (c == '.') {
+      if (at_start || ++dots > 1) return false;
+      at_start = true;
+    } else if (letter(c) || (!at_start && digit(c))) {
+      at_start = false;
+    } else {
+      return false;
+    }
+  }
+  return !at_start;
+}
+
 inline std::vector<std::string> parse_api_names(const json& section, const char* key, const std::string& label) {
   const std::string allowed = "a list of bare API names such as [\"linear\", \"__add__\", \"linalg.inv\"]";
   std::vector<std::string> names = read_string_list(section, key, label, allowed);
-  static const std::regex api(R"(^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$)");
   for (const auto& n : names)
-    if (!std::regex_match(n, api))
+    if (!is_bare_api_name(n))
       reject(label, n, "it is not an API name (a full name like \"Functional.linear.0\" is not one either)", allowed);
   return names;
 }
@@ -2362,835 +2380,6 @@ class ScopedDump {
 
 #include <exception>
 
-// ---- begin torchprobe/capture/api_observer.hpp ----
-// The one RecordFunction observer through which the probe sees ATen calls.
-//
-// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
-// in a process-wide slot. The callback is global (not thread-local) because autograd runs
-// backward on its own threads and users run models on several; it is registered only between
-// attach() and detach(), so a debugger that is not started costs nothing at all.
-
-
-// ---- begin torchprobe/capture/backend_threads.hpp ----
-// Threads that a c10d backend owns: Gloo's (and MPI's) work loops run ATen ops of their own while
-// a collective executes (all_gather flattens, copies the result out). Those are the collective's
-// insides, not calls of the user's: msprobe, which wraps Python functions, never sees them. The
-// observer gives such a thread no handler. A thread's role never changes, so each thread is
-// classified once, by the functions at the bottom of its stack at its first call.
-#include <dlfcn.h>
-
-
-// ---- begin torchprobe/io/call_stack_capture.hpp ----
-// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
-//
-// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
-// native stack. Capturing happens on every recorded op, so it only stores return addresses
-// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
-// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
-#include <execinfo.h>
-
-
-// ---- begin torchprobe/core/call_stack.hpp ----
-// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
-// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
-// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
-#include <functional>
-
-namespace torchprobe {
-
-struct CallStack {
-  std::vector<void*> frames;
-
-  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
-  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
-};
-
-struct CallStackHash {
-  std::size_t operator()(const CallStack& s) const noexcept {
-    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
-    for (void* f : s.frames) {
-      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
-      h *= 1099511628211ull;
-    }
-    return static_cast<std::size_t>(h ^ (h >> 32));
-  }
-};
-
-}  // namespace torchprobe
-
-namespace std {
-template <>
-struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
-}  // namespace std
-// ---- end torchprobe/core/call_stack.hpp ----
-
-namespace torchprobe::io {
-
-namespace details {
-
-using BacktraceFunction = int (*)(void**, int);
-
-// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
-// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
-// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
-// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
-// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
-// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
-// falls back to the frame-pointer chain with its memory reads validated.
-inline BacktraceFunction libunwind_backtrace() {
-  static const BacktraceFunction fn = []() -> BacktraceFunction {
-#if defined(__linux__) && defined(__x86_64__)
-    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return nullptr;
-    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
-#else
-    return nullptr;
-#endif
-  }();
-  return fn;
-}
-
-}  // namespace details
-
-// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
-// else glibc), or glibc's backtrace() always.
-enum class Unwinder { Fastest, Glibc };
-
-// Whether Unwinder::Fastest is libunwind in this process.
-inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
-
-// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
-// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
-// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
-// must not happen inside a signal handler.
-inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
-  constexpr int kLimit = 256;
-  CallStack out;
-  if (max_frames <= 0) return out;
-  if (max_frames > kLimit) max_frames = kLimit;
-  void* buf[kLimit];
-  int n = 0;
-  if (how == Unwinder::Fastest)
-    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
-  if (n <= 0) n = ::backtrace(buf, max_frames);
-  if (n > 0) out.frames.assign(buf, buf + n);
-  return out;
-}
-
-// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
-// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
-// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
-// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
-inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
-  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
-  static std::mutex mu;
-  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
-                                              CallStackHash>();  // never freed: entries may outlive static destruction
-  CallStack s = capture_call_stack();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = table->find(s);
-  if (it != table->end()) return it->second;
-  auto shared = std::make_shared<const CallStack>(s);
-  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
-  return shared;
-}
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/call_stack_capture.hpp ----
-
-namespace torchprobe::capture {
-
-namespace details {
-
-// A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
-// ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
-inline bool backend_loop_symbol(std::string_view mangled) {
-  if (mangled.rfind("_ZN4c10d", 0) != 0) return false;
-  return mangled.find("runLoop") != std::string_view::npos || mangled.find("atchdog") != std::string_view::npos ||
-         mangled.find("CleanupLoop") != std::string_view::npos;
-}
-
-// A thread's first function sits at the bottom of its stack, under at most the C library's and
-// std::thread's entry frames: only the outermost frames are named (dladdr searches a library's
-// whole symbol table, libtorch's is large).
-inline bool stack_runs_backend_loop() {
-  constexpr std::size_t kOutermost = 8;
-  const CallStack stack = io::capture_call_stack(256);
-  const std::size_t n = stack.frames.size();
-  for (std::size_t i = n > kOutermost ? n - kOutermost : 0; i < n; ++i) {
-    Dl_info info{};
-    if (::dladdr(stack.frames[i], &info) != 0 && info.dli_sname != nullptr && backend_loop_symbol(info.dli_sname))
-      return true;
-  }
-  return false;
-}
-
-}  // namespace details
-
-inline bool on_backend_thread() {
-  thread_local const bool backend = details::stack_runs_backend_loop();
-  return backend;
-}
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/backend_threads.hpp ----
-// ---- begin torchprobe/capture/collective.hpp ----
-// A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
-// entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
-// tensors (op, group, src/dst, async_op) already encoded as msprobe encodes them. The output is
-// msprobe's too: the arguments again, read after the collective ended, then the keyword values.
-// The wrappers of distributed.hpp fill it; the running capture records it (ApiHandler).
-#include <zlib.h>
-
-#include <cstdio>
-#include <set>
-
-namespace torchprobe::capture {
-
-struct Collective {
-  std::string api;                                                            // "all_reduce"
-  std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
-  std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
-  bool ended = true;  // false: dropped before its work completed; the entry then has no output
-  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
-  // the call has completed when it returns.
-  std::function<bool()> completed;
-
-  // A keyword's name, kept for the life of the process (entries point at it until written).
-  static const std::string* kwarg_name(const std::string& name) {
-    static std::mutex mutex;
-    static auto* names = new std::set<std::string>();  // never destroyed: entries may outlive statics
-    std::lock_guard<std::mutex> lock(mutex);
-    return &*names->insert(name).first;
-  }
-  void kwarg(const std::string& name, nlohmann::ordered_json value) {
-    kwargs.emplace_back(kwarg_name(name), std::move(value));
-  }
-};
-
-// msprobe's ProcessGroup item: {"type": "torch.ProcessGroup", "group_ranks": [...], "group_id":
-// crc32 of str(ranks) as 8 hex digits}; str() of a Python list is "[0, 1, 2]".
-inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>& ranks) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  text += "]";
-  const uLong crc =
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
-  nlohmann::ordered_json j;
-  j["type"] = "torch.ProcessGroup";
-  j["group_ranks"] = ranks;
-  j["group_id"] = hex;
-  return j;
-}
-
-// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
-// gives them. A C++ process group knows only its own size and this process's rank in it, so a
-// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
-// nobody registered is taken to be the whole world, ranks 0 .. size-1.
-class GroupRanks {
- public:
-  static void set(const void* group, std::vector<std::int64_t> ranks) {
-    std::lock_guard<std::mutex> lock(mutex());
-    (*groups())[group] = std::move(ranks);
-  }
-  static std::vector<std::int64_t> of(const void* group, int size) {
-    {
-      std::lock_guard<std::mutex> lock(mutex());
-      auto it = groups()->find(group);
-      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
-    }
-    std::vector<std::int64_t> ranks;
-    for (int r = 0; r < size; ++r) ranks.push_back(r);
-    return ranks;
-  }
-
- private:
-  static std::map<const void*, std::vector<std::int64_t>>* groups() {
-    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
-    return g;
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-};
-
-// A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
-inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
-inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/collective.hpp ----
-// ---- begin torchprobe/capture/dispatched_collectives.hpp ----
-// Collectives that libtorch routes through the dispatcher: on 2.x every c10d::ProcessGroup method
-// (pg->allreduce(...) is the operator c10d::allreduce_), on 1.13 the functions of c10d::ops. The
-// observer sees them as records named "c10d::..."; this header says which msprobe API each one is
-// (capture/pending_collectives.hpp keeps those whose work is still running). Reading the boxed arguments (a
-// ProcessGroup, a ReduceOp, a Work) needs libtorch's c10d headers: distributed.hpp installs that
-// reader (capture/c10d_reader.hpp), so a program that never includes it sees no change.
-
-
-
-namespace torchprobe::capture {
-
-// One c10d operator: the msprobe name of the call and what its arguments after the process group
-// mean. Every operator takes its tensors before the process group.
-struct DispatchedCollective {
-  std::string_view op;         // "c10d::allreduce_"
-  const char* api;             // "all_reduce"
-  const char* peer = nullptr;  // the first int after the group: "src" or "dst" (root_rank, peer)
-  int tag_int = -1;            // which int after the group is the tag (send, recv)
-  bool tensors = true;         // false: the tensors are the backend's own (2.x barrier's)
-  bool keep_lists = false;     // a list of one tensor stays a list (all_to_all's lists)
-  bool input_first = false;    // Python's API names the input before the output (gather)
-};
-
-// The operators and their Python names (torch.distributed, as msprobe wraps them; barrier too).
-inline const DispatchedCollective* dispatched_collective(const char* name) {
-  static const DispatchedCollective table[] = {
-      {"c10d::allreduce_", "all_reduce"},
-      {"c10d::broadcast_", "broadcast", "src"},
-      {"c10d::allgather_", "all_gather"},
-      {"c10d::_allgather_base_", "all_gather_into_tensor"},
-      {"c10d::reduce_scatter_", "reduce_scatter"},
-      {"c10d::_reduce_scatter_base_", "reduce_scatter_tensor"},
-      {"c10d::reduce_", "reduce", "dst"},
-      {"c10d::gather_", "gather", "dst", -1, true, false, true},
-      {"c10d::scatter_", "scatter", "src"},
-      {"c10d::alltoall_", "all_to_all", nullptr, -1, true, true},
-      {"c10d::alltoall_base_", "all_to_all_single"},
-      {"c10d::send", "send", "dst", 1},
-      {"c10d::recv_", "recv", "src", 1},
-      {"c10d::recv_any_source_", "recv", nullptr, 0},
-      {"c10d::barrier", "barrier", nullptr, -1, false},
-  };
-  if (std::strncmp(name, "c10d::", 6) != 0) return nullptr;
-  for (const DispatchedCollective& d : table)
-    if (d.op == name) return &d;
-  return nullptr;
-}
-
-// Reads a dispatched call: its arguments at the start (tensors, group, op, src/dst, tag) and,
-// at the end, the Work it returned (Collective::completed polls it).
-struct DispatchedReader {
-  bool (*describe)(const at::RecordFunction& fn, const DispatchedCollective& kind, Collective& c);
-  void (*attach_work)(const at::RecordFunction& fn, Collective& c);
-};
-
-inline std::atomic<const DispatchedReader*>& dispatched_reader() {
-  static std::atomic<const DispatchedReader*> reader{nullptr};
-  return reader;
-}
-
-// True on a thread while a torchprobe::dist wrapper runs its call: the wrapper records it, and on
-// libtorch 2.x the process group's dispatcher operator must not record it a second time.
-inline bool& wrapper_running() {
-  thread_local bool running = false;
-  return running;
-}
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/dispatched_collectives.hpp ----
-// ---- begin torchprobe/capture/op_registry.hpp ----
-// What the probe knows about an operator, looked up once per operator (overload) and cached.
-//
-// RecordFunction hands the observer the operator's name as a `const char*` that points into the
-// operator's schema, so the pointer identifies the overload for the life of the process; the
-// cache is keyed by it and the schema is read only on the first call.
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <unordered_set>
-
-// ---- begin torchprobe/core/op_info.hpp ----
-// What the probe knows about an operator (capture/op_registry.hpp looks it up once per overload).
-// A task that re-runs calls is handed it (check_call, task/task_traits.hpp), so it lives below
-// both the tasks and the capture.
-
-
-namespace torchprobe {
-
-// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
-// ints, so only the schema says that an int is really a dtype.
-enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
-
-struct ArgInfo {
-  std::string name;
-  bool kwarg_only = false;
-  ArgKind kind = ArgKind::Generic;
-  bool written = false;  // the op writes into it (in-place self, out=)
-};
-
-struct OpInfo {
-  std::string qualified;   // "aten::add"
-  std::string api;         // "add": the ATen name without namespace and overload
-  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
-  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
-  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
-  bool schema_known = false;
-  std::vector<ArgInfo> args;
-  std::size_t returns = 0;                    // how many values the schema returns
-  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/op_info.hpp ----
-
-namespace torchprobe::capture {
-
-// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
-// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
-// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
-inline const std::unordered_set<std::string_view>& infrastructure_ops() {
-  static const std::unordered_set<std::string_view> ops = {"detach",
-                                                           "detach_",
-                                                           "alias",
-                                                           "lift",
-                                                           "lift_fresh",
-                                                           "lift_fresh_copy",
-                                                           "empty",
-                                                           "empty_like",
-                                                           "empty_strided",
-                                                           "new_empty",
-                                                           "new_empty_strided",
-                                                           "ones_like",
-                                                           "zero_",
-                                                           "set_",
-                                                           "resize_",
-                                                           "resize_as_",
-                                                           "record_stream",
-                                                           "_version",
-                                                           "data",
-                                                           "set_data",
-                                                           "is_leaf",
-                                                           "output_nr",
-                                                           "requires_grad_",
-                                                           "retain_grad",
-                                                           "retains_grad",
-                                                           "_backward",
-                                                           "_fw_primal",
-                                                           "_make_dual",
-                                                           "_has_compatible_shallow_copy_type"};
-  return ops;
-}
-
-// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
-// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
-// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
-inline bool internal_namespace(std::string_view ns) {
-  static const std::unordered_set<std::string_view> names = {"prim",
-                                                             "autograd",
-                                                             "profiler",
-                                                             "_caffe2",
-                                                             "c10d",
-                                                             "c10d_functional",
-                                                             "_c10d_functional",
-                                                             "_c10d_functional_autograd",
-                                                             "cuda",
-                                                             "mkldnn",
-                                                             "mkl",
-                                                             "onednn",
-                                                             "xnnpack",
-                                                             "fbgemm",
-                                                             "quantized",
-                                                             "_quantized",
-                                                             "inductor",
-                                                             "_inductor",
-                                                             "prims",
-                                                             "_prims",
-                                                             "debugprims",
-                                                             "rngprims",
-                                                             "higher_order",
-                                                             "_test",
-                                                             "_nested",
-                                                             "static_runtime",
-                                                             "fuser",
-                                                             "tensorexpr",
-                                                             "vulkan",
-                                                             "metal",
-                                                             "_torchbind",
-                                                             "_dtensor",
-                                                             "sparse",
-                                                             "_export",
-                                                             "_quant"};
-  return names.count(ns) != 0;
-}
-
-// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
-inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
-  const auto sep = q.find("::");
-  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
-  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
-}
-
-// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
-inline std::string api_family(std::string_view ns) {
-  std::string family(ns);
-  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
-  return family;
-}
-
-namespace details {
-
-inline ArgKind kind_of(const c10::TypePtr& declared) {
-  c10::TypePtr t = declared;
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  switch (t->kind()) {
-    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
-    case c10::TypeKind::LayoutType: return ArgKind::Layout;
-    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
-    default: return ArgKind::Generic;
-  }
-}
-
-inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
-  auto info = std::make_unique<OpInfo>();
-  info->qualified = fn.name();
-  constexpr std::string_view ns = "aten::";
-  const std::string_view q = info->qualified;
-  if (q.substr(0, ns.size()) == ns) {
-    info->api = std::string(q.substr(ns.size()));
-    info->key = "Aten." + info->api + ".";
-    info->user_api = infrastructure_ops().count(info->api) == 0;
-  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
-    info->api = std::string(parts->second);
-    info->key = api_family(parts->first) + "." + info->api + ".";
-    info->user_api = true;
-  }
-  if (const auto opname = fn.operator_name()) {
-    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
-      info->schema_known = true;
-      for (const auto& a : handle->schema().arguments())
-        info->args.push_back(
-            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
-      info->returns = handle->schema().returns().size();
-      info->handle = *handle;
-    }
-  }
-  return info;
-}
-
-}  // namespace details
-
-// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
-// the process), so a returned reference stays valid.
-class OpRegistry {
- public:
-  static const OpInfo& lookup(const at::RecordFunction& fn) {
-    const char* key = fn.name();
-    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
-    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
-    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
-    thread_local std::unordered_map<const char*, const OpInfo*> local;
-    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
-    const OpInfo& info = instance().find_or_add(fn, key);
-    local[key] = &info;
-    return info;
-  }
-
- private:
-  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
-  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
-    const auto parts = split_qualified(name);
-    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
-    return fn.operator_name().has_value();
-  }
-
-  static OpRegistry& instance() {
-    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
-    return *r;
-  }
-  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = ops_[key];
-    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
-    if (!slot) {
-      slot = details::op_info_of(fn);
-      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
-      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- public:
-  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
-  // wrappers, not by the observer): its info, with a counter key of its own.
-  static const OpInfo& named(const std::string& family, const std::string& api) {
-    OpRegistry& r = instance();
-    std::lock_guard<std::mutex> lock(r.mutex_);
-    auto& slot = r.named_[family + "." + api];
-    if (!slot) {
-      slot = std::make_unique<OpInfo>();
-      slot->qualified = family + "::" + api;
-      slot->api = api;
-      slot->key = family + "." + api + ".";
-      slot->user_api = true;
-      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
-    }
-    return *slot;
-  }
-
- private:
-  static const OpInfo& not_an_api() {
-    static const OpInfo none{};
-    return none;
-  }
-  std::mutex mutex_;
-  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
-  std::vector<std::unique_ptr<OpInfo>> retired_;
-  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
-  std::unordered_map<std::string, std::size_t> key_ids_;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/op_registry.hpp ----
-
-namespace torchprobe::capture {
-
-// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
-// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
-// returns comes back to `on_api_end` with the outputs.
-class ApiHandler;
-
-// A call in flight. It owns a reference to its handler, so a call that is still running when
-// the debugger stops (a backward thread, say) finishes safely.
-struct CallContext : at::ObserverContext {
-  std::shared_ptr<ApiHandler> handler;
-  bool dispatched_collective = false;  // a DispatchedCall (below)
-};
-
-// A collective that went through the dispatcher, between its operator's start and end.
-struct DispatchedCall : CallContext {
-  Collective collective;
-  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
-};
-
-// Level L2: what the records running inside a record inherit from it (one per open record on a
-// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
-// the backward entry of the call that created the node the parent of the ops the node runs.
-struct Enclosing {
-  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
-  std::shared_ptr<const std::string> backward;  // and of their backward entries
-  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
-  bool inside = false;           // inside the call the L2 list names: everything is dumped
-  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
-};
-
-class ApiHandler {
- public:
-  virtual ~ApiHandler() = default;
-  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
-  // autograd's own records, which a module tracker needs to see as boundaries.
-  // Return nullptr to ignore the call.
-  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
-  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
-  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
-  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
-  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
-                                                       Enclosing& /*frame*/) {
-    return nullptr;
-  }
-  // Level L2: the backward entry of the call that created the autograd node (forward thread,
-  // sequence number) that is about to run, if a recorded call did.
-  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
-    return std::nullopt;
-  }
-  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
-  // runs) and, once its work has completed, its end (the same arguments, now written).
-  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
-  virtual void on_collective_end(const Collective&, CallContext&) {}
-  // A collective that went through the dispatcher returned; its work may still be running
-  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
-  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
-    on_collective_end(c, *entry);
-  }
-};
-
-class ApiObserver {
- public:
-  ApiObserver() = default;
-  ApiObserver(const ApiObserver&) = delete;
-  ApiObserver& operator=(const ApiObserver&) = delete;
-  ~ApiObserver() { detach(); }
-
-  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
-  // node records are watched too (they say which backward entry the ops inside belong to).
-  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ != 0) return;
-    if (std::atomic_load(&slot()))
-      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
-    // A new epoch makes every thread forget a nesting depth left over from an earlier session
-    // (a call that was in flight when the previous session detached never saw its end).
-    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
-    std::atomic_store(&slot(), std::move(handler));
-    epoch().fetch_add(1, std::memory_order_acq_rel);
-    handle_ = nested
-                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
-                                              .needsInputs(true)
-                                              .needsOutputs(true)
-                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
-                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                              .needsInputs(true)
-                                              .needsOutputs(true)
-                                              .scopes({at::RecordScope::FUNCTION}));
-  }
-
-  void detach() {
-    std::lock_guard<std::mutex> lock(registration_mutex());
-    if (handle_ == 0) return;
-    at::removeCallback(handle_);
-    handle_ = 0;
-    // Calls already in flight keep their handler alive through the context they hold.
-    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
-    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
-  }
-
-  bool attached() const { return handle_ != 0; }
-
-  // The handler of the running capture, or null: how RAII module guards find it.
-  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
-
- private:
-  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
-  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
-  // inside a backward node from being mistaken for user calls.
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (!depth().enter(e)) return nullptr;
-    const OpInfo& op = OpRegistry::lookup(fn);
-    std::shared_ptr<ApiHandler> h = current_handler(e);
-    if (!h) return nullptr;
-    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
-    if (!op.user_api)
-      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
-        return start_dispatched(fn, *kind, std::move(h));
-    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
-    if (ctx) ctx->handler = std::move(h);
-    return ctx;
-  }
-
-  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    depth().leave(epoch().load(std::memory_order_relaxed));
-    if (ctx == nullptr) return;
-    // Only this observer's start callback made contexts for this callback.
-    auto* call = static_cast<CallContext*>(ctx);
-    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
-    call->handler->on_api_end(fn, *call);
-  }
-
-  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
-  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
-  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
-                                                               const DispatchedCollective& kind,
-                                                               std::shared_ptr<ApiHandler> h) {
-    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
-    if (reader == nullptr || wrapper_running()) return nullptr;
-    try {
-      auto call = std::make_unique<DispatchedCall>();
-      if (!reader->describe(fn, kind, call->collective)) return nullptr;
-      call->entry = h->on_collective_start(call->collective);
-      if (!call->entry) return nullptr;
-      call->handler = std::move(h);
-      call->dispatched_collective = true;
-      return call;
-    } catch (...) {  // the probe never fails the training step
-      return nullptr;
-    }
-  }
-
-  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
-    try {
-      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
-    } catch (...) {  // no work to poll: the entry is finished as it is now
-    }
-    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
-  }
-
-  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
-  // exactly what on_start pushed.
-  struct Frames {
-    std::vector<Enclosing> open;
-    std::uint64_t epoch = 0;
-  };
-  static Frames& frames() {
-    thread_local Frames f;
-    return f;
-  }
-
-  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
-    Frames& fs = frames();
-    const std::uint64_t e = epoch().load(std::memory_order_acquire);
-    if (fs.epoch != e) fs = Frames{{}, e};
-    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
-    std::unique_ptr<CallContext> ctx;
-    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
-    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
-    if (h && node) {
-      // A node runs: its ops, and what the engine does with its results in the enclosing
-      // evaluate_function record, belong to the backward entry of the call that created it.
-      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
-      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
-      if (!fs.open.empty()) fs.open.back() = frame;
-    } else if (h) {
-      const char* name = fn.name();
-      const OpInfo& op = OpRegistry::lookup(fn);
-      if (!op.qualified.empty()) {
-        ctx = h->on_nested_start(fn, op, frame);
-        if (ctx) ctx->handler = std::move(h);
-      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
-        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
-      }
-    }
-    fs.open.push_back(std::move(frame));
-    return ctx;
-  }
-
-  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
-    Frames& fs = frames();
-    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
-    if (ctx == nullptr) return;
-    auto* call = static_cast<CallContext*>(ctx);
-    call->handler->on_api_end(fn, *call);
-  }
-
-  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
-  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
-  // A backend's own thread (capture/backend_threads.hpp) gets none.
-  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
-    if (on_backend_thread()) return nullptr;
-    struct Cached {
-      std::uint64_t epoch = 0;
-      std::weak_ptr<ApiHandler> handler;
-    };
-    thread_local Cached cached;
-    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
-    return cached.handler.lock();
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<ApiHandler>& slot() {
-    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& registration_mutex() {
-    static std::mutex m;
-    return m;
-  }
-
-  at::CallbackHandle handle_ = 0;
-};
-
-}  // namespace torchprobe::capture
-// ---- end torchprobe/capture/api_observer.hpp ----
 // ---- begin torchprobe/capture/module_events.hpp ----
 // How a ModuleGuard or ScopedModuleDump reaches the running capture without knowing its type.
 
@@ -3214,6 +2403,16 @@ class ModuleEvents {
   virtual void script_module_exit(const c10::IValue& output) = 0;
 };
 
+// The running capture's module events, or null: what a ModuleGuard reaches. ApiObserver sets it
+// beside its handler (attach/detach); kept here, apart from the observer's code, so that a file with
+// ModuleGuards in its model parses this header only (issue 43). The pointer shares the handler's
+// ownership: a guard keeps the capture alive until it ends.
+inline std::shared_ptr<ModuleEvents>& module_events_slot() {
+  static std::shared_ptr<ModuleEvents> slot;
+  return slot;
+}
+inline std::shared_ptr<ModuleEvents> active_module_events() { return std::atomic_load(&module_events_slot()); }
+
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/module_events.hpp ----
 
@@ -3224,8 +2423,7 @@ namespace details {
 class ModuleScopeBase {
  protected:
   ModuleScopeBase(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs)
-      : handler_(capture::ApiObserver::active()), uncaught_(std::uncaught_exceptions()) {
-    events_ = dynamic_cast<capture::ModuleEvents*>(handler_.get());
+      : events_(capture::active_module_events()), uncaught_(std::uncaught_exceptions()) {
     if (events_) token_ = events_->module_enter(module, dump_name, std::move(inputs));
   }
   ~ModuleScopeBase() {
@@ -3233,8 +2431,7 @@ class ModuleScopeBase {
       events_->module_exit(token_, has_outputs_ ? &outputs_ : nullptr, std::uncaught_exceptions() > uncaught_);
   }
 
-  std::shared_ptr<capture::ApiHandler> handler_;  // keeps the capture alive until the scope ends
-  capture::ModuleEvents* events_ = nullptr;
+  std::shared_ptr<capture::ModuleEvents> events_;  // keeps the capture alive until the scope ends
   void* token_ = nullptr;
   int uncaught_;
   bool has_outputs_ = false;
@@ -3512,10 +2709,11 @@ inline bool dropout_removed() {
 }  // namespace torchprobe
 // ---- end torchprobe/seed.hpp ----
 
-#if defined(TORCHPROBE_COMPILED_LIB)
-// The compiled library (CMake target torchprobe::compiled): the built-in debuggers and
-// PrecisionDebugger are compiled there once, so this file parses their faces only. A Debugger of
-// your own task or sink, and the features below, have their own headers:
+#if defined(TORCHPROBE_COMPILED_LIB) && !defined(TORCHPROBE_INCLUDE_IMPLEMENTATION)
+// The compiled library (CMake target torchprobe::compiled, or single_include/torchprobe_compiled.cpp
+// beside the single header): the built-in debuggers and PrecisionDebugger are compiled there once,
+// so this file parses their faces only. A Debugger of your own task or sink, and the features
+// below, have their own headers:
 // torchprobe/debugger_impl.hpp (a Debugger of your own task or sink), torchprobe/sink/*.hpp,
 // torchprobe/custom_api.hpp, torchprobe/random_save.hpp, torchprobe/distributed.hpp,
 // torchprobe/task/grad_probe/monitor.hpp.
@@ -3523,7 +2721,10 @@ inline bool dropout_removed() {
 // The debuggers the compiled library (CMake target torchprobe::compiled) holds: every built-in
 // task at each level it supports, with the default sink, and PrecisionDebugger. A file that
 // includes torchprobe.hpp with TORCHPROBE_COMPILED_LIB defined declares them here and compiles
-// none of them (an explicit instantiation declaration); the library's sources (src/) define them.
+// none of them (an explicit instantiation declaration); the library's sources (src/, or
+// single_include/torchprobe_compiled.cpp) define TORCHPROBE_INCLUDE_IMPLEMENTATION, which makes
+// torchprobe.hpp include the implementations, and define them. Without TORCHPROBE_COMPILED_LIB
+// (header-only use) only the lists below are defined: every file compiles what it uses.
 
 // X(level, task class) for each of them, grouped by task so that the library can compile each
 // group in a file of its own.
@@ -3545,12 +2746,18 @@ inline bool dropout_removed() {
   extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
 #define TORCHPROBE_DEFINE_COMPILED(level, task) \
   template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED_PRECISION_DEBUGGER \
+  template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#if defined(TORCHPROBE_COMPILED_LIB)
 TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
 extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#endif
 // ---- end torchprobe/compiled.hpp ----
 #else
 // Header-only: everything, the implementations included (each Debugger is compiled in the file
-// that uses it).
+// that uses it). With the compiled library and TORCHPROBE_INCLUDE_IMPLEMENTATION, everything too,
+// while the built-in debuggers stay declared extern (compiled.hpp): the library's own sources, which
+// define them, and a single-header user's file with a Debugger of its own task or sink.
 // ---- begin torchprobe/sink/directory_sink.hpp ----
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
@@ -3564,6 +2771,7 @@ extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::Builtin
 // Dump files are rewritten while the program runs, often on shared or nearly full disks. The rules
 // here exist so that a failure is loud and harmless: every error names the path and the OS reason,
 // and a file that is being replaced keeps its old content until the new content is fully on disk.
+#include <cstdio>
 
 #include <fcntl.h>
 #include <sys/types.h>
@@ -3840,6 +3048,39 @@ constexpr std::string_view without_inplace_mark(std::string_view op) {
 
 #include <future>
 
+// ---- begin torchprobe/core/call_stack.hpp ----
+// Where a call came from, as raw return addresses (innermost first). Cheap to copy, compare and
+// hash, so identical call sites are grouped before anything is symbolized (io/call_stack_capture.hpp
+// captures them, io/symbolizer.hpp and io/stack_json.hpp turn them into stack.json).
+#include <functional>
+
+namespace torchprobe {
+
+struct CallStack {
+  std::vector<void*> frames;
+
+  friend bool operator==(const CallStack& a, const CallStack& b) { return a.frames == b.frames; }
+  friend bool operator!=(const CallStack& a, const CallStack& b) { return !(a == b); }
+};
+
+struct CallStackHash {
+  std::size_t operator()(const CallStack& s) const noexcept {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the addresses
+    for (void* f : s.frames) {
+      h ^= static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(f));
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 32));
+  }
+};
+
+}  // namespace torchprobe
+
+namespace std {
+template <>
+struct hash<torchprobe::CallStack> : torchprobe::CallStackHash {};
+}  // namespace std
+// ---- end torchprobe/core/call_stack.hpp ----
 
 namespace torchprobe {
 
@@ -3987,6 +3228,7 @@ struct DumpHeader {
 // is linked with -rdynamic (the torchprobe CMake target adds it). Without it, frames of the main
 // program show as "??" unless addr2line finds them in the debug/symbol tables (see symbolize()).
 
+#include <dlfcn.h>
 #include <link.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -5174,6 +4416,7 @@ constexpr bool check_sink() {
 // - No entry is made of a call: dump.json's "data" stays {} as msprobe's does.
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include <unordered_set>
 
 // ---- begin torchprobe/task/task_traits.hpp ----
 // The task contract, written once: what a task class must have, what it may have, and how the
@@ -5202,6 +4445,40 @@ constexpr bool check_sink() {
 #include <ATen/core/Tensor.h>
 
 
+// ---- begin torchprobe/core/op_info.hpp ----
+// What the probe knows about an operator (capture/op_registry.hpp looks it up once per overload).
+// A task that re-runs calls is handed it (check_call, task/task_traits.hpp), so it lives below
+// both the tasks and the capture.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+
+namespace torchprobe {
+
+// How an argument's IValue must be read: ScalarType/Layout/MemoryFormat travel boxed as plain
+// ints, so only the schema says that an int is really a dtype.
+enum class ArgKind { Generic, ScalarType, Layout, MemoryFormat };
+
+struct ArgInfo {
+  std::string name;
+  bool kwarg_only = false;
+  ArgKind kind = ArgKind::Generic;
+  bool written = false;  // the op writes into it (in-place self, out=)
+};
+
+struct OpInfo {
+  std::string qualified;   // "aten::add"
+  std::string api;         // "add": the ATen name without namespace and overload
+  std::string key;         // "Aten.add.", "Mylib.scale.": the per-API counter key and name prefix
+  std::size_t key_id = 0;  // the same key as a small number, shared by all overloads of the API
+  bool user_api = false;   // an aten:: op not on the infrastructure list, or a custom operator
+  bool schema_known = false;
+  std::vector<ArgInfo> args;
+  std::size_t returns = 0;                    // how many values the schema returns
+  std::optional<c10::OperatorHandle> handle;  // to call the op again (free_benchmark)
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/op_info.hpp ----
 // ---- begin torchprobe/core/site.hpp ----
 // Where a value sits inside its entry: a Site is what a task's describe() is told about each
 // tensor, so it belongs to the task contract (task/task_traits.hpp) and lives below it.
@@ -5294,6 +4571,7 @@ class ProbeGuard {
 
 #include <condition_variable>
 #include <deque>
+#include <set>
 
 
 // ---- begin torchprobe/io/error_log.hpp ----
@@ -9460,6 +8738,7 @@ class OverflowCheckTask {
 // summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
 // taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
 // tensor is hashed in place, run by run in logical order, without a contiguous copy.
+#include <zlib.h>
 
 
 
@@ -10003,6 +9282,766 @@ static_assert(details::names_match<BuiltinTaskEntries>::value,
 // While a step runs, every kept entry is also appended to the step's journal, so a process killed
 // mid-step leaves records that tools/recover_dump.py turns into dump.json.
 
+// ---- begin torchprobe/capture/api_observer.hpp ----
+// The one RecordFunction observer through which the probe sees ATen calls.
+//
+// RecordFunction callbacks are plain function pointers, so the observer keeps the active handler
+// in a process-wide slot. The callback is global (not thread-local) because autograd runs
+// backward on its own threads and users run models on several; it is registered only between
+// attach() and detach(), so a debugger that is not started costs nothing at all.
+
+
+// ---- begin torchprobe/capture/backend_threads.hpp ----
+// Threads that a c10d backend owns: Gloo's (and MPI's) work loops run ATen ops of their own while
+// a collective executes (all_gather flattens, copies the result out). Those are the collective's
+// insides, not calls of the user's: msprobe, which wraps Python functions, never sees them. The
+// observer gives such a thread no handler. A thread's role never changes, so each thread is
+// classified once, by the functions at the bottom of its stack at its first call.
+
+
+// ---- begin torchprobe/io/call_stack_capture.hpp ----
+// Capturing a call site cheaply: the return addresses of the current thread, nothing else.
+//
+// msprobe records, for every forward call, the Python stack that led to it; our equivalent is the
+// native stack. Capturing happens on every recorded op, so it only stores return addresses
+// (libunwind's or glibc's backtrace). Turning them into names and lines happens once per distinct
+// address when stack.json is written (io/symbolizer.hpp, io/stack_json.hpp). Costs: docs/io.md.
+#include <execinfo.h>
+
+
+
+namespace torchprobe::io {
+
+namespace details {
+
+using BacktraceFunction = int (*)(void**, int);
+
+// libunwind's unw_backtrace, when the process can load libunwind.so.8 (Debian 12 installs it with
+// libtorch, through glog; Debian 13 does not). It walks a cached description of each frame, where
+// glibc's backtrace() interprets the DWARF unwind tables every time (about ten times slower, most
+// of a call stack's cost). It is opened RTLD_LOCAL, so it stays out of the global symbol scope:
+// linked normally, its _Unwind_* functions and its weak backtrace() would replace libgcc's and
+// glibc's for the whole process, C++ exceptions included. Where DWARF information is missing it
+// falls back to the frame-pointer chain with its memory reads validated.
+inline BacktraceFunction libunwind_backtrace() {
+  static const BacktraceFunction fn = []() -> BacktraceFunction {
+#if defined(__linux__) && defined(__x86_64__)
+    void* lib = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    return reinterpret_cast<BacktraceFunction>(::dlsym(lib, "unw_backtrace"));
+#else
+    return nullptr;
+#endif
+  }();
+  return fn;
+}
+
+}  // namespace details
+
+// Which unwinder capture_call_stack uses: the fastest one available (libunwind when it loads,
+// else glibc), or glibc's backtrace() always.
+enum class Unwinder { Fastest, Glibc };
+
+// Whether Unwinder::Fastest is libunwind in this process.
+inline bool libunwind_available() { return details::libunwind_backtrace() != nullptr; }
+
+// Up to max_frames return addresses of the current thread (at most 256), innermost first: the
+// first is in the function that called capture_call_stack. No symbol lookup, no lock; the only
+// cost is the unwind itself. The first call in a process loads the unwinder, so it allocates and
+// must not happen inside a signal handler.
+inline CallStack capture_call_stack(int max_frames = 48, Unwinder how = Unwinder::Fastest) {
+  constexpr int kLimit = 256;
+  CallStack out;
+  if (max_frames <= 0) return out;
+  if (max_frames > kLimit) max_frames = kLimit;
+  void* buf[kLimit];
+  int n = 0;
+  if (how == Unwinder::Fastest)
+    if (const details::BacktraceFunction fast = details::libunwind_backtrace()) n = fast(buf, max_frames);
+  if (n <= 0) n = ::backtrace(buf, max_frames);
+  if (n > 0) out.frames.assign(buf, buf + n);
+  return out;
+}
+
+// capture_call_stack(), shared with every earlier capture of the same stack. A step's entries come
+// from a few call sites, often thousands of calls each: one copy of each distinct stack is kept
+// (per process) instead of one per entry, about 400 bytes an entry less in an open step. Past
+// kMaxInterned distinct stacks (deep recursion, generated code), new ones are no longer kept.
+inline std::shared_ptr<const CallStack> capture_shared_call_stack() {
+  constexpr std::size_t kMaxInterned = std::size_t{1} << 16;
+  static std::mutex mu;
+  static auto* table = new std::unordered_map<CallStack, std::shared_ptr<const CallStack>,
+                                              CallStackHash>();  // never freed: entries may outlive static destruction
+  CallStack s = capture_call_stack();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = table->find(s);
+  if (it != table->end()) return it->second;
+  auto shared = std::make_shared<const CallStack>(s);
+  if (table->size() < kMaxInterned) table->emplace(std::move(s), shared);
+  return shared;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/call_stack_capture.hpp ----
+
+namespace torchprobe::capture {
+
+namespace details {
+
+// A c10d function that only a backend's own thread runs: ProcessGroupGloo::runLoop,
+// ProcessGroupMPI::runLoop, the NCCL watchdog and its work-cleanup loop.
+inline bool backend_loop_symbol(std::string_view mangled) {
+  if (mangled.rfind("_ZN4c10d", 0) != 0) return false;
+  return mangled.find("runLoop") != std::string_view::npos || mangled.find("atchdog") != std::string_view::npos ||
+         mangled.find("CleanupLoop") != std::string_view::npos;
+}
+
+// A thread's first function sits at the bottom of its stack, under at most the C library's and
+// std::thread's entry frames: only the outermost frames are named (dladdr searches a library's
+// whole symbol table, libtorch's is large).
+inline bool stack_runs_backend_loop() {
+  constexpr std::size_t kOutermost = 8;
+  const CallStack stack = io::capture_call_stack(256);
+  const std::size_t n = stack.frames.size();
+  for (std::size_t i = n > kOutermost ? n - kOutermost : 0; i < n; ++i) {
+    Dl_info info{};
+    if (::dladdr(stack.frames[i], &info) != 0 && info.dli_sname != nullptr && backend_loop_symbol(info.dli_sname))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace details
+
+inline bool on_backend_thread() {
+  thread_local const bool backend = details::stack_runs_backend_loop();
+  return backend;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/backend_threads.hpp ----
+// ---- begin torchprobe/capture/collective.hpp ----
+// A collective call (all_reduce, broadcast, send, ...) as msprobe's "Distributed.{api}.{n}.forward"
+// entry shows it: the positional arguments (tensors, ints) and the keyword arguments that are not
+// tensors (op, group, src/dst, async_op) already encoded as msprobe encodes them. The output is
+// msprobe's too: the arguments again, read after the collective ended, then the keyword values.
+// The wrappers of distributed.hpp fill it; the running capture records it (ApiHandler).
+
+
+namespace torchprobe::capture {
+
+struct Collective {
+  std::string api;                                                            // "all_reduce"
+  std::vector<c10::IValue> args;                                              // as passed: tensors, lists, ints
+  std::vector<std::pair<const std::string*, nlohmann::ordered_json>> kwargs;  // names from kwarg_name()
+  bool ended = true;  // false: dropped before its work completed; the entry then has no output
+  // A dispatched call (capture/dispatched_collectives.hpp): polls its work without waiting; null:
+  // the call has completed when it returns.
+  std::function<bool()> completed;
+
+  // A keyword's name, kept for the life of the process (entries point at it until written).
+  static const std::string* kwarg_name(const std::string& name) {
+    static std::mutex mutex;
+    static auto* names = new std::set<std::string>();  // never destroyed: entries may outlive statics
+    std::lock_guard<std::mutex> lock(mutex);
+    return &*names->insert(name).first;
+  }
+  void kwarg(const std::string& name, nlohmann::ordered_json value) {
+    kwargs.emplace_back(kwarg_name(name), std::move(value));
+  }
+};
+
+// msprobe's ProcessGroup item: {"type": "torch.ProcessGroup", "group_ranks": [...], "group_id":
+// crc32 of str(ranks) as 8 hex digits}; str() of a Python list is "[0, 1, 2]".
+inline nlohmann::ordered_json process_group_json(const std::vector<std::int64_t>& ranks) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  text += "]";
+  const uLong crc =
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  nlohmann::ordered_json j;
+  j["type"] = "torch.ProcessGroup";
+  j["group_ranks"] = ranks;
+  j["group_id"] = hex;
+  return j;
+}
+
+// The global ranks of a process group's members, as torch.distributed.get_process_group_ranks()
+// gives them. A C++ process group knows only its own size and this process's rank in it, so a
+// subgroup's members are what the user registered (torchprobe::dist::set_group_ranks); a group
+// nobody registered is taken to be the whole world, ranks 0 .. size-1.
+class GroupRanks {
+ public:
+  static void set(const void* group, std::vector<std::int64_t> ranks) {
+    std::lock_guard<std::mutex> lock(mutex());
+    (*groups())[group] = std::move(ranks);
+  }
+  static std::vector<std::int64_t> of(const void* group, int size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = groups()->find(group);
+      if (it != groups()->end() && it->second.size() == static_cast<std::size_t>(size)) return it->second;
+    }
+    std::vector<std::int64_t> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+    return ranks;
+  }
+
+ private:
+  static std::map<const void*, std::vector<std::int64_t>>* groups() {
+    static auto* g = new std::map<const void*, std::vector<std::int64_t>>();  // never destroyed, as kwarg names
+    return g;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
+
+// A plain keyword value as msprobe encodes it: {"type": "int", "value": 3}.
+inline nlohmann::ordered_json int_json(std::int64_t v) { return {{"type", "int"}, {"value", v}}; }
+inline nlohmann::ordered_json bool_json(bool v) { return {{"type", "bool"}, {"value", v}}; }
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/collective.hpp ----
+// ---- begin torchprobe/capture/dispatched_collectives.hpp ----
+// Collectives that libtorch routes through the dispatcher: on 2.x every c10d::ProcessGroup method
+// (pg->allreduce(...) is the operator c10d::allreduce_), on 1.13 the functions of c10d::ops. The
+// observer sees them as records named "c10d::..."; this header says which msprobe API each one is
+// (capture/pending_collectives.hpp keeps those whose work is still running). Reading the boxed arguments (a
+// ProcessGroup, a ReduceOp, a Work) needs libtorch's c10d headers: distributed.hpp installs that
+// reader (capture/c10d_reader.hpp), so a program that never includes it sees no change.
+
+
+
+namespace torchprobe::capture {
+
+// One c10d operator: the msprobe name of the call and what its arguments after the process group
+// mean. Every operator takes its tensors before the process group.
+struct DispatchedCollective {
+  std::string_view op;         // "c10d::allreduce_"
+  const char* api;             // "all_reduce"
+  const char* peer = nullptr;  // the first int after the group: "src" or "dst" (root_rank, peer)
+  int tag_int = -1;            // which int after the group is the tag (send, recv)
+  bool tensors = true;         // false: the tensors are the backend's own (2.x barrier's)
+  bool keep_lists = false;     // a list of one tensor stays a list (all_to_all's lists)
+  bool input_first = false;    // Python's API names the input before the output (gather)
+};
+
+// The operators and their Python names (torch.distributed, as msprobe wraps them; barrier too).
+inline const DispatchedCollective* dispatched_collective(const char* name) {
+  static const DispatchedCollective table[] = {
+      {"c10d::allreduce_", "all_reduce"},
+      {"c10d::broadcast_", "broadcast", "src"},
+      {"c10d::allgather_", "all_gather"},
+      {"c10d::_allgather_base_", "all_gather_into_tensor"},
+      {"c10d::reduce_scatter_", "reduce_scatter"},
+      {"c10d::_reduce_scatter_base_", "reduce_scatter_tensor"},
+      {"c10d::reduce_", "reduce", "dst"},
+      {"c10d::gather_", "gather", "dst", -1, true, false, true},
+      {"c10d::scatter_", "scatter", "src"},
+      {"c10d::alltoall_", "all_to_all", nullptr, -1, true, true},
+      {"c10d::alltoall_base_", "all_to_all_single"},
+      {"c10d::send", "send", "dst", 1},
+      {"c10d::recv_", "recv", "src", 1},
+      {"c10d::recv_any_source_", "recv", nullptr, 0},
+      {"c10d::barrier", "barrier", nullptr, -1, false},
+  };
+  if (std::strncmp(name, "c10d::", 6) != 0) return nullptr;
+  for (const DispatchedCollective& d : table)
+    if (d.op == name) return &d;
+  return nullptr;
+}
+
+// Reads a dispatched call: its arguments at the start (tensors, group, op, src/dst, tag) and,
+// at the end, the Work it returned (Collective::completed polls it).
+struct DispatchedReader {
+  bool (*describe)(const at::RecordFunction& fn, const DispatchedCollective& kind, Collective& c);
+  void (*attach_work)(const at::RecordFunction& fn, Collective& c);
+};
+
+inline std::atomic<const DispatchedReader*>& dispatched_reader() {
+  static std::atomic<const DispatchedReader*> reader{nullptr};
+  return reader;
+}
+
+// True on a thread while a torchprobe::dist wrapper runs its call: the wrapper records it, and on
+// libtorch 2.x the process group's dispatcher operator must not record it a second time.
+inline bool& wrapper_running() {
+  thread_local bool running = false;
+  return running;
+}
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/dispatched_collectives.hpp ----
+// ---- begin torchprobe/capture/op_registry.hpp ----
+// What the probe knows about an operator, looked up once per operator (overload) and cached.
+//
+// RecordFunction hands the observer the operator's name as a `const char*` that points into the
+// operator's schema, so the pointer identifies the overload for the life of the process; the
+// cache is keyed by it and the schema is read only on the first call.
+
+
+
+namespace torchprobe::capture {
+
+// Ops that a C++ training step runs without the user asking for them: autograd bookkeeping,
+// allocation, the implicit ones_like of loss.backward(), zero_grad's zero_. They still hide the
+// ops nested inside them, but are not recorded. msprobe leaves them out of its wrap list too.
+inline const std::unordered_set<std::string_view>& infrastructure_ops() {
+  static const std::unordered_set<std::string_view> ops = {"detach",
+                                                           "detach_",
+                                                           "alias",
+                                                           "lift",
+                                                           "lift_fresh",
+                                                           "lift_fresh_copy",
+                                                           "empty",
+                                                           "empty_like",
+                                                           "empty_strided",
+                                                           "new_empty",
+                                                           "new_empty_strided",
+                                                           "ones_like",
+                                                           "zero_",
+                                                           "set_",
+                                                           "resize_",
+                                                           "resize_as_",
+                                                           "record_stream",
+                                                           "_version",
+                                                           "data",
+                                                           "set_data",
+                                                           "is_leaf",
+                                                           "output_nr",
+                                                           "requires_grad_",
+                                                           "retain_grad",
+                                                           "retains_grad",
+                                                           "_backward",
+                                                           "_fw_primal",
+                                                           "_make_dual",
+                                                           "_has_compatible_shallow_copy_type"};
+  return ops;
+}
+
+// Namespaces of operators that are not user APIs: TorchScript and profiler internals, collectives
+// (named Distributed.* on a path of their own), backend kernels and decompositions. Operators of every other
+// namespace but aten:: are custom operators (TORCH_LIBRARY) and are captured as APIs of their own.
+inline bool internal_namespace(std::string_view ns) {
+  static const std::unordered_set<std::string_view> names = {"prim",
+                                                             "autograd",
+                                                             "profiler",
+                                                             "_caffe2",
+                                                             "c10d",
+                                                             "c10d_functional",
+                                                             "_c10d_functional",
+                                                             "_c10d_functional_autograd",
+                                                             "cuda",
+                                                             "mkldnn",
+                                                             "mkl",
+                                                             "onednn",
+                                                             "xnnpack",
+                                                             "fbgemm",
+                                                             "quantized",
+                                                             "_quantized",
+                                                             "inductor",
+                                                             "_inductor",
+                                                             "prims",
+                                                             "_prims",
+                                                             "debugprims",
+                                                             "rngprims",
+                                                             "higher_order",
+                                                             "_test",
+                                                             "_nested",
+                                                             "static_runtime",
+                                                             "fuser",
+                                                             "tensorexpr",
+                                                             "vulkan",
+                                                             "metal",
+                                                             "_torchbind",
+                                                             "_dtensor",
+                                                             "sparse",
+                                                             "_export",
+                                                             "_quant"};
+  return names.count(ns) != 0;
+}
+
+// "mylib::scale.out" -> "mylib", "scale.out"; nullopt for a name without a namespace.
+inline std::optional<std::pair<std::string_view, std::string_view>> split_qualified(std::string_view q) {
+  const auto sep = q.find("::");
+  if (sep == std::string_view::npos || sep == 0) return std::nullopt;
+  return std::make_pair(q.substr(0, sep), q.substr(sep + 2));
+}
+
+// The entry prefix of a custom namespace, as msprobe names API families: "mylib" -> "Mylib".
+inline std::string api_family(std::string_view ns) {
+  std::string family(ns);
+  if (family[0] >= 'a' && family[0] <= 'z') family[0] = static_cast<char>(family[0] - 'a' + 'A');
+  return family;
+}
+
+namespace details {
+
+inline ArgKind kind_of(const c10::TypePtr& declared) {
+  c10::TypePtr t = declared;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType: return ArgKind::ScalarType;
+    case c10::TypeKind::LayoutType: return ArgKind::Layout;
+    case c10::TypeKind::MemoryFormatType: return ArgKind::MemoryFormat;
+    default: return ArgKind::Generic;
+  }
+}
+
+inline std::unique_ptr<OpInfo> op_info_of(const at::RecordFunction& fn) {
+  auto info = std::make_unique<OpInfo>();
+  info->qualified = fn.name();
+  constexpr std::string_view ns = "aten::";
+  const std::string_view q = info->qualified;
+  if (q.substr(0, ns.size()) == ns) {
+    info->api = std::string(q.substr(ns.size()));
+    info->key = "Aten." + info->api + ".";
+    info->user_api = infrastructure_ops().count(info->api) == 0;
+  } else if (const auto parts = split_qualified(q)) {  // a custom operator (OpRegistry::lookup checked)
+    info->api = std::string(parts->second);
+    info->key = api_family(parts->first) + "." + info->api + ".";
+    info->user_api = true;
+  }
+  if (const auto opname = fn.operator_name()) {
+    if (const auto handle = c10::Dispatcher::singleton().findSchema(*opname)) {
+      info->schema_known = true;
+      for (const auto& a : handle->schema().arguments())
+        info->args.push_back(
+            {a.name(), a.kwarg_only(), kind_of(a.real_type()), a.alias_info() && a.alias_info()->isWrite()});
+      info->returns = handle->schema().returns().size();
+      info->handle = *handle;
+    }
+  }
+  return info;
+}
+
+}  // namespace details
+
+// Process-wide cache, shared by all threads; entries are never freed (operators live as long as
+// the process), so a returned reference stays valid.
+class OpRegistry {
+ public:
+  static const OpInfo& lookup(const at::RecordFunction& fn) {
+    const char* key = fn.name();
+    // Records that are not operators (autograd's evaluate_function, user scopes) carry names in
+    // short-lived strings: never cache those pointers. An operator's name lives in its schema.
+    if (std::strncmp(key, "aten::", 6) != 0 && !is_custom_operator(fn, key)) return not_an_api();
+    thread_local std::unordered_map<const char*, const OpInfo*> local;
+    if (auto it = local.find(key); it != local.end() && it->second->qualified == key) return *it->second;
+    const OpInfo& info = instance().find_or_add(fn, key);
+    local[key] = &info;
+    return info;
+  }
+
+ private:
+  // A dispatcher operator (it has a schema) of a namespace that is neither aten nor internal.
+  static bool is_custom_operator(const at::RecordFunction& fn, const char* name) {
+    const auto parts = split_qualified(name);
+    if (!parts || internal_namespace(parts->first) || parts->first.find(' ') != std::string_view::npos) return false;
+    return fn.operator_name().has_value();
+  }
+
+  static OpRegistry& instance() {
+    static OpRegistry* r = new OpRegistry();  // never destroyed: callbacks may outlive statics
+    return *r;
+  }
+  const OpInfo& find_or_add(const at::RecordFunction& fn, const char* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = ops_[key];
+    if (slot && slot->qualified != key) retired_.push_back(std::move(slot));  // other threads may still point at it
+    if (!slot) {
+      slot = details::op_info_of(fn);
+      // Overloads (add.Tensor, add.Scalar) share one counter, as they share one name.
+      slot->key_id = key_ids_.emplace(slot->key, key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ public:
+  // An API with no operator of its own ("Distributed.all_reduce": collectives are recorded by
+  // wrappers, not by the observer): its info, with a counter key of its own.
+  static const OpInfo& named(const std::string& family, const std::string& api) {
+    OpRegistry& r = instance();
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    auto& slot = r.named_[family + "." + api];
+    if (!slot) {
+      slot = std::make_unique<OpInfo>();
+      slot->qualified = family + "::" + api;
+      slot->api = api;
+      slot->key = family + "." + api + ".";
+      slot->user_api = true;
+      slot->key_id = r.key_ids_.emplace(slot->key, r.key_ids_.size()).first->second;
+    }
+    return *slot;
+  }
+
+ private:
+  static const OpInfo& not_an_api() {
+    static const OpInfo none{};
+    return none;
+  }
+  std::mutex mutex_;
+  std::unordered_map<const char*, std::unique_ptr<OpInfo>> ops_;
+  std::vector<std::unique_ptr<OpInfo>> retired_;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> named_;
+  std::unordered_map<std::string, std::size_t> key_ids_;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/op_registry.hpp ----
+
+namespace torchprobe::capture {
+
+// What a debugger implements to receive calls. `on_api_start` is called for outermost calls of
+// user-visible ATen ops only, and is the only place where fn.inputs() is valid; the context it
+// returns comes back to `on_api_end` with the outputs.
+class ApiHandler;
+
+// A call in flight. It owns a reference to its handler, so a call that is still running when
+// the debugger stops (a backward thread, say) finishes safely.
+struct CallContext : at::ObserverContext {
+  std::shared_ptr<ApiHandler> handler;
+  bool dispatched_collective = false;  // a DispatchedCall (below)
+};
+
+// A collective that went through the dispatcher, between its operator's start and end.
+struct DispatchedCall : CallContext {
+  Collective collective;
+  std::unique_ptr<CallContext> entry;  // the handler's, from on_collective_start
+};
+
+// Level L2: what the records running inside a record inherit from it (one per open record on a
+// thread). A recorded call makes itself the parent of what it runs; autograd's node records make
+// the backward entry of the call that created the node the parent of the ops the node runs.
+struct Enclosing {
+  std::shared_ptr<const std::string> forward;   // construct.json parent of the calls inside
+  std::shared_ptr<const std::string> backward;  // and of their backward entries
+  bool hidden = false;           // inside an op that hides what it runs (infrastructure), or a node no call owns
+  bool inside = false;           // inside the call the L2 list names: everything is dumped
+  bool inside_backward = false;  // inside (or running the ops of) the backward entry the list names
+};
+
+class ApiHandler {
+ public:
+  virtual ~ApiHandler() = default;
+  // Called for every outermost call: user APIs (op.user_api) and also infrastructure ops and
+  // autograd's own records, which a module tracker needs to see as boundaries.
+  // Return nullptr to ignore the call.
+  virtual std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) = 0;
+  virtual void on_api_end(const at::RecordFunction& fn, CallContext& ctx) = 0;
+  // Level L2 (attach(handler, /*nested=*/true)): every operator call at every depth, with `frame`
+  // holding what encloses it; the handler leaves in `frame` what the call's own ops inherit.
+  virtual std::unique_ptr<CallContext> on_nested_start(const at::RecordFunction& /*fn*/, const OpInfo& /*op*/,
+                                                       Enclosing& /*frame*/) {
+    return nullptr;
+  }
+  // Level L2: the backward entry of the call that created the autograd node (forward thread,
+  // sequence number) that is about to run, if a recorded call did.
+  virtual std::optional<Enclosing> backward_node(std::uint64_t /*forward_thread*/, std::int64_t /*seq*/) {
+    return std::nullopt;
+  }
+  // A collective, from the wrappers of distributed.hpp: its start (inputs as they are before it
+  // runs) and, once its work has completed, its end (the same arguments, now written).
+  virtual std::unique_ptr<CallContext> on_collective_start(const Collective&) { return nullptr; }
+  virtual void on_collective_end(const Collective&, CallContext&) {}
+  // A collective that went through the dispatcher returned; its work may still be running
+  // (Collective::completed says). A handler that keeps it finishes it once the work completed.
+  virtual void on_collective_dispatched(Collective c, std::unique_ptr<CallContext> entry) {
+    on_collective_end(c, *entry);
+  }
+};
+
+class ApiObserver {
+ public:
+  ApiObserver() = default;
+  ApiObserver(const ApiObserver&) = delete;
+  ApiObserver& operator=(const ApiObserver&) = delete;
+  ~ApiObserver() { detach(); }
+
+  // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
+  // node records are watched too (they say which backward entry the ops inside belong to).
+  void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ != 0) return;
+    if (std::atomic_load(&slot()))
+      throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
+    // A new epoch makes every thread forget a nesting depth left over from an earlier session
+    // (a call that was in flight when the previous session detached never saw its end).
+    // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
+    auto* events = dynamic_cast<ModuleEvents*>(handler.get());
+    std::atomic_store(&module_events_slot(), events ? std::shared_ptr<ModuleEvents>(handler, events) : nullptr);
+    std::atomic_store(&slot(), std::move(handler));
+    epoch().fetch_add(1, std::memory_order_acq_rel);
+    handle_ = nested
+                  ? at::addGlobalCallback(at::RecordFunctionCallback(&on_nested_start, &on_nested_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))
+                  : at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                              .needsInputs(true)
+                                              .needsOutputs(true)
+                                              .scopes({at::RecordScope::FUNCTION}));
+  }
+
+  void detach() {
+    std::lock_guard<std::mutex> lock(registration_mutex());
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    // Calls already in flight keep their handler alive through the context they hold.
+    std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    std::atomic_store(&module_events_slot(), std::shared_ptr<ModuleEvents>());
+    epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
+  }
+
+  bool attached() const { return handle_ != 0; }
+
+  // The handler of the running capture, or null: how RAII module guards find it.
+  static std::shared_ptr<ApiHandler> active() { return std::atomic_load(&slot()); }
+
+ private:
+  // Every record of FUNCTION scope counts towards the nesting depth, including non-ATen ones
+  // such as autograd's "evaluate_function: XBackward0": that is what keeps the ATen ops run
+  // inside a backward node from being mistaken for user calls.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (!depth().enter(e)) return nullptr;
+    const OpInfo& op = OpRegistry::lookup(fn);
+    std::shared_ptr<ApiHandler> h = current_handler(e);
+    if (!h) return nullptr;
+    // A collective's c10d operator is no API of OpRegistry's (its namespace is internal).
+    if (!op.user_api)
+      if (const DispatchedCollective* kind = dispatched_collective(fn.name()))
+        return start_dispatched(fn, *kind, std::move(h));
+    std::unique_ptr<CallContext> ctx = h->on_api_start(fn, op);
+    if (ctx) ctx->handler = std::move(h);
+    return ctx;
+  }
+
+  static void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    depth().leave(epoch().load(std::memory_order_relaxed));
+    if (ctx == nullptr) return;
+    // Only this observer's start callback made contexts for this callback.
+    auto* call = static_cast<CallContext*>(ctx);
+    if (call->dispatched_collective) return end_dispatched(fn, static_cast<DispatchedCall&>(*call));
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // A collective's c10d operator (capture/dispatched_collectives.hpp), read by the reader that
+  // distributed.hpp installs; not when a torchprobe::dist wrapper made the call (it records it).
+  static std::unique_ptr<at::ObserverContext> start_dispatched(const at::RecordFunction& fn,
+                                                               const DispatchedCollective& kind,
+                                                               std::shared_ptr<ApiHandler> h) {
+    const DispatchedReader* reader = dispatched_reader().load(std::memory_order_acquire);
+    if (reader == nullptr || wrapper_running()) return nullptr;
+    try {
+      auto call = std::make_unique<DispatchedCall>();
+      if (!reader->describe(fn, kind, call->collective)) return nullptr;
+      call->entry = h->on_collective_start(call->collective);
+      if (!call->entry) return nullptr;
+      call->handler = std::move(h);
+      call->dispatched_collective = true;
+      return call;
+    } catch (...) {  // the probe never fails the training step
+      return nullptr;
+    }
+  }
+
+  static void end_dispatched(const at::RecordFunction& fn, DispatchedCall& call) {
+    try {
+      dispatched_reader().load(std::memory_order_acquire)->attach_work(fn, call.collective);
+    } catch (...) {  // no work to poll: the entry is finished as it is now
+    }
+    call.handler->on_collective_dispatched(std::move(call.collective), std::move(call.entry));
+  }
+
+  // Level L2: one frame per open record on this thread, whatever it is, so that on_end pops
+  // exactly what on_start pushed.
+  struct Frames {
+    std::vector<Enclosing> open;
+    std::uint64_t epoch = 0;
+  };
+  static Frames& frames() {
+    thread_local Frames f;
+    return f;
+  }
+
+  static std::unique_ptr<at::ObserverContext> on_nested_start(const at::RecordFunction& fn) {
+    Frames& fs = frames();
+    const std::uint64_t e = epoch().load(std::memory_order_acquire);
+    if (fs.epoch != e) fs = Frames{{}, e};
+    Enclosing frame = fs.open.empty() ? Enclosing{} : fs.open.back();
+    std::unique_ptr<CallContext> ctx;
+    const bool node = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+    std::shared_ptr<ApiHandler> h = frame.hidden && !node ? nullptr : current_handler(e);
+    if (h && node) {
+      // A node runs: its ops, and what the engine does with its results in the enclosing
+      // evaluate_function record, belong to the backward entry of the call that created it.
+      std::optional<Enclosing> owner = h->backward_node(fn.forwardThreadId(), fn.seqNr());
+      frame = owner ? std::move(*owner) : Enclosing{{}, {}, /*hidden=*/true, false, false};
+      if (!fs.open.empty()) fs.open.back() = frame;
+    } else if (h) {
+      const char* name = fn.name();
+      const OpInfo& op = OpRegistry::lookup(fn);
+      if (!op.qualified.empty()) {
+        ctx = h->on_nested_start(fn, op, frame);
+        if (ctx) ctx->handler = std::move(h);
+      } else if (std::strncmp(name, "autograd::engine::evaluate_function:", 36) == 0) {
+        frame = Enclosing{{}, {}, /*hidden=*/true, false, false};  // until its node record says whose it is
+      }
+    }
+    fs.open.push_back(std::move(frame));
+    return ctx;
+  }
+
+  static void on_nested_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    Frames& fs = frames();
+    if (fs.epoch == epoch().load(std::memory_order_relaxed) && !fs.open.empty()) fs.open.pop_back();
+    if (ctx == nullptr) return;
+    auto* call = static_cast<CallContext*>(ctx);
+    call->handler->on_api_end(fn, *call);
+  }
+
+  // The handler, through a per-thread weak reference refreshed when the epoch changes: an
+  // atomic_load of the shared slot takes a lock (libstdc++), which every call would pay.
+  // A backend's own thread (capture/backend_threads.hpp) gets none.
+  static std::shared_ptr<ApiHandler> current_handler(std::uint64_t epoch_now) {
+    if (on_backend_thread()) return nullptr;
+    struct Cached {
+      std::uint64_t epoch = 0;
+      std::weak_ptr<ApiHandler> handler;
+    };
+    thread_local Cached cached;
+    if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
+    return cached.handler.lock();
+  }
+
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<ApiHandler>& slot() {
+    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& registration_mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  at::CallbackHandle handle_ = 0;
+};
+
+}  // namespace torchprobe::capture
+// ---- end torchprobe/capture/api_observer.hpp ----
 // ---- begin torchprobe/capture/call_capture.hpp ----
 // What the probe makes of each outermost ATen call and each module forward: the composition that
 // a Debugger holds and that the observer (api_observer.hpp) and the module guards call into.
@@ -11435,6 +11474,18 @@ class Journal {
 
 namespace torchprobe::details {
 
+// Who writes the step when the task ends the dump (overflow_check after overflow_nums overflowing
+// calls): the step lifecycle, which registers itself. Called once, on the thread that committed the
+// entry that ended it, after the Recorder has stopped capturing; the Recorder calls nothing else
+// upward.
+class DumpEnd {
+ public:
+  virtual void dump_ended() noexcept = 0;
+
+ protected:
+  ~DumpEnd() = default;
+};
+
 template <class TaskT>
 class Recorder {
  public:
@@ -11506,11 +11557,10 @@ class Recorder {
     else
       return false;
   }
-  // What the Debugger does when the task ends the dump; runs once, on the thread that committed
-  // the last entry. Cleared (null) by the Debugger before it goes away.
-  void set_end_hook(std::function<void()> hook) {
+  // Who writes the step when the task ends the dump (see DumpEnd); null: nobody (it is going away).
+  void set_dump_end(DumpEnd* end) {
     std::lock_guard<std::mutex> lock(end_mu_);
-    end_hook_ = std::move(hook);
+    end_ = end;
   }
   // save()'s entries, for debug.json. An entry committed again under the same name and order
   // replaces the earlier one (a gradient filling its placeholder).
@@ -11597,11 +11647,12 @@ class Recorder {
       if (task_.decision_due()) decide_held();
   }
 
-  // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
+  // Nothing more is captured from now on (the capture's callbacks ask capturing() first; the
+  // observer itself is removed by stop(), on the training thread), and the step is written now.
   void end_dump() {
     capturing_ = false;
     std::lock_guard<std::mutex> lock(end_mu_);
-    if (end_hook_) end_hook_();
+    if (end_) end_->dump_ended();
   }
 
   void hand_over_saves(Record& r) {
@@ -11734,7 +11785,7 @@ class Recorder {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::uint64_t> debug_commits_{0};
   std::mutex end_mu_;
-  std::function<void()> end_hook_;
+  DumpEnd* end_ = nullptr;
   std::atomic<bool> end_seen_{false};
   std::mutex files_mu_;
   std::string rank_dir_;
@@ -13186,7 +13237,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   // ---- the observer's callbacks -------------------------------------------------------------
 
+  // A task that ended the dump stopped the capture (Recorder::capturing()); the observer stays
+  // attached until stop() removes it on the training thread.
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (!core_->capturing()) return nullptr;
     if (collectives_.waiting()) finish_collectives(/*final=*/false);
     if (window_ && !window_->open()) {
       if (op.user_api) window_->saw_call();
@@ -13223,6 +13277,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     if constexpr (!kNested) {
       return nullptr;
     } else {
+      if (!core_->capturing()) return nullptr;
       if (!op.user_api) {
         frame.hidden = true;
         return nullptr;
@@ -13281,6 +13336,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   std::unique_ptr<CallContext> on_collective_start(const Collective& c) override {
     if constexpr (!kApis) return nullptr;
+    if (!core_->capturing()) return nullptr;
     std::unique_ptr<Call> call;
     try {
       ThreadModules& tm = modules_.this_thread();
@@ -13706,8 +13762,11 @@ class ScriptExecutorSettings {
 // ---- end torchprobe/capture/torchscript.hpp ----
 // ---- begin torchprobe/details/step_lifecycle.hpp ----
 // One dumped step from its first start() or save() to its end: the step directory (made when the
-// step opens), its journal, and writing its files. Owned by the Debugger, used from the training
-// thread; an entry committed on another thread reaches it only through Recorder.
+// step opens), its journal, and writing its files. Owned by the Debugger.
+//
+// Threads: all on the training thread, but dump_ended() (the task ended the dump), which the
+// Recorder calls on the thread that committed the last entry; opening, handing over and ending a
+// step take one lock for it. Calls go one way (Debugger -> StepLifecycle -> Recorder -> DumpEnd).
 //
 //   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
 //   flush()      seals the step's records and hands them over; the writer waits for the tensor
@@ -13953,21 +14012,30 @@ class StepWriter {
 namespace torchprobe::details {
 
 template <Level L, class TaskT, class Sink>
-class StepLifecycle {
+class StepLifecycle final : private DumpEnd {
   static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
 
  public:
   explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core)
-      : core_(std::move(core)),
-        session_(core_->config()),
-        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+      : core_(std::move(core)), session_(core_->config()), writer_(pending_budget(*core_)) {
+    listen_for_end();
+  }
   StepLifecycle(std::shared_ptr<Recorder<TaskT>> core, Sink&& sink)
-      : core_(std::move(core)),
-        session_(core_->config()),
-        sink_(std::move(sink)),
-        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+      : core_(std::move(core)), session_(core_->config()), sink_(std::move(sink)), writer_(pending_budget(*core_)) {
+    listen_for_end();
+  }
+  StepLifecycle(const StepLifecycle&) = delete;
+  StepLifecycle& operator=(const StepLifecycle&) = delete;
   // Every step handed over is written first (the writer, declared last, goes first).
-  ~StepLifecycle() { drain(); }
+  ~StepLifecycle() {
+    stop_listening_for_end();
+    drain();
+  }
+
+  // An entry that ends the dump writes nothing through this from here on (the Debugger's end).
+  void stop_listening_for_end() noexcept {
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(nullptr);
+  }
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -14000,6 +14068,7 @@ class StepLifecycle {
   // The step's directory (and dump_tensor_data/, and the journal) exist from the first start() or
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     const std::string directory = session_.step_directory();
     if constexpr (task_traits::follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
@@ -14038,17 +14107,15 @@ class StepLifecycle {
   // save() entries (or gradients of saved tensors) committed since the last flush.
   bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
 
-  // Hands what the step has to the writer. `release` runs first, inside the error handling: the
-  // capture hands over what it still holds. The records are sealed here, on the calling thread,
-  // with their statistics resolved; the tensor files, the journal and the JSON files are waited
-  // for and written on the writer's thread (details/step_writer.hpp) with a sink that writes in
-  // the background, here with another. Never throws: a full disk or a vanished directory must not
-  // stop training; it is reported (in the step's dump_error_info.log and on stderr) and the step's
-  // journal is kept.
+  // Hands what the step has to the writer; `release` (the capture hands over what it still holds)
+  // runs first. Records are sealed here; files are waited for and written on the writer's thread
+  // (step_writer.hpp) with a background sink, here with another. Never throws: a full disk must not
+  // stop training; it is reported (dump_error_info.log, stderr) and the step's journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
     if (!has_data_) return;
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     Job job = new_job();
     const bool prepared = prepare(job, [&] {
       release();
@@ -14061,10 +14128,12 @@ class StepLifecycle {
     if (prepared) hand_over(std::move(job));
   }
 
-  // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
-  // written now, on the thread that committed the last entry, as msprobe does, not at the next
-  // stop() (the run may well crash on the NaN it just met). Returns once they are written.
-  void write_now() noexcept {
+  // DumpEnd: the task ended the dump (overflow_check after overflow_nums overflowing calls). The
+  // files are written now, on the thread that committed the last entry, as msprobe does, not at
+  // the next stop() (the run may well crash on the NaN it just met). Returns once they are written.
+  void dump_ended() noexcept override {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
+    if (!open_) return;  // the step already ended: stop() or step() wrote it
     Job job = new_job();
     if (!prepare(job, [&] {
           core_->release_held_saves();
@@ -14075,15 +14144,14 @@ class StepLifecycle {
     wait_written();
   }
 
-  // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
-  // or kept when that write failed (for `torchprobe recover`).
-  // The step's records go with that job, so that they are freed on the writer's thread.
-  //
+  // The step's journal is removed once its last hand-over is written, kept when that failed (for
+  // `torchprobe recover`); the step's records go with that job, freed on the writer's thread.
   // The step is finished when this returns (crash safety, docs/io.md): its tensor files handed over
   // are written, then its journal's trailer line is queued after its entry lines and every one of
   // them is handed to the operating system (write(2)) before this returns. A process killed from
   // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     std::shared_ptr<io::Journal::File> file;
     if constexpr (sink_traits::keeps_journal<Sink>::value) {
       try {
@@ -14119,6 +14187,7 @@ class StepLifecycle {
 
   // After end_step(): the next step, empty.
   void next_step() {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     session_.advance();
     core_->start_next_step();
     has_data_ = false;
@@ -14141,6 +14210,13 @@ class StepLifecycle {
 
  private:
   static constexpr bool kBackground = sink_traits::writes_in_background<Sink>::value;
+
+  static std::size_t pending_budget(const Recorder<TaskT>& core) {
+    return static_cast<std::size_t>(core.config().max_pending_mb) << 20;
+  }
+  void listen_for_end() {
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(this);
+  }
 
   // One hand-over: what the writer's thread writes, and what it waits for first.
   struct Job {
@@ -14272,6 +14348,9 @@ class StepLifecycle {
   }
 
   std::shared_ptr<Recorder<TaskT>> core_;
+  // Held wherever the step is opened, handed over or ended: dump_ended() may come from another
+  // thread. Recursive: a flush that releases held entries may itself end the dump.
+  std::recursive_mutex hand_over_mu_;
   Session session_;
   Sink sink_;
   std::string directory_;
@@ -14312,7 +14391,7 @@ class DebuggerImpl final : public DebuggerInterface {
   // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
   // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
   ~DebuggerImpl() override {
-    core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
+    step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
     if (step_.saves_unflushed()) flush();
     step_.end_step();
@@ -14410,7 +14489,6 @@ class DebuggerImpl final : public DebuggerInterface {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
 
   void flush() noexcept {
@@ -14452,13 +14530,6 @@ class DebuggerImpl final : public DebuggerInterface {
       core_->errors().log("token_range", "start", "token_range", why);
     } catch (...) {
     }
-  }
-
-  // The task ended the dump: capture stops and the files are written now (StepLifecycle::write_now).
-  void end_now() noexcept {
-    observer_.detach();
-    script_forwards_.detach();
-    step_.write_now();
   }
 
   std::shared_ptr<Core> core_;
@@ -15574,4 +15645,40 @@ inline void random_save_stop() { details::RandomSave::instance().stop(); }
 
 }  // namespace torchprobe
 // ---- end torchprobe/random_save.hpp ----
+// ---- begin torchprobe/compiled.hpp ----
+// The debuggers the compiled library (CMake target torchprobe::compiled) holds: every built-in
+// task at each level it supports, with the default sink, and PrecisionDebugger. A file that
+// includes torchprobe.hpp with TORCHPROBE_COMPILED_LIB defined declares them here and compiles
+// none of them (an explicit instantiation declaration); the library's sources (src/, or
+// single_include/torchprobe_compiled.cpp) define TORCHPROBE_INCLUDE_IMPLEMENTATION, which makes
+// torchprobe.hpp include the implementations, and define them. Without TORCHPROBE_COMPILED_LIB
+// (header-only use) only the lists below are defined: every file compiles what it uses.
+
+// X(level, task class) for each of them, grouped by task so that the library can compile each
+// group in a file of its own.
+// clang-format off
+#define TORCHPROBE_STATISTICS_DEBUGGERS(X) \
+  X(L0, StatisticsTask) X(L1, StatisticsTask) X(Mix, StatisticsTask) X(L2, StatisticsTask) X(Debug, StatisticsTask)
+#define TORCHPROBE_TENSOR_DEBUGGERS(X) \
+  X(L0, TensorTask) X(L1, TensorTask) X(Mix, TensorTask) X(L2, TensorTask) X(Debug, TensorTask)
+#define TORCHPROBE_OTHER_DEBUGGERS(X) \
+  X(L0, OverflowCheckTask) X(L1, OverflowCheckTask) X(Mix, OverflowCheckTask) \
+  X(L1, FreeBenchmarkTask) \
+  X(L0, StructureTask) X(Mix, StructureTask)
+#define TORCHPROBE_COMPILED_DEBUGGERS(X) \
+  TORCHPROBE_STATISTICS_DEBUGGERS(X) TORCHPROBE_TENSOR_DEBUGGERS(X) TORCHPROBE_OTHER_DEBUGGERS(X)
+// clang-format on
+
+// Declared here for every file; defined by the library's sources, a group each.
+#define TORCHPROBE_DECLARE_COMPILED(level, task) \
+  extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED(level, task) \
+  template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED_PRECISION_DEBUGGER \
+  template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#if defined(TORCHPROBE_COMPILED_LIB)
+TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
+extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#endif
+// ---- end torchprobe/compiled.hpp ----
 #endif

@@ -1,8 +1,6 @@
 // The compiled library's other debuggers (torchprobe/compiled.hpp lists them): each is compiled
 // here once instead of in every file that uses it.
+// The target defines TORCHPROBE_INCLUDE_IMPLEMENTATION: torchprobe.hpp includes the implementations.
 #include "torchprobe/torchprobe.hpp"
-
-#include "torchprobe/debugger_impl.hpp"
-#include "torchprobe/task/registry.hpp"
 
 TORCHPROBE_OTHER_DEBUGGERS(TORCHPROBE_DEFINE_COMPILED)

@@ -1,10 +1,9 @@
 // The compiled library's PrecisionDebugger: it makes the debugger of the configured task and level,
 // each compiled once in debuggers_*.cpp.
+// The target defines TORCHPROBE_INCLUDE_IMPLEMENTATION: torchprobe.hpp includes the implementations.
 #include "torchprobe/torchprobe.hpp"
 
 #include <cstddef>
-
-#include "torchprobe/precision_debugger_impl.hpp"
 
 namespace {
 // torchprobe/compiled.hpp lists every (level, task) pair of the built-in tasks, so that no user's
@@ -22,4 +21,4 @@ static_assert(kListed == supported_pairs(static_cast<torchprobe::BuiltinTasks*>(
               "torchprobe/compiled.hpp lists every level of every built-in task");
 }  // namespace
 
-template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+TORCHPROBE_DEFINE_COMPILED_PRECISION_DEBUGGER

@@ -9,6 +9,7 @@ torchprobe::torchprobe), four small training files that differ only in what they
   include    the same + <torchprobe/torchprobe.hpp>, nothing of it used (what parsing the header costs)
   debugger   the same + <torchprobe/torchprobe.hpp>, one Debugger<Mix, Statistics> and a ScopedDump
   precision  the same + one PrecisionDebugger (config-driven: every task and level)
+  single     the debugger file with the single header (single_include/), compiled library only
 
 and the last three again with the compiled library (-DTORCHPROBE_COMPILED_LIB=1, as the CMake
 target torchprobe::compiled sets it: the debuggers are compiled once, in the library),
@@ -17,8 +18,9 @@ each --runs times, interleaved, and prints the median wall time and peak memory 
 <= 300 MB for the Debugger, <= 20 s for the PrecisionDebugger). It prints figures and exits 0 (a
 benchmark, not a test); 2 when the build directory is not a configured one.
 
---library also compiles the library's own sources (src/*.cpp) once: what a project pays once per
-build of the library, not per file.
+--library also compiles the library's own sources (src/*.cpp), and the single header's
+(single_include/torchprobe_compiled.cpp), once: what a project pays once per build of the library,
+not per file.
 
 --only picks variants (CI measures plain, debugger+lib and precision+lib once: .ci/run).
 
@@ -44,6 +46,10 @@ namespace tp = torchprobe;
 """,
     "precision": """
 #include <torchprobe/torchprobe.hpp>
+namespace tp = torchprobe;
+""",
+    "single": """
+#include "torchprobe.hpp"
 namespace tp = torchprobe;
 """,
 }
@@ -84,6 +90,8 @@ BODY = {
   }
 """,
 }
+
+BODY["single"] = BODY["debugger"]
 
 TEMPLATE = """#include <torch/torch.h>
 {include}
@@ -128,6 +136,9 @@ def flags_of(build_dir):
 
 COMPILED = ["include", "debugger", "precision"]  # the variants measured again with the library
 LIBRARY_DEFINE = "-DTORCHPROBE_COMPILED_LIB=1"
+LIBRARY_SOURCE_DEFINE = "-DTORCHPROBE_INCLUDE_IMPLEMENTATION=1"  # what the library's own sources get
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+SINGLE_INCLUDE = "-I" + os.path.join(REPO, "single_include")
 
 
 def compile_once(compiler, args, source):
@@ -150,9 +161,9 @@ def main():
     p.add_argument("--only", help="comma-separated variants (plain is always measured), e.g. debugger+lib")
     a = p.parse_args()
     compiler, args = flags_of(a.build_dir)
-    variants = [(name, name, args) for name in SOURCES] + [
+    variants = [(name, name, args) for name in SOURCES if name != "single"] + [
         (name + "+lib", name, args + [LIBRARY_DEFINE]) for name in COMPILED
-    ]
+    ] + [("single+lib", "single", [SINGLE_INCLUDE] + args + [LIBRARY_DEFINE])]
     if a.only:
         wanted = set(a.only.split(",")) | {"plain"}
         unknown = wanted - {label for label, _, _ in variants}
@@ -173,10 +184,14 @@ def main():
                 print(f"  run {r + 1} {label:13s} {runs[label][-1][0]:6.1f} s {runs[label][-1][1]:7.0f} MB", flush=True)
         library = []
         if a.library:
-            src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
+            src = os.path.join(REPO, "src")
+            lib_args = args + [LIBRARY_DEFINE, LIBRARY_SOURCE_DEFINE]
             for cpp in sorted(f for f in os.listdir(src) if f.endswith(".cpp")):
-                library.append((cpp, compile_once(compiler, args + [LIBRARY_DEFINE], os.path.join(src, cpp))))
+                library.append((cpp, compile_once(compiler, lib_args, os.path.join(src, cpp))))
                 print(f"  library {cpp:26s} {library[-1][1][0]:6.1f} s {library[-1][1][1]:7.0f} MB", flush=True)
+            single = compile_once(compiler, [SINGLE_INCLUDE] + args + [LIBRARY_DEFINE],
+                                  os.path.join(REPO, "single_include", "torchprobe_compiled.cpp"))
+            print(f"  single_include/torchprobe_compiled.cpp {single[0]:6.1f} s {single[1]:7.0f} MB", flush=True)
     med = {n: (statistics.median(t for t, _ in v), statistics.median(m for _, m in v)) for n, v in runs.items()}
     base_s, base_mb = med["plain"]
     print(f"\ncompile time of one user file ({compiler}, examples' flags), median of {a.runs}:")
@@ -187,6 +202,7 @@ def main():
         "precision": "(header-only: no bound)",
         "debugger+lib": "<= +10 s, <= +300 MB",
         "precision+lib": "<= +20 s",
+        "single+lib": "<= +10 s, <= +300 MB",
     }
     for label in runs:
         s, mb = med[label]
@@ -194,7 +210,7 @@ def main():
         spread = f"{min(times):5.1f}-{max(times):5.1f}"
         extra = "" if label == "plain" else f"{s - base_s:+10.1f} {mb - base_mb:+8.0f}"
         met = ""
-        if label == "debugger+lib":
+        if label in ("debugger+lib", "single+lib"):
             met = "met" if s - base_s <= 10 and mb - base_mb <= 300 else "not met"
         elif label == "precision+lib":
             met = "met" if s - base_s <= 20 else "not met"
@@ -202,7 +218,8 @@ def main():
     if library:
         total = sum(t for _, (t, _) in library)
         peak = max(m for _, (_, m) in library)
-        print(f"  the library, once per build: {total:.1f} s of compile in {len(library)} files, peak {peak:.0f} MB")
+        print(f"  the library, once per build: {total:.1f} s of compile in {len(library)} files, peak {peak:.0f} MB;"
+              f" the single header's, one file: {single[0]:.1f} s, peak {single[1]:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Build single_include/torchprobe.hpp, the one-file edition of TorchProbe.
 
-    python3 tools/make_single_include.py            # (re)write single_include/torchprobe.hpp
-    python3 tools/make_single_include.py --check    # exit 1 when the committed file is stale
+    python3 tools/make_single_include.py            # (re)write single_include/torchprobe.hpp and
+                                                    # single_include/torchprobe_compiled.cpp
+    python3 tools/make_single_include.py --check    # exit 1 when a committed file is stale
     python3 tools/make_single_include.py --list     # print the inlined headers in dependency order
 
 Starting from the umbrella header include/torchprobe/torchprobe.hpp, every include of one of
@@ -27,6 +28,9 @@ INCLUDE_ROOT = REPO / "include"           # what -I points at: includes are "tor
 PROJECT_DIR = INCLUDE_ROOT / "torchprobe"  # a header below here is ours and gets inlined
 UMBRELLA = PROJECT_DIR / "torchprobe.hpp"
 OUTPUT = REPO / "single_include" / "torchprobe.hpp"
+# The compiled library of the single header's users (the CMake target torchprobe::compiled is the
+# same for include/'s): one source file, written beside the header.
+COMPILED_NAME = "torchprobe_compiled.cpp"
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 PRAGMA_ONCE_RE = re.compile(r"^\s*#\s*pragma\s+once\b")
@@ -170,7 +174,30 @@ def generate() -> tuple[str, list[Path]]:
     a = Amalgamator()
     a.inline(UMBRELLA.resolve(), 0)
     body = "".join(a.out)
-    return banner(m.group(1)) + body, a.order
+    return banner(m.group(1)) + body, a.order, compiled_source(m.group(1))
+
+
+def compiled_source(version: str) -> str:
+    """single_include/torchprobe_compiled.cpp: what src/*.cpp define, in one file for the single header."""
+    return (
+        "// TorchProbe " + version + " -- the compiled library of the single-header edition\n"
+        "//\n"
+        "// GENERATED FILE, DO NOT EDIT. tools/make_single_include.py writes it beside torchprobe.hpp.\n"
+        "//\n"
+        "// Compile this one file into your program (or a library of yours), with torchprobe.hpp next to it\n"
+        "// and the same flags as the files that include torchprobe.hpp, and define TORCHPROBE_COMPILED_LIB\n"
+        "// for every one of them and this one (-DTORCHPROBE_COMPILED_LIB=1). Your files then parse the\n"
+        "// debuggers' faces only and compile in seconds; the built-in debuggers and PrecisionDebugger are\n"
+        "// compiled here, once (minutes, and about 3 GB of the compiler's memory). docs/packaging.md.\n"
+        "#if !defined(TORCHPROBE_COMPILED_LIB)\n"
+        "#error \"define TORCHPROBE_COMPILED_LIB for this file and for every file that includes torchprobe.hpp\"\n"
+        "#endif\n"
+        "#define TORCHPROBE_INCLUDE_IMPLEMENTATION 1\n"
+        "#include \"torchprobe.hpp\"\n"
+        "\n"
+        "TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DEFINE_COMPILED)\n"
+        "TORCHPROBE_DEFINE_COMPILED_PRECISION_DEBUGGER\n"
+    )
 
 
 def unreachable(order: list[Path]) -> list[str]:
@@ -210,7 +237,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     output = args.output.resolve()
     try:
-        text, order = generate()
+        text, order, compiled = generate()
     except GenerationError as e:
         print(f"make_single_include: error: {e}", file=sys.stderr)
         return 2
@@ -220,13 +247,16 @@ def main(argv: list[str]) -> int:
         for name in unreachable(order):
             print(f"(not reachable from the umbrella: {name})")
         return 0
+    compiled_output = output.parent / COMPILED_NAME
     if args.check:
-        return check(text, order, output)
+        return max(check(text, order, output), check(compiled, order, compiled_output))
     output.parent.mkdir(parents=True, exist_ok=True)
     # newline="\n": the same bytes on every platform.
-    with open(output, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    print(f"wrote {output.relative_to(REPO) if REPO in output.parents else output} ({len(order)} headers inlined)")
+    for path, content in ((output, text), (compiled_output, compiled)):
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(content)
+    shown = output.relative_to(REPO) if REPO in output.parents else output
+    print(f"wrote {shown} ({len(order)} headers inlined) and {COMPILED_NAME} beside it")
     return 0
 
 

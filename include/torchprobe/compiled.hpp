@@ -2,7 +2,10 @@
 // The debuggers the compiled library (CMake target torchprobe::compiled) holds: every built-in
 // task at each level it supports, with the default sink, and PrecisionDebugger. A file that
 // includes torchprobe.hpp with TORCHPROBE_COMPILED_LIB defined declares them here and compiles
-// none of them (an explicit instantiation declaration); the library's sources (src/) define them.
+// none of them (an explicit instantiation declaration); the library's sources (src/, or
+// single_include/torchprobe_compiled.cpp) define TORCHPROBE_INCLUDE_IMPLEMENTATION, which makes
+// torchprobe.hpp include the implementations, and define them. Without TORCHPROBE_COMPILED_LIB
+// (header-only use) only the lists below are defined: every file compiles what it uses.
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/precision_debugger.hpp"
 #include "torchprobe/task/builtin.hpp"
@@ -27,5 +30,9 @@
   extern template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
 #define TORCHPROBE_DEFINE_COMPILED(level, task) \
   template class ::torchprobe::BasicDebugger<::torchprobe::Level::level, ::torchprobe::task>;
+#define TORCHPROBE_DEFINE_COMPILED_PRECISION_DEBUGGER \
+  template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#if defined(TORCHPROBE_COMPILED_LIB)
 TORCHPROBE_COMPILED_DEBUGGERS(TORCHPROBE_DECLARE_COMPILED)
 extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::BuiltinTasks>;
+#endif

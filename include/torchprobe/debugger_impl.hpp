@@ -61,7 +61,7 @@ class DebuggerImpl final : public DebuggerInterface {
   // with std::exit() or std::quick_exit() while a Debugger on the stack is alive does not (its
   // steps not yet written keep their journals, which tools/recover_dump.py turns into files).
   ~DebuggerImpl() override {
-    core_->set_end_hook(nullptr);  // an entry committed from now on must not reach this object
+    step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
     if (step_.saves_unflushed()) flush();
     step_.end_step();
@@ -159,7 +159,6 @@ class DebuggerImpl final : public DebuggerInterface {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
-    if constexpr (task_traits::can_end<TaskT>::value) core_->set_end_hook([this] { end_now(); });
   }
 
   void flush() noexcept {
@@ -201,13 +200,6 @@ class DebuggerImpl final : public DebuggerInterface {
       core_->errors().log("token_range", "start", "token_range", why);
     } catch (...) {
     }
-  }
-
-  // The task ended the dump: capture stops and the files are written now (StepLifecycle::write_now).
-  void end_now() noexcept {
-    observer_.detach();
-    script_forwards_.detach();
-    step_.write_now();
   }
 
   std::shared_ptr<Core> core_;

@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "torchprobe/capture/api_observer.hpp"
 #include "torchprobe/capture/module_events.hpp"
 
 namespace torchprobe {
@@ -34,8 +33,7 @@ namespace details {
 class ModuleScopeBase {
  protected:
   ModuleScopeBase(const torch::nn::Module& module, const std::string* dump_name, std::vector<c10::IValue> inputs)
-      : handler_(capture::ApiObserver::active()), uncaught_(std::uncaught_exceptions()) {
-    events_ = dynamic_cast<capture::ModuleEvents*>(handler_.get());
+      : events_(capture::active_module_events()), uncaught_(std::uncaught_exceptions()) {
     if (events_) token_ = events_->module_enter(module, dump_name, std::move(inputs));
   }
   ~ModuleScopeBase() {
@@ -43,8 +41,7 @@ class ModuleScopeBase {
       events_->module_exit(token_, has_outputs_ ? &outputs_ : nullptr, std::uncaught_exceptions() > uncaught_);
   }
 
-  std::shared_ptr<capture::ApiHandler> handler_;  // keeps the capture alive until the scope ends
-  capture::ModuleEvents* events_ = nullptr;
+  std::shared_ptr<capture::ModuleEvents> events_;  // keeps the capture alive until the scope ends
   void* token_ = nullptr;
   int uncaught_;
   bool has_outputs_ = false;

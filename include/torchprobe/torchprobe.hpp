@@ -34,17 +34,20 @@
 #include "torchprobe/module_guard.hpp"
 #include "torchprobe/seed.hpp"
 
-#if defined(TORCHPROBE_COMPILED_LIB)
-// The compiled library (CMake target torchprobe::compiled): the built-in debuggers and
-// PrecisionDebugger are compiled there once, so this file parses their faces only. A Debugger of
-// your own task or sink, and the features below, have their own headers:
+#if defined(TORCHPROBE_COMPILED_LIB) && !defined(TORCHPROBE_INCLUDE_IMPLEMENTATION)
+// The compiled library (CMake target torchprobe::compiled, or single_include/torchprobe_compiled.cpp
+// beside the single header): the built-in debuggers and PrecisionDebugger are compiled there once,
+// so this file parses their faces only. A Debugger of your own task or sink, and the features
+// below, have their own headers:
 // torchprobe/debugger_impl.hpp (a Debugger of your own task or sink), torchprobe/sink/*.hpp,
 // torchprobe/custom_api.hpp, torchprobe/random_save.hpp, torchprobe/distributed.hpp,
 // torchprobe/task/grad_probe/monitor.hpp.
 #include "torchprobe/compiled.hpp"
 #else
 // Header-only: everything, the implementations included (each Debugger is compiled in the file
-// that uses it).
+// that uses it). With the compiled library and TORCHPROBE_INCLUDE_IMPLEMENTATION, everything too,
+// while the built-in debuggers stay declared extern (compiled.hpp): the library's own sources, which
+// define them, and a single-header user's file with a Debugger of its own task or sink.
 #include "torchprobe/sink/directory_sink.hpp"
 #include "torchprobe/sink/memory_sink.hpp"
 #include "torchprobe/sink/null_sink.hpp"
@@ -55,4 +58,5 @@
 #include "torchprobe/custom_api.hpp"
 #include "torchprobe/random_save.hpp"
 #include "torchprobe/task/grad_probe/monitor.hpp"
+#include "torchprobe/compiled.hpp"
 #endif

@@ -1,12 +1,20 @@
 // The single-header edition works on its own: this TU sees single_include/ and the dependencies'
-// include directories, never include/torchprobe/, and runs a real capture through it.
+// include directories, never include/torchprobe/, and runs a real capture through it. Built with
+// the single header's compiled library (torchprobe_compiled.cpp, TORCHPROBE_COMPILED_LIB): the
+// DirectorySink Debugger below is the library's; this file has the implementations too
+// (TORCHPROBE_INCLUDE_IMPLEMENTATION) for its MemorySink one.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
 #include "torchprobe.hpp"
 
+#include "../remove_tree.hpp"
+
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <unistd.h>
 
 // If include/ leaked onto the include path, this test would prove nothing about the single header.
 #if __has_include(<torchprobe/debugger.hpp>)
@@ -37,4 +45,44 @@ TEST_CASE("single header: an L1 statistics capture into a MemorySink records rel
   CHECK(out["Min"].get<double>() == 0.0);
   CHECK(out["Mean"].get<double>() == doctest::Approx(1.0));
   CHECK(out["Norm"].get<double>() == doctest::Approx(std::sqrt(10.0)));
+}
+
+#if !defined(TORCHPROBE_COMPILED_LIB) || !defined(TORCHPROBE_INCLUDE_IMPLEMENTATION)
+#error "this test is built with the single header's compiled library (tests/packaging/CMakeLists.txt)"
+#endif
+
+TEST_CASE("single header with its compiled library: a mix statistics dump of a Linear written to disk") {
+  // The library's Debugger<Mix, Statistics> (DirectorySink): this file only declares it.
+  const std::string path = "/tmp/torchprobe-single-include-lib-" + std::to_string(::getpid());
+  torch::nn::Linear fc(2, 1);
+  {
+    torch::NoGradGuard no_grad;
+    fc->weight.fill_(2.0);
+    fc->bias.fill_(0.5);
+  }
+  {
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(path));
+    {
+      tp::ScopedDump scope(dbg, fc);
+      fc(torch::tensor({{1.0f, 3.0f}})).sum().backward();
+    }
+    dbg.wait_written();
+    std::ifstream in(dbg.directory() + "/dump.json");
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto dump = nlohmann::json::parse(text.str());
+    // 2*1 + 2*3 + 0.5 = 8.5, the Linear's one output value, in its module entry.
+    std::string module_entry;
+    for (const auto& item : dump.at("data").items())
+      if (item.key().rfind("Module.", 0) == 0 && item.key().find(".Linear.forward.0") != std::string::npos)
+        module_entry = item.key();
+    REQUIRE_MESSAGE(!module_entry.empty(), dump.at("data").dump());
+    const auto& out = dump.at("data").at(module_entry).at("output")[0];
+    CHECK(out.at("Max").get<double>() == 8.5);
+    CHECK(out.at("Min").get<double>() == 8.5);
+    CHECK(dump.at("data").contains("Aten.addmm.0.forward"));
+    CHECK(dump.at("level") == "mix");
+  }
+  tptest::remove_tree(path);
 }

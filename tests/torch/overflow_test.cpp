@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -314,6 +315,37 @@ TEST_CASE("overflow_nums 1: the first overflowing call is written at once, then 
   CHECK(summary["origin"] == "Aten.mul.0.forward");
   CHECK(summary["limit_reached"] == true);
   CHECK(dbg.task().overflowing_calls_kept() == 1);
+}
+
+TEST_CASE(
+    "an overflow on another thread ends the dump there: written before that thread's call returns, nothing captured "
+    "after") {
+  tptest::TempDir tmp;
+  Overflow<tp::Level::L1> dbg(tp::Options().dump_path(tmp.path()));  // overflow_nums 1
+  const std::string dir = rank_dir(tmp.path());
+  const torch::Tensor big = torch::full({4}, 60000.0).to(torch::kHalf);
+  dbg.start();
+  bool written_on_return = false;
+  std::vector<std::string> tensor_files_on_return;
+  std::thread worker([&] {
+    const torch::Tensor inf = big * 2;  // 120000 > 65504: the first overflowing call, on this thread
+    written_on_return = fs::exists(dir + "/dump.json");
+    tensor_files_on_return = files_in(dir + "/dump_tensor_data");
+    CHECK(std::isinf(inf[0].item<float>()));
+  });
+  worker.join();
+  // Captured no more, on any thread: another overflowing call before stop() is not an entry.
+  (big * 3).sum();
+  std::string said = stderr_of([&] { dbg.stop(); });
+  CHECK(written_on_return);
+  CHECK(tensor_files_on_return ==
+        std::vector<std::string>{"Aten.mul.0.forward.input.0.pt", "Aten.mul.0.forward.output.0.pt"});
+  const Json dump = read_python_json(dir + "/dump.json");
+  CHECK(keys_of(dump["data"]) == std::vector<std::string>{"Aten.mul.0.forward"});
+  CHECK(dbg.task().overflowing_calls_kept() == 1);
+  said = stderr_of([&] { dbg.start(); });
+  CHECK(said.find("overflow_nums = 1") != std::string::npos);
+  CHECK(!dbg.running());
 }
 
 TEST_CASE("overflow_nums 2 keeps two calls; -1 keeps every overflowing call of every step") {

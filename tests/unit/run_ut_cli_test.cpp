@@ -92,6 +92,14 @@ TEST_CASE("run_ut config: white_list, black_list and error_data_path, checked wi
   CHECK(config_rejection({{"run_ut", 5}}) == "cfg.json: \"run_ut\" must be an object");
 }
 
+TEST_CASE("an API name is an identifier, or two joined by one dot") {
+  using torchprobe::details::is_bare_api_name;
+  for (const char* good : {"linear", "__add__", "linalg.inv", "_", "a1", "conv2d", "nn.functional_x"})
+    CHECK_MESSAGE(is_bare_api_name(good), good);
+  for (const char* bad : {"", ".", "a.", ".a", "1a", "a.1b", "a.b.c", "a..b", "a-b", "a b", "Functional.linear.0"})
+    CHECK_MESSAGE(!is_bare_api_name(bad), bad);
+}
+
 TEST_CASE("run_ut config: the online mode's keys are accepted and reported as not supported") {
   ru::CliOptions o;
   ru::apply_run_ut_config(

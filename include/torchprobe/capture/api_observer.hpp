@@ -20,6 +20,7 @@
 #include "torchprobe/capture/backend_threads.hpp"
 #include "torchprobe/capture/collective.hpp"
 #include "torchprobe/capture/dispatched_collectives.hpp"
+#include "torchprobe/capture/module_events.hpp"
 #include "torchprobe/capture/op_registry.hpp"
 #include "torchprobe/capture/record_depth.hpp"
 
@@ -101,6 +102,8 @@ class ApiObserver {
     // A new epoch makes every thread forget a nesting depth left over from an earlier session
     // (a call that was in flight when the previous session detached never saw its end).
     // The slot is filled before the epoch moves: a thread that sees the new epoch finds the handler.
+    auto* events = dynamic_cast<ModuleEvents*>(handler.get());
+    std::atomic_store(&module_events_slot(), events ? std::shared_ptr<ModuleEvents>(handler, events) : nullptr);
     std::atomic_store(&slot(), std::move(handler));
     epoch().fetch_add(1, std::memory_order_acq_rel);
     handle_ = nested
@@ -121,6 +124,7 @@ class ApiObserver {
     handle_ = 0;
     // Calls already in flight keep their handler alive through the context they hold.
     std::atomic_store(&slot(), std::shared_ptr<ApiHandler>());
+    std::atomic_store(&module_events_slot(), std::shared_ptr<ModuleEvents>());
     epoch().fetch_add(1, std::memory_order_acq_rel);  // threads drop their cached handler
   }
 

@@ -63,7 +63,10 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   // ---- the observer's callbacks -------------------------------------------------------------
 
+  // A task that ended the dump stopped the capture (Recorder::capturing()); the observer stays
+  // attached until stop() removes it on the training thread.
   std::unique_ptr<CallContext> on_api_start(const at::RecordFunction& fn, const OpInfo& op) override {
+    if (!core_->capturing()) return nullptr;
     if (collectives_.waiting()) finish_collectives(/*final=*/false);
     if (window_ && !window_->open()) {
       if (op.user_api) window_->saw_call();
@@ -100,6 +103,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     if constexpr (!kNested) {
       return nullptr;
     } else {
+      if (!core_->capturing()) return nullptr;
       if (!op.user_api) {
         frame.hidden = true;
         return nullptr;
@@ -158,6 +162,7 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
 
   std::unique_ptr<CallContext> on_collective_start(const Collective& c) override {
     if constexpr (!kApis) return nullptr;
+    if (!core_->capturing()) return nullptr;
     std::unique_ptr<Call> call;
     try {
       ThreadModules& tm = modules_.this_thread();

@@ -3,6 +3,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,5 +26,15 @@ class ModuleEvents {
   virtual void script_module_enter(const void* object, std::vector<c10::IValue> inputs) = 0;
   virtual void script_module_exit(const c10::IValue& output) = 0;
 };
+
+// The running capture's module events, or null: what a ModuleGuard reaches. ApiObserver sets it
+// beside its handler (attach/detach); kept here, apart from the observer's code, so that a file with
+// ModuleGuards in its model parses this header only (issue 43). The pointer shares the handler's
+// ownership: a guard keeps the capture alive until it ends.
+inline std::shared_ptr<ModuleEvents>& module_events_slot() {
+  static std::shared_ptr<ModuleEvents> slot;
+  return slot;
+}
+inline std::shared_ptr<ModuleEvents> active_module_events() { return std::atomic_load(&module_events_slot()); }
 
 }  // namespace torchprobe::capture

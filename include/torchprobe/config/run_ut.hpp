@@ -4,7 +4,6 @@
 // and what is allowed. msprobe's online mode (is_online, nfs_path, host, port, rank_list, tls_path:
 // run_ut between an NPU and a GPU machine over the network) is accepted and reported as not
 // supported.
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -19,12 +18,31 @@ namespace torchprobe {
 
 namespace details {
 
+// An identifier, or two joined by one dot ("linalg.inv"). Written out rather than with <regex>:
+// this header is parsed by every file that includes torchprobe.hpp.
+inline bool is_bare_api_name(const std::string& n) {
+  const auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t dots = 0;
+  bool at_start = true;  // of an identifier
+  for (char c : n) {
+    if (c == '.') {
+      if (at_start || ++dots > 1) return false;
+      at_start = true;
+    } else if (letter(c) || (!at_start && digit(c))) {
+      at_start = false;
+    } else {
+      return false;
+    }
+  }
+  return !at_start;
+}
+
 inline std::vector<std::string> parse_api_names(const json& section, const char* key, const std::string& label) {
   const std::string allowed = "a list of bare API names such as [\"linear\", \"__add__\", \"linalg.inv\"]";
   std::vector<std::string> names = read_string_list(section, key, label, allowed);
-  static const std::regex api(R"(^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$)");
   for (const auto& n : names)
-    if (!std::regex_match(n, api))
+    if (!is_bare_api_name(n))
       reject(label, n, "it is not an API name (a full name like \"Functional.linear.0\" is not one either)", allowed);
   return names;
 }

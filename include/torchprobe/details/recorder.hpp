@@ -4,7 +4,6 @@
 // after the Debugger stopped or went away.
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +25,18 @@
 #include "torchprobe/task/task_traits.hpp"
 
 namespace torchprobe::details {
+
+// Who writes the step when the task ends the dump (overflow_check after overflow_nums overflowing
+// calls): the step lifecycle, which registers itself. Called once, on the thread that committed the
+// entry that ended it, after the Recorder has stopped capturing; the Recorder calls nothing else
+// upward.
+class DumpEnd {
+ public:
+  virtual void dump_ended() noexcept = 0;
+
+ protected:
+  ~DumpEnd() = default;
+};
 
 template <class TaskT>
 class Recorder {
@@ -98,11 +109,10 @@ class Recorder {
     else
       return false;
   }
-  // What the Debugger does when the task ends the dump; runs once, on the thread that committed
-  // the last entry. Cleared (null) by the Debugger before it goes away.
-  void set_end_hook(std::function<void()> hook) {
+  // Who writes the step when the task ends the dump (see DumpEnd); null: nobody (it is going away).
+  void set_dump_end(DumpEnd* end) {
     std::lock_guard<std::mutex> lock(end_mu_);
-    end_hook_ = std::move(hook);
+    end_ = end;
   }
   // save()'s entries, for debug.json. An entry committed again under the same name and order
   // replaces the earlier one (a gradient filling its placeholder).
@@ -189,11 +199,12 @@ class Recorder {
       if (task_.decision_due()) decide_held();
   }
 
-  // Nothing more is recorded from now on (the Debugger's hook also detaches the capture).
+  // Nothing more is captured from now on (the capture's callbacks ask capturing() first; the
+  // observer itself is removed by stop(), on the training thread), and the step is written now.
   void end_dump() {
     capturing_ = false;
     std::lock_guard<std::mutex> lock(end_mu_);
-    if (end_hook_) end_hook_();
+    if (end_) end_->dump_ended();
   }
 
   void hand_over_saves(Record& r) {
@@ -326,7 +337,7 @@ class Recorder {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::uint64_t> debug_commits_{0};
   std::mutex end_mu_;
-  std::function<void()> end_hook_;
+  DumpEnd* end_ = nullptr;
   std::atomic<bool> end_seen_{false};
   std::mutex files_mu_;
   std::string rank_dir_;

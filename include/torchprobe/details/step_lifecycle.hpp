@@ -1,7 +1,10 @@
 #pragma once
 // One dumped step from its first start() or save() to its end: the step directory (made when the
-// step opens), its journal, and writing its files. Owned by the Debugger, used from the training
-// thread; an entry committed on another thread reaches it only through Recorder.
+// step opens), its journal, and writing its files. Owned by the Debugger.
+//
+// Threads: all on the training thread, but dump_ended() (the task ended the dump), which the
+// Recorder calls on the thread that committed the last entry; opening, handing over and ending a
+// step take one lock for it. Calls go one way (Debugger -> StepLifecycle -> Recorder -> DumpEnd).
 //
 //   open()       the step's directory, dump_tensor_data/ and the journal exist from here on
 //   flush()      seals the step's records and hands them over; the writer waits for the tensor
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,21 +45,30 @@
 namespace torchprobe::details {
 
 template <Level L, class TaskT, class Sink>
-class StepLifecycle {
+class StepLifecycle final : private DumpEnd {
   static constexpr bool kSaveOnly = (L == Level::Debug);  // level debug writes debug.json only
 
  public:
   explicit StepLifecycle(std::shared_ptr<Recorder<TaskT>> core)
-      : core_(std::move(core)),
-        session_(core_->config()),
-        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+      : core_(std::move(core)), session_(core_->config()), writer_(pending_budget(*core_)) {
+    listen_for_end();
+  }
   StepLifecycle(std::shared_ptr<Recorder<TaskT>> core, Sink&& sink)
-      : core_(std::move(core)),
-        session_(core_->config()),
-        sink_(std::move(sink)),
-        writer_(static_cast<std::size_t>(core_->config().max_pending_mb) << 20) {}
+      : core_(std::move(core)), session_(core_->config()), sink_(std::move(sink)), writer_(pending_budget(*core_)) {
+    listen_for_end();
+  }
+  StepLifecycle(const StepLifecycle&) = delete;
+  StepLifecycle& operator=(const StepLifecycle&) = delete;
   // Every step handed over is written first (the writer, declared last, goes first).
-  ~StepLifecycle() { drain(); }
+  ~StepLifecycle() {
+    stop_listening_for_end();
+    drain();
+  }
+
+  // An entry that ends the dump writes nothing through this from here on (the Debugger's end).
+  void stop_listening_for_end() noexcept {
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(nullptr);
+  }
 
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -88,6 +101,7 @@ class StepLifecycle {
   // The step's directory (and dump_tensor_data/, and the journal) exist from the first start() or
   // save() of a dumped step. Throws IoError when the dump path cannot be written.
   void open() {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     const std::string directory = session_.step_directory();
     if constexpr (task_traits::follows_steps<TaskT>::value) core_->task().set_step(session_.step());
     if (open_ && directory == directory_) return;
@@ -126,17 +140,15 @@ class StepLifecycle {
   // save() entries (or gradients of saved tensors) committed since the last flush.
   bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
 
-  // Hands what the step has to the writer. `release` runs first, inside the error handling: the
-  // capture hands over what it still holds. The records are sealed here, on the calling thread,
-  // with their statistics resolved; the tensor files, the journal and the JSON files are waited
-  // for and written on the writer's thread (details/step_writer.hpp) with a sink that writes in
-  // the background, here with another. Never throws: a full disk or a vanished directory must not
-  // stop training; it is reported (in the step's dump_error_info.log and on stderr) and the step's
-  // journal is kept.
+  // Hands what the step has to the writer; `release` (the capture hands over what it still holds)
+  // runs first. Records are sealed here; files are waited for and written on the writer's thread
+  // (step_writer.hpp) with a background sink, here with another. Never throws: a full disk must not
+  // stop training; it is reported (dump_error_info.log, stderr) and the step's journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
     if (!has_data_) return;
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     Job job = new_job();
     const bool prepared = prepare(job, [&] {
       release();
@@ -149,10 +161,12 @@ class StepLifecycle {
     if (prepared) hand_over(std::move(job));
   }
 
-  // The task ended the dump (overflow_check after overflow_nums overflowing calls): the files are
-  // written now, on the thread that committed the last entry, as msprobe does, not at the next
-  // stop() (the run may well crash on the NaN it just met). Returns once they are written.
-  void write_now() noexcept {
+  // DumpEnd: the task ended the dump (overflow_check after overflow_nums overflowing calls). The
+  // files are written now, on the thread that committed the last entry, as msprobe does, not at
+  // the next stop() (the run may well crash on the NaN it just met). Returns once they are written.
+  void dump_ended() noexcept override {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
+    if (!open_) return;  // the step already ended: stop() or step() wrote it
     Job job = new_job();
     if (!prepare(job, [&] {
           core_->release_held_saves();
@@ -163,15 +177,14 @@ class StepLifecycle {
     wait_written();
   }
 
-  // The step's journal leaves with it: once the step's last hand-over is written, it is removed,
-  // or kept when that write failed (for `torchprobe recover`).
-  // The step's records go with that job, so that they are freed on the writer's thread.
-  //
+  // The step's journal is removed once its last hand-over is written, kept when that failed (for
+  // `torchprobe recover`); the step's records go with that job, freed on the writer's thread.
   // The step is finished when this returns (crash safety, docs/io.md): its tensor files handed over
   // are written, then its journal's trailer line is queued after its entry lines and every one of
   // them is handed to the operating system (write(2)) before this returns. A process killed from
   // here on leaves a journal that rebuilds the whole step (or the step's files themselves).
   void end_step() noexcept {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     std::shared_ptr<io::Journal::File> file;
     if constexpr (sink_traits::keeps_journal<Sink>::value) {
       try {
@@ -207,6 +220,7 @@ class StepLifecycle {
 
   // After end_step(): the next step, empty.
   void next_step() {
+    std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     session_.advance();
     core_->start_next_step();
     has_data_ = false;
@@ -229,6 +243,13 @@ class StepLifecycle {
 
  private:
   static constexpr bool kBackground = sink_traits::writes_in_background<Sink>::value;
+
+  static std::size_t pending_budget(const Recorder<TaskT>& core) {
+    return static_cast<std::size_t>(core.config().max_pending_mb) << 20;
+  }
+  void listen_for_end() {
+    if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(this);
+  }
 
   // One hand-over: what the writer's thread writes, and what it waits for first.
   struct Job {
@@ -360,6 +381,9 @@ class StepLifecycle {
   }
 
   std::shared_ptr<Recorder<TaskT>> core_;
+  // Held wherever the step is opened, handed over or ended: dump_ended() may come from another
+  // thread. Recursive: a flush that releases held entries may itself end the dump.
+  std::recursive_mutex hand_over_mu_;
   Session session_;
   Sink sink_;
   std::string directory_;
