@@ -29,9 +29,7 @@ world=$1
 shift
 
 pids=()
-watchdog=
 teardown() {
-  [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
 }
@@ -43,28 +41,32 @@ for ((r = 0; r < world; r++)); do
     "$@" &
   pids+=($!)
 done
-# The watchdog is a child of this shell, waited for with the ranks, and killed at the end: it holds
-# none of the caller's pipes (a test harness reading our output would otherwise wait for it).
-sleep "$timeout_s" </dev/null >/dev/null 2>&1 &
-watchdog=$!
 
+# Polled, not `wait -n PIDS`: a rank killed by a signal is reported ("Killed") and dropped from the
+# job table by bash as soon as it is reaped, and `wait -n` then answers "no such job" for it and
+# waits on the others: a launch whose last rank was killed hung until the timeout. `wait PID` still
+# answers the status of a child bash has reaped, so a rank that is gone is asked for it there.
 declare -A rank_of
 for ((r = 0; r < world; r++)); do rank_of[${pids[$r]}]=$r; done
 running=("${pids[@]}")
+deadline=$((SECONDS + timeout_s))
 while [ "${#running[@]}" -gt 0 ]; do
-  ended=
-  wait -n -p ended "${running[@]}" "$watchdog"
-  status=$?
-  [ -z "$ended" ] && continue  # a signal interrupted wait; its trap has run
-  if [ "$ended" = "$watchdog" ]; then
-    watchdog=
+  for i in "${!running[@]}"; do
+    pid=${running[$i]}
+    kill -0 "$pid" 2>/dev/null && continue  # still running (or not yet reaped: asked again next round)
+    wait "$pid"
+    status=$?
+    unset 'running[i]'
+    if [ "$status" -ne 0 ]; then
+      echo "launch_ranks: rank ${rank_of[$pid]} (pid $pid) ended with status $status: killing the others" >&2
+      exit "$status"
+    fi
+  done
+  [ "${#running[@]}" -eq 0 ] && break
+  if [ "$SECONDS" -ge "$deadline" ]; then
     echo "launch_ranks: timed out after ${timeout_s} s: killing every rank" >&2
     exit 124
   fi
-  for i in "${!running[@]}"; do [ "${running[$i]}" = "$ended" ] && unset 'running[i]'; done
-  if [ "$status" -ne 0 ]; then
-    echo "launch_ranks: rank ${rank_of[$ended]} (pid $ended) ended with status $status: killing the others" >&2
-    exit "$status"
-  fi
+  sleep 0.05
 done
 exit 0
