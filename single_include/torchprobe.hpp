@@ -1630,6 +1630,11 @@ class Options {
     return *this;
   }
   Options& dump_path(std::string path) { return set("dump_path", std::move(path)); }
+  // msprobe's "task" and "level", as set("task", ...) and set("level", ...): what a PrecisionDebugger
+  // builds; a Debugger's own are its template arguments (a different value here is reported).
+  Options& task(std::string name) { return set("task", std::move(name)); }
+  Options& level(std::string name) { return set("level", std::move(name)); }
+  Options& level(Level l) { return set("level", std::string(level_name(l))); }
   // Steps and ranks mix integers and "a-b" ranges: step({0, "4-6"}).
   Options& step(std::initializer_list<nlohmann::json> items) { return set("step", nlohmann::json::array_t(items)); }
   Options& step(const std::vector<nlohmann::json>& items) { return set("step", items); }
@@ -2528,7 +2533,9 @@ inline torch::nn::Sequential probe_children(const torch::nn::Sequential& seq) {
 //   PYTHONHASHSEED is set to the seed, for Python processes this program starts (msprobe sets it
 //   for its own interpreter; C++ has no hash randomisation).
 // - mode: at::globalContext().setDeterministicAlgorithms(mode) (torch.use_deterministic_algorithms),
-//   cuDNN deterministic = mode and, when mode, cuDNN benchmark off; with mode, CUBLAS_WORKSPACE_CONFIG
+//   cuDNN deterministic on and benchmark off on every call, whatever mode says (msprobe sets them
+//   whenever a GPU is there; here they are set always, readable on a CPU machine too: that differs
+//   from msprobe only where it changes nothing); with mode, CUBLAS_WORKSPACE_CONFIG
 //   is set to ":4096:8" unless the user set it (cuBLAS is deterministic only with it, and libtorch's
 //   deterministic mode raises on CUDA matmuls without it). msprobe's NPU variables
 //   (HCCL_DETERMINISTIC, LCCL_DETERMINISTIC, CLOSE_MATMUL_K_SHIFT, ATB_LLM_LCOC_ENABLE) mean nothing
@@ -2674,11 +2681,11 @@ inline void seed_all(std::int64_t seed = 1234, bool mode = false, bool rm_dropou
   details::set_env("PYTHONHASHSEED", std::to_string(s), true);
 
   at::globalContext().setDeterministicAlgorithms(mode, /*warn_only=*/false);
-  at::globalContext().setDeterministicCuDNN(mode);
-  if (mode) {
-    at::globalContext().setBenchmarkCuDNN(false);
-    details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
-  }
+  // Whatever `mode` says, as msprobe's seed_all does on a GPU (cudnn.deterministic = True,
+  // cudnn.benchmark = False); the flags exist, and are set, on a CPU-only build too.
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  if (mode) details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
 
   details::SeedState& state = details::SeedState::instance();
   std::lock_guard<std::mutex> lock(state.mu);
@@ -11507,15 +11514,30 @@ class Recorder {
   io::ErrorLog& errors() { return errors_; }
   io::Journal& journal() { return journal_; }  // open while a dumped step runs, when the sink keeps files
 
-  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
-  void set_capturing(bool on) { capturing_ = on; }
+  // Between start() and stop(): forward calls are captured. A start() also opens the step to the
+  // gradients of what it captured, until step() (msprobe's guide: start, forward, stop, backward,
+  // step collects the backward of the calls made between start and stop).
+  void set_capturing(bool on) {
+    if (on) started_generation_ = generation_.load() + 1;
+    capturing_ = on;
+  }
   bool capturing() const { return capturing_.load(); }
   // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
   std::uint64_t generation() const { return generation_.load(); }
   // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
   std::uint64_t debug_commits() const { return debug_commits_.load(); }
 
-  bool live(std::uint64_t gen) const { return capturing_.load() && generation_.load() == gen; }
+  // May a gradient of a call captured in step generation `gen` be recorded? Until step() moves on,
+  // unless the task ended the dump or the Debugger went away.
+  bool live(std::uint64_t gen) const { return generation_.load() == gen && open_to_gradients(); }
+  // May a parameter's gradient be recorded now? When a capture ran in this step (parameters_grad).
+  bool gradients_live() const { return started_generation_.load() == generation_.load() + 1 && open_to_gradients(); }
+  // The Debugger is going away: nothing arrives in the step any more (a retained graph may still
+  // run a backward after it).
+  void close() { closed_ = true; }
+  // Entries committed to dump.json so far in this process: the step lifecycle writes the step again
+  // at step() when some arrived after stop() wrote it.
+  std::uint64_t dump_commits() const { return dump_commits_.load(); }
 
   // step(): what the last step recorded is gone; a backward pass of that step records nothing.
   void start_next_step() {
@@ -11635,7 +11657,10 @@ class Recorder {
       return TaskT(config);
   }
 
+  bool open_to_gradients() const { return !closed_.load() && !end_seen_.load(); }
+
   void accept(StepState& into, const char* file, Record&& r) {
+    if (&into == &state_) dump_commits_.fetch_add(1);
     if (!r.saves.empty()) hand_over_saves(r);
     if (journal_.is_open()) append_to_journal(file, r);
     into.commit(std::move(r));
@@ -11782,7 +11807,10 @@ class Recorder {
   io::ErrorLog errors_;
   io::Journal journal_;
   std::atomic<bool> capturing_{false};
+  std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> started_generation_{0};  // generation_ + 1 of the last start(); 0: none
+  std::atomic<std::uint64_t> dump_commits_{0};
   std::atomic<std::uint64_t> debug_commits_{0};
   std::mutex end_mu_;
   DumpEnd* end_ = nullptr;
@@ -12606,6 +12634,14 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
     }
   }
 
+  // Is anything waiting that release_pending() would write? (a step stopped before its backward)
+  bool has_pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& kv : state_)
+      if (!kv.second.arrival.empty() || !kv.second.stashed.empty()) return true;
+    return false;
+  }
+
   void on_step() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& kv : state_) kv.second = State{};
@@ -12646,7 +12682,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
   }
 
   void arrived(const c10::TensorImpl* impl) {
-    if (!core_->capturing() || !catalog_) return;
+    if (!core_->gradients_live() || !catalog_) return;  // until step(), after a start() of this step
     if (!core_->config().data_mode.backward) return;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ModuleInfo* info : catalog_->all()) {
@@ -13415,6 +13451,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     finish_collectives(/*final=*/true);
   }
 
+  bool has_pending() { return grads_->has_pending(); }
+
   void on_step() {
     grads_->on_step();
     owners_.clear();
@@ -13775,8 +13813,7 @@ class ScriptExecutorSettings {
 //   end_step()   the step is finished: its tensor files and every journal line, ended by the
 //                trailer, are written before it returns; the journal goes once the step's files
 //                are written (a failed write keeps it, for `torchprobe recover`)
-//   next_step()  numbers the next step and starts it empty
-//   wait_written()  every step handed over is on disk
+//   next_step()  numbers the next step and starts it empty; wait_written(): every step is on disk
 
 
 // ---- begin torchprobe/details/session.hpp ----
@@ -14104,16 +14141,18 @@ class StepLifecycle final : private DumpEnd {
   }
   void saved() { has_data_ = true; }
 
-  // save() entries (or gradients of saved tensors) committed since the last flush.
-  bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
+  // Entries committed since the last flush (save()s, gradients after stop()): step() writes again.
+  bool unflushed() const {
+    return core_->debug_commits() != flushed_debug_commits_ || core_->dump_commits() != flushed_dump_commits_;
+  }
 
-  // Hands what the step has to the writer; `release` (the capture hands over what it still holds)
-  // runs first. Records are sealed here; files are waited for and written on the writer's thread
-  // (step_writer.hpp) with a background sink, here with another. Never throws: a full disk must not
-  // stop training; it is reported (dump_error_info.log, stderr) and the step's journal is kept.
+  // Hands what the step has to the writer, after `release` (what the capture still holds). Records
+  // are sealed here, files written on the writer's thread (here with a foreground sink). Never
+  // throws: a full disk must not stop training; it is reported and the step's journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
+    flushed_dump_commits_ = core_->dump_commits();
     if (!has_data_) return;
     std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     Job job = new_job();
@@ -14121,6 +14160,7 @@ class StepLifecycle final : private DumpEnd {
       release();
       core_->decide_held();
       core_->release_held_saves();                                  // async_dump
+      flushed_dump_commits_ = core_->dump_commits();                // before the seal: what it holds, at least
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
       if constexpr (sink_traits::writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
@@ -14232,9 +14272,7 @@ class StepLifecycle final : private DumpEnd {
 
   Job new_job() const {
     Job job;
-    job.directory = directory_;
-    job.step = session_.step();
-    job.written = written_;
+    job.directory = directory_, job.step = session_.step(), job.written = written_;
     return job;
   }
 
@@ -14359,9 +14397,9 @@ class StepLifecycle final : private DumpEnd {
   bool captured_ = false;  // a capture ran in this step: it has a dump.json
   // The step's files were written by its last hand-over (set by the writer).
   std::shared_ptr<std::atomic<bool>> written_ = std::make_shared<std::atomic<bool>>(false);
-  bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
-  std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
-  StepWriter writer_;                        // last: its jobs use the members above
+  bool told_why_not_ = false;  // may_start() said once why nothing more is dumped
+  std::uint64_t flushed_debug_commits_ = 0, flushed_dump_commits_ = 0;  // Recorder's counts at the last flush
+  StepWriter writer_;                                                   // last: its jobs use the members above
 };
 
 }  // namespace torchprobe::details
@@ -14393,7 +14431,8 @@ class DebuggerImpl final : public DebuggerInterface {
   ~DebuggerImpl() override {
     step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
-    if (step_.saves_unflushed()) flush();
+    core_->close();  // a backward still running (a retained graph) records nothing from here on
+    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
     step_.end_step();
     step_.drain();
   }
@@ -14443,7 +14482,8 @@ class DebuggerImpl final : public DebuggerInterface {
   void step() override {
     const bool was_running = running_;
     stop();
-    if (step_.saves_unflushed()) flush();  // save()s, or gradients of saved tensors, since
+    // save()s, gradients of saved tensors, backward entries that arrived after stop() wrote the step
+    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
     step_.end_step();
     step_.next_step();
     save_capture_.reset();

@@ -63,7 +63,8 @@ class DebuggerImpl final : public DebuggerInterface {
   ~DebuggerImpl() override {
     step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
-    if (step_.saves_unflushed()) flush();
+    core_->close();  // a backward still running (a retained graph) records nothing from here on
+    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
     step_.end_step();
     step_.drain();
   }
@@ -113,7 +114,8 @@ class DebuggerImpl final : public DebuggerInterface {
   void step() override {
     const bool was_running = running_;
     stop();
-    if (step_.saves_unflushed()) flush();  // save()s, or gradients of saved tensors, since
+    // save()s, gradients of saved tensors, backward entries that arrived after stop() wrote the step
+    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
     step_.end_step();
     step_.next_step();
     save_capture_.reset();

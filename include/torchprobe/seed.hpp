@@ -7,7 +7,9 @@
 //   PYTHONHASHSEED is set to the seed, for Python processes this program starts (msprobe sets it
 //   for its own interpreter; C++ has no hash randomisation).
 // - mode: at::globalContext().setDeterministicAlgorithms(mode) (torch.use_deterministic_algorithms),
-//   cuDNN deterministic = mode and, when mode, cuDNN benchmark off; with mode, CUBLAS_WORKSPACE_CONFIG
+//   cuDNN deterministic on and benchmark off on every call, whatever mode says (msprobe sets them
+//   whenever a GPU is there; here they are set always, readable on a CPU machine too: that differs
+//   from msprobe only where it changes nothing); with mode, CUBLAS_WORKSPACE_CONFIG
 //   is set to ":4096:8" unless the user set it (cuBLAS is deterministic only with it, and libtorch's
 //   deterministic mode raises on CUDA matmuls without it). msprobe's NPU variables
 //   (HCCL_DETERMINISTIC, LCCL_DETERMINISTIC, CLOSE_MATMUL_K_SHIFT, ATB_LLM_LCOC_ENABLE) mean nothing
@@ -162,11 +164,11 @@ inline void seed_all(std::int64_t seed = 1234, bool mode = false, bool rm_dropou
   details::set_env("PYTHONHASHSEED", std::to_string(s), true);
 
   at::globalContext().setDeterministicAlgorithms(mode, /*warn_only=*/false);
-  at::globalContext().setDeterministicCuDNN(mode);
-  if (mode) {
-    at::globalContext().setBenchmarkCuDNN(false);
-    details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
-  }
+  // Whatever `mode` says, as msprobe's seed_all does on a GPU (cudnn.deterministic = True,
+  // cudnn.benchmark = False); the flags exist, and are set, on a CPU-only build too.
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  if (mode) details::set_env("CUBLAS_WORKSPACE_CONFIG", ":4096:8", false);
 
   details::SeedState& state = details::SeedState::instance();
   std::lock_guard<std::mutex> lock(state.mu);

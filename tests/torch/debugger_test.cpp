@@ -487,3 +487,81 @@ TEST_CASE("a sink made with a constructor argument is moved into the Debugger an
     CHECK(seen.at(step) == want);
   }
 }
+
+namespace {
+
+// msprobe's guide: "if stop is placed before the backward code, step must come after it to collect
+// the forward and backward data between start and stop". `stop_first`: start, forward, stop,
+// backward, step; otherwise start, forward, backward, stop, step. Returns step 0's dump.json.
+template <tp::Level L>
+Json dump_of_loop(const std::string& dir, bool stop_first) {
+  torch::manual_seed(5);
+  Net net;
+  const auto x = torch::randn({3, 8});
+  {
+    tp::Debugger<L, tp::Task::Statistics> dbg(tp::Options().dump_path(dir).extra_info(false));
+    dbg.start(net);
+    auto loss = net->forward(x).sum();
+    if (stop_first) dbg.stop();
+    loss.backward();
+    dbg.stop();
+    dbg.step();
+    dbg.wait_written();
+  }
+  return tptest::read_json(dir + "/step0/proc" + std::to_string(::getpid()) + "/dump.json");
+}
+
+template <tp::Level L>
+void check_stop_before_backward(const std::string& level) {
+  CAPTURE(level);
+  tptest::TempDir tmp;
+  const Json stopped_first = dump_of_loop<L>(tmp / "stop_first", true);
+  const Json stopped_last = dump_of_loop<L>(tmp / "stop_last", false);
+  std::size_t backward = 0;
+  for (const auto& kv : stopped_last["data"].items())
+    backward +=
+        kv.key().find(".backward") != std::string::npos || kv.key().find("parameters_grad") != std::string::npos;
+  CHECK(backward > 0);
+  CHECK(stopped_first["data"] == stopped_last["data"]);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "stop() before backward, step() after it: the step's backward entries are still dumped, the same as with stop() "
+    "after backward (msprobe's guide)") {
+  check_stop_before_backward<tp::Level::L1>("L1");
+  check_stop_before_backward<tp::Level::Mix>("mix");
+}
+
+TEST_CASE("a backward that runs after step() belongs to no dumped step: nothing of it is written") {
+  tptest::TempDir tmp;
+  torch::manual_seed(5);
+  Net net;
+  const auto x = torch::randn({3, 8});
+  {
+    L1Stats dbg(tp::Options().dump_path(tmp.path()).extra_info(false));
+    dbg.start(net);
+    auto loss = net->forward(x).sum();
+    dbg.stop();
+    dbg.step();
+    loss.backward();
+    dbg.wait_written();
+  }
+  const Json d = tptest::read_json(tmp / ("step0/proc" + std::to_string(::getpid()) + "/dump.json"));
+  CHECK(d["data"].size() > 0);
+  for (const auto& kv : d["data"].items()) CHECK(kv.key().find(".backward") == std::string::npos);
+  CHECK_FALSE(fs::exists(tmp / "step1"));
+}
+
+TEST_CASE("Options' task() and level() setters configure a PrecisionDebugger as set(\"task\"/\"level\") does") {
+  tptest::TempDir tmp;
+  tp::PrecisionDebugger by_setters(tp::Options().dump_path(tmp / "a").task("tensor").level("mix"));
+  CHECK(by_setters.config().task.str() == "tensor");
+  CHECK(by_setters.config().level == tp::Level::Mix);
+  tp::PrecisionDebugger by_enum(tp::Options().dump_path(tmp / "b").task("overflow_check").level(tp::Level::L0));
+  CHECK(by_enum.config().task.str() == "overflow_check");
+  CHECK(by_enum.config().level == tp::Level::L0);
+  CHECK_THROWS_WITH(tp::PrecisionDebugger(tp::Options().dump_path(tmp / "c").task("no_such_task")),
+                    doctest::Contains("no_such_task"));
+}

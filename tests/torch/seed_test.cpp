@@ -135,9 +135,20 @@ TEST_CASE("mode turns on libtorch's deterministic algorithms: a non-deterministi
   }
   tp::seed_all(1234, false);
   CHECK_FALSE(at::globalContext().deterministicAlgorithms());
-  CHECK_FALSE(at::globalContext().deterministicCuDNN());
+  CHECK(at::globalContext().deterministicCuDNN());  // cuDNN's flags: set whatever mode says, as msprobe
+  CHECK_FALSE(at::globalContext().benchmarkCuDNN());
   CHECK_NOTHROW(at::globalContext().alertNotDeterministic("torchprobe_test"));
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device: a CUDA kernel raising under mode is not checked here");
+}
+
+TEST_CASE("every seed_all sets cuDNN deterministic on and benchmark off, with mode false too (msprobe on a GPU)") {
+  SeedDefaults restore;
+  at::globalContext().setDeterministicCuDNN(false);
+  at::globalContext().setBenchmarkCuDNN(true);
+  tp::seed_all(7);
+  CHECK(at::globalContext().deterministicCuDNN());
+  CHECK_FALSE(at::globalContext().benchmarkCuDNN());
+  CHECK_FALSE(at::globalContext().deterministicAlgorithms());  // that one follows mode only
 }
 
 TEST_CASE("rm_dropout makes a training Dropout(0.5) model's output and gradients equal its eval ones") {

@@ -241,6 +241,8 @@ class CallCapture final : public ApiHandler, public ModuleEvents {
     finish_collectives(/*final=*/true);
   }
 
+  bool has_pending() { return grads_->has_pending(); }
+
   void on_step() {
     grads_->on_step();
     owners_.clear();

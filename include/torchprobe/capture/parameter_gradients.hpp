@@ -80,6 +80,14 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
     }
   }
 
+  // Is anything waiting that release_pending() would write? (a step stopped before its backward)
+  bool has_pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& kv : state_)
+      if (!kv.second.arrival.empty() || !kv.second.stashed.empty()) return true;
+    return false;
+  }
+
   void on_step() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& kv : state_) kv.second = State{};
@@ -120,7 +128,7 @@ class ParameterGradients final : public std::enable_shared_from_this<ParameterGr
   }
 
   void arrived(const c10::TensorImpl* impl) {
-    if (!core_->capturing() || !catalog_) return;
+    if (!core_->gradients_live() || !catalog_) return;  // until step(), after a start() of this step
     if (!core_->config().data_mode.backward) return;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ModuleInfo* info : catalog_->all()) {

@@ -27,6 +27,11 @@ class Options {
     return *this;
   }
   Options& dump_path(std::string path) { return set("dump_path", std::move(path)); }
+  // msprobe's "task" and "level", as set("task", ...) and set("level", ...): what a PrecisionDebugger
+  // builds; a Debugger's own are its template arguments (a different value here is reported).
+  Options& task(std::string name) { return set("task", std::move(name)); }
+  Options& level(std::string name) { return set("level", std::move(name)); }
+  Options& level(Level l) { return set("level", std::string(level_name(l))); }
   // Steps and ranks mix integers and "a-b" ranges: step({0, "4-6"}).
   Options& step(std::initializer_list<nlohmann::json> items) { return set("step", nlohmann::json::array_t(items)); }
   Options& step(const std::vector<nlohmann::json>& items) { return set("step", items); }

@@ -59,15 +59,30 @@ class Recorder {
   io::ErrorLog& errors() { return errors_; }
   io::Journal& journal() { return journal_; }  // open while a dumped step runs, when the sink keeps files
 
-  // Between start() and stop(). Gradients that arrive while stopped are not recorded.
-  void set_capturing(bool on) { capturing_ = on; }
+  // Between start() and stop(): forward calls are captured. A start() also opens the step to the
+  // gradients of what it captured, until step() (msprobe's guide: start, forward, stop, backward,
+  // step collects the backward of the calls made between start and stop).
+  void set_capturing(bool on) {
+    if (on) started_generation_ = generation_.load() + 1;
+    capturing_ = on;
+  }
   bool capturing() const { return capturing_.load(); }
   // Advanced by step(): a backward pass that belongs to an earlier step records nothing.
   std::uint64_t generation() const { return generation_.load(); }
   // Counts commit_debug() calls: a gradient of a saved tensor may arrive after the last flush.
   std::uint64_t debug_commits() const { return debug_commits_.load(); }
 
-  bool live(std::uint64_t gen) const { return capturing_.load() && generation_.load() == gen; }
+  // May a gradient of a call captured in step generation `gen` be recorded? Until step() moves on,
+  // unless the task ended the dump or the Debugger went away.
+  bool live(std::uint64_t gen) const { return generation_.load() == gen && open_to_gradients(); }
+  // May a parameter's gradient be recorded now? When a capture ran in this step (parameters_grad).
+  bool gradients_live() const { return started_generation_.load() == generation_.load() + 1 && open_to_gradients(); }
+  // The Debugger is going away: nothing arrives in the step any more (a retained graph may still
+  // run a backward after it).
+  void close() { closed_ = true; }
+  // Entries committed to dump.json so far in this process: the step lifecycle writes the step again
+  // at step() when some arrived after stop() wrote it.
+  std::uint64_t dump_commits() const { return dump_commits_.load(); }
 
   // step(): what the last step recorded is gone; a backward pass of that step records nothing.
   void start_next_step() {
@@ -187,7 +202,10 @@ class Recorder {
       return TaskT(config);
   }
 
+  bool open_to_gradients() const { return !closed_.load() && !end_seen_.load(); }
+
   void accept(StepState& into, const char* file, Record&& r) {
+    if (&into == &state_) dump_commits_.fetch_add(1);
     if (!r.saves.empty()) hand_over_saves(r);
     if (journal_.is_open()) append_to_journal(file, r);
     into.commit(std::move(r));
@@ -334,7 +352,10 @@ class Recorder {
   io::ErrorLog errors_;
   io::Journal journal_;
   std::atomic<bool> capturing_{false};
+  std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> started_generation_{0};  // generation_ + 1 of the last start(); 0: none
+  std::atomic<std::uint64_t> dump_commits_{0};
   std::atomic<std::uint64_t> debug_commits_{0};
   std::mutex end_mu_;
   DumpEnd* end_ = nullptr;

@@ -13,8 +13,7 @@
 //   end_step()   the step is finished: its tensor files and every journal line, ended by the
 //                trailer, are written before it returns; the journal goes once the step's files
 //                are written (a failed write keeps it, for `torchprobe recover`)
-//   next_step()  numbers the next step and starts it empty
-//   wait_written()  every step handed over is on disk
+//   next_step()  numbers the next step and starts it empty; wait_written(): every step is on disk
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -137,16 +136,18 @@ class StepLifecycle final : private DumpEnd {
   }
   void saved() { has_data_ = true; }
 
-  // save() entries (or gradients of saved tensors) committed since the last flush.
-  bool saves_unflushed() const { return core_->debug_commits() != flushed_debug_commits_; }
+  // Entries committed since the last flush (save()s, gradients after stop()): step() writes again.
+  bool unflushed() const {
+    return core_->debug_commits() != flushed_debug_commits_ || core_->dump_commits() != flushed_dump_commits_;
+  }
 
-  // Hands what the step has to the writer; `release` (the capture hands over what it still holds)
-  // runs first. Records are sealed here; files are waited for and written on the writer's thread
-  // (step_writer.hpp) with a background sink, here with another. Never throws: a full disk must not
-  // stop training; it is reported (dump_error_info.log, stderr) and the step's journal is kept.
+  // Hands what the step has to the writer, after `release` (what the capture still holds). Records
+  // are sealed here, files written on the writer's thread (here with a foreground sink). Never
+  // throws: a full disk must not stop training; it is reported and the step's journal is kept.
   template <class Release>
   void flush(Release&& release) noexcept {
     flushed_debug_commits_ = core_->debug_commits();
+    flushed_dump_commits_ = core_->dump_commits();
     if (!has_data_) return;
     std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     Job job = new_job();
@@ -154,6 +155,7 @@ class StepLifecycle final : private DumpEnd {
       release();
       core_->decide_held();
       core_->release_held_saves();                                  // async_dump
+      flushed_dump_commits_ = core_->dump_commits();                // before the seal: what it holds, at least
       if (captured_) job.dump = dump_of(core_->entries(), L, job);  // a step with save() calls only has no dump.json
       if constexpr (sink_traits::writes_debug<Sink>::value)
         if (core_->debug_entries().size() > 0) job.debug = dump_of(core_->debug_entries(), Level::Debug, job);
@@ -265,9 +267,7 @@ class StepLifecycle final : private DumpEnd {
 
   Job new_job() const {
     Job job;
-    job.directory = directory_;
-    job.step = session_.step();
-    job.written = written_;
+    job.directory = directory_, job.step = session_.step(), job.written = written_;
     return job;
   }
 
@@ -392,9 +392,9 @@ class StepLifecycle final : private DumpEnd {
   bool captured_ = false;  // a capture ran in this step: it has a dump.json
   // The step's files were written by its last hand-over (set by the writer).
   std::shared_ptr<std::atomic<bool>> written_ = std::make_shared<std::atomic<bool>>(false);
-  bool told_why_not_ = false;                // may_start() said once why nothing more is dumped
-  std::uint64_t flushed_debug_commits_ = 0;  // Recorder::debug_commits at the last flush
-  StepWriter writer_;                        // last: its jobs use the members above
+  bool told_why_not_ = false;  // may_start() said once why nothing more is dumped
+  std::uint64_t flushed_debug_commits_ = 0, flushed_dump_commits_ = 0;  // Recorder's counts at the last flush
+  StepWriter writer_;                                                   // last: its jobs use the members above
 };
 
 }  // namespace torchprobe::details
