@@ -1083,6 +1083,7 @@ enum class KeySupport {
   Read,           // TorchProbe reads it
   NotYet,         // msprobe has it, TorchProbe does not implement it yet: warned about when it asks for something
   MindSporeOnly,  // msprobe reads it only for MindSpore: warned about as ignored
+  OnlineRunUt,    // msprobe's online run_ut, in a dump task's section: warned about when switched on
 };
 
 struct ConfigKey {
@@ -1119,7 +1120,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"request_id", KeyPlace::Section, KeySupport::NotYet},
     {"bench_path", KeyPlace::Section, KeySupport::NotYet},
     {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
-    {"file_format", KeyPlace::Section, KeySupport::NotYet},
+    {"file_format", KeyPlace::Section, KeySupport::MindSporeOnly},  // npy or bin, for MindSpore's dumps
     {"fuzz_device", KeyPlace::Section, KeySupport::Read},
     {"pert_mode", KeyPlace::Section, KeySupport::Read},
     {"handler_type", KeyPlace::Section, KeySupport::Read},
@@ -1141,6 +1142,9 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"port", KeyPlace::Section, KeySupport::Read},
     {"rank_list", KeyPlace::Section, KeySupport::Read},
     {"tls_path", KeyPlace::Section, KeySupport::Read},
+    // ... and the switch of that mode in the tensor task's section.
+    {"online_run_ut", KeyPlace::Section, KeySupport::OnlineRunUt},
+    {"online_run_ut_recompute", KeyPlace::Section, KeySupport::OnlineRunUt},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};
@@ -1426,7 +1430,13 @@ void warn_about_section_keys(const json& section, TaskName task, const Reads& re
       warnings.push_back("config key " + label + " is ignored: task " + quote(name) + " does not use it");
     else if (known->support == KeySupport::MindSporeOnly)
       warnings.push_back("config key " + label + " is ignored: msprobe uses it only for MindSpore");
-    else
+    else if (known->support == KeySupport::OnlineRunUt) {
+      if (asks_for_something(item.value()))
+        warnings.push_back("config key " + label +
+                           " is ignored: it switches on msprobe's online run_ut (each API's data sent to a GPU "
+                           "machine over the network while training runs), which TorchProbe does not have; run "
+                           "`torchprobe run_ut -api_info DUMP.json` on a dump instead");
+    } else
       warnings.push_back("config key " + label + " is not supported by TorchProbe yet and was ignored");
   }
 }
@@ -1460,6 +1470,26 @@ inline void check_scope(const Config& c, const std::string& label) {
       reject(label, name, "it is neither an API nor a module name", api_rule + ", or " + module_rule);
   }
   // With the per-level patterns above, L0 and L1 scopes are necessarily of one kind; mix may combine both.
+}
+
+// msprobe's Python API names (Functional.linear.0.forward, Torch.matmul, Tensor.add_) name no call
+// of a libtorch program, whose calls TorchProbe records by ATen operator ("Aten.linear.0.forward"):
+// a list or scope entry copied from a Python config would select nothing, without a word.
+inline void warn_about_python_names(const std::vector<std::string>& names, const std::string& key,
+                                    std::vector<std::string>& warnings) {
+  static constexpr std::string_view kPython[] = {"Functional.", "Torch.", "Tensor.",         "VF.",       "NPU.",
+                                                 "Jit.",        "Mint.",  "MintFunctional.", "Primitive."};
+  for (const std::string& n : names)
+    for (std::string_view prefix : kPython)
+      if (n.compare(0, prefix.size(), prefix) == 0) {
+        warnings.push_back("config key " + quote(key) + ": " + quote(n) +
+                           " is a name of msprobe's Python APIs, which a libtorch program does not call, so it "
+                           "selects nothing; TorchProbe names calls by ATen operator, here " +
+                           quote("Aten." + n.substr(prefix.size())) +
+                           " (the operator libtorch runs may differ: a Linear runs Aten.linear or Aten.addmm; an L1 "
+                           "dump.json shows the names)");
+        break;
+      }
 }
 
 }  // namespace details
@@ -1547,6 +1577,10 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
   if (c.task == Task::RunUt) c.run_ut = parse_run_ut(*section, section_name, c.warnings);
   check_scope(c, label("scope"));
+  if (c.level != Level::Debug) {
+    warn_about_python_names(c.scope, label("scope"), c.warnings);
+    warn_about_python_names(c.list, label("list"), c.warnings);
+  }
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
     c.warnings.push_back("config keys " + quote(label("scope")) + "/" + quote(label("list")) +
@@ -1796,6 +1830,7 @@ inline Config Options::resolve(std::optional<Level> level, std::optional<TaskNam
 #include <torch/csrc/jit/api/module.h>
 
 
+
 namespace torchprobe {
 
 struct ModelRef {
@@ -1804,6 +1839,16 @@ struct ModelRef {
   bool empty() const { return nn.empty() && jit.empty(); }
   std::size_t size() const { return nn.size() + jit.size(); }
 };
+
+// msprobe's check of start() at levels L0 and mix, which dump the modules of the model they are
+// given: without one they would dump no module entry at all. Throws std::invalid_argument.
+inline void check_model_for_level(Level level, const ModelRef& model) {
+  if ((level == Level::L0 || level == Level::Mix) && model.empty())
+    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': level \"" +
+                                std::string(level_name(level)) +
+                                "\" dumps the modules of the model given to start(model); start() and start(rank_id) "
+                                "without a model are for levels \"L1\", \"L2\" and \"debug\"");
+}
 
 namespace details {
 
@@ -1896,6 +1941,31 @@ struct RecordDepth {
   }
 };
 
+// The process-wide state of one kind of global RecordFunction observer. Its callbacks are plain
+// functions, so what they share is static: the object they serve (`slot`), the session's epoch
+// (moved on each attach, which voids the depths an earlier session left), each thread's depth, and
+// the lock that orders attach and detach. `Observer` is the class that inherits it: one set of
+// statics per observer class.
+template <typename Observer, typename Target>
+struct ObserverStatics {
+  static RecordDepth& depth() {
+    thread_local RecordDepth d;
+    return d;
+  }
+  static std::atomic<std::uint64_t>& epoch() {
+    static std::atomic<std::uint64_t> e{1};
+    return e;
+  }
+  static std::shared_ptr<Target>& slot() {
+    static std::shared_ptr<Target>* s = new std::shared_ptr<Target>();  // outlives static destruction
+    return *s;
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
+
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/record_depth.hpp ----
 
@@ -1963,7 +2033,7 @@ class TokenWindow {
 
 // Counts the forward calls of a TorchScript root: a global callback on TORCHSCRIPT_FUNCTION
 // records, registered between attach() and detach() only.
-class ScriptForwardObserver {
+class ScriptForwardObserver : private ObserverStatics<ScriptForwardObserver, TokenWindow> {
  public:
   ScriptForwardObserver() = default;
   ScriptForwardObserver(const ScriptForwardObserver&) = delete;
@@ -2003,23 +2073,6 @@ class ScriptForwardObserver {
     depth().leave(epoch().load(std::memory_order_relaxed));
   }
 
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<TokenWindow>& slot() {
-    static std::shared_ptr<TokenWindow>* s = new std::shared_ptr<TokenWindow>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-
   at::CallbackHandle handle_ = 0;
 };
 
@@ -2045,7 +2098,10 @@ class DebuggerInterface {
   virtual ~DebuggerInterface() = default;
 
   // The ways to start, written once for every Debugger: each becomes a start_with().
+  // Without a model: levels L1, L2 and debug (L0 and mix dump the model's modules and throw
+  // std::invalid_argument without one, as msprobe does). start(rank_id) names the rank directory.
   void start() { start_with(ModelRef{}, std::nullopt); }
+  void start(std::int64_t rank_id) { start_with(ModelRef{}, rank_id); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
@@ -2068,6 +2124,8 @@ class DebuggerInterface {
   virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                           std::optional<TokenRange> tokens = std::nullopt) = 0;
   virtual void stop() noexcept = 0;
+  // stop() under the name earlier msprobe releases gave it, which users' scripts still call.
+  void forward_backward_dump_end() noexcept { stop(); }
   virtual void step() = 0;
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
   virtual void wait_written() = 0;
@@ -2272,6 +2330,58 @@ class ConfigFileWatch {
 
 }  // namespace torchprobe
 // ---- end torchprobe/config/config_watch.hpp ----
+// ---- begin torchprobe/process_debugger.hpp ----
+// The process's debugger. msprobe's guide makes the PrecisionDebugger in one file and calls start()
+// and stop() in another, through the class. Here the first PrecisionDebugger made (and still alive)
+// is the process's: torchprobe::start(model), torchprobe::stop() and torchprobe::step(), or
+// PrecisionDebugger::instance(), reach it from any translation unit of the program. Once it is
+// destroyed, the next PrecisionDebugger made takes its place.
+
+
+namespace torchprobe {
+
+namespace details {
+
+// One slot per process: an inline function's static is one object in every translation unit.
+inline std::atomic<DebuggerInterface*>& process_debugger_slot() {
+  static std::atomic<DebuggerInterface*> slot{nullptr};
+  return slot;
+}
+// A PrecisionDebugger made: it becomes the process's debugger when there is none.
+inline void claim_process_debugger(DebuggerInterface* d) {
+  DebuggerInterface* none = nullptr;
+  process_debugger_slot().compare_exchange_strong(none, d);
+}
+// A PrecisionDebugger destroyed: the slot is free again if it was this one.
+inline void release_process_debugger(DebuggerInterface* d) {
+  process_debugger_slot().compare_exchange_strong(d, nullptr);
+}
+
+}  // namespace details
+
+// The first PrecisionDebugger made and still alive; std::logic_error when there is none.
+inline DebuggerInterface& process_debugger() {
+  DebuggerInterface* d = details::process_debugger_slot().load();
+  if (d == nullptr)
+    throw std::logic_error(
+        "torchprobe: no PrecisionDebugger exists in this process: make one first (PrecisionDebugger "
+        "dbg(\"config.json\")), and keep it alive while torchprobe::start()/stop()/step() are called");
+  return *d;
+}
+
+// start() in any of its forms (start(), start(rank_id), start(model), start(model, rank_id),
+// start(model, token_range), start(model, pg)), stop() and step() of the process's debugger.
+template <class... Args>
+void start(Args&&... args) {
+  process_debugger().start(std::forward<Args>(args)...);
+}
+inline void stop() { process_debugger().stop(); }
+inline void step() { process_debugger().step(); }
+// stop() under the name earlier msprobe releases gave it.
+inline void forward_backward_dump_end() { process_debugger().stop(); }
+
+}  // namespace torchprobe
+// ---- end torchprobe/process_debugger.hpp ----
 
 namespace torchprobe {
 
@@ -2281,11 +2391,27 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
   explicit BasicPrecisionDebugger(const Options& options);
+  BasicPrecisionDebugger(const BasicPrecisionDebugger&) = delete;
+  BasicPrecisionDebugger& operator=(const BasicPrecisionDebugger&) = delete;
+  ~BasicPrecisionDebugger() override { details::release_process_debugger(this); }
+
+  // The process's debugger (process_debugger.hpp): the first PrecisionDebugger made and still
+  // alive, reached from any file of the program. std::logic_error when there is none, or when it is
+  // a PrecisionDebugger of another task list.
+  static BasicPrecisionDebugger& instance() {
+    auto* d = dynamic_cast<BasicPrecisionDebugger*>(&process_debugger());
+    if (d == nullptr)
+      throw std::logic_error("torchprobe: the process's debugger is a PrecisionDebugger of another task list");
+    return *d;
+  }
 
   // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    if (tokens && !grad_probe_) check_token_range(*tokens, model);  // also when dump_enable is false
+    if (!grad_probe_) {  // also when dump_enable is false
+      check_model_for_level(impl_->config().level, model);
+      if (tokens) check_token_range(*tokens, model);
+    }
     model_ = model;
     rank_id_ = rank_id;
     tokens_ = tokens;
@@ -9862,7 +9988,7 @@ class ApiHandler {
   }
 };
 
-class ApiObserver {
+class ApiObserver : private ObserverStatics<ApiObserver, ApiHandler> {
  public:
   ApiObserver() = default;
   ApiObserver(const ApiObserver&) = delete;
@@ -9872,7 +9998,7 @@ class ApiObserver {
   // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
   // node records are watched too (they say which backward entry the ops inside belong to).
   void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
-    std::lock_guard<std::mutex> lock(registration_mutex());
+    std::lock_guard<std::mutex> lock(mutex());
     if (handle_ != 0) return;
     if (std::atomic_load(&slot()))
       throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
@@ -9895,7 +10021,7 @@ class ApiObserver {
   }
 
   void detach() {
-    std::lock_guard<std::mutex> lock(registration_mutex());
+    std::lock_guard<std::mutex> lock(mutex());
     if (handle_ == 0) return;
     at::removeCallback(handle_);
     handle_ = 0;
@@ -10025,23 +10151,6 @@ class ApiObserver {
     thread_local Cached cached;
     if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
     return cached.handler.lock();
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<ApiHandler>& slot() {
-    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& registration_mutex() {
-    static std::mutex m;
-    return m;
   }
 
   at::CallbackHandle handle_ = 0;
@@ -13823,6 +13932,27 @@ class ScriptExecutorSettings {
 
 namespace torchprobe::details {
 
+// The rank a launcher gave this process: $RANK (torchrun), $OMPI_COMM_WORLD_RANK (Open MPI),
+// $PMI_RANK (MPICH, Intel MPI), $SLURM_PROCID (srun), $LOCAL_RANK (a one-node launcher that sets
+// nothing else); a variable that is not a non-negative integer is skipped.
+inline std::optional<std::int64_t> launcher_rank() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
+    const char* env = std::getenv(name);
+    if (!env) continue;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0) return v;
+  }
+  return std::nullopt;
+}
+
+// "[1, 2, 3]", as a config shows the list (a long one cut after 8 values: "[0, 1, ..., 7, ...]").
+inline std::string index_list(const std::vector<std::int64_t>& values) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < values.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s + (values.size() > 8 ? ", ...]" : "]");
+}
+
 class Session {
  public:
   explicit Session(const Config& config) : config_(config) {}
@@ -13839,29 +13969,20 @@ class Session {
 
   // The rank for this start(), the first of: the explicit rank_id (start(model, rank_id), or
   // start(model, pg): that group's rank); the rank of the process group given to
-  // Options().process_group(pg); the launcher's environment: $RANK (torchrun), $OMPI_COMM_WORLD_RANK
-  // (Open MPI), $PMI_RANK (MPICH, Intel MPI), $SLURM_PROCID (srun), $LOCAL_RANK (a one-node launcher
-  // that sets nothing else). Else none: the directory is then proc{pid}, as msprobe writes without
-  // torch.distributed. A variable that is not a non-negative integer is skipped.
+  // Options().process_group(pg); the launcher's environment (launcher_rank()). Else none: the
+  // directory is then proc{pid}, as msprobe writes without torch.distributed.
   void resolve_rank(std::optional<std::int64_t> rank_id) {
-    if (rank_id) {
-      if (*rank_id < 0)
-        throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) +
-                                    " is invalid; it must be >= 0");
-      rank_ = rank_id;
-      return;
-    }
-    rank_ = config_.group_rank;
-    if (rank_) return;
-    for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK"}) {
-      const char* env = std::getenv(name);
-      if (!env) continue;
-      char* end = nullptr;
-      const long long v = std::strtoll(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 0) {
-        rank_ = v;
-        return;
-      }
+    if (rank_id && *rank_id < 0)
+      throw std::invalid_argument("torchprobe: start(): rank_id " + std::to_string(*rank_id) +
+                                  " is invalid; it must be >= 0");
+    rank_ = rank_id ? rank_id : config_.group_rank ? config_.group_rank : launcher_rank();
+    if (!rank_ && !config_.rank.contains(0) && !warned_no_rank_) {
+      // msprobe's guide: on one card "rank" must be []. A process without a rank counts as rank 0.
+      warned_no_rank_ = true;
+      io::tell_user("warning: config key \"rank\" is " + index_list(config_.rank.values()) +
+                    ", but this process has no rank (no rank_id given to start(), no process group, none of $RANK, "
+                    "$OMPI_COMM_WORLD_RANK, $PMI_RANK, $SLURM_PROCID, $LOCAL_RANK): it counts as rank 0, so nothing "
+                    "is dumped; on one card leave \"rank\" empty ([])");
     }
   }
   std::optional<std::int64_t> rank() const { return rank_; }
@@ -13890,6 +14011,7 @@ class Session {
   std::int64_t init_step_ = 0;
   std::int64_t loop_ = 0;
   std::optional<std::int64_t> rank_;
+  bool warned_no_rank_ = false;
 };
 
 }  // namespace torchprobe::details
@@ -14432,7 +14554,7 @@ class DebuggerImpl final : public DebuggerInterface {
     step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
     core_->close();  // a backward still running (a retained graph) records nothing from here on
-    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
+    if (has_unwritten()) flush();
     step_.end_step();
     step_.drain();
   }
@@ -14441,12 +14563,14 @@ class DebuggerImpl final : public DebuggerInterface {
   // DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
+    check_model_for_level(L, model);
     if (tokens) check_token_range(*tokens, model);
     if (running_ || !step_.may_start()) return;
     rank_id_ = rank_id;
     model_ = model;
     tokens_ = tokens;
     if (!step_.open_if_dumped(rank_id)) return;  // an unwritable dump_path throws here, naming it
+    tell_where_once();
     if constexpr (!LevelTraits<L>::save_only) {
       if (!capture_) capture_ = std::make_shared<Capture>(core_);
       capture_->set_models(model);
@@ -14482,8 +14606,7 @@ class DebuggerImpl final : public DebuggerInterface {
   void step() override {
     const bool was_running = running_;
     stop();
-    // save()s, gradients of saved tensors, backward entries that arrived after stop() wrote the step
-    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
+    if (has_unwritten()) flush();
     step_.end_step();
     step_.next_step();
     save_capture_.reset();
@@ -14497,6 +14620,7 @@ class DebuggerImpl final : public DebuggerInterface {
   // dump_error_info.log; an unwritable dump_path throws IoError, as start() does.
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
     if (step_.session().finished() || (!step_.is_open() && !step_.open_if_dumped(rank_id_))) return;
+    tell_where_once();
     step_.saved();
     try {
       save_capture_.save(core_, value, name, save_backward);
@@ -14529,6 +14653,22 @@ class DebuggerImpl final : public DebuggerInterface {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
+  }
+
+  // Did anything reach the step after stop() wrote it? save()s, gradients of saved tensors and
+  // backward entries that came later (stop() before backward), or module backward entries and
+  // parameter gradients still waiting for their last part.
+  bool has_unwritten() { return step_.unflushed() || (capture_ && capture_->has_pending()); }
+
+  // msprobe tells the user where dump.json is; here once per Debugger, when its first step
+  // directory is made, and only for a sink that writes there (DirectorySink).
+  void tell_where_once() {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
+      if (told_where_) return;
+      told_where_ = true;
+      io::tell_user("the dump goes to " + step_.session().step_directory() + " (each step in a step{N}/ folder of " +
+                    core_->config().dump_path + ")");
+    }
   }
 
   void flush() noexcept {
@@ -14584,6 +14724,7 @@ class DebuggerImpl final : public DebuggerInterface {
   std::optional<std::int64_t> rank_id_;
   std::optional<TokenRange> tokens_;
   bool running_ = false;
+  bool told_where_ = false;
 };
 
 }  // namespace details
@@ -15357,6 +15498,7 @@ BasicPrecisionDebugger<Tasks>::BasicPrecisionDebugger(const Options& options)
       grad_probe_(details::is_grad_probe(options)),
       impl_(grad_probe_ ? std::make_unique<details::GradProbeDebugger>(options.resolve()) : make(options)) {
   if (!grad_probe_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
+  details::claim_process_debugger(this);
 }
 
 // The configuration is checked against the list first: a (task, level) pair it lacks is a
@@ -15541,24 +15683,44 @@ inline bool restore_custom_api(const std::string& prefix, const std::string& nam
 // random_save(output_path): msprobe's random_save for a libtorch program. From this call on, every
 // outermost call of a random ATen operator (details::is_random_op: rand*, randn*, randint*,
 // randperm, bernoulli*, multinomial, normal*, uniform_, the dropout family, ...) in any thread is
-// one row of {output_path}/random_save.csv, written as the call returns, so two runs' sequences of
-// random calls can be diffed. Columns and an example: docs/random_save.md. Nested random calls
+// one row of a CSV in output_path, written as the call returns, so two runs' sequences of random
+// calls can be diffed. msprobe's file name and first columns: random_rank{id}_{timestamp}.csv
+// (random_proc{pid}_{timestamp}.csv without a rank), api_name and stack, then TorchProbe's own
+// columns. Columns and an example: docs/random_save.md. Nested random calls
 // (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
 // a second random_save() starts a new file. Each row costs one native stack capture, and one
 // addr2line run per call site seen for the first time.
 
 
 
+// ---- begin torchprobe/io/timestamp.hpp ----
+// The {ts} in msprobe's file names (compare_result_{ts}.csv, run_ut's and api_precision_compare's).
+
+namespace torchprobe::io {
+
+// time.strftime("%Y%m%d%H%M%S") in local time.
+inline std::string compact_local_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y%m%d%H%M%S", &tm);
+  return buf;
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/timestamp.hpp ----
 
 namespace torchprobe {
 
 namespace details {
 
-// The user's call site out of symbolized frames (innermost first): the first frame that is not
-// an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...).
-// "file:line" with debug information, else "{object}+0x{offset}"; and the function.
-inline std::pair<std::string, std::string> call_site_of(const std::vector<std::string>& frames) {
-  for (const std::string& f : frames) {
+// The user's call site among symbolized frames (innermost first): the index of the first frame that
+// is not an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...),
+// or frames.size() when there is none.
+inline std::size_t user_frame(const std::vector<std::string>& frames) {
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const std::string& f = frames[i];
     // "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp frame_text)
     const std::size_t line_at = f.find(", line ");
     const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
@@ -15567,12 +15729,20 @@ inline std::pair<std::string, std::string> call_site_of(const std::vector<std::s
         text_at == std::string::npos)
       continue;
     const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
-    if (func.rfind("at::", 0) == 0 || func.rfind("torch::", 0) == 0) continue;
-    const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
-    if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
-    return {f.substr(text_at + 4), func};
+    if (func.rfind("at::", 0) != 0 && func.rfind("torch::", 0) != 0) return i;
   }
-  return {"", ""};
+  return frames.size();
+}
+
+// That frame as "file:line" with debug information, else "{object}+0x{offset}"; and its function.
+inline std::pair<std::string, std::string> call_site_of(const std::string& f) {
+  const std::size_t line_at = f.find(", line ");
+  const std::size_t in_at = f.find(", in ", line_at);
+  const std::size_t text_at = f.find(", \n ", in_at);
+  const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
+  const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
+  if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
+  return {f.substr(text_at + 4), func};
 }
 
 inline std::string shape_text(const at::Tensor& t) {
@@ -15588,17 +15758,25 @@ class RandomSave {
     return *r;
   }
 
-  void start(const std::string& output_path) {
+  // Returns the file's path.
+  std::string start(const std::string& output_path, std::optional<std::int64_t> rank_id) {
+    if (rank_id && *rank_id < 0)
+      throw std::invalid_argument("torchprobe::random_save: rank_id " + std::to_string(*rank_id) +
+                                  " is invalid; it must be >= 0");
+    const std::optional<std::int64_t> rank = rank_id ? rank_id : launcher_rank();
+    const std::string path = output_path + "/random_" +
+                             (rank ? "rank" + std::to_string(*rank) : "proc" + std::to_string(::getpid())) + "_" +
+                             io::compact_local_timestamp() + ".csv";
     std::lock_guard<std::mutex> lock(mu_);
     close_locked();
     ::mkdir(output_path.c_str(), 0750);  // an existing directory is fine; fopen reports the rest
-    const std::string path = output_path + "/random_save.csv";
     file_ = std::fopen(path.c_str(), "w");
     if (file_ == nullptr) throw std::runtime_error("torchprobe::random_save: cannot write " + path);
     rows_ = 0;
-    write_locked({"index", "api", "call_site", "function", "shape", "dtype", "device"});
+    write_locked({"api_name", "stack", "index", "call_site", "function", "shape", "dtype", "device"});
     handle_ = at::addGlobalCallback(
         at::RecordFunctionCallback(enter, leave).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+    return path;
   }
 
   void stop() {
@@ -15634,21 +15812,24 @@ class RandomSave {
   }
 
   void record(const at::RecordFunction& fn, const Call& call) {
-    std::vector<std::string> row = {"", fn.name(), "", "", "", "", ""};
-    const auto site = call_site_of(io::symbolize(call.stack));
-    row[2] = site.first;
-    row[3] = site.second;
+    // api_name, stack (msprobe's), then index, call_site, function, shape, dtype, device
+    std::vector<std::string> row = {fn.name(), "", "", "", "", "", "", ""};
+    // The stack from the user's call site outwards, a frame a line as stack.json writes it.
+    const std::vector<std::string> frames = io::symbolize(call.stack);
+    const std::size_t user = user_frame(frames);
+    for (std::size_t i = user; i < frames.size(); ++i) row[1] += (i > user ? "\n" : "") + frames[i];
+    if (user < frames.size()) std::tie(row[3], row[4]) = call_site_of(frames[user]);
     for (const c10::IValue& v : fn.outputs())
       if (v.isTensor() && v.toTensor().defined()) {
         const at::Tensor& t = v.toTensor();
-        row[4] = shape_text(t);
-        row[5] = dtype_name(t.scalar_type());
-        row[6] = t.device().str();
+        row[5] = shape_text(t);
+        row[6] = dtype_name(t.scalar_type());
+        row[7] = t.device().str();
         break;
       }
     std::lock_guard<std::mutex> lock(mu_);
     if (file_ == nullptr) return;
-    row[0] = std::to_string(rows_++);
+    row[2] = std::to_string(rows_++);
     write_locked(row);
   }
 
@@ -15674,10 +15855,12 @@ class RandomSave {
 
 }  // namespace details
 
-// Starts recording random calls into {output_path}/random_save.csv (the directory is created if
-// missing; an unwritable one throws std::runtime_error).
-inline void random_save(const std::string& output_path = "./output") {
-  details::RandomSave::instance().start(output_path);
+// Starts recording random calls into {output_path}/random_rank{id}_{YYYYmmddHHMMSS}.csv, the rank
+// being rank_id, else the launcher's ($RANK, ...), else random_proc{pid}_{...}.csv (the directory is
+// created if missing; an unwritable one throws std::runtime_error). Returns the file's path.
+inline std::string random_save(const std::string& output_path = "./output",
+                               std::optional<std::int64_t> rank_id = std::nullopt) {
+  return details::RandomSave::instance().start(output_path, rank_id);
 }
 
 // Stops recording and closes the file.

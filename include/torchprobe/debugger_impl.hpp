@@ -64,7 +64,7 @@ class DebuggerImpl final : public DebuggerInterface {
     step_.stop_listening_for_end();  // what is left is written below, on this thread
     stop();
     core_->close();  // a backward still running (a retained graph) records nothing from here on
-    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
+    if (has_unwritten()) flush();
     step_.end_step();
     step_.drain();
   }
@@ -73,12 +73,14 @@ class DebuggerImpl final : public DebuggerInterface {
   // DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
+    check_model_for_level(L, model);
     if (tokens) check_token_range(*tokens, model);
     if (running_ || !step_.may_start()) return;
     rank_id_ = rank_id;
     model_ = model;
     tokens_ = tokens;
     if (!step_.open_if_dumped(rank_id)) return;  // an unwritable dump_path throws here, naming it
+    tell_where_once();
     if constexpr (!LevelTraits<L>::save_only) {
       if (!capture_) capture_ = std::make_shared<Capture>(core_);
       capture_->set_models(model);
@@ -114,8 +116,7 @@ class DebuggerImpl final : public DebuggerInterface {
   void step() override {
     const bool was_running = running_;
     stop();
-    // save()s, gradients of saved tensors, backward entries that arrived after stop() wrote the step
-    if (step_.unflushed() || (capture_ && capture_->has_pending())) flush();
+    if (has_unwritten()) flush();
     step_.end_step();
     step_.next_step();
     save_capture_.reset();
@@ -129,6 +130,7 @@ class DebuggerImpl final : public DebuggerInterface {
   // dump_error_info.log; an unwritable dump_path throws IoError, as start() does.
   void save(const SaveValue& value, const std::string& name, bool save_backward = true) override {
     if (step_.session().finished() || (!step_.is_open() && !step_.open_if_dumped(rank_id_))) return;
+    tell_where_once();
     step_.saved();
     try {
       save_capture_.save(core_, value, name, save_backward);
@@ -161,6 +163,22 @@ class DebuggerImpl final : public DebuggerInterface {
     for (const std::string& w : core_->config().warnings) io::tell_user("warning: " + w);
     const Config& c = core_->config();
     if (c.seed || c.is_deterministic) seed_all(c.seed.value_or(1234), c.is_deterministic);  // as msprobe
+  }
+
+  // Did anything reach the step after stop() wrote it? save()s, gradients of saved tensors and
+  // backward entries that came later (stop() before backward), or module backward entries and
+  // parameter gradients still waiting for their last part.
+  bool has_unwritten() { return step_.unflushed() || (capture_ && capture_->has_pending()); }
+
+  // msprobe tells the user where dump.json is; here once per Debugger, when its first step
+  // directory is made, and only for a sink that writes there (DirectorySink).
+  void tell_where_once() {
+    if constexpr (sink_traits::keeps_journal<Sink>::value) {
+      if (told_where_) return;
+      told_where_ = true;
+      io::tell_user("the dump goes to " + step_.session().step_directory() + " (each step in a step{N}/ folder of " +
+                    core_->config().dump_path + ")");
+    }
   }
 
   void flush() noexcept {
@@ -216,6 +234,7 @@ class DebuggerImpl final : public DebuggerInterface {
   std::optional<std::int64_t> rank_id_;
   std::optional<TokenRange> tokens_;
   bool running_ = false;
+  bool told_where_ = false;
 };
 
 }  // namespace details

@@ -19,7 +19,10 @@ class DebuggerInterface {
   virtual ~DebuggerInterface() = default;
 
   // The ways to start, written once for every Debugger: each becomes a start_with().
+  // Without a model: levels L1, L2 and debug (L0 and mix dump the model's modules and throw
+  // std::invalid_argument without one, as msprobe does). start(rank_id) names the rank directory.
   void start() { start_with(ModelRef{}, std::nullopt); }
+  void start(std::int64_t rank_id) { start_with(ModelRef{}, rank_id); }
   template <class Model, class = std::enable_if_t<!std::is_arithmetic_v<std::decay_t<Model>>>>
   void start(const Model& model, std::optional<std::int64_t> rank_id = std::nullopt) {
     start_with(to_model_ref(model), rank_id);
@@ -42,6 +45,8 @@ class DebuggerInterface {
   virtual void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                           std::optional<TokenRange> tokens = std::nullopt) = 0;
   virtual void stop() noexcept = 0;
+  // stop() under the name earlier msprobe releases gave it, which users' scripts still call.
+  void forward_backward_dump_end() noexcept { stop(); }
   virtual void step() = 0;
   // Returns once every step handed over by stop()/step() is written; see Debugger::wait_written.
   virtual void wait_written() = 0;

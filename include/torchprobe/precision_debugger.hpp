@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "torchprobe/config/config_watch.hpp"
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/debugger_interface.hpp"
+#include "torchprobe/process_debugger.hpp"
 #include "torchprobe/task/builtin.hpp"
 
 namespace torchprobe {
@@ -26,11 +28,27 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   explicit BasicPrecisionDebugger(const std::string& config_path, Options overrides = Options())
       : BasicPrecisionDebugger(overrides.config_file(config_path)) {}
   explicit BasicPrecisionDebugger(const Options& options);
+  BasicPrecisionDebugger(const BasicPrecisionDebugger&) = delete;
+  BasicPrecisionDebugger& operator=(const BasicPrecisionDebugger&) = delete;
+  ~BasicPrecisionDebugger() override { details::release_process_debugger(this); }
+
+  // The process's debugger (process_debugger.hpp): the first PrecisionDebugger made and still
+  // alive, reached from any file of the program. std::logic_error when there is none, or when it is
+  // a PrecisionDebugger of another task list.
+  static BasicPrecisionDebugger& instance() {
+    auto* d = dynamic_cast<BasicPrecisionDebugger*>(&process_debugger());
+    if (d == nullptr)
+      throw std::logic_error("torchprobe: the process's debugger is a PrecisionDebugger of another task list");
+    return *d;
+  }
 
   // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    if (tokens && !grad_probe_) check_token_range(*tokens, model);  // also when dump_enable is false
+    if (!grad_probe_) {  // also when dump_enable is false
+      check_model_for_level(impl_->config().level, model);
+      if (tokens) check_token_range(*tokens, model);
+    }
     model_ = model;
     rank_id_ = rank_id;
     tokens_ = tokens;

@@ -80,6 +80,7 @@ BasicPrecisionDebugger<Tasks>::BasicPrecisionDebugger(const Options& options)
       grad_probe_(details::is_grad_probe(options)),
       impl_(grad_probe_ ? std::make_unique<details::GradProbeDebugger>(options.resolve()) : make(options)) {
   if (!grad_probe_ && impl_->config().dump_enable && options.config_path()) watch_.emplace(*options.config_path());
+  details::claim_process_debugger(this);
 }
 
 // The configuration is checked against the list first: a (task, level) pair it lacks is a

@@ -2,8 +2,10 @@
 // random_save(output_path): msprobe's random_save for a libtorch program. From this call on, every
 // outermost call of a random ATen operator (details::is_random_op: rand*, randn*, randint*,
 // randperm, bernoulli*, multinomial, normal*, uniform_, the dropout family, ...) in any thread is
-// one row of {output_path}/random_save.csv, written as the call returns, so two runs' sequences of
-// random calls can be diffed. Columns and an example: docs/random_save.md. Nested random calls
+// one row of a CSV in output_path, written as the call returns, so two runs' sequences of random
+// calls can be diffed. msprobe's file name and first columns: random_rank{id}_{timestamp}.csv
+// (random_proc{pid}_{timestamp}.csv without a rank), api_name and stack, then TorchProbe's own
+// columns. Columns and an example: docs/random_save.md. Nested random calls
 // (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
 // a second random_save() starts a new file. Each row costs one native stack capture, and one
 // addr2line run per call site seen for the first time.
@@ -13,28 +15,33 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <ATen/record_function.h>
 
 #include "torchprobe/core/tensor_json.hpp"
+#include "torchprobe/details/session.hpp"
 #include "torchprobe/io/call_stack_capture.hpp"
 #include "torchprobe/io/python_csv.hpp"
 #include "torchprobe/io/symbolizer.hpp"
+#include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/seed.hpp"
 
 namespace torchprobe {
 
 namespace details {
 
-// The user's call site out of symbolized frames (innermost first): the first frame that is not
-// an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...).
-// "file:line" with debug information, else "{object}+0x{offset}"; and the function.
-inline std::pair<std::string, std::string> call_site_of(const std::vector<std::string>& frames) {
-  for (const std::string& f : frames) {
+// The user's call site among symbolized frames (innermost first): the index of the first frame that
+// is not an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...),
+// or frames.size() when there is none.
+inline std::size_t user_frame(const std::vector<std::string>& frames) {
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const std::string& f = frames[i];
     // "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp frame_text)
     const std::size_t line_at = f.find(", line ");
     const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
@@ -43,12 +50,20 @@ inline std::pair<std::string, std::string> call_site_of(const std::vector<std::s
         text_at == std::string::npos)
       continue;
     const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
-    if (func.rfind("at::", 0) == 0 || func.rfind("torch::", 0) == 0) continue;
-    const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
-    if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
-    return {f.substr(text_at + 4), func};
+    if (func.rfind("at::", 0) != 0 && func.rfind("torch::", 0) != 0) return i;
   }
-  return {"", ""};
+  return frames.size();
+}
+
+// That frame as "file:line" with debug information, else "{object}+0x{offset}"; and its function.
+inline std::pair<std::string, std::string> call_site_of(const std::string& f) {
+  const std::size_t line_at = f.find(", line ");
+  const std::size_t in_at = f.find(", in ", line_at);
+  const std::size_t text_at = f.find(", \n ", in_at);
+  const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
+  const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
+  if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
+  return {f.substr(text_at + 4), func};
 }
 
 inline std::string shape_text(const at::Tensor& t) {
@@ -64,17 +79,25 @@ class RandomSave {
     return *r;
   }
 
-  void start(const std::string& output_path) {
+  // Returns the file's path.
+  std::string start(const std::string& output_path, std::optional<std::int64_t> rank_id) {
+    if (rank_id && *rank_id < 0)
+      throw std::invalid_argument("torchprobe::random_save: rank_id " + std::to_string(*rank_id) +
+                                  " is invalid; it must be >= 0");
+    const std::optional<std::int64_t> rank = rank_id ? rank_id : launcher_rank();
+    const std::string path = output_path + "/random_" +
+                             (rank ? "rank" + std::to_string(*rank) : "proc" + std::to_string(::getpid())) + "_" +
+                             io::compact_local_timestamp() + ".csv";
     std::lock_guard<std::mutex> lock(mu_);
     close_locked();
     ::mkdir(output_path.c_str(), 0750);  // an existing directory is fine; fopen reports the rest
-    const std::string path = output_path + "/random_save.csv";
     file_ = std::fopen(path.c_str(), "w");
     if (file_ == nullptr) throw std::runtime_error("torchprobe::random_save: cannot write " + path);
     rows_ = 0;
-    write_locked({"index", "api", "call_site", "function", "shape", "dtype", "device"});
+    write_locked({"api_name", "stack", "index", "call_site", "function", "shape", "dtype", "device"});
     handle_ = at::addGlobalCallback(
         at::RecordFunctionCallback(enter, leave).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+    return path;
   }
 
   void stop() {
@@ -110,21 +133,24 @@ class RandomSave {
   }
 
   void record(const at::RecordFunction& fn, const Call& call) {
-    std::vector<std::string> row = {"", fn.name(), "", "", "", "", ""};
-    const auto site = call_site_of(io::symbolize(call.stack));
-    row[2] = site.first;
-    row[3] = site.second;
+    // api_name, stack (msprobe's), then index, call_site, function, shape, dtype, device
+    std::vector<std::string> row = {fn.name(), "", "", "", "", "", "", ""};
+    // The stack from the user's call site outwards, a frame a line as stack.json writes it.
+    const std::vector<std::string> frames = io::symbolize(call.stack);
+    const std::size_t user = user_frame(frames);
+    for (std::size_t i = user; i < frames.size(); ++i) row[1] += (i > user ? "\n" : "") + frames[i];
+    if (user < frames.size()) std::tie(row[3], row[4]) = call_site_of(frames[user]);
     for (const c10::IValue& v : fn.outputs())
       if (v.isTensor() && v.toTensor().defined()) {
         const at::Tensor& t = v.toTensor();
-        row[4] = shape_text(t);
-        row[5] = dtype_name(t.scalar_type());
-        row[6] = t.device().str();
+        row[5] = shape_text(t);
+        row[6] = dtype_name(t.scalar_type());
+        row[7] = t.device().str();
         break;
       }
     std::lock_guard<std::mutex> lock(mu_);
     if (file_ == nullptr) return;
-    row[0] = std::to_string(rows_++);
+    row[2] = std::to_string(rows_++);
     write_locked(row);
   }
 
@@ -150,10 +176,12 @@ class RandomSave {
 
 }  // namespace details
 
-// Starts recording random calls into {output_path}/random_save.csv (the directory is created if
-// missing; an unwritable one throws std::runtime_error).
-inline void random_save(const std::string& output_path = "./output") {
-  details::RandomSave::instance().start(output_path);
+// Starts recording random calls into {output_path}/random_rank{id}_{YYYYmmddHHMMSS}.csv, the rank
+// being rank_id, else the launcher's ($RANK, ...), else random_proc{pid}_{...}.csv (the directory is
+// created if missing; an unwritable one throws std::runtime_error). Returns the file's path.
+inline std::string random_save(const std::string& output_path = "./output",
+                               std::optional<std::int64_t> rank_id = std::nullopt) {
+  return details::RandomSave::instance().start(output_path, rank_id);
 }
 
 // Stops recording and closes the file.

@@ -30,6 +30,7 @@
 #include "torchprobe/config/options.hpp"
 #include "torchprobe/debugger.hpp"
 #include "torchprobe/precision_debugger.hpp"
+#include "torchprobe/process_debugger.hpp"
 #include "torchprobe/scoped_dump.hpp"
 #include "torchprobe/module_guard.hpp"
 #include "torchprobe/seed.hpp"

@@ -99,24 +99,7 @@ void overflow_program(const torch::Device& device) {
   m.sqrt();
 }
 
-// A JSON file that may hold Infinity/NaN tokens, read by python and handed back with those values
-// as the strings "Infinity", "-Infinity", "NaN".
-Json read_python_json(const std::string& path) {
-  int rc = 0;
-  const std::string out = tptest::run_python(
-      "import json, math\n"
-      "def fix(v):\n"
-      "    if isinstance(v, float) and not math.isfinite(v):\n"
-      "        return 'NaN' if math.isnan(v) else ('Infinity' if v > 0 else '-Infinity')\n"
-      "    if isinstance(v, list): return [fix(e) for e in v]\n"
-      "    if isinstance(v, dict): return {k: fix(e) for k, e in v.items()}\n"
-      "    return v\n"
-      "print(json.dumps(fix(json.load(open('" +
-          path + "')))))\n",
-      &rc);
-  REQUIRE_MESSAGE(rc == 0, out);
-  return Json::parse(out);
-}
+using tptest::read_python_json;
 
 std::vector<std::string> files_in(const std::string& dir) {
   std::vector<std::string> names;

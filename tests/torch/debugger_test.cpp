@@ -493,10 +493,10 @@ namespace {
 // msprobe's guide: "if stop is placed before the backward code, step must come after it to collect
 // the forward and backward data between start and stop". `stop_first`: start, forward, stop,
 // backward, step; otherwise start, forward, backward, stop, step. Returns step 0's dump.json.
-template <tp::Level L>
+template <tp::Level L, class Model = Net>
 Json dump_of_loop(const std::string& dir, bool stop_first) {
   torch::manual_seed(5);
-  Net net;
+  Model net;
   const auto x = torch::randn({3, 8});
   {
     tp::Debugger<L, tp::Task::Statistics> dbg(tp::Options().dump_path(dir).extra_info(false));
@@ -511,12 +511,12 @@ Json dump_of_loop(const std::string& dir, bool stop_first) {
   return tptest::read_json(dir + "/step0/proc" + std::to_string(::getpid()) + "/dump.json");
 }
 
-template <tp::Level L>
+template <tp::Level L, class Model = Net>
 void check_stop_before_backward(const std::string& level) {
   CAPTURE(level);
   tptest::TempDir tmp;
-  const Json stopped_first = dump_of_loop<L>(tmp / "stop_first", true);
-  const Json stopped_last = dump_of_loop<L>(tmp / "stop_last", false);
+  const Json stopped_first = dump_of_loop<L, Model>(tmp / "stop_first", true);
+  const Json stopped_last = dump_of_loop<L, Model>(tmp / "stop_last", false);
   std::size_t backward = 0;
   for (const auto& kv : stopped_last["data"].items())
     backward +=
@@ -525,6 +525,20 @@ void check_stop_before_backward(const std::string& level) {
   CHECK(stopped_first["data"] == stopped_last["data"]);
 }
 
+// A module with two parameters of which forward uses one, in a Sequential: at L0 its backward entry
+// waits for its parameters_grad, which waits for a gradient that never comes. With stop() first,
+// nothing reaches the step after stop() wrote it; step() must still write what waits.
+struct HalfUsedImpl : torch::nn::Module {
+  HalfUsedImpl()
+      : used(register_parameter("used", torch::ones({8}))), unused(register_parameter("unused", torch::ones({8}))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return x * used; }
+  torch::Tensor used, unused;
+};
+TORCH_MODULE(HalfUsed);
+struct HalfUsedNet : torch::nn::Sequential {
+  HalfUsedNet() : torch::nn::Sequential(HalfUsed()) {}
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -532,6 +546,16 @@ TEST_CASE(
     "after backward (msprobe's guide)") {
   check_stop_before_backward<tp::Level::L1>("L1");
   check_stop_before_backward<tp::Level::Mix>("mix");
+  check_stop_before_backward<tp::Level::L0>("L0");
+}
+
+TEST_CASE("stop() before backward at L0: what still waits at step() (a parameter that got no gradient) is written") {
+  tptest::TempDir tmp;
+  const Json stopped_first = dump_of_loop<tp::Level::L0, HalfUsedNet>(tmp / "stop_first", true);
+  const Json stopped_last = dump_of_loop<tp::Level::L0, HalfUsedNet>(tmp / "stop_last", false);
+  CHECK(stopped_last["data"].contains("Module.0.HalfUsed.backward.0"));
+  CHECK(stopped_last["data"]["Module.0.HalfUsed.parameters_grad.0"].contains("used"));
+  CHECK(stopped_first["data"] == stopped_last["data"]);
 }
 
 TEST_CASE("a backward that runs after step() belongs to no dumped step: nothing of it is written") {

@@ -368,18 +368,7 @@ TEST_CASE(
 
 namespace {
 
-// The statistics of `item` equal those of `t` computed by ATen in float64.
-void check_item_is(const Json& item_, const at::Tensor& t) {
-  Json item = item_;
-  CAPTURE(item.dump());
-  REQUIRE(item.is_object());
-  CHECK(item["shape"] == Json(t.sizes().vec()));
-  const at::Tensor d = t.to(at::kDouble);
-  CHECK(item["Max"].get<double>() == d.max().item<double>());
-  CHECK(item["Min"].get<double>() == d.min().item<double>());
-  CHECK(item["Mean"].get<double>() == doctest::Approx(d.mean().item<double>()).epsilon(1e-9));
-  CHECK(item["Norm"].get<double>() == doctest::Approx(d.norm().item<double>()).epsilon(1e-9));
-}
+using tptest::check_item_is;
 
 }  // namespace
 

@@ -26,24 +26,7 @@ std::string rank_dir(const std::string& dump, int step = 0) {
   return dump + "/step" + std::to_string(step) + "/proc" + std::to_string(::getpid());
 }
 
-// A JSON file that may hold Infinity/NaN tokens (as Python's json writes them), read by Python and
-// handed back with those values as the strings "Infinity", "-Infinity", "NaN".
-Json read_python_json(const std::string& path) {
-  int rc = 0;
-  const std::string out = tptest::run_python(
-      "import json, math\n"
-      "def fix(v):\n"
-      "    if isinstance(v, float) and not math.isfinite(v):\n"
-      "        return 'NaN' if math.isnan(v) else ('Infinity' if v > 0 else '-Infinity')\n"
-      "    if isinstance(v, list): return [fix(e) for e in v]\n"
-      "    if isinstance(v, dict): return {k: fix(e) for k, e in v.items()}\n"
-      "    return v\n"
-      "print(json.dumps(fix(json.load(open('" +
-          path + "')))))\n",
-      &rc);
-  REQUIRE_MESSAGE(rc == 0, out);
-  return Json::parse(out);
-}
+using tptest::read_python_json;
 
 std::vector<std::string> keys_of(const Json& object) {
   std::vector<std::string> keys;
@@ -126,20 +109,7 @@ std::vector<std::string> roles(const Json& summary) {
   return out;
 }
 
-// Runs f with std::cerr captured.
-template <class F>
-std::string stderr_of(F&& f) {
-  std::ostringstream captured;
-  std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
-  try {
-    f();
-  } catch (...) {
-    std::cerr.rdbuf(old);
-    throw;
-  }
-  std::cerr.rdbuf(old);
-  return captured.str();
-}
+using tptest::stderr_of;
 
 }  // namespace
 

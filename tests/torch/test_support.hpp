@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 
@@ -97,6 +98,53 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A JSON file that may hold Infinity/NaN tokens (as Python's json writes them), read by Python and
+// handed back with those values as the strings "Infinity", "-Infinity", "NaN".
+inline nlohmann::ordered_json read_python_json(const std::string& path) {
+  int rc = 0;
+  const std::string out = run_python(
+      "import json, math\n"
+      "def fix(v):\n"
+      "    if isinstance(v, float) and not math.isfinite(v):\n"
+      "        return 'NaN' if math.isnan(v) else ('Infinity' if v > 0 else '-Infinity')\n"
+      "    if isinstance(v, list): return [fix(e) for e in v]\n"
+      "    if isinstance(v, dict): return {k: fix(e) for k, e in v.items()}\n"
+      "    return v\n"
+      "print(json.dumps(fix(json.load(open('" +
+          path + "')))))\n",
+      &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  return nlohmann::ordered_json::parse(out);
+}
+
+// The statistics of a dump.json tensor item equal those of `t` computed by ATen in float64.
+inline void check_item_is(const nlohmann::ordered_json& item_, const at::Tensor& t) {
+  nlohmann::ordered_json item = item_;  // non-const: a missing key reads as null
+  CAPTURE(item.dump());
+  REQUIRE(item.is_object());
+  CHECK(item["shape"] == nlohmann::ordered_json(t.sizes().vec()));
+  const at::Tensor d = t.detach().to(at::kDouble);
+  CHECK(item["Max"].get<double>() == d.max().item<double>());
+  CHECK(item["Min"].get<double>() == d.min().item<double>());
+  CHECK(item["Mean"].get<double>() == doctest::Approx(d.mean().item<double>()).epsilon(1e-9));
+  CHECK(item["Norm"].get<double>() == doctest::Approx(d.norm().item<double>()).epsilon(1e-9));
+}
+
+// Runs f with std::cerr captured (what io::tell_user says).
+template <class F>
+std::string stderr_of(F&& f) {
+  std::ostringstream captured;
+  std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
+  try {
+    f();
+  } catch (...) {
+    std::cerr.rdbuf(old);
+    throw;
+  }
+  std::cerr.rdbuf(old);
+  return captured.str();
 }
 
 // The model of msprobe's reference dumps: Net{fc = Linear(8, 4)}, forward relu(fc(x)).

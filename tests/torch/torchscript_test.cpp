@@ -78,18 +78,7 @@ std::vector<std::string> names_of(const Json& data, const std::string& part = ""
   return names;
 }
 
-// The statistics of `item` equal those of `t` computed by ATen in float64.
-void check_item_is(const Json& item_, const at::Tensor& t) {
-  Json item = item_;
-  CAPTURE(item.dump());
-  REQUIRE(item.is_object());
-  CHECK(item["shape"] == Json(t.sizes().vec()));
-  const at::Tensor d = t.detach().to(at::kDouble);
-  CHECK(item["Max"].get<double>() == d.max().item<double>());
-  CHECK(item["Min"].get<double>() == d.min().item<double>());
-  CHECK(item["Mean"].get<double>() == doctest::Approx(d.mean().item<double>()).epsilon(1e-9));
-  CHECK(item["Norm"].get<double>() == doctest::Approx(d.norm().item<double>()).epsilon(1e-9));
-}
+using tptest::check_item_is;
 
 // One step of net.pt under a Debugger of level L: its files, and the input it ran on.
 template <tp::Level L>

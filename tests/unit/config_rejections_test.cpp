@@ -243,3 +243,38 @@ TEST_CASE("scope and list at level debug are accepted unchecked, with a warning 
                                  "writes every value it is given"});
   CHECK(parse_config(doc_with({{"level", "debug"}})).warnings.empty());
 }
+
+// ---- configs copied from msprobe (issue 44, item 8) ----
+
+TEST_CASE("an L2 list with msprobe's Python name is answered with a warning that says how the ATen name reads") {
+  const Config c = parse_config(
+      doc_with({{"task", "tensor"}, {"level", "L2"}, {"tensor", {{"list", {"Functional.linear.0.backward"}}}}}));
+  CHECK(c.list == std::vector<std::string>{"Functional.linear.0.backward"});  // kept: the run is the user's to change
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0].rfind("config key \"tensor.list\": \"Functional.linear.0.backward\" is a name of msprobe's "
+                            "Python APIs, which a libtorch program does not call, so it selects nothing; TorchProbe "
+                            "names calls by ATen operator, here \"Aten.linear.0.backward\"",
+                            0) == 0);
+  // The same for L1 lists and scopes; an ATen name, or a bare substring such as "relu", is no Python name.
+  const Config l1 = parse_config(
+      doc_with({{"statistics",
+                 {{"scope", {"Torch.matmul.0.forward", "Aten.relu.0.forward"}}, {"list", {"relu", "Tensor.add_"}}}}}));
+  REQUIRE(l1.warnings.size() == 2);
+  CHECK(l1.warnings[0].find("\"statistics.scope\": \"Torch.matmul.0.forward\"") != std::string::npos);
+  CHECK(l1.warnings[0].find("here \"Aten.matmul.0.forward\"") != std::string::npos);
+  CHECK(l1.warnings[1].find("\"statistics.list\": \"Tensor.add_\"") != std::string::npos);
+  CHECK(parse_config(doc_with({{"statistics", {{"list", {"Aten.linear.0.forward", "relu"}}}}})).warnings.empty());
+}
+
+TEST_CASE("file_format is answered as MindSpore's, online_run_ut as msprobe's online mode, not as unknown keys") {
+  const Config f = parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"file_format", "npy"}}}}));
+  CHECK(f.warnings ==
+        std::vector<std::string>{"config key \"tensor.file_format\" is ignored: msprobe uses it only for MindSpore"});
+  const Config on = parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"online_run_ut", true}}}}));
+  REQUIRE(on.warnings.size() == 1);
+  CHECK(on.warnings[0].rfind("config key \"tensor.online_run_ut\" is ignored: it switches on msprobe's online run_ut",
+                             0) == 0);
+  CHECK(on.warnings[0].find("torchprobe run_ut -api_info DUMP.json") != std::string::npos);
+  // msprobe's shipped config has it switched off: nothing to say then.
+  CHECK(parse_config(doc_with({{"task", "tensor"}, {"tensor", {{"online_run_ut", false}}}})).warnings.empty());
+}

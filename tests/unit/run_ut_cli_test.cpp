@@ -48,7 +48,7 @@ TEST_CASE("run_ut arguments: msprobe's spellings reach the options") {
   CHECK(o.filter_duplicates);
   CHECK(o.jobs == 4);
   CHECK(o.float64_bench);
-  CHECK(o.csv_path == "r/accuracy_checking_result_20261201111907.csv");
+  CHECK(o.continue_csv == "r/accuracy_checking_result_20261201111907.csv");
   CHECK(ru::parse_run_ut_args({"-api_info", "x.json"}).out_dir == ".");
   CHECK(ru::parse_run_ut_args({"-api_info", "x.json"}).device == "cpu");
   CHECK(ru::parse_run_ut_args({"-api_info", "x.json", "-d", "1"}).device == "cuda:1");  // msprobe's device id

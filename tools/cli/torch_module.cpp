@@ -39,15 +39,7 @@ extern "C" TORCHPROBE_CLI_MODULE_EXPORT int torchprobe_cli_run_ut(const std::vec
   }
   for (const auto& note : cli.notes) std::cerr << "torchprobe run_ut: " << note << "\n";
   ru::RunOptions o;
-  o.api_info = cli.api_info;
-  o.out_dir = cli.out_dir;
-  o.save_error_data = cli.save_error_data;
-  o.error_data_path = cli.error_data_path;
-  o.continue_csv = cli.csv_path;
-  o.filter_duplicates = cli.filter_duplicates;
-  o.jobs = cli.jobs;
-  o.white_list = cli.white_list;
-  o.black_list = cli.black_list;
+  static_cast<ru::RunSettings&>(o) = cli;  // what the command line and -config asked for
   o.replay.float64_bench = cli.float64_bench;
   try {
     o.replay.device = ru::replay_device(cli.device);

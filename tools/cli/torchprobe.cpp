@@ -1,11 +1,13 @@
-// The `torchprobe` command-line tool. Subcommands:
-//   torchprobe compare TARGET BENCH -o OUT [...]   two dumps in, msprobe's CSV and the first divergence out
-//   torchprobe grad-compare RUN_A RUN_B -o OUT     two grad_probe runs in, msprobe's similarities.csv out
-//   torchprobe run_ut -api_info DUMP.json -o OUT [...]   replay each API against an up-cast benchmark
-//   (torch_module.cpp) torchprobe api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in,
-//   msprobe's verdicts out torchprobe recover DUMP [--check] [--keep-journal]   interrupted steps rebuilt from their
-//   journals (io/recovery.hpp)
-// Everything it does lives in headers (include/torchprobe/analysis/compare/, run_ut/), which the tests use too.
+// The `torchprobe` command-line tool: a table of subcommands (kSubcommands below), each a function
+// from its arguments to its exit status.
+//   compare TARGET BENCH -o OUT [...]        two dumps in, msprobe's CSV and the first divergence out
+//   grad-compare RUN_A RUN_B -o OUT          two grad_probe runs in, msprobe's similarities.csv out
+//   run_ut -api_info DUMP.json -o OUT [...]  replay each API against an up-cast benchmark (torch_module.cpp)
+//   api_precision_compare -npu A.csv -gpu B.csv -o OUT   two run_ut details CSVs in, msprobe's verdicts out
+//   ranks DUMP                               a step's ranks side by side
+//   recover DUMP [--check] [--keep-journal]  interrupted steps rebuilt from their journals (io/recovery.hpp)
+// What each does lives in headers (include/torchprobe/analysis/, io/recovery.hpp), which the tests use too.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <iostream>
@@ -26,20 +28,6 @@
 #include "torchprobe/version.hpp"
 
 namespace {
-const char* kUsage =
-    "usage: torchprobe <command> [args]\n"
-    "commands:\n"
-    "  compare       compare two dumps (run 'torchprobe compare --help')\n"
-    "  grad-compare  compare two grad_probe runs (run 'torchprobe grad-compare --help')\n"
-    "  run_ut        API accuracy pre-check of a dump (run 'torchprobe run_ut --help')\n"
-    "  api_precision_compare  judge a target's run_ut details CSV against a bench device's\n"
-    "  ranks DUMP    a step's ranks side by side: who entered each collective, whether inputs and outputs\n"
-    "                agreed, the first rank/op where replicated data disagrees (DUMP: a step dir or dump root;\n"
-    "                exit status 0 all agree, 1 a disagreement, 2 bad input)\n"
-    "  recover DUMP  rebuild the files of interrupted steps from their journals, say what could not be\n"
-    "                recovered ([--check] [--keep-journal]; exit status 0 whole, 3 a step incomplete or lost,\n"
-    "                1 a path missing or a journal unreadable; run 'torchprobe recover --help')\n"
-    "  --version     print the version\n";
 const char* kPrecisionUsage =
     "usage: torchprobe api_precision_compare -npu TARGET_DETAILS.csv -gpu BENCH_DETAILS.csv [-o OUT]\n"
     "  judges each output of the target's run_ut details CSV against the bench device's (msprobe's\n"
@@ -109,68 +97,122 @@ __attribute__((section(".preinit_array"),
                used)) static void (*preinit_huge_pages)(int, char**, char**) = huge_pages_for_a_big_compare;
 #endif
 
+namespace {
+// Every subcommand has one shape: its arguments in, the exit status out (llvm-cov's table of
+// xMain functions). main only finds the row; the usage text is made from the table.
+using SubcommandMain = int (*)(const std::vector<std::string>& args);
+
+bool asks_for_help(const std::vector<std::string>& args) {
+  return std::find_if(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; }) !=
+         args.end();
+}
+
+int compare_main(const std::vector<std::string>& args) {
+  namespace cmp = torchprobe::compare;
+  if (asks_for_help(args)) {
+    std::cout << cmp::compare_usage();
+    return 0;
+  }
+  cmp::CompareOptions options;
+  try {
+    options = cmp::parse_compare_args(args);
+  } catch (const cmp::InputError& e) {
+    std::cerr << "torchprobe compare: " << e.what() << "\n" << cmp::compare_usage();
+    return 2;
+  }
+  options.progress_tty = ::isatty(STDERR_FILENO) == 1;
+  options.exit_after = true;  // main returns right after run_compare
+  options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
+    std::string error;
+    std::array<std::string, 6> cells;
+    torchprobe_cli::TorchModule::get().pt_cells(&npu, &bench, &cells, &error);
+    if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
+    return cells;
+  };
+  return cmp::run_compare(options, std::cerr);
+}
+
+int grad_compare_main(const std::vector<std::string>& args) {
+  return torchprobe::compare::grad::run_grad_compare(args, std::cout, std::cerr);
+}
+
+int ranks_main(const std::vector<std::string>& args) {
+  if (args.size() != 1 || asks_for_help(args)) {
+    std::cerr << "usage: torchprobe ranks STEP_DIR_OR_DUMP_ROOT\n";
+    return args.size() == 1 ? 0 : 2;
+  }
+  try {
+    return torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(args[0]), std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "torchprobe ranks: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int recover_main(const std::vector<std::string>& args) {
+  return torchprobe::io::recovery::run_recover(args, std::cout, std::cerr);
+}
+
+int run_ut_main(const std::vector<std::string>& args) {  // in the libtorch module (torch_module.cpp)
+  try {
+    return torchprobe_cli::TorchModule::get().run_ut(&args);
+  } catch (const std::runtime_error& e) {
+    std::cerr << "torchprobe run_ut: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int version_main(const std::vector<std::string>&) {
+  std::cout << "torchprobe " << TORCHPROBE_VERSION_STRING << "\n";
+  return 0;
+}
+
+struct Subcommand {
+  const char* name;
+  const char* summary;  // the usage text's lines for it, after the name
+  SubcommandMain main;
+};
+
+const Subcommand kSubcommands[] = {
+    {"compare", "compare two dumps (run 'torchprobe compare --help')", compare_main},
+    {"grad-compare", "compare two grad_probe runs (run 'torchprobe grad-compare --help')", grad_compare_main},
+    {"run_ut", "API accuracy pre-check of a dump (run 'torchprobe run_ut --help')", run_ut_main},
+    {"api_precision_compare", "judge a target's run_ut details CSV against a bench device's",
+     api_precision_compare_main},
+    {"ranks",
+     "DUMP  a step's ranks side by side: who entered each collective, whether inputs and outputs\n"
+     "agreed, the first rank/op where replicated data disagrees (DUMP: a step dir or dump root;\n"
+     "exit status 0 all agree, 1 a disagreement, 2 bad input)",
+     ranks_main},
+    {"recover",
+     "DUMP  rebuild the files of interrupted steps from their journals, say what could not be\n"
+     "recovered ([--check] [--keep-journal]; exit status 0 whole, 3 a step incomplete or lost,\n"
+     "1 a path missing or a journal unreadable; run 'torchprobe recover --help')",
+     recover_main},
+    {"--version", "print the version", version_main},
+};
+
+std::string usage() {
+  std::string text = "usage: torchprobe <command> [args]\ncommands:\n";
+  for (const Subcommand& c : kSubcommands) {
+    std::string name = std::string("  ") + c.name;
+    const std::string indent(16, ' ');
+    text += name + (name.size() < indent.size() ? std::string(indent.size() - name.size(), ' ') : "  ");
+    for (const char* s = c.summary; *s != '\0'; ++s) text += *s == '\n' ? "\n" + indent : std::string(1, *s);
+    text += "\n";
+  }
+  return text;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
+    std::cout << usage();
     return args.empty() ? 2 : 0;
   }
-  if (args[0] == "--version") {
-    std::cout << "torchprobe " << TORCHPROBE_VERSION_STRING << "\n";
-    return 0;
-  }
-  if (args[0] == "compare") {
-    const std::vector<std::string> rest(args.begin() + 1, args.end());
-    for (const auto& a : rest) {
-      if (a == "-h" || a == "--help") {
-        std::cout << torchprobe::compare::compare_usage();
-        return 0;
-      }
-    }
-    torchprobe::compare::CompareOptions options;
-    try {
-      options = torchprobe::compare::parse_compare_args(rest);
-    } catch (const torchprobe::compare::InputError& e) {
-      std::cerr << "torchprobe compare: " << e.what() << "\n" << torchprobe::compare::compare_usage();
-      return 2;
-    }
-    options.progress_tty = ::isatty(STDERR_FILENO) == 1;
-    options.exit_after = true;  // main returns right after run_compare
-    options.pt_cells = [](const std::filesystem::path& npu, const std::filesystem::path& bench) {
-      std::string error;
-      std::array<std::string, 6> cells;
-      torchprobe_cli::TorchModule::get().pt_cells(&npu, &bench, &cells, &error);
-      if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
-      return cells;
-    };
-    return torchprobe::compare::run_compare(options, std::cerr);
-  }
-  if (args[0] == "grad-compare")
-    return torchprobe::compare::grad::run_grad_compare({args.begin() + 1, args.end()}, std::cout, std::cerr);
-  if (args[0] == "api_precision_compare") return api_precision_compare_main({args.begin() + 1, args.end()});
-  if (args[0] == "ranks") {
-    if (args.size() != 2 || args[1] == "-h" || args[1] == "--help") {
-      std::cerr << "usage: torchprobe ranks STEP_DIR_OR_DUMP_ROOT\n";
-      return args.size() == 2 ? 0 : 2;
-    }
-    try {
-      return torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(args[1]), std::cout);
-    } catch (const std::exception& e) {
-      std::cerr << "torchprobe ranks: " << e.what() << "\n";
-      return 2;
-    }
-  }
-  if (args[0] == "recover")
-    return torchprobe::io::recovery::run_recover({args.begin() + 1, args.end()}, std::cout, std::cerr);
-  if (args[0] == "run_ut") {
-    const std::vector<std::string> rest(args.begin() + 1, args.end());
-    try {
-      return torchprobe_cli::TorchModule::get().run_ut(&rest);
-    } catch (const std::runtime_error& e) {
-      std::cerr << "torchprobe run_ut: " << e.what() << "\n";
-      return 2;
-    }
-  }
-  std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << kUsage;
+  for (const Subcommand& c : kSubcommands)
+    if (args[0] == c.name) return c.main({args.begin() + 1, args.end()});
+  std::cerr << "torchprobe: unknown command '" << args[0] << "'\n" << usage();
   return 2;
 }

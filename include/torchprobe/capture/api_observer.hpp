@@ -85,7 +85,7 @@ class ApiHandler {
   }
 };
 
-class ApiObserver {
+class ApiObserver : private ObserverStatics<ApiObserver, ApiHandler> {
  public:
   ApiObserver() = default;
   ApiObserver(const ApiObserver&) = delete;
@@ -95,7 +95,7 @@ class ApiObserver {
   // `nested` (level L2): every call reaches the handler, not only outermost ones, and autograd's
   // node records are watched too (they say which backward entry the ops inside belong to).
   void attach(std::shared_ptr<ApiHandler> handler, bool nested = false) {
-    std::lock_guard<std::mutex> lock(registration_mutex());
+    std::lock_guard<std::mutex> lock(mutex());
     if (handle_ != 0) return;
     if (std::atomic_load(&slot()))
       throw std::logic_error("torchprobe: another Debugger is already started in this process; stop() it first");
@@ -118,7 +118,7 @@ class ApiObserver {
   }
 
   void detach() {
-    std::lock_guard<std::mutex> lock(registration_mutex());
+    std::lock_guard<std::mutex> lock(mutex());
     if (handle_ == 0) return;
     at::removeCallback(handle_);
     handle_ = 0;
@@ -248,23 +248,6 @@ class ApiObserver {
     thread_local Cached cached;
     if (cached.epoch != epoch_now) cached = {epoch_now, std::atomic_load(&slot())};
     return cached.handler.lock();
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<ApiHandler>& slot() {
-    static std::shared_ptr<ApiHandler>* s = new std::shared_ptr<ApiHandler>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& registration_mutex() {
-    static std::mutex m;
-    return m;
   }
 
   at::CallbackHandle handle_ = 0;

@@ -6,8 +6,12 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
+
+#include "torchprobe/core/kinds.hpp"
 
 namespace torchprobe {
 
@@ -17,6 +21,16 @@ struct ModelRef {
   bool empty() const { return nn.empty() && jit.empty(); }
   std::size_t size() const { return nn.size() + jit.size(); }
 };
+
+// msprobe's check of start() at levels L0 and mix, which dump the modules of the model they are
+// given: without one they would dump no module entry at all. Throws std::invalid_argument.
+inline void check_model_for_level(Level level, const ModelRef& model) {
+  if ((level == Level::L0 || level == Level::Mix) && model.empty())
+    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': level \"" +
+                                std::string(level_name(level)) +
+                                "\" dumps the modules of the model given to start(model); start() and start(rank_id) "
+                                "without a model are for levels \"L1\", \"L2\" and \"debug\"");
+}
 
 namespace details {
 

@@ -87,7 +87,7 @@ class TokenWindow {
 
 // Counts the forward calls of a TorchScript root: a global callback on TORCHSCRIPT_FUNCTION
 // records, registered between attach() and detach() only.
-class ScriptForwardObserver {
+class ScriptForwardObserver : private ObserverStatics<ScriptForwardObserver, TokenWindow> {
  public:
   ScriptForwardObserver() = default;
   ScriptForwardObserver(const ScriptForwardObserver&) = delete;
@@ -125,23 +125,6 @@ class ScriptForwardObserver {
   }
   static void on_end(const at::RecordFunction&, at::ObserverContext*) {
     depth().leave(epoch().load(std::memory_order_relaxed));
-  }
-
-  static RecordDepth& depth() {
-    thread_local RecordDepth d;
-    return d;
-  }
-  static std::atomic<std::uint64_t>& epoch() {
-    static std::atomic<std::uint64_t> e{1};
-    return e;
-  }
-  static std::shared_ptr<TokenWindow>& slot() {
-    static std::shared_ptr<TokenWindow>* s = new std::shared_ptr<TokenWindow>();  // outlives static destruction
-    return *s;
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
   }
 
   at::CallbackHandle handle_ = 0;

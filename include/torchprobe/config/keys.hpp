@@ -17,6 +17,7 @@ enum class KeySupport {
   Read,           // TorchProbe reads it
   NotYet,         // msprobe has it, TorchProbe does not implement it yet: warned about when it asks for something
   MindSporeOnly,  // msprobe reads it only for MindSpore: warned about as ignored
+  OnlineRunUt,    // msprobe's online run_ut, in a dump task's section: warned about when switched on
 };
 
 struct ConfigKey {
@@ -53,7 +54,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"request_id", KeyPlace::Section, KeySupport::NotYet},
     {"bench_path", KeyPlace::Section, KeySupport::NotYet},
     {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
-    {"file_format", KeyPlace::Section, KeySupport::NotYet},
+    {"file_format", KeyPlace::Section, KeySupport::MindSporeOnly},  // npy or bin, for MindSpore's dumps
     {"fuzz_device", KeyPlace::Section, KeySupport::Read},
     {"pert_mode", KeyPlace::Section, KeySupport::Read},
     {"handler_type", KeyPlace::Section, KeySupport::Read},
@@ -75,6 +76,9 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"port", KeyPlace::Section, KeySupport::Read},
     {"rank_list", KeyPlace::Section, KeySupport::Read},
     {"tls_path", KeyPlace::Section, KeySupport::Read},
+    // ... and the switch of that mode in the tensor task's section.
+    {"online_run_ut", KeyPlace::Section, KeySupport::OnlineRunUt},
+    {"online_run_ut_recompute", KeyPlace::Section, KeySupport::OnlineRunUt},
 };
 
 inline constexpr std::string_view kCommonSectionKeys[] = {"scope", "list", "data_mode"};

@@ -134,7 +134,13 @@ void warn_about_section_keys(const json& section, TaskName task, const Reads& re
       warnings.push_back("config key " + label + " is ignored: task " + quote(name) + " does not use it");
     else if (known->support == KeySupport::MindSporeOnly)
       warnings.push_back("config key " + label + " is ignored: msprobe uses it only for MindSpore");
-    else
+    else if (known->support == KeySupport::OnlineRunUt) {
+      if (asks_for_something(item.value()))
+        warnings.push_back("config key " + label +
+                           " is ignored: it switches on msprobe's online run_ut (each API's data sent to a GPU "
+                           "machine over the network while training runs), which TorchProbe does not have; run "
+                           "`torchprobe run_ut -api_info DUMP.json` on a dump instead");
+    } else
       warnings.push_back("config key " + label + " is not supported by TorchProbe yet and was ignored");
   }
 }
@@ -168,6 +174,26 @@ inline void check_scope(const Config& c, const std::string& label) {
       reject(label, name, "it is neither an API nor a module name", api_rule + ", or " + module_rule);
   }
   // With the per-level patterns above, L0 and L1 scopes are necessarily of one kind; mix may combine both.
+}
+
+// msprobe's Python API names (Functional.linear.0.forward, Torch.matmul, Tensor.add_) name no call
+// of a libtorch program, whose calls TorchProbe records by ATen operator ("Aten.linear.0.forward"):
+// a list or scope entry copied from a Python config would select nothing, without a word.
+inline void warn_about_python_names(const std::vector<std::string>& names, const std::string& key,
+                                    std::vector<std::string>& warnings) {
+  static constexpr std::string_view kPython[] = {"Functional.", "Torch.", "Tensor.",         "VF.",       "NPU.",
+                                                 "Jit.",        "Mint.",  "MintFunctional.", "Primitive."};
+  for (const std::string& n : names)
+    for (std::string_view prefix : kPython)
+      if (n.compare(0, prefix.size(), prefix) == 0) {
+        warnings.push_back("config key " + quote(key) + ": " + quote(n) +
+                           " is a name of msprobe's Python APIs, which a libtorch program does not call, so it "
+                           "selects nothing; TorchProbe names calls by ATen operator, here " +
+                           quote("Aten." + n.substr(prefix.size())) +
+                           " (the operator libtorch runs may differ: a Linear runs Aten.linear or Aten.addmm; an L1 "
+                           "dump.json shows the names)");
+        break;
+      }
 }
 
 }  // namespace details
@@ -255,6 +281,10 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
   if (c.task == Task::RunUt) c.run_ut = parse_run_ut(*section, section_name, c.warnings);
   check_scope(c, label("scope"));
+  if (c.level != Level::Debug) {
+    warn_about_python_names(c.scope, label("scope"), c.warnings);
+    warn_about_python_names(c.list, label("list"), c.warnings);
+  }
   // save() names its own entries; msprobe applies no filter to them.
   if (c.level == Level::Debug && (!c.scope.empty() || !c.list.empty()))
     c.warnings.push_back("config keys " + quote(label("scope")) + "/" + quote(label("list")) +

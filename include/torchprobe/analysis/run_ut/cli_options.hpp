@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "torchprobe/config/parser.hpp"
+#include "torchprobe/analysis/run_ut/run_settings.hpp"
 
 #include <fstream>
 #include <regex>
@@ -21,15 +22,19 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct CliOptions {
-  std::string api_info, out_dir = ".", csv_path, config;
-  bool save_error_data = false, filter_duplicates = false, float64_bench = false;
-  int jobs = 1;
-  std::string device = "cpu";  // where the recorded dtypes run: "cpu", "cuda", "cuda:N" (-d N: "cuda:N")
-  std::vector<std::string> white_list, black_list;
-  std::string error_data_path = ".";
+struct CliOptions : RunSettings {
+  std::string config;              // -config
+  bool float64_bench = false;      // --float64-bench
+  std::string device = "cpu";      // where the recorded dtypes run: "cpu", "cuda", "cuda:N" (-d N: "cuda:N")
   std::vector<std::string> notes;  // accepted keys that do nothing here (the online mode)
 };
+
+// The run_ut section's lists and path, as the config parser checked them.
+inline void take_run_ut_section(const RunUtConfig& r, CliOptions& o) {
+  o.white_list = r.white_list;
+  o.black_list = r.black_list;
+  o.error_data_path = r.error_data_path;
+}
 
 inline const char* run_ut_usage() {
   return "usage: torchprobe run_ut -api_info DUMP.json [-o OUT] [-save_error_data] [-csv_path RESULT.csv]\n"
@@ -54,10 +59,7 @@ inline void apply_run_ut_config(const nlohmann::json& root, CliOptions& o, const
   const nlohmann::json& s = root.contains("run_ut") ? root["run_ut"] : root;
   if (!s.is_object()) throw UsageError(where + ": \"run_ut\" must be an object");
   try {
-    const RunUtConfig r = torchprobe::details::parse_run_ut(s, "run_ut", o.notes);
-    o.white_list = r.white_list;
-    o.black_list = r.black_list;
-    o.error_data_path = r.error_data_path;
+    take_run_ut_section(torchprobe::details::parse_run_ut(s, "run_ut", o.notes), o);
   } catch (const ConfigError& e) {
     throw UsageError(where + ": " + e.what());
   }
@@ -76,7 +78,7 @@ inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
     else if (a == "-o" || a == "--out_path")
       o.out_dir = value(i);
     else if (a == "-csv_path" || a == "--result_csv_path")
-      o.csv_path = value(i);
+      o.continue_csv = value(i);
     else if (a == "-config" || a == "--config_path")
       o.config = value(i);
     else if (a == "-save_error_data")
@@ -102,10 +104,10 @@ inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
     }
   }
   if (o.api_info.empty()) throw UsageError("-api_info DUMP.json is required");
-  if (!o.csv_path.empty()) {
+  if (!o.continue_csv.empty()) {
     static const std::regex name(R"((^|.*/)accuracy_checking_result_\d{14}\.csv$)");
-    if (!std::regex_match(o.csv_path, name))
-      throw UsageError("-csv_path must name an accuracy_checking_result_{YYYYmmddHHMMSS}.csv, not '" + o.csv_path +
+    if (!std::regex_match(o.continue_csv, name))
+      throw UsageError("-csv_path must name an accuracy_checking_result_{YYYYmmddHHMMSS}.csv, not '" + o.continue_csv +
                        "'");
   }
   if (!o.config.empty()) {
@@ -127,9 +129,7 @@ inline CliOptions parse_run_ut_args(const std::vector<std::string>& args) {
     } catch (const ConfigError& e) {
       throw UsageError(o.config + ": " + e.what());
     }
-    o.white_list = c.run_ut.white_list;
-    o.black_list = c.run_ut.black_list;
-    o.error_data_path = c.run_ut.error_data_path;
+    take_run_ut_section(c.run_ut, o);
     for (const auto& w : c.warnings) o.notes.push_back(o.config + ": " + w);
   }
   return o;

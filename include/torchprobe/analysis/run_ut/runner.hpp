@@ -15,18 +15,11 @@
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/timestamp.hpp"
 #include "torchprobe/analysis/run_ut/report.hpp"
+#include "torchprobe/analysis/run_ut/run_settings.hpp"
 
 namespace torchprobe::run_ut {
 
-struct RunOptions {
-  std::string api_info;               // dump.json
-  std::string out_dir = ".";          // -o
-  bool save_error_data = false;       // -save_error_data
-  std::string error_data_path = ".";  // config run_ut.error_data_path
-  std::string continue_csv;           // -csv_path: a result CSV to resume
-  bool filter_duplicates = false;     // -f
-  int jobs = 1;                       // -j
-  std::vector<std::string> white_list, black_list;
+struct RunOptions : RunSettings {
   ReplayOptions replay;
 };
 
