@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -84,6 +85,13 @@ struct ChainImpl : torch::nn::Module {
   torch::nn::Linear a, b;
 };
 TORCH_MODULE(Chain);
+
+// A custom operator whose result moves at every call (a call counter added): the one kind of call
+// whose re-run as it is (pert_mode no_change) can differ from the original.
+std::atomic<int> drift_calls{0};
+at::Tensor drift(const at::Tensor& x) { return x + static_cast<double>(drift_calls++); }
+TORCH_LIBRARY(tpdrift, m) { m.def("drift(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(tpdrift, CPU, m) { m.impl("drift", drift); }
 
 }  // namespace
 
@@ -380,4 +388,32 @@ TEST_CASE("L0: a scope of one module's forward name [start, end] writes only tha
       run(tp::Options().scope({"Module.a.Linear.forward.0", "Module.a.Linear.forward.0"}), &scoped);
   REQUIRE(names_of(scoped) == std::vector<std::string>{"Module.a.Linear.forward.0"});
   check_item_is(scoped["Module.a.Linear.forward.0"]["output"][0], a_out, false);
+}
+
+TEST_CASE("no_change re-runs each call as it is, with threshold 1.0: only a call whose re-run differs is listed") {
+  const auto drift_op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("tpdrift::drift", "").typed<at::Tensor(const at::Tensor&)>();
+  const at::Tensor x = torch::full({4}, 3.0f);
+  tptest::TempDir tmp;
+  at::Tensor drifted, exact;
+  drift_calls = 0;
+  {
+    FreeBenchmark dbg(tp::Options().dump_path(tmp.path()).set("pert_mode", "no_change"));
+    dbg.start();
+    exact = torch::mul(x, 1.5);  // deterministic: its re-run is equal, ratio 1, not listed
+    drifted = drift_op.call(x);  // re-run first (3 + 0), then the call itself (3 + 1)
+    dbg.stop();
+    dbg.step();
+    dbg.wait_written();
+  }
+  CHECK(drift_calls == 2);                  // the call and its one re-run
+  CHECK(drifted[0].item<float>() == 4.0f);  // check mode: the caller keeps the original output
+  CHECK(exact[0].item<float>() == 4.5f);
+  const Json rows = csv_rows(tmp / ("step0/" + proc_dir() + "/free_benchmark.csv"));
+  CAPTURE(rows.dump());
+  REQUIRE(rows.size() == 2);
+  // 4 against 3: ratio 4/3 > 1.0; msprobe's max_rel column holds the ratio less 1.
+  CHECK(rows[1][1] == "no_change");
+  CHECK(rows[1][4] == "Tpdrift.drift.0.forward");
+  CHECK(std::stod(rows[1][5].get<std::string>()) == doctest::Approx(1.0 / 3.0));
 }
