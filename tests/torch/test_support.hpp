@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include "../skip.hpp"
 #include "../remove_tree.hpp"
