@@ -67,6 +67,7 @@ void tiny_op(const fs::path& root, std::int64_t n, int steps, int rounds) {
   Stats<tp::Level::L1, tp::NullSink> null_sink(options(dir));
   L1Dir l1(options(dir / "l1"));
   MixDir mix(options(dir / "mix"));
+  torch::nn::Linear model(1, 1);  // mix dumps a model's modules, so start() needs one (not called here)
   std::vector<Variant> v;
   v.push_back({"un-probed", [&] { return tpbench::plain_round([&] { adds(a, b, n); }, steps); }, {}});
   auto probed = [&](const char* name, auto& d) {
@@ -75,7 +76,10 @@ void tiny_op(const fs::path& root, std::int64_t n, int steps, int rounds) {
                    return tpbench::probed_round(
                        *dp,
                        [&] {
-                         dp->start();
+                         if constexpr (std::is_same_v<std::decay_t<decltype(d)>, MixDir>)
+                           dp->start(model);
+                         else
+                           dp->start();
                          adds(a, b, n);
                        },
                        steps);

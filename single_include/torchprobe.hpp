@@ -1840,14 +1840,24 @@ struct ModelRef {
   std::size_t size() const { return nn.size() + jit.size(); }
 };
 
-// msprobe's check of start() at levels L0 and mix, which dump the modules of the model they are
-// given: without one they would dump no module entry at all. Throws std::invalid_argument.
+// Throws std::invalid_argument at levels L0 and mix without a model (msprobe's message).
 inline void check_model_for_level(Level level, const ModelRef& model) {
   if ((level == Level::L0 || level == Level::Mix) && model.empty())
     throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': level \"" +
                                 std::string(level_name(level)) +
                                 "\" dumps the modules of the model given to start(model); start() and start(rank_id) "
                                 "without a model are for levels \"L1\", \"L2\" and \"debug\"");
+}
+
+// The model a start() at `level` uses: the one given, else (L0 and mix, which dump a model's
+// modules) the one of an earlier start(), as msprobe keeps it. Without either, L0 and mix throw
+// std::invalid_argument, as msprobe raises: they would dump no module entry at all.
+inline const ModelRef& model_for_start(Level level, const ModelRef& given, const ModelRef& earlier) {
+  const bool needs_model = level == Level::L0 || level == Level::Mix;
+  if (!given.empty() || !needs_model) return given;
+  if (!earlier.empty()) return earlier;
+  check_model_for_level(level, given);
+  return given;
 }
 
 namespace details {
@@ -2408,14 +2418,14 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    if (!grad_probe_) {  // also when dump_enable is false
-      check_model_for_level(impl_->config().level, model);
-      if (tokens) check_token_range(*tokens, model);
-    }
-    model_ = model;
+    // L0/mix: the model given, else an earlier start()'s, else std::invalid_argument; checked also
+    // when dump_enable is false.
+    const ModelRef use = grad_probe_ ? model : model_for_start(impl_->config().level, model, model_);
+    if (tokens && !grad_probe_) check_token_range(*tokens, use);
+    if (!use.empty()) model_ = use;
     rank_id_ = rank_id;
     tokens_ = tokens;
-    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
+    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(use, rank_id, tokens);
   }
   void stop() noexcept override { impl_->stop(); }
   // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.
@@ -14561,11 +14571,11 @@ class DebuggerImpl final : public DebuggerInterface {
 
   // start(), start(model), start(model, rank), start(model, tokens), start(model, pg):
   // DebuggerInterface's, each a start_with().
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+  void start_with(const ModelRef& given, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    check_model_for_level(L, model);
-    if (tokens) check_token_range(*tokens, model);
+    if (tokens) check_token_range(*tokens, given.empty() ? model_ : given);
     if (running_ || !step_.may_start()) return;
+    const ModelRef model = model_for_start(L, given, model_);  // L0/mix: an earlier start()'s, else throws
     rank_id_ = rank_id;
     model_ = model;
     tokens_ = tokens;
@@ -15518,6 +15528,8 @@ void BasicPrecisionDebugger<Tasks>::reload() {
   std::unique_ptr<DebuggerInterface> next;
   try {
     next = make(options_);
+    // A running capture goes on under the new level: L0 and mix need a model (start(model)).
+    if (impl_->running()) (void)model_for_start(next->config().level, model_, model_);
   } catch (const std::exception& e) {
     std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
               << "); the configuration in use is kept\n";
@@ -15688,7 +15700,8 @@ inline bool restore_custom_api(const std::string& prefix, const std::string& nam
 // (random_proc{pid}_{timestamp}.csv without a rank), api_name and stack, then TorchProbe's own
 // columns. Columns and an example: docs/random_save.md. Nested random calls
 // (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
-// a second random_save() starts a new file. Each row costs one native stack capture, and one
+// a second random_save() starts a new file (one of the same name, in the same second, is
+// written anew). Each row costs one native stack capture, and one
 // addr2line run per call site seen for the first time.
 
 

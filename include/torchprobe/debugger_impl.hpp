@@ -71,11 +71,11 @@ class DebuggerImpl final : public DebuggerInterface {
 
   // start(), start(model), start(model, rank), start(model, tokens), start(model, pg):
   // DebuggerInterface's, each a start_with().
-  void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
+  void start_with(const ModelRef& given, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    check_model_for_level(L, model);
-    if (tokens) check_token_range(*tokens, model);
+    if (tokens) check_token_range(*tokens, given.empty() ? model_ : given);
     if (running_ || !step_.may_start()) return;
+    const ModelRef model = model_for_start(L, given, model_);  // L0/mix: an earlier start()'s, else throws
     rank_id_ = rank_id;
     model_ = model;
     tokens_ = tokens;

@@ -45,14 +45,14 @@ class BasicPrecisionDebugger final : public DebuggerInterface {
   // start(...) in all its forms is DebuggerInterface's, each a start_with().
   void start_with(const ModelRef& model, std::optional<std::int64_t> rank_id,
                   std::optional<TokenRange> tokens = std::nullopt) override {
-    if (!grad_probe_) {  // also when dump_enable is false
-      check_model_for_level(impl_->config().level, model);
-      if (tokens) check_token_range(*tokens, model);
-    }
-    model_ = model;
+    // L0/mix: the model given, else an earlier start()'s, else std::invalid_argument; checked also
+    // when dump_enable is false.
+    const ModelRef use = grad_probe_ ? model : model_for_start(impl_->config().level, model, model_);
+    if (tokens && !grad_probe_) check_token_range(*tokens, use);
+    if (!use.empty()) model_ = use;
     rank_id_ = rank_id;
     tokens_ = tokens;
-    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(model, rank_id, tokens);
+    if (impl_->config().dump_enable.value_or(true)) impl_->start_with(use, rank_id, tokens);
   }
   void stop() noexcept override { impl_->stop(); }
   // grad_probe: call it right before optimizer.step(); other tasks: at the end of each step.

@@ -100,6 +100,8 @@ void BasicPrecisionDebugger<Tasks>::reload() {
   std::unique_ptr<DebuggerInterface> next;
   try {
     next = make(options_);
+    // A running capture goes on under the new level: L0 and mix need a model (start(model)).
+    if (impl_->running()) (void)model_for_start(next->config().level, model_, model_);
   } catch (const std::exception& e) {
     std::cerr << "[torchprobe] dump_enable: " << watch_->path() << " was changed but cannot be used (" << e.what()
               << "); the configuration in use is kept\n";

@@ -7,7 +7,8 @@
 // (random_proc{pid}_{timestamp}.csv without a rank), api_name and stack, then TorchProbe's own
 // columns. Columns and an example: docs/random_save.md. Nested random calls
 // (randn's normal_, dropout's bernoulli_) are part of the outer row. random_save_stop() ends it;
-// a second random_save() starts a new file. Each row costs one native stack capture, and one
+// a second random_save() starts a new file (one of the same name, in the same second, is
+// written anew). Each row costs one native stack capture, and one
 // addr2line run per call site seen for the first time.
 #include <sys/stat.h>
 

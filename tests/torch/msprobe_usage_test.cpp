@@ -92,12 +92,17 @@ TEST_CASE("start() without a model is refused at L0 and mix, as msprobe refuses 
           dbg.start();
         }).find("level \"mix\" dumps the modules") != std::string::npos);
   for (const char* dir : {"l0", "mix", "scoped", "precision"}) CHECK_FALSE(fs::exists(tmp / dir));
-  // With the model it starts.
+  // With the model it starts; a later start() without one uses it again, as msprobe keeps it.
   tptest::Net net;
-  tp::Debugger<tp::Level::L0, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp / "with_model"));
+  tp::Debugger<tp::Level::L0, tp::Task::Statistics, tp::MemorySink> dbg(tp::Options().dump_path(tmp / "with_model"));
   dbg.start(net);
   CHECK(dbg.running());
   dbg.stop();
+  dbg.step();
+  dbg.start();
+  (void)net->forward(torch::ones({2, 8}));
+  dbg.stop();
+  CHECK(dbg.sink().step(1).dump["data"].contains("Module.fc.Linear.forward.0"));
 }
 
 TEST_CASE("start() and start(rank_id) without a model work at L1, L2 and debug; rank_id names the rank directory") {
