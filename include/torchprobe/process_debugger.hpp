@@ -50,6 +50,6 @@ void start(Args&&... args) {
 inline void stop() { process_debugger().stop(); }
 inline void step() { process_debugger().step(); }
 // stop() under the name earlier msprobe releases gave it.
-inline void forward_backward_dump_end() { process_debugger().stop(); }
+inline void forward_backward_dump_end() { process_debugger().forward_backward_dump_end(); }
 
 }  // namespace torchprobe

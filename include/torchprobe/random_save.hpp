@@ -20,7 +20,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include <ATen/record_function.h>
@@ -37,34 +36,37 @@ namespace torchprobe {
 
 namespace details {
 
-// The user's call site among symbolized frames (innermost first): the index of the first frame that
-// is not an inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...),
-// or frames.size() when there is none.
-inline std::size_t user_frame(const std::vector<std::string>& frames) {
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    const std::string& f = frames[i];
-    // "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp frame_text)
-    const std::size_t line_at = f.find(", line ");
-    const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
-    const std::size_t text_at = f.find(", \n ", in_at == std::string::npos ? 0 : in_at);
-    if (f.rfind("File ", 0) != 0 || line_at == std::string::npos || in_at == std::string::npos ||
-        text_at == std::string::npos)
-      continue;
-    const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
-    if (func.rfind("at::", 0) != 0 && func.rfind("torch::", 0) != 0) return i;
-  }
-  return frames.size();
+// One symbolized frame, "File {path}, line {line}, in {function}, \n {text}" (io/symbol_names.hpp
+// frame_text), in its parts; nullopt for a frame of another form.
+struct FrameParts {
+  std::string path, line, function, text;
+};
+inline std::optional<FrameParts> frame_parts(const std::string& f) {
+  const std::size_t line_at = f.find(", line ");
+  const std::size_t in_at = f.find(", in ", line_at == std::string::npos ? 0 : line_at);
+  const std::size_t text_at = f.find(", \n ", in_at == std::string::npos ? 0 : in_at);
+  if (f.rfind("File ", 0) != 0 || line_at == std::string::npos || in_at == std::string::npos ||
+      text_at == std::string::npos)
+    return std::nullopt;
+  return FrameParts{f.substr(5, line_at - 5), f.substr(line_at + 7, in_at - line_at - 7),
+                    f.substr(in_at + 5, text_at - in_at - 5), f.substr(text_at + 4)};
 }
 
-// That frame as "file:line" with debug information, else "{object}+0x{offset}"; and its function.
-inline std::pair<std::string, std::string> call_site_of(const std::string& f) {
-  const std::size_t line_at = f.find(", line ");
-  const std::size_t in_at = f.find(", in ", line_at);
-  const std::size_t text_at = f.find(", \n ", in_at);
-  const std::string func = f.substr(in_at + 5, text_at - in_at - 5);
-  const std::string line = f.substr(line_at + 7, in_at - line_at - 7);
-  if (line != "0") return {f.substr(5, line_at - 5) + ":" + line, func};
-  return {f.substr(text_at + 4), func};
+// The user's call site among symbolized frames (innermost first): the first frame that is not an
+// inline libtorch wrapper (at::randn, torch::randn, torch::nn::functional::dropout, ...): its index
+// (frames.size() when there is none), "file:line" with debug information, else
+// "{object}+0x{offset}", and its function.
+struct CallSite {
+  std::size_t index;
+  std::string where, function;
+};
+inline CallSite user_call_site(const std::vector<std::string>& frames) {
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const std::optional<FrameParts> p = frame_parts(frames[i]);
+    if (!p || p->function.rfind("at::", 0) == 0 || p->function.rfind("torch::", 0) == 0) continue;
+    return {i, p->line != "0" ? p->path + ":" + p->line : p->text, p->function};
+  }
+  return {frames.size(), "", ""};
 }
 
 inline std::string shape_text(const at::Tensor& t) {
@@ -138,9 +140,10 @@ class RandomSave {
     std::vector<std::string> row = {fn.name(), "", "", "", "", "", "", ""};
     // The stack from the user's call site outwards, a frame a line as stack.json writes it.
     const std::vector<std::string> frames = io::symbolize(call.stack);
-    const std::size_t user = user_frame(frames);
-    for (std::size_t i = user; i < frames.size(); ++i) row[1] += (i > user ? "\n" : "") + frames[i];
-    if (user < frames.size()) std::tie(row[3], row[4]) = call_site_of(frames[user]);
+    const CallSite site = user_call_site(frames);
+    for (std::size_t i = site.index; i < frames.size(); ++i) row[1] += (i > site.index ? "\n" : "") + frames[i];
+    row[3] = site.where;
+    row[4] = site.function;
     for (const c10::IValue& v : fn.outputs())
       if (v.isTensor() && v.toTensor().defined()) {
         const at::Tensor& t = v.toTensor();

@@ -86,9 +86,13 @@ TEST_CASE("start() without a model is refused at L0 and mix, as msprobe refuses 
           tp::Debugger<tp::Level::Mix, tp::Task::Tensor> dbg(tp::Options().dump_path(tmp / "scoped"));
           tp::ScopedDump scope(dbg);
         }).find("missing the parameter 'model'") != std::string::npos);
-  // PrecisionDebugger, whose level comes from the config: refused even with dump_enable false.
+  // PrecisionDebugger, whose level comes from the config: refused, also with dump_enable false.
   CHECK(message_of([&] {
           tp::PrecisionDebugger dbg(tp::Options().dump_path(tmp / "precision").level("mix"));
+          dbg.start();
+        }).find("level \"mix\" dumps the modules") != std::string::npos);
+  CHECK(message_of([&] {
+          tp::PrecisionDebugger dbg(tp::Options().dump_path(tmp / "precision").level("mix").set("dump_enable", false));
           dbg.start();
         }).find("level \"mix\" dumps the modules") != std::string::npos);
   for (const char* dir : {"l0", "mix", "scoped", "precision"}) CHECK_FALSE(fs::exists(tmp / dir));

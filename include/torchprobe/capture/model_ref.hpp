@@ -22,24 +22,16 @@ struct ModelRef {
   std::size_t size() const { return nn.size() + jit.size(); }
 };
 
-// Throws std::invalid_argument at levels L0 and mix without a model (msprobe's message).
-inline void check_model_for_level(Level level, const ModelRef& model) {
-  if ((level == Level::L0 || level == Level::Mix) && model.empty())
-    throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': level \"" +
-                                std::string(level_name(level)) +
-                                "\" dumps the modules of the model given to start(model); start() and start(rank_id) "
-                                "without a model are for levels \"L1\", \"L2\" and \"debug\"");
-}
-
 // The model a start() at `level` uses: the one given, else (L0 and mix, which dump a model's
 // modules) the one of an earlier start(), as msprobe keeps it. Without either, L0 and mix throw
-// std::invalid_argument, as msprobe raises: they would dump no module entry at all.
+// std::invalid_argument with msprobe's message: they would dump no module entry at all.
 inline const ModelRef& model_for_start(Level level, const ModelRef& given, const ModelRef& earlier) {
-  const bool needs_model = level == Level::L0 || level == Level::Mix;
-  if (!given.empty() || !needs_model) return given;
+  if (!given.empty() || (level != Level::L0 && level != Level::Mix)) return given;
   if (!earlier.empty()) return earlier;
-  check_model_for_level(level, given);
-  return given;
+  throw std::invalid_argument("torchprobe: start(): missing the parameter 'model': level \"" +
+                              std::string(level_name(level)) +
+                              "\" dumps the modules of the model given to start(model); start() and start(rank_id) "
+                              "without a model are for levels \"L1\", \"L2\" and \"debug\"");
 }
 
 namespace details {
