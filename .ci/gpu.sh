@@ -9,10 +9,13 @@
 #                               package registry; ~10 MB
 #   bash .ci/gpu.sh             on the GPU machine, in the repository root: configures against the
 #                               python's torch and .gpu-deps/, builds the CUDA tests and the CUDA
-#                               benchmark (one TU each), runs both
+#                               benchmark (one TU each), runs both; ends with one line per check
+#   bash .ci/gpu.sh --cpu       the same build against Debian's CPU libtorch (CI does this: the CUDA
+#                               code paths must compile where no GPU is); the tests then say SKIPPED
 #
 # Environment: TORCHPROBE_GPU_JOBS (default: every core), TORCHPROBE_GPU_BUILD_DIR (build-gpu),
-# PYTHON (python3 that imports torch; default: python3 on PATH).
+# PYTHON (python3 that imports torch; default: python3 on PATH), TORCHPROBE_GPU_TORCH_PREFIX (where
+# Torch's CMake files are; default: the python's torch.utils.cmake_prefix_path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/.gpu-deps
@@ -44,6 +47,11 @@ EOF
   exit 0
 fi
 
+cpu_only=0
+if [ "${1:-}" = "--cpu" ]; then
+  cpu_only=1
+  export TORCHPROBE_GPU_TORCH_PREFIX=${TORCHPROBE_GPU_TORCH_PREFIX:-/usr}
+fi
 [ -d "$deps" ] || { echo "gpu.sh: $deps is missing: run 'bash .ci/gpu.sh --prepare' on a Debian machine first" >&2; exit 2; }
 PYTHON=${PYTHON:-$(command -v python3)}
 build=${TORCHPROBE_GPU_BUILD_DIR:-build-gpu}
@@ -56,7 +64,7 @@ nvidia-smi -L || true
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)}
 echo "c++: $(c++ --version | head -1); nvcc: $(nvcc --version 2>/dev/null | tail -1); arch: ${TORCH_CUDA_ARCH_LIST:-?}"
-torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_prefix=${TORCHPROBE_GPU_TORCH_PREFIX:-$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 stamp "torch $("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())')"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
@@ -69,8 +77,29 @@ stamp "configured"
 cmake --build "$build" -j "$jobs" --target torchprobe_cuda_tests torchprobe_cuda_benchmark
 stamp "built"
 status=0
-"$build/tests/torchprobe_cuda_tests" || status=$?
+log=$build/gpu-checks.log
+"$build/tests/torchprobe_cuda_tests" 2>&1 | tee "$log" || status=$?
 stamp "CUDA tests: exit status $status"
-"$build/benchmarks/torchprobe_cuda_benchmark" cuda || status=$?
+"$build/benchmarks/torchprobe_cuda_benchmark" cuda 2>&1 | tee -a "$log" || status=$?
 stamp "CUDA benchmark done (exit status so far $status)"
+
+# One line per check: each test case and whether it ran or was skipped (no device), then the result.
+echo "== summary ($(($(date +%s) - t0)) s)"
+"$build/tests/torchprobe_cuda_tests" --list-test-cases --no-version 2>/dev/null | sed -n 's/^\(.\+\)$/\1/p' |
+  grep -v -e '^\[doctest\]' -e '^=\+$' | while IFS= read -r name; do
+  if grep -qF "SKIPPED" <(grep -A3 -F "TEST CASE:  $name" "$log"); then
+    echo "SKIPPED  $name"
+  else
+    echo "RAN      $name"
+  fi
+done
+skipped=$(grep -c "SKIPPED" "$log" || true)
+if [ "$cpu_only" = 1 ]; then
+  echo "gpu.sh --cpu: the CUDA tests and benchmark built against the CPU libtorch; exit status $status ($skipped SKIPPED lines: no device here)"
+elif [ "$skipped" -gt 0 ]; then
+  echo "gpu.sh: $skipped checks were SKIPPED: this machine gave no CUDA device (exit status $status)"
+  [ "$status" -eq 0 ] && status=3
+else
+  echo "gpu.sh: every CUDA check ran; exit status $status"
+fi
 exit "$status"

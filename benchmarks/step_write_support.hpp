@@ -5,15 +5,23 @@
 
 #include "bench_support.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
 #include <malloc.h>
@@ -49,21 +57,112 @@ const char* writer_kind() {
                                     : "synchronous writes (no wait_written())";
 }
 
+// CPU time used so far by this process's threads, in microseconds, by role: "training" (the main
+// thread), each of the probe's threads by its name ("tp-journal", "tp-step-writer", ...), "other"
+// (libtorch's pools and the rest). From /proc/self/task/*/schedstat (nanoseconds) where the kernel
+// keeps it, else the clock ticks of /proc/self/task/*/stat. Threads named "tp-bench-load" (the
+// benchmark's own load) are left out. A thread that ended since is not counted.
+using ThreadCpu = std::map<std::string, double>;
+inline ThreadCpu thread_cpu_us() {
+  ThreadCpu out;
+  const std::string pid = std::to_string(::getpid());
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  static const long ticks = ::sysconf(_SC_CLK_TCK);
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::string comm;
+    std::getline(std::ifstream(task + "/comm"), comm);
+    if (comm == "tp-bench-load") continue;
+    const std::string role = e->d_name == pid ? "training" : comm.rfind("tp-", 0) == 0 ? comm : "other";
+    double us = -1;
+    std::ifstream sched(task + "/schedstat");
+    unsigned long long ns = 0;
+    if (sched >> ns) us = static_cast<double>(ns) / 1e3;
+    if (us < 0) {  // fields 14 and 15 of stat: utime, stime
+      std::string stat;
+      std::getline(std::ifstream(task + "/stat"), stat);
+      const std::size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      const char* p = stat.c_str() + close + 2;
+      char* end = nullptr;
+      unsigned long long field[15] = {};
+      for (int i = 3; i <= 15; ++i, p = end) field[i - 1] = std::strtoull(p, &end, 10);
+      us = static_cast<double>(field[13] + field[14]) * 1e6 / static_cast<double>(ticks);
+    }
+    out[role] += us;
+  }
+  ::closedir(dir);
+  return out;
+}
+// b - a, role by role; roles that appeared since count from zero.
+inline ThreadCpu cpu_since(const ThreadCpu& a, const ThreadCpu& b) {
+  ThreadCpu d;
+  for (const auto& [role, us] : b) {
+    const auto it = a.find(role);
+    d[role] = us - (it == a.end() ? 0.0 : it->second);
+  }
+  return d;
+}
+inline double total_of(const ThreadCpu& c) {
+  double t = 0;
+  for (const auto& [role, us] : c) t += us;
+  return t;
+}
+
+// Threads that only burn CPU while they live: "loaded" figures are measured beside them (two
+// spinning threads on the 2-core development machine stand in for a build running beside).
+class BusyThreads {
+ public:
+  explicit BusyThreads(int n) {
+    for (int i = 0; i < n; ++i)
+      threads_.emplace_back([this] {
+        pthread_setname_np(pthread_self(), "tp-bench-load");
+        volatile std::uint64_t x = 0;
+        while (!stop_.load(std::memory_order_relaxed)) x = x + 1;
+      });
+  }
+  ~BusyThreads() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
 // One timed round: microseconds per step, and of that per step the time inside stop()+step() and
-// the wait at the end of the round until the files are complete.
+// the wait at the end of the round until the files are complete; the CPU time every thread used
+// in the round (until the files are complete), per step, by role (thread_cpu_us()).
 struct Round {
   double step_us = 0, inside_us = 0, drain_us = 0;
+  ThreadCpu cpu_us;
+  double cpu(const std::string& role) const {
+    const auto it = cpu_us.find(role);
+    return it == cpu_us.end() ? 0.0 : it->second;
+  }
+  double cpu_total() const { return total_of(cpu_us); }
 };
+inline ThreadCpu per_step(ThreadCpu c, int steps) {
+  for (auto& [role, us] : c) us /= steps;
+  return c;
+}
 template <class Body>
 Round plain_round(const Body& body, int steps) {
+  const ThreadCpu c0 = thread_cpu_us();
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) body();
-  return Round{us_since(t0) / steps, 0, 0};
+  Round r{us_since(t0) / steps, 0, 0, {}};
+  r.cpu_us = per_step(cpu_since(c0, thread_cpu_us()), steps);
+  return r;
 }
 // body() starts the debugger and does the step's work; stop() and step() are timed apart.
 template <class D, class Body>
 Round probed_round(D& debugger, const Body& body, int steps) {
   Round r;
+  const ThreadCpu c0 = thread_cpu_us();
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
     body();
@@ -76,6 +175,7 @@ Round probed_round(D& debugger, const Body& body, int steps) {
   wait_written(debugger);
   r.drain_us = us_since(t2);
   r.step_us = us_since(t0) / steps;
+  r.cpu_us = per_step(cpu_since(c0, thread_cpu_us()), steps);
   r.inside_us /= steps;
   r.drain_us /= steps;
   return r;
@@ -90,6 +190,16 @@ struct Variant {
   double med(double Round::*field) const {
     std::vector<double> v;
     for (const Round& r : rounds) v.push_back(r.*field);
+    return median(v);
+  }
+  // The median over the rounds of f(round), and the smallest and largest.
+  template <class F>
+  double med_of(F f, double* lo = nullptr, double* hi = nullptr) const {
+    std::vector<double> v;
+    for (const Round& r : rounds) v.push_back(f(r));
+    std::sort(v.begin(), v.end());
+    if (lo) *lo = v.front();
+    if (hi) *hi = v.back();
     return median(v);
   }
 };

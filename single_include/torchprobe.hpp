@@ -810,6 +810,23 @@ inline std::string python_float_repr(double v) {
   return std::string(buf, write_python_float(buf, v));
 }
 
+namespace details {
+// What JsonText::relayout() does at each byte: 0 copies it, 1 a string's quote, 2 a container
+// opens, 3 one closes, 4 a separator.
+struct RelayoutStops {
+  unsigned char at[256];
+};
+constexpr RelayoutStops make_relayout_stops() {
+  RelayoutStops t{};
+  t.at[static_cast<unsigned char>('"')] = 1;
+  t.at[static_cast<unsigned char>('{')] = t.at[static_cast<unsigned char>('[')] = 2;
+  t.at[static_cast<unsigned char>('}')] = t.at[static_cast<unsigned char>(']')] = 3;
+  t.at[static_cast<unsigned char>(',')] = 4;
+  return t;
+}
+inline constexpr RelayoutStops kRelayoutStops = make_relayout_stops();
+}  // namespace details
+
 // Takes each chunk of the text written so far: a file, a stream.
 class TextDrain {
  public:
@@ -831,6 +848,12 @@ class JsonText {
 
   void finish() { buf_.resize(len_); }
   int indent() const { return indent_; }
+  // The text so far, when no drain takes it: its length, a view, and going back to an earlier
+  // length (what came after is dropped) or to none; the buffer keeps its room.
+  std::size_t size() const { return len_; }
+  std::string_view view() const { return std::string_view(buf_.data(), len_); }
+  void truncate(std::size_t length) { len_ = std::min(len_, length); }
+  void clear() { len_ = 0; }
 
   void null() { put("null", 4); }
   void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
@@ -844,6 +867,70 @@ class JsonText {
     len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
   }
   void raw(std::string_view s) { put(s.data(), s.size()); }
+
+  // A value that a JsonText wrote on one line (indent None: ", " and ": " separators), laid out as
+  // this writer lays out a value at `depth`: the text json.dumps(json.loads(line), indent) gives,
+  // without parsing it (numbers and strings keep their spelling), at memory speed. The step's
+  // dump.json is made this way from its journal's lines (io/journal_dump.hpp). `line` must be such
+  // text: only strings, braces, brackets and ", " separators are looked at.
+  void relayout(std::string_view line, int depth) {
+    if (indent_ < 0) return raw(line);
+    const char* p = line.data();
+    const char* const end = p + line.size();
+    const std::size_t step = static_cast<std::size_t>(indent_);
+    int open = depth - 1;  // the depth of the innermost container open
+    // The text goes straight into the buffer: `o` writes, `limit` ends the room made. Before each
+    // line break there is room for the rest of the line and the break with its indentation, so the
+    // bytes between two breaks need no check.
+    char* o = room(line.size() + 1 + step * static_cast<std::size_t>(depth + 1));
+    char* limit = buf_.data() + buf_.size();
+    auto line_break = [&](int at) {
+      // The break, its indentation, the closer written after it ('}' or ']', already read) and
+      // the rest of the line.
+      const std::size_t spaces = step * static_cast<std::size_t>(at < 0 ? 0 : at);
+      const std::size_t need = spaces + 2 + static_cast<std::size_t>(end - p);
+      if (static_cast<std::size_t>(limit - o) < need) {
+        len_ = static_cast<std::size_t>(o - buf_.data());
+        o = room(need);
+        limit = buf_.data() + buf_.size();
+      }
+      *o++ = '\n';
+      std::memset(o, ' ', spaces);
+      o += spaces;
+    };
+    while (p != end) {
+      const char c = *p++;
+      switch (details::kRelayoutStops.at[static_cast<unsigned char>(c)]) {
+        case 0: *o++ = c; break;
+        case 1:  // a string, through its closing quote; an escaped character is copied whole
+          *o++ = c;
+          while (p != end && *p != '"') {
+            if (*p == '\\' && p + 1 != end) *o++ = *p++;
+            *o++ = *p++;
+          }
+          if (p != end) *o++ = *p++;
+          break;
+        case 2:                                        // '{' or '['
+          if (p != end && (*p == '}' || *p == ']')) {  // {} and [] stay as they are
+            *o++ = c;
+            *o++ = *p++;
+          } else {
+            *o++ = c;
+            line_break(++open + 1);
+          }
+          break;
+        case 3:  // '}' or ']'
+          line_break(open--);
+          *o++ = c;
+          break;
+        default:  // ',' and the space after it
+          *o++ = c;
+          if (p != end && *p == ' ') ++p;
+          line_break(open + 1);
+      }
+    }
+    len_ = static_cast<std::size_t>(o - buf_.data());
+  }
 
   // A container is written as open(), then item() or key() before each element, then close().
   // `depth` is the container's own depth; `count` how many elements it got.
@@ -949,6 +1036,15 @@ class JsonText {
   void put(char c) {
     *room(1) = c;
     ++len_;
+  }
+
+  // A line break and the indentation of `depth`.
+  void newline(int depth) {
+    const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth < 0 ? 0 : depth);
+    char* p = room(spaces + 1);
+    *p = '\n';
+    std::memset(p + 1, ' ', spaces);
+    len_ += spaces + 1;
   }
 
   void close(std::size_t count, int depth, char closer) {
@@ -2897,8 +2993,10 @@ extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::Builtin
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
-// one intact. Between flushes the step journal in the same directory holds every kept entry. The
-// files are written as text straight from the records, in chunks (sink/step_text.hpp).
+// one intact. Between flushes the step journal in the same directory holds every kept entry.
+// dump.json and debug.json are laid out from the journal's lines, where each entry's text was made
+// already (io/journal_dump.hpp), or written from the records when the journal lost a line; the
+// other files from the records (sink/step_text.hpp). All are written in chunks.
 
 // ---- begin torchprobe/io/files.hpp ----
 // File-system helpers for the dump writer (POSIX).
@@ -3117,6 +3215,254 @@ inline bool path_is_writable_dir(const std::string& path, std::string* why = nul
 
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/files.hpp ----
+// ---- begin torchprobe/io/journal_dump.hpp ----
+// dump.json (or debug.json) made from the step journal's lines instead of from the records: each
+// entry's text is made once, by the journal's thread (io/journal.hpp), and the step writer only
+// lays it out again (JsonText::relayout), which costs a fraction of making it. The bytes are those
+// the records would give: the journal's body is the same writer's text on one line, and the
+// entries are placed as StepDump::by_first_place places the records (dump order; a name seen again
+// keeps its first place and takes the later body), as recovery (io/recovery.hpp) places them.
+//
+// Only lines this process wrote are read, and only what the writer needs of them; anything
+// unexpected (a line of another shape, a short read) makes read() fail, and the caller writes the
+// file from the records instead. Memory: an index entry per line (about 48 bytes and the name)
+// and a window of the file; the bodies are read again when written, mostly in file order.
+
+
+
+namespace torchprobe::io {
+
+class JournalDump {
+ public:
+  // The entries of `which` ("dump" or "debug") among the first `lines` lines after the header of
+  // the journal at `path`, placed as the file lists them; nullopt when the journal cannot serve.
+  static std::optional<JournalDump> read(const std::string& path, std::uint64_t lines, std::string_view which) {
+    JournalDump d(path);
+    if (d.fd_ < 0 || !d.index(lines, which)) return std::nullopt;
+    d.place();
+    return d;
+  }
+
+  JournalDump(JournalDump&& o) noexcept
+      : path_(std::move(o.path_)),
+        fd_(o.fd_),
+        entries_(std::move(o.entries_)),
+        names_(std::move(o.names_)),
+        placed_(std::move(o.placed_)) {
+    o.fd_ = -1;
+  }
+  JournalDump(const JournalDump&) = delete;
+  JournalDump& operator=(const JournalDump&) = delete;
+  JournalDump& operator=(JournalDump&&) = delete;
+  ~JournalDump() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  std::size_t size() const { return placed_.size(); }
+
+  // The "data" object's items at depth 1 (`"name": body`), as step_text::write_dump writes them
+  // from the records. Throws IoError when the journal cannot be read again.
+  void write_items(JsonText& out) {
+    Window window(fd_);
+    for (std::size_t i = 0; i < placed_.size(); ++i) {
+      const Entry& e = entries_[placed_[i]];
+      const std::string_view line = window.line(e.at, e.length, path_);
+      out.item(i, 1);
+      out.raw(line.substr(e.name_at, e.name_length));
+      out.raw(": ");
+      out.relayout(line.substr(e.body_at, e.length - e.body_at - 1), 2);
+      out.maybe_drain();
+    }
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t at = 0;                                     // the line's offset in the file
+    std::uint64_t order = 0;                                  // "order"
+    std::uint32_t length = 0;                                 // the line's, without its newline
+    std::uint32_t name_at = 0, name_length = 0, body_at = 0;  // within the line; the name with its quotes
+    std::uint64_t name = 0;                                   // its copy in names_
+  };
+
+  explicit JournalDump(std::string path) : path_(std::move(path)), fd_(::open(path_.c_str(), O_RDONLY | O_CLOEXEC)) {}
+
+  // Reads the file once, front to back, keeping an Entry for each line of `which`.
+  bool index(std::uint64_t lines, std::string_view which) {
+    Window window(fd_);
+    std::uint64_t at = 0, seen = 0;
+    std::string_view line;
+    if (!window.next(at, line) || line.rfind("{\"journal\": 1", 0) != 0) return false;  // the header
+    at += line.size() + 1;
+    for (; seen < lines; ++seen) {
+      if (!window.next(at, line)) return false;  // fewer lines than queued: not all of them arrived
+      if (line.rfind("{\"task_file\": ", 0) == 0) {
+        at += line.size() + 1;
+        continue;
+      }
+      Entry e;
+      std::string_view file;
+      if (!parse(line, e, file)) return false;
+      if (file == which) {
+        e.at = at;
+        e.length = static_cast<std::uint32_t>(line.size());
+        e.name = names_.size();
+        names_.append(line.substr(e.name_at, e.name_length));
+        entries_.push_back(e);
+      }
+      at += line.size() + 1;
+    }
+    return true;
+  }
+
+  // {"file": F, "name": N, "order": K, ["parent": P,] ["construct_only": true,] "body": B}, as
+  // Recorder's entry line writes it.
+  static bool parse(std::string_view line, Entry& e, std::string_view& file) {
+    std::size_t p = 0;
+    auto literal = [&](std::string_view s) {
+      if (line.compare(p, s.size(), s) != 0) return false;
+      p += s.size();
+      return true;
+    };
+    auto string = [&]() -> bool {  // a JSON string at p, through its closing quote
+      if (p >= line.size() || line[p] != '"') return false;
+      for (++p; p < line.size(); ++p) {
+        if (line[p] == '\\') {
+          ++p;
+        } else if (line[p] == '"') {
+          ++p;
+          return true;
+        }
+      }
+      return false;
+    };
+    if (line.size() < 2 || line.size() > UINT32_MAX || line.back() != '}' || !literal("{\"file\": ")) return false;
+    const std::size_t file_at = p;
+    if (!string()) return false;
+    file = line.substr(file_at + 1, p - file_at - 2);
+    if (!literal(", \"name\": ")) return false;
+    e.name_at = static_cast<std::uint32_t>(p);
+    if (!string()) return false;
+    e.name_length = static_cast<std::uint32_t>(p - e.name_at);
+    if (!literal(", \"order\": ")) return false;
+    const std::size_t digits = p;
+    e.order = 0;
+    for (; p < line.size() && line[p] >= '0' && line[p] <= '9'; ++p)
+      e.order = e.order * 10 + static_cast<std::uint64_t>(line[p] - '0');
+    if (p == digits || p - digits > 19) return false;
+    if (literal(", \"parent\": ") && !literal("null") && !string()) return false;
+    bool construct_only = literal(", \"construct_only\": true");
+    if (!literal(", \"body\": ") || p >= line.size() - 1) return false;
+    e.body_at = static_cast<std::uint32_t>(p);
+    if (construct_only) e.order = kConstructOnly;
+    return true;
+  }
+
+  // Dump order; a name seen again keeps its first place and takes the later body; construct-only
+  // entries (construct.json alone) are left out.
+  void place() {
+    std::vector<std::uint32_t> by_order(entries_.size());
+    for (std::uint32_t i = 0; i < by_order.size(); ++i) by_order[i] = i;
+    auto earlier = [this](std::uint32_t a, std::uint32_t b) { return entries_[a].order < entries_[b].order; };
+    if (!std::is_sorted(by_order.begin(), by_order.end(), earlier))
+      std::stable_sort(by_order.begin(), by_order.end(), earlier);
+    std::unordered_map<std::string_view, std::size_t> where;
+    where.reserve(entries_.size());
+    placed_.reserve(entries_.size());
+    for (const std::uint32_t i : by_order) {
+      const Entry& e = entries_[i];
+      if (e.order == kConstructOnly) continue;
+      const auto [it, fresh] = where.emplace(std::string_view(names_).substr(e.name, e.name_length), placed_.size());
+      if (fresh)
+        placed_.push_back(i);
+      else
+        placed_[it->second] = i;
+    }
+  }
+
+  // Reads the file through a buffer of about kWindow bytes that moves forward; a line behind it or
+  // far ahead (an enclosing module's entry, written after the calls it encloses) is read apart.
+  class Window {
+   public:
+    explicit Window(int fd) : fd_(fd) {}
+
+    // The line starting at `at`, without its newline; false at the end of the file, at a last line
+    // without its newline, or when the file cannot be read.
+    bool next(std::uint64_t at, std::string_view& line) {
+      std::size_t want = kWindow;
+      for (;;) {
+        if (at >= start_ && at - start_ <= text_.size()) {
+          const std::string_view rest = std::string_view(text_).substr(at - start_);
+          const std::size_t nl = rest.find('\n');
+          if (nl != std::string_view::npos) {
+            line = rest.substr(0, nl);
+            return true;
+          }
+          if (at_end_) return false;
+          want = std::max(want, 2 * rest.size());
+        }
+        if (!fill(at, want)) return false;
+      }
+    }
+
+    // The `length` bytes at `at` (a line next() found before). Throws IoError.
+    std::string_view line(std::uint64_t at, std::uint32_t length, const std::string& path) {
+      if (at >= start_ && at + length <= start_ + text_.size())
+        return std::string_view(text_).substr(at - start_, length);
+      if (at >= start_ && at <= start_ + text_.size() + kWindow) {  // just ahead: the window moves on
+        if (fill(at, std::max<std::size_t>(kWindow, length)) && length <= text_.size())
+          return std::string_view(text_).substr(0, length);
+      } else {
+        apart_.resize(length);
+        if (read_at(apart_.data(), length, at) == length) return apart_;
+      }
+      throw IoError("read the journal again", path, errno != 0 ? errno : EIO);
+    }
+
+   private:
+    static constexpr std::size_t kWindow = std::size_t{1} << 20;
+
+    // The window starts at `at` and holds up to `bytes` of the file.
+    bool fill(std::uint64_t at, std::size_t bytes) {
+      text_.resize(bytes);
+      const std::size_t got = read_at(text_.data(), bytes, at);
+      if (got == kFailed) return false;
+      text_.resize(got);
+      start_ = at;
+      at_end_ = got < bytes;
+      return true;
+    }
+    static constexpr std::size_t kFailed = static_cast<std::size_t>(-1);
+    // Bytes read (fewer at the end of the file), or kFailed.
+    std::size_t read_at(char* to, std::size_t bytes, std::uint64_t at) const {
+      std::size_t got = 0;
+      while (got < bytes) {
+        const ssize_t n = ::pread(fd_, to + got, bytes - got, static_cast<off_t>(at + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return kFailed;
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      return got;
+    }
+
+    int fd_;
+    std::string text_;  // the file's bytes from start_
+    std::uint64_t start_ = 0;
+    bool at_end_ = false;  // text_ reaches the end of the file
+    std::string apart_;    // a line read outside the window
+  };
+
+  static constexpr std::uint64_t kConstructOnly = UINT64_MAX;
+
+  std::string path_;
+  int fd_ = -1;
+  std::vector<Entry> entries_;
+  std::string names_;                  // every entry's name, one after the other
+  std::vector<std::uint32_t> placed_;  // indices into entries_, in the file's order
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/journal_dump.hpp ----
 // ---- begin torchprobe/sink/step_dump.hpp ----
 // What a sink receives when a step is flushed: the step's records, already in dump order and
 // with every statistic resolved, plus the facts of the step needed for the file headers.
@@ -3350,6 +3696,430 @@ struct DumpHeader {
 
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/dump_header.hpp ----
+// ---- begin torchprobe/io/journal.hpp ----
+// The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
+// line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
+// the user's code) leaves its records on disk. dump.json (and debug.json) are written whole when
+// the step is handed to the writer (details/step_writer.hpp), laid out from these lines while the
+// file is whole (io/journal_dump.hpp: each entry's text is made once, here); the journal is
+// removed once the step's files are complete. A journal that is still there marks a step whose files were not
+// written, and `torchprobe recover` (io/recovery.hpp; tools/recover_dump.py) rebuilds them from it.
+//
+// Format (one JSON object per line, written with the Python-compatible writer):
+//   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
+//            "debug_data_dir": ..., "extra_info": ...}
+//   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
+//           {"task_file": NAME, "text": CONTENT}   the task's own file as of a hand-over (last wins)
+//   last:   {"end": true, "entries": K}   written when the step ended (finish()); K is the number
+//            of lines between the header and it. A journal without it is an interrupted step; one with fewer
+//            than K entry lines lost some (a full disk).
+// Entries are placed by "order"; a name seen again replaces the earlier body in its first place
+// (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
+//
+// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
+// behind the capture (lines queued and not yet written: past it the capturing thread waits);
+// not fsync'ed: they survive a process crash (but for the ones not yet written, at most
+// kMaxQueued, all of the step being recorded: finish() waits for the step's lines), not a power
+// loss. The capturing thread only queues a line: it wakes the journal's thread at the
+// first line after a pause and then once per kBatchLines lines, and the thread writes what has
+// queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
+// do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
+// stays whole lines. A last line cut short (the process died mid-write) is ignored by the reader.
+//
+// The journal of a step outlives the step: retire() hands its file to whoever writes the step's
+// files (lines queued before still go to it), and the next open() starts the next step's file.
+// ticket() and wait_for() let that writer wait for exactly the lines queued before it took over.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+
+// ---- begin torchprobe/core/thread_name.hpp ----
+// The probe's own threads carry names ("tp-journal", "tp-step-writer", ...), so that `top -H`,
+// perf and the benchmarks' per-thread CPU figures tell them from the training thread and from
+// libtorch's pools (an unnamed thread shows the program's name).
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+namespace torchprobe {
+
+// Names the calling thread; at most 15 characters are kept (Linux's limit).
+inline void name_this_thread(const char* name) noexcept {
+#if defined(__linux__)
+  (void)pthread_setname_np(pthread_self(), name);
+#else
+  (void)name;
+#endif
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/thread_name.hpp ----
+// ---- begin torchprobe/io/journal_file.hpp ----
+// One step journal's file (io/journal.hpp): lines appended whole, whether every line queued for it
+// arrived, and its end (closed and kept for `torchprobe recover`, or removed).
+
+
+
+namespace torchprobe::io {
+
+// One journal file. Closed when the last owner lets go of it (the journal's thread holds it
+// while lines for it are queued).
+class JournalFile {
+ public:
+  JournalFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  JournalFile(const JournalFile&) = delete;
+  JournalFile& operator=(const JournalFile&) = delete;
+  ~JournalFile() { close(); }
+
+  const std::string& path() const { return path_; }
+  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  // Every line queued for this file since it was opened is in it, in queue order, after its
+  // header (once written): the step's JSON files may be made from its text (io/journal_dump.hpp).
+  // False from the first line lost (a failed write, a line that could not be made, the file
+  // closed) and for a journal that was there before it was opened (its earlier lines come first).
+  bool whole() const { return whole_.load(std::memory_order_acquire); }
+  void spoil() { whole_.store(false, std::memory_order_release); }
+
+  // The file stays (a step whose files could not be written: tools/recover_dump.py needs it);
+  // lines still to come for it are dropped.
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
+  }
+  // The step's files are complete: the journal is no longer needed.
+  void remove() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
+    ::unlink(path_.c_str());
+  }
+
+  // Appends `text` (whole lines, each ending in a newline) in one write(). Returns 0 or the
+  // errno of the failure.
+  int append(std::string_view text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int fd = fd_.load();
+    if (fd < 0) return 0;
+    struct stat st;
+    const bool sized = ::fstat(fd, &st) == 0;
+    const int err = write_all(fd, text.data(), text.size());
+    // A write cut short (a full disk) must not leave part of a line: lines appended once there
+    // is room again would follow it, and the reader could not go past it.
+    if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    return err;
+  }
+
+ private:
+  std::mutex mu_;
+  const std::string path_;
+  std::atomic<int> fd_;
+  std::atomic<bool> whole_{true};
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/journal_file.hpp ----
+
+namespace torchprobe::io {
+
+// A line whose text is made when it is written, on the journal's thread: write() appends it (no
+// newline) to the text of the batch being written, one line after the other (indent None).
+class JournalLine {
+ public:
+  virtual ~JournalLine() = default;
+  virtual void write(JsonText& out) const { out.raw(text()); }
+  // The line as a string (the default write() uses it; a line that overrides write() need not).
+  virtual std::string text() const {
+    std::string line;
+    {
+      JsonText out(line, -1);
+      write(out);
+    }
+    return line;
+  }
+  // The write failed with `error` (errno).
+  virtual void failed(int error) const = 0;
+};
+
+class Journal {
+ public:
+  static constexpr const char* kFileName = "journal.jsonl";
+  // Lines queued and not yet written (waiting, or being made and written), at most: past it the
+  // capturing thread waits, so that a crash loses at most this many lines (all of the step being
+  // recorded) and the queue's memory stays bounded.
+  static constexpr std::size_t kMaxQueued = 4096;
+  static constexpr std::size_t kBatchLines = 256;
+  static constexpr std::chrono::milliseconds kMaxDelay{2};
+
+  using File = JournalFile;
+
+  // The journal's lines as they stand at a hand-over: the file, and how many lines had been
+  // queued for it (entry and task-file lines, after its header). Once Journal::wait_for() of the
+  // ticket taken with it returns, they are all in the file, unless file->whole() says otherwise.
+  struct Position {
+    std::shared_ptr<const File> file;
+    std::uint64_t lines = 0;
+    std::uint64_t ticket = 0;  // ticket() at the same moment
+  };
+
+  Journal() = default;
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+  // Writes what is queued, then stops the thread.
+  ~Journal() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Opens `path` for appending (a step that is started again continues its journal). A new
+  // journal appears with its header already in it (write_file_atomic: temporary file, then
+  // rename), so a process killed at any moment leaves either no journal or one that the recovery
+  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
+  // The file open before (if another) is retired: lines queued for it still go to it.
+  // Throws IoError.
+  void open(const std::string& path, const std::string& header_line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (file_ && file_->is_open() && path == file_->path()) return;
+    file_.reset();
+    open_.store(false);
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
+      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
+    if (fd < 0) throw IoError("open the journal", path, errno);
+    struct stat st;
+    const bool sized = ::fstat(fd, &st) == 0;
+    const bool had_lines = !sized || st.st_size > static_cast<off_t>(header_line.size() + 1);
+    if (sized && st.st_size == 0) {  // left empty by something else: still readable after this
+      const std::string text = header_line + "\n";
+      const int err = write_all(fd, text.data(), text.size());
+      if (err != 0) {
+        ::close(fd);
+        throw IoError("write the journal", path, err);
+      }
+    }
+    auto file = std::make_shared<File>(path, fd);
+    if (had_lines) file->spoil();  // lines of an earlier run of the step come first: not this step's alone
+    {
+      std::lock_guard<std::mutex> q(queue_mu_);
+      file_entries_ = 0;
+      if (!queue_.empty() && !queue_.back().line)
+        queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
+      else
+        queue_.push_back({nullptr, file});  // the lines after this one go to `file`
+    }
+    file_ = std::move(file);
+    open_.store(true);
+  }
+
+  bool is_open() const { return open_.load(std::memory_order_relaxed); }
+  std::string path() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return file_ ? file_->path() : std::string();
+  }
+
+  // Queues `line` for the open file: its text is made and written by the journal's thread, in
+  // queue order. The serialising (several microseconds an entry) and the write() stay off the
+  // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
+  void append_later(std::unique_ptr<JournalLine> line) {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    if (tickets_ - done_ >= kMaxQueued) {
+      ++urgent_;
+      work_cv_.notify_one();
+      room_cv_.wait(lock, [this] { return tickets_ - done_ < kMaxQueued; });
+      --urgent_;
+    }
+    queue_.push_back({std::move(line), nullptr});
+    ++queued_lines_;
+    ++tickets_;
+    ++file_entries_;
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (idle_ || queued_lines_ == kBatchLines) {
+      idle_ = false;
+      lock.unlock();
+      work_cv_.notify_one();
+    }
+  }
+
+  // Where the open file stands, and the ticket that covers its lines (no file: none is open, or it
+  // could not be created).
+  Position position() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> q(queue_mu_);
+    return Position{file_, file_ ? file_entries_ : 0, tickets_};
+  }
+
+  // The number of lines queued so far: wait_for(ticket()) returns once they are written.
+  std::uint64_t ticket() const {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    return tickets_;
+  }
+  // Waits until the first `ticket` lines ever queued are written (or failed, or dropped).
+  void wait_for(std::uint64_t ticket) {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    if (done_ >= ticket) return;
+    ++urgent_;
+    work_cv_.notify_one();
+    done_cv_.wait(lock, [&] { return done_ >= ticket; });
+    --urgent_;
+  }
+  // Waits until every line queued so far is written.
+  void drain() { wait_for(ticket()); }
+
+  // The open file leaves the journal (nothing more is appended to it; lines queued for it still
+  // go to it) and is returned, or null when none is open.
+  std::shared_ptr<File> retire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    return std::move(file_);
+  }
+
+  void close() {
+    drain();
+    if (auto f = retire()) f->close();
+  }
+
+  // The step has ended: its trailer line {"end": true, "entries": K} is queued after its K entry
+  // lines, and the open file retired (as retire()). Returns the file (null when none was open) and
+  // the ticket that covers the trailer: once wait_for(ticket) returns, every line of the step has
+  // been handed to the operating system (write(2)), or failed.
+  std::pair<std::shared_ptr<File>, std::uint64_t> finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.store(false);
+    std::shared_ptr<File> file = std::move(file_);
+    std::unique_lock<std::mutex> q(queue_mu_);
+    if (file && file->is_open()) {
+      queue_.push_back({std::make_unique<Trailer>(file_entries_), nullptr});
+      ++queued_lines_;
+      ++tickets_;
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+      if (idle_) work_cv_.notify_one();  // wait_for() tells it not to wait for more lines
+    }
+    return {std::move(file), tickets_};
+  }
+
+  // The text of the trailer line for a step of `entries` entry lines.
+  static std::string trailer_text(std::uint64_t entries) {
+    return "{\"end\": true, \"entries\": " + std::to_string(entries) + "}";
+  }
+
+  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
+  void remove() {
+    if (auto f = retire()) f->remove();
+  }
+
+ private:
+  class Trailer final : public JournalLine {
+   public:
+    explicit Trailer(std::uint64_t entries) : entries_(entries) {}
+    std::string text() const override { return trailer_text(entries_); }
+    void failed(int) const override {}  // the journal then reads as incomplete, which it is
+   private:
+    std::uint64_t entries_;
+  };
+
+  struct Item {
+    std::unique_ptr<JournalLine> line;  // null for a marker:
+    std::shared_ptr<File> file;         // the lines after the marker go to this file
+  };
+
+  void run() {
+    name_this_thread("tp-journal");
+    std::shared_ptr<File> file;  // where lines go
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    for (;;) {
+      if (queue_.empty()) {
+        if (stopping_) return;
+        idle_ = true;
+        work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        idle_ = false;
+        continue;
+      }
+      // A few lines: let more queue up, unless someone waits for them.
+      if (queued_lines_ < kBatchLines && urgent_ == 0 && !stopping_)
+        work_cv_.wait_for(lock, kMaxDelay, [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
+      std::deque<Item> batch;
+      batch.swap(queue_);
+      const std::size_t lines = queued_lines_;
+      queued_lines_ = 0;
+      lock.unlock();
+      write_batch(batch, file);
+      batch.clear();
+      lock.lock();
+      done_ += lines;
+      done_cv_.notify_all();
+      room_cv_.notify_all();
+    }
+  }
+
+  // Consecutive lines of one file go out in one write(). Their text is made in one buffer that
+  // keeps its room from batch to batch.
+  void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
+    JsonText text(batch_text_, -1);
+    const JournalLine* first = nullptr;
+    auto write_out = [&] {
+      if (first && file)
+        if (const int err = file->append(text.view())) {
+          file->spoil();
+          first->failed(err);
+        }
+      text.clear();
+      first = nullptr;
+    };
+    for (Item& item : batch) {
+      if (!item.line) {
+        write_out();
+        file = std::move(item.file);
+        continue;
+      }
+      if (!file) continue;
+      if (!file->is_open()) {  // removed, or closed: nothing more goes to it
+        file->spoil();
+        continue;
+      }
+      const std::size_t before = text.size();
+      try {
+        item.line->write(text);
+        text.raw("\n");
+        if (!first) first = item.line.get();
+      } catch (const std::exception&) {
+        text.truncate(before);
+        file->spoil();
+        item.line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
+      }
+    }
+    write_out();
+  }
+
+  std::string batch_text_;  // the journal's thread's
+  mutable std::mutex mu_;   // file_
+  std::shared_ptr<File> file_;
+  std::atomic<bool> open_{false};
+
+  mutable std::mutex queue_mu_;
+  std::condition_variable work_cv_;  // the thread: lines to write, or someone waits
+  std::condition_variable room_cv_;  // capturing threads: the queue has room again
+  std::condition_variable done_cv_;  // wait_for(): lines were written
+  std::deque<Item> queue_;
+  std::size_t queued_lines_ = 0;    // lines in queue_ (markers are not counted)
+  std::uint64_t tickets_ = 0;       // lines ever queued
+  std::uint64_t done_ = 0;          // lines ever written, failed or dropped
+  std::uint64_t file_entries_ = 0;  // entry lines queued for the open file
+  int urgent_ = 0;                  // threads waiting for lines to be written, or for room
+  bool idle_ = false;               // the thread waits for a first line
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/journal.hpp ----
 // ---- begin torchprobe/io/stack_json.hpp ----
 // stack.json: the symbolized call sites of a step's forward entries, grouped by equal stacks.
 
@@ -3877,6 +4647,10 @@ struct StepDump {
   // Files the task adds to the step directory (overflow_summary.json, free_benchmark.csv), as
   // their text, in the task's order: a sink writes them as they are, whatever the task.
   std::vector<StepFile> files;
+  // The step journal's lines at this hand-over (sinks that keep one): each entry's text, already
+  // made by the journal's thread, from which DirectorySink makes dump.json and debug.json while
+  // the journal's file is whole (io/journal_dump.hpp). No file: the records are the only source.
+  io::Journal::Position journal;
 
   // The members before "data" (io/dump_header.hpp).
   io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }
@@ -4286,8 +5060,10 @@ namespace torchprobe {
 
 namespace step_text {
 
-// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
-inline void write_dump(io::JsonText& out, const StepDump& d) {
+// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}, with the
+// items of "data" written by `items(out)`, which returns how many it wrote.
+template <class Items>
+void write_dump_with(io::JsonText& out, const StepDump& d, Items&& items) {
   out.open_object();
   std::size_t members = 0;
   d.header().each([&](std::string_view key, const nlohmann::ordered_json& value) {
@@ -4295,15 +5071,23 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
     io::write_json_value(out, value, 1);
   });
   out.key(members, 0, "data");
-  const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    out.key(i, 1, entries[i]->name);
-    io::write_record_body(out, *entries[i], 2);
-    out.maybe_drain();
-  }
-  out.close_object(entries.size(), 1);
+  const std::size_t count = items(out);
+  out.close_object(count, 1);
   out.close_object(members + 1, 0);
+}
+
+// The same, its items made from the records.
+inline void write_dump(io::JsonText& out, const StepDump& d) {
+  write_dump_with(out, d, [&](io::JsonText& o) {
+    const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      o.key(i, 1, entries[i]->name);
+      io::write_record_body(o, *entries[i], 2);
+      o.maybe_drain();
+    }
+    return entries.size();
+  });
 }
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).
@@ -4369,7 +5153,7 @@ class DirectorySink {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
     const bool sync = !d.records.empty();
-    step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+    write_entries(d, "dump", sync);
     for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
@@ -4378,9 +5162,42 @@ class DirectorySink {
                           [&](io::JsonText& out) { step_text::write_construct(out, d); });
   }
 
-  void write_debug(const StepDump& d) {
-    step_text::write_file(d.directory + "/debug.json", true, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+  void write_debug(const StepDump& d) { write_entries(d, "debug", true); }
+
+  // How many dump.json and debug.json files were laid out from the journal, and how many written
+  // from the records: what tests and benchmarks read (after wait_written()).
+  struct Sources {
+    std::uint64_t journal = 0, records = 0;
+  };
+  Sources sources() const { return {from_journal_.n.load(), from_records_.n.load()}; }
+
+ private:
+  // {which}.json ("dump" or "debug"): from the journal when its file holds every line of the
+  // hand-over, else from the records.
+  void write_entries(const StepDump& d, std::string_view which, bool sync) {
+    std::optional<io::JournalDump> journal = d.journal.file && d.journal.file->whole()
+                                                 ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
+                                                 : std::nullopt;
+    step_text::write_file(d.directory + "/" + std::string(which) + ".json", sync, [&](io::JsonText& out) {
+      if (!journal) return step_text::write_dump(out, d);
+      step_text::write_dump_with(out, d, [&](io::JsonText& o) {
+        journal->write_items(o);
+        return journal->size();
+      });
+    });
+    (journal ? from_journal_ : from_records_).n.fetch_add(1, std::memory_order_relaxed);
   }
+
+  struct Counter {  // an atomic count that a sink's move (into its Debugger) takes along
+    std::atomic<std::uint64_t> n{0};
+    Counter() = default;
+    Counter(const Counter& o) : n(o.n.load()) {}
+    Counter& operator=(const Counter& o) {
+      n = o.n.load();
+      return *this;
+    }
+  };
+  Counter from_journal_, from_records_;
 };
 
 }  // namespace torchprobe
@@ -4674,8 +5491,6 @@ struct Site {
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <chrono>
-#include <thread>
 
 // ---- begin torchprobe/core/probe_guard.hpp ----
 // Everything the probe itself does with tensors runs under this guard: RecordFunction is off so
@@ -4704,8 +5519,6 @@ class ProbeGuard {
 // is logged to dump_error_info.log and the run continues. docs/io.md describes the whole path of
 // one tensor, from a task's TensorSaver::stage() to the file.
 
-#include <condition_variable>
-#include <deque>
 #include <set>
 
 
@@ -5516,7 +6329,10 @@ class TensorWriter {
   // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
   void start_threads() {
     for (unsigned i = 0; i < thread_count_; ++i)
-      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
+      threads_.emplace_back([state = state_, queue = queue_] {
+        name_this_thread("tp-tensor-files");
+        run(*state, *queue);
+      });
   }
 
   static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {
@@ -9121,6 +9937,7 @@ class ChecksumWorker {
   };
 
   void run() {
+    name_this_thread("tp-checksums");
     for (;;) {
       Job job;
       {
@@ -10891,6 +11708,102 @@ class CapturedCall final : public DeferredBody {
 // by the Debugger and by every call in flight: a backward thread may still be finishing a call
 // after the Debugger stopped or went away.
 
+// ---- begin torchprobe/details/block_pool.hpp ----
+// Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
+//
+// A statistics step keeps one body object (88 bytes with its control block; its encoded items lie
+// beside it) per call until step() frees them all. With
+// hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
+// every call went through malloc's slow path and every step() through free's: together about a
+// tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
+// step (one pool per process, see body_pool()), at the price of one uncontended lock per block.
+#include <new>
+
+namespace torchprobe::details {
+
+class BlockPool {
+ public:
+  // Keeps at most `max_free` freed blocks (the rest go back to the heap).
+  explicit BlockPool(std::size_t max_free) : max_free_(max_free) { free_.reserve(max_free); }
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+  ~BlockPool() {
+    for (void* p : free_) ::operator delete(p);
+  }
+
+  // The pool serves one size: the first one asked for. Others come from the heap.
+  void* take(std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (block_ == 0) block_ = bytes;
+      if (bytes == block_ && !free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(bytes);
+  }
+
+  void give(void* p, std::size_t bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (bytes == block_ && free_.size() < max_free_) {
+        free_.push_back(p);  // within the reserved capacity: cannot throw
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<void*> free_;
+  std::size_t block_ = 0;
+  const std::size_t max_free_;
+};
+
+// The process's pool of entry bodies. It is never destroyed: a body may be freed after every
+// debugger is gone (a sink's records kept by the user, a journal line being written), and at
+// exit. It holds at most kMaxFree blocks of about 1 KB.
+inline BlockPool& body_pool() {
+  static constexpr std::size_t kMaxFree = 4096;
+  static BlockPool* const pool = new BlockPool(kMaxFree);
+  return *pool;
+}
+
+// The process's pool of journal lines (details/recorder.hpp): one is made on the capturing thread
+// for every kept entry and freed on the journal's thread. Never destroyed, as body_pool().
+inline BlockPool& line_pool() {
+  static constexpr std::size_t kMaxFree = 4096;  // the journal's queue holds at most as many
+  static BlockPool* const pool = new BlockPool(kMaxFree);
+  return *pool;
+}
+
+// For std::allocate_shared of entry bodies. Stateless: copying it (allocate_shared does, several
+// times) costs nothing.
+template <class T>
+struct BodyAllocator {
+  using value_type = T;
+  BodyAllocator() = default;
+  template <class U>
+  BodyAllocator(const BodyAllocator<U>&) {}
+
+  T* allocate(std::size_t n) { return static_cast<T*>(body_pool().take(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { body_pool().give(p, n * sizeof(T)); }
+
+  template <class U>
+  bool operator==(const BodyAllocator<U>&) const {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const BodyAllocator<U>&) const {
+    return false;
+  }
+};
+
+}  // namespace torchprobe::details
+// ---- end torchprobe/details/block_pool.hpp ----
 // ---- begin torchprobe/details/step_state.hpp ----
 // What one step has captured so far, shared by every thread that records into it.
 
@@ -11253,342 +12166,6 @@ class StepState {
 
 }  // namespace torchprobe::details
 // ---- end torchprobe/details/step_state.hpp ----
-// ---- begin torchprobe/io/journal.hpp ----
-// The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
-// line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
-// the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
-// when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
-// step's files are complete. A journal that is still there marks a step whose files were not
-// written, and `torchprobe recover` (io/recovery.hpp; tools/recover_dump.py) rebuilds them from it.
-//
-// Format (one JSON object per line, written with the Python-compatible writer):
-//   line 1: {"journal": 1, "task": ..., "level": ..., "framework": "pytorch", "dump_data_dir": ...,
-//            "debug_data_dir": ..., "extra_info": ...}
-//   then:   {"file": "dump"|"debug", "name": ..., "order": N, ["parent": ...,] "body": {...}}
-//           {"task_file": NAME, "text": CONTENT}   the task's own file as of a hand-over (last wins)
-//   last:   {"end": true, "entries": K}   written when the step ended (finish()); K is the number
-//            of lines between the header and it. A journal without it is an interrupted step; one with fewer
-//            than K entry lines lost some (a full disk).
-// Entries are placed by "order"; a name seen again replaces the earlier body in its first place
-// (as dump.json does for a repeated name, and as save()'s gradient entry fills its placeholder).
-//
-// Lines are made and written by the journal's own thread, in commit order, at most kMaxQueued
-// behind the capture (lines queued and not yet written: past it the capturing thread waits);
-// not fsync'ed: they survive a process crash (but for the ones not yet written, at most
-// kMaxQueued, all of the step being recorded: finish() waits for the step's lines), not a power
-// loss. The capturing thread only queues a line: it wakes the journal's thread at the
-// first line after a pause and then once per kBatchLines lines, and the thread writes what has
-// queued up at least every kMaxDelay, so lines are a few milliseconds behind at most. Lines that
-// do not fit (a full disk) are lost whole: a write cut short is truncated away, so the journal
-// stays whole lines. A last line cut short (the process died mid-write) is ignored by the reader.
-//
-// The journal of a step outlives the step: retire() hands its file to whoever writes the step's
-// files (lines queued before still go to it), and the next open() starts the next step's file.
-// ticket() and wait_for() let that writer wait for exactly the lines queued before it took over.
-
-
-
-namespace torchprobe::io {
-
-// A line whose text is made when it is written, on the journal's thread.
-class JournalLine {
- public:
-  virtual ~JournalLine() = default;
-  virtual std::string text() const = 0;
-  // The write failed with `error` (errno).
-  virtual void failed(int error) const = 0;
-};
-
-class Journal {
- public:
-  static constexpr const char* kFileName = "journal.jsonl";
-  // Lines queued and not yet written (waiting, or being made and written), at most: past it the
-  // capturing thread waits, so that a crash loses at most this many lines (all of the step being
-  // recorded) and the queue's memory stays bounded.
-  static constexpr std::size_t kMaxQueued = 4096;
-  static constexpr std::size_t kBatchLines = 256;
-  static constexpr std::chrono::milliseconds kMaxDelay{2};
-
-  // One journal file. Closed when the last owner lets go of it (the journal's thread holds it
-  // while lines for it are queued).
-  class File {
-   public:
-    File(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-    File(const File&) = delete;
-    File& operator=(const File&) = delete;
-    ~File() { close(); }
-
-    const std::string& path() const { return path_; }
-    bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
-
-    // The file stays (a step whose files could not be written: tools/recover_dump.py needs it);
-    // lines still to come for it are dropped.
-    void close() {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.exchange(-1);
-      if (fd >= 0) ::close(fd);
-    }
-    // The step's files are complete: the journal is no longer needed.
-    void remove() {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.exchange(-1);
-      if (fd >= 0) ::close(fd);
-      ::unlink(path_.c_str());
-    }
-
-    // Appends `text` (whole lines, each ending in a newline) in one write(). Returns 0 or the
-    // errno of the failure.
-    int append(const std::string& text) {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.load();
-      if (fd < 0) return 0;
-      struct stat st;
-      const bool sized = ::fstat(fd, &st) == 0;
-      const int err = write_all(fd, text.data(), text.size());
-      // A write cut short (a full disk) must not leave part of a line: lines appended once there
-      // is room again would follow it, and the reader could not go past it.
-      if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
-      return err;
-    }
-
-   private:
-    std::mutex mu_;
-    const std::string path_;
-    std::atomic<int> fd_;
-  };
-
-  Journal() = default;
-  Journal(const Journal&) = delete;
-  Journal& operator=(const Journal&) = delete;
-  // Writes what is queued, then stops the thread.
-  ~Journal() {
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      stopping_ = true;
-    }
-    work_cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // Opens `path` for appending (a step that is started again continues its journal). A new
-  // journal appears with its header already in it (write_file_atomic: temporary file, then
-  // rename), so a process killed at any moment leaves either no journal or one that the recovery
-  // tool can read; it may leave the temporary file (.journal.jsonl.tmp*), which the tool removes.
-  // The file open before (if another) is retired: lines queued for it still go to it.
-  // Throws IoError.
-  void open(const std::string& path, const std::string& header_line) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (file_ && file_->is_open() && path == file_->path()) return;
-    file_.reset();
-    open_.store(false);
-    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
-      write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
-      fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    }
-    if (fd < 0) throw IoError("open the journal", path, errno);
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
-      const std::string text = header_line + "\n";
-      const int err = write_all(fd, text.data(), text.size());
-      if (err != 0) {
-        ::close(fd);
-        throw IoError("write the journal", path, err);
-      }
-    }
-    auto file = std::make_shared<File>(path, fd);
-    {
-      std::lock_guard<std::mutex> q(queue_mu_);
-      file_entries_ = 0;
-      if (!queue_.empty() && !queue_.back().line)
-        queue_.back().file = file;  // no line went to the file before: it need not wait for the thread
-      else
-        queue_.push_back({nullptr, file});  // the lines after this one go to `file`
-    }
-    file_ = std::move(file);
-    open_.store(true);
-  }
-
-  bool is_open() const { return open_.load(std::memory_order_relaxed); }
-  std::string path() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return file_ ? file_->path() : std::string();
-  }
-
-  // Queues `line` for the open file: its text is made and written by the journal's thread, in
-  // queue order. The serialising (several microseconds an entry) and the write() stay off the
-  // capturing thread, which only takes a lock and wakes the thread now and then (see the top).
-  void append_later(std::unique_ptr<JournalLine> line) {
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    if (tickets_ - done_ >= kMaxQueued) {
-      ++urgent_;
-      work_cv_.notify_one();
-      room_cv_.wait(lock, [this] { return tickets_ - done_ < kMaxQueued; });
-      --urgent_;
-    }
-    queue_.push_back({std::move(line), nullptr});
-    ++queued_lines_;
-    ++tickets_;
-    ++file_entries_;
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    if (idle_ || queued_lines_ == kBatchLines) {
-      idle_ = false;
-      lock.unlock();
-      work_cv_.notify_one();
-    }
-  }
-
-  // The number of lines queued so far: wait_for(ticket()) returns once they are written.
-  std::uint64_t ticket() const {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    return tickets_;
-  }
-  // Waits until the first `ticket` lines ever queued are written (or failed, or dropped).
-  void wait_for(std::uint64_t ticket) {
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    if (done_ >= ticket) return;
-    ++urgent_;
-    work_cv_.notify_one();
-    done_cv_.wait(lock, [&] { return done_ >= ticket; });
-    --urgent_;
-  }
-  // Waits until every line queued so far is written.
-  void drain() { wait_for(ticket()); }
-
-  // The open file leaves the journal (nothing more is appended to it; lines queued for it still
-  // go to it) and is returned, or null when none is open.
-  std::shared_ptr<File> retire() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.store(false);
-    return std::move(file_);
-  }
-
-  void close() {
-    drain();
-    if (auto f = retire()) f->close();
-  }
-
-  // The step has ended: its trailer line {"end": true, "entries": K} is queued after its K entry
-  // lines, and the open file retired (as retire()). Returns the file (null when none was open) and
-  // the ticket that covers the trailer: once wait_for(ticket) returns, every line of the step has
-  // been handed to the operating system (write(2)), or failed.
-  std::pair<std::shared_ptr<File>, std::uint64_t> finish() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.store(false);
-    std::shared_ptr<File> file = std::move(file_);
-    std::unique_lock<std::mutex> q(queue_mu_);
-    if (file && file->is_open()) {
-      queue_.push_back({std::make_unique<Trailer>(file_entries_), nullptr});
-      ++queued_lines_;
-      ++tickets_;
-      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-      if (idle_) work_cv_.notify_one();  // wait_for() tells it not to wait for more lines
-    }
-    return {std::move(file), tickets_};
-  }
-
-  // The text of the trailer line for a step of `entries` entry lines.
-  static std::string trailer_text(std::uint64_t entries) {
-    return "{\"end\": true, \"entries\": " + std::to_string(entries) + "}";
-  }
-
-  // The step's files are complete: the journal is no longer needed (lines still queued are dropped).
-  void remove() {
-    if (auto f = retire()) f->remove();
-  }
-
- private:
-  class Trailer final : public JournalLine {
-   public:
-    explicit Trailer(std::uint64_t entries) : entries_(entries) {}
-    std::string text() const override { return trailer_text(entries_); }
-    void failed(int) const override {}  // the journal then reads as incomplete, which it is
-   private:
-    std::uint64_t entries_;
-  };
-
-  struct Item {
-    std::unique_ptr<JournalLine> line;  // null for a marker:
-    std::shared_ptr<File> file;         // the lines after the marker go to this file
-  };
-
-  void run() {
-    std::shared_ptr<File> file;  // where lines go
-    std::unique_lock<std::mutex> lock(queue_mu_);
-    for (;;) {
-      if (queue_.empty()) {
-        if (stopping_) return;
-        idle_ = true;
-        work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        idle_ = false;
-        continue;
-      }
-      // A few lines: let more queue up, unless someone waits for them.
-      if (queued_lines_ < kBatchLines && urgent_ == 0 && !stopping_)
-        work_cv_.wait_for(lock, kMaxDelay, [this] { return queued_lines_ >= kBatchLines || urgent_ > 0 || stopping_; });
-      std::deque<Item> batch;
-      batch.swap(queue_);
-      const std::size_t lines = queued_lines_;
-      queued_lines_ = 0;
-      lock.unlock();
-      write_batch(batch, file);
-      batch.clear();
-      lock.lock();
-      done_ += lines;
-      done_cv_.notify_all();
-      room_cv_.notify_all();
-    }
-  }
-
-  // Consecutive lines of one file go out in one write().
-  static void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
-    std::string text;
-    const JournalLine* first = nullptr;
-    auto write_out = [&] {
-      if (first && file)
-        if (const int err = file->append(text)) first->failed(err);
-      text.clear();
-      first = nullptr;
-    };
-    for (Item& item : batch) {
-      if (!item.line) {
-        write_out();
-        file = std::move(item.file);
-        continue;
-      }
-      if (!file || !file->is_open()) continue;  // removed, or closed: nothing more goes to it
-      try {
-        text += item.line->text();
-        text += '\n';
-        if (!first) first = item.line.get();
-      } catch (const std::exception&) {
-        item.line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
-      }
-    }
-    write_out();
-  }
-
-  mutable std::mutex mu_;  // file_
-  std::shared_ptr<File> file_;
-  std::atomic<bool> open_{false};
-
-  mutable std::mutex queue_mu_;
-  std::condition_variable work_cv_;  // the thread: lines to write, or someone waits
-  std::condition_variable room_cv_;  // capturing threads: the queue has room again
-  std::condition_variable done_cv_;  // wait_for(): lines were written
-  std::deque<Item> queue_;
-  std::size_t queued_lines_ = 0;    // lines in queue_ (markers are not counted)
-  std::uint64_t tickets_ = 0;       // lines ever queued
-  std::uint64_t done_ = 0;          // lines ever written, failed or dropped
-  std::uint64_t file_entries_ = 0;  // entry lines queued for the open file
-  int urgent_ = 0;                  // threads waiting for lines to be written, or for room
-  bool idle_ = false;               // the thread waits for a first line
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
-}  // namespace torchprobe::io
-// ---- end torchprobe/io/journal.hpp ----
 
 namespace torchprobe::details {
 
@@ -11820,8 +12397,14 @@ class Recorder {
   // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
   // failure is logged once per step (through the error log's de-duplication) and the dump goes on
   // from memory.
+  // One is made for every kept entry, on the capturing thread: its memory comes from a pool, and a
+  // name of up to kInlineName characters (nearly all) is kept inside it, so that queuing a line
+  // allocates nothing once the pool holds a queue's worth.
   class EntryLine final : public io::JournalLine {
    public:
+    static void* operator new(std::size_t bytes) { return line_pool().take(bytes); }
+    static void operator delete(void* p, std::size_t bytes) noexcept { line_pool().give(p, bytes); }
+
     EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
         : file_(file),
           name_(r.name),
@@ -11833,14 +12416,11 @@ class Recorder {
           errors_(errors),
           journal_(journal) {}
 
-    std::string text() const override {
-      std::string line;
-      line.reserve(256);
-      io::JsonText out(line, /*indent=*/-1);
+    void write(io::JsonText& out) const override {
       out.raw("{\"file\": \"");
       out.raw(file_);
       out.raw("\", \"name\": ");
-      out.string(name_);
+      out.string(name_.view());
       out.raw(", \"order\": ");
       out.integer(order_);
       if (parent_) {
@@ -11851,20 +12431,38 @@ class Recorder {
       out.raw(", \"body\": ");
       io::write_body(out, body_, deferred_.get(), 0);
       out.raw("}");
-      out.finish();
-      return line;
     }
 
     void failed(int err) const override {
       errors_.log(
-          "write_journal", name_, io::errno_text(err),
+          "write_journal", std::string(name_.view()), io::errno_text(err),
           io::IoError("write the journal", journal_.path(), err).what() +
               std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
     }
 
    private:
+    static constexpr std::size_t kInlineName = 56;
+    // A string kept inside the object when short.
+    class InlineName {
+     public:
+      explicit InlineName(const std::string& s) : size_(s.size()) {
+        if (size_ <= sizeof chars_)
+          std::memcpy(chars_, s.data(), size_);
+        else
+          long_ = s;
+      }
+      std::string_view view() const {
+        return size_ <= sizeof chars_ ? std::string_view(chars_, size_) : std::string_view(long_);
+      }
+
+     private:
+      std::size_t size_;
+      char chars_[kInlineName];
+      std::string long_;
+    };
+
     const char* file_;
-    std::string name_;
+    InlineName name_;
     std::uint64_t order_;
     std::optional<std::string> parent_;
     bool construct_only_;
@@ -12008,94 +12606,6 @@ void commit_if_admitted(Core& core, Record&& r) {
 
 }  // namespace torchprobe::capture
 // ---- end torchprobe/capture/gradient_recorder.hpp ----
-// ---- begin torchprobe/details/block_pool.hpp ----
-// Recycled memory for the compact bodies of API entries (capture/captured_call.hpp).
-//
-// A statistics step keeps one body object (88 bytes with its control block; its encoded items lie
-// beside it) per call until step() frees them all. With
-// hundreds alive at once, glibc's per-thread cache (7 blocks of a size) cannot serve them, and
-// every call went through malloc's slow path and every step() through free's: together about a
-// tenth of a small call's capture cost. The pool keeps freed blocks of its one size for the next
-// step (one pool per process, see body_pool()), at the price of one uncontended lock per block.
-#include <new>
-
-namespace torchprobe::details {
-
-class BlockPool {
- public:
-  // Keeps at most `max_free` freed blocks (the rest go back to the heap).
-  explicit BlockPool(std::size_t max_free) : max_free_(max_free) { free_.reserve(max_free); }
-  BlockPool(const BlockPool&) = delete;
-  BlockPool& operator=(const BlockPool&) = delete;
-  ~BlockPool() {
-    for (void* p : free_) ::operator delete(p);
-  }
-
-  // The pool serves one size: the first one asked for. Others come from the heap.
-  void* take(std::size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (block_ == 0) block_ = bytes;
-      if (bytes == block_ && !free_.empty()) {
-        void* p = free_.back();
-        free_.pop_back();
-        return p;
-      }
-    }
-    return ::operator new(bytes);
-  }
-
-  void give(void* p, std::size_t bytes) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (bytes == block_ && free_.size() < max_free_) {
-        free_.push_back(p);  // within the reserved capacity: cannot throw
-        return;
-      }
-    }
-    ::operator delete(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<void*> free_;
-  std::size_t block_ = 0;
-  const std::size_t max_free_;
-};
-
-// The process's pool of entry bodies. It is never destroyed: a body may be freed after every
-// debugger is gone (a sink's records kept by the user, a journal line being written), and at
-// exit. It holds at most kMaxFree blocks of about 1 KB.
-inline BlockPool& body_pool() {
-  static constexpr std::size_t kMaxFree = 4096;
-  static BlockPool* const pool = new BlockPool(kMaxFree);
-  return *pool;
-}
-
-// For std::allocate_shared of entry bodies. Stateless: copying it (allocate_shared does, several
-// times) costs nothing.
-template <class T>
-struct BodyAllocator {
-  using value_type = T;
-  BodyAllocator() = default;
-  template <class U>
-  BodyAllocator(const BodyAllocator<U>&) {}
-
-  T* allocate(std::size_t n) { return static_cast<T*>(body_pool().take(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { body_pool().give(p, n * sizeof(T)); }
-
-  template <class U>
-  bool operator==(const BodyAllocator<U>&) const {
-    return true;
-  }
-  template <class U>
-  bool operator!=(const BodyAllocator<U>&) const {
-    return false;
-  }
-};
-
-}  // namespace torchprobe::details
-// ---- end torchprobe/details/block_pool.hpp ----
 
 namespace torchprobe::capture {
 
@@ -14119,6 +14629,7 @@ class StepWriter {
   };
 
   void run() {
+    name_this_thread("tp-step-writer");
     ProbeGuard guard;  // whatever the writing does with tensors must not reach the op observer
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -14258,8 +14769,7 @@ class StepLifecycle final : private DumpEnd {
     open_ = true;
   }
 
-  // The step has something to write: a capture ran in it (and it gets a dump.json) or save() did.
-  void capture_started() {
+  void capture_started() {  // the step has something to write: a capture ran (it gets a dump.json)
     has_data_ = true;
     captured_ = !kSaveOnly;
   }
@@ -14349,8 +14859,7 @@ class StepLifecycle final : private DumpEnd {
     open_ = false;
   }
 
-  // After end_step(): the next step, empty.
-  void next_step() {
+  void next_step() {  // after end_step(): the next step, empty
     std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     session_.advance();
     core_->start_next_step();
@@ -14382,14 +14891,13 @@ class StepLifecycle final : private DumpEnd {
     if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(this);
   }
 
-  // One hand-over: what the writer's thread writes, and what it waits for first.
-  struct Job {
+  struct Job {  // one hand-over: what the writer's thread writes, and what it waits for first
     std::string directory;
     std::int64_t step = 0;
     std::optional<StepDump> dump;                 // dump.json, stack.json, construct.json and the task's files
     std::optional<StepDump> debug;                // debug.json
     typename Recorder<TaskT>::FilesTicket files;  // tensor files handed over before
-    std::uint64_t journal_lines = 0;              // journal lines queued before
+    io::Journal::Position journal;                // the journal's lines queued before
     std::size_t bytes = 0;                        // what the sealed records take, about
     std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
   };
@@ -14407,7 +14915,9 @@ class StepLifecycle final : private DumpEnd {
     try {
       body();
       job.files = core_->tensor_files_ticket();
-      job.journal_lines = core_->journal().ticket();
+      job.journal = core_->journal().position();
+      for (std::optional<StepDump>* d : {&job.dump, &job.debug})  // the sink may make its files from it
+        if (*d) (*d)->journal = job.journal;
       return true;
     } catch (const std::exception& e) {
       written_->store(false);
@@ -14439,7 +14949,7 @@ class StepLifecycle final : private DumpEnd {
     bool ok = true;
     try {
       Recorder<TaskT>::wait_tensor_files(job.files);
-      core.journal().wait_for(job.journal_lines);
+      core.journal().wait_for(job.journal.ticket);
       if (job.dump) sink.write_step(*job.dump);
       if constexpr (sink_traits::writes_debug<Sink>::value)
         if (job.debug) sink.write_debug(*job.debug);

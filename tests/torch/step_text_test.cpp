@@ -295,4 +295,97 @@ TEST_CASE("the directory sink writes dump.json in chunks, and the whole file is 
   CHECK(construct == tp::io::to_python_json(d.construct_json()));
 }
 
+// Issue 45: each entry's text is made once, by the journal's thread; dump.json and debug.json are
+// that text laid out again. They must be the bytes the records give (MemorySink's trees, written as
+// Python writes them), also where module entries come after the calls they enclose in the journal.
+struct TwoLayers : torch::nn::Module {
+  TwoLayers()
+      : fc1(register_module("fc1", torch::nn::Linear(4, 3))), fc2(register_module("fc2", torch::nn::Linear(3, 2))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+
+// Returns the step's directory.
+template <class D>
+std::string one_step(D& d, const std::shared_ptr<TwoLayers>& model, const torch::Tensor& x) {
+  model->zero_grad();  // each run sees the same gradients
+  d.start(*model);
+  const std::string where = d.directory();
+  const torch::Tensor y = model->forward(x);
+  d.save(y, "y");
+  y.sum().backward();
+  d.stop();
+  d.step();
+  return where;
+}
+
+TEST_CASE("dump.json and debug.json are laid out from the journal's lines, in the bytes the records give") {
+  torch::manual_seed(7);
+  auto model = std::make_shared<TwoLayers>();
+  const torch::Tensor x = torch::randn({5, 4});
+  tptest::TempDir dir;
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics, tp::MemorySink> memory(tp::Options().dump_path(dir / "m"));
+  one_step(memory, model, x);
+  const tp::MemorySink::Files& want = memory.sink().step(0);
+  REQUIRE(want.dump["data"].size() > 8);  // modules and calls, forward and backward
+
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> directory(tp::Options().dump_path(dir / "d"));
+  SUBCASE("from the journal") {
+    const std::string rank = one_step(directory, model, x);
+    directory.wait_written();
+    CHECK(tptest::read_text(rank + "/dump.json") == tp::io::to_python_json(want.dump));
+    CHECK(tptest::read_text(rank + "/debug.json") == tp::io::to_python_json(want.debug));
+    CHECK(tptest::read_text(rank + "/construct.json") == tp::io::to_python_json(want.construct));
+    CHECK(directory.sink().sources().journal == 2);  // dump.json and debug.json
+    CHECK(directory.sink().sources().records == 0);
+  }
+  SUBCASE("from the records when the journal is gone before the step is written") {
+    directory.background_writer().pause();
+    const std::string rank = one_step(directory, model, x);
+    REQUIRE(std::filesystem::remove(rank + "/journal.jsonl"));
+    directory.background_writer().resume();
+    directory.wait_written();
+    CHECK(tptest::read_text(rank + "/dump.json") == tp::io::to_python_json(want.dump));
+    CHECK(tptest::read_text(rank + "/debug.json") == tp::io::to_python_json(want.debug));
+    CHECK(directory.sink().sources().journal == 0);
+    CHECK(directory.sink().sources().records == 2);
+  }
+}
+
+// A module whose calls fill more than the writer's 1 MiB window of the journal: the modules' lines
+// come after all of them in the file and first in dump.json, so the writer reads them apart.
+struct ManyAdds : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    for (int i = 0; i < 4000; ++i) x = x + 1;
+    return x;
+  }
+};
+struct Outer : torch::nn::Module {
+  Outer() : inner(register_module("inner", std::make_shared<ManyAdds>())) {}
+  torch::Tensor forward(const torch::Tensor& x) { return inner->forward(x) * 2; }
+  std::shared_ptr<ManyAdds> inner;
+};
+
+TEST_CASE("a step whose journal is larger than the writer's window is laid out in the records' bytes") {
+  auto model = std::make_shared<Outer>();
+  const torch::Tensor x = torch::ones({3});
+  tptest::TempDir dir;
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics, tp::MemorySink> memory(tp::Options().dump_path(dir / "m"));
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> directory(tp::Options().dump_path(dir / "d"));
+  memory.start(*model);
+  model->forward(x);
+  memory.stop();
+  directory.start(*model);
+  const std::string rank = directory.directory();
+  model->forward(x);
+  directory.stop();
+  directory.wait_written();
+  const std::string want = tp::io::to_python_json(memory.sink().step(0).dump);
+  CHECK(want.size() > (std::size_t{2} << 20));
+  CHECK(tptest::read_text(rank + "/journal.jsonl").size() > (std::size_t{3} << 19));  // past 1.5 MiB
+  CHECK(tptest::read_text(rank + "/dump.json") == want);
+  CHECK(directory.sink().sources().journal == 1);
+  directory.step();
+}
+
 }  // namespace tp_step_text_test

@@ -30,6 +30,57 @@ using torchprobe::io::to_python_json;
 
 namespace {
 
+// `line` (one-line JSON text) laid out by JsonText::relayout with `indent`, as the value at `depth`.
+std::string relayout(const std::string& line, int indent, int depth) {
+  std::string out;
+  {
+    torchprobe::io::JsonText text(out, indent);
+    text.relayout(line, depth);
+  }
+  return out;
+}
+
+// The same value written straight from its tree at `depth`.
+std::string written_at(const ordered_json& j, int indent, int depth) {
+  std::string out;
+  {
+    torchprobe::io::JsonText text(out, indent);
+    torchprobe::io::details::write_tree(text, j, depth);
+  }
+  return out;
+}
+
+// A random JSON value of at most `depth` levels: strings full of the characters relayout() looks
+// at (quotes, backslashes, braces, ", " and ": "), empty and nested containers, all number kinds.
+ordered_json random_value(std::mt19937& rng, int depth) {
+  static const std::vector<std::string> pieces = {"\"", "\\", "{", "}",  "[",      "]",    ", ",   ": ",
+                                                  ",",  " ",  "a", "\n", "\u00e9", "\\\"", "}, {", "\"]"};
+  std::uniform_int_distribution<int> kind(0, depth > 0 ? 9 : 5);
+  switch (kind(rng)) {
+    case 0: return nullptr;
+    case 1: return rng() % 2 == 0;
+    case 2: return static_cast<std::int64_t>(rng()) - (1LL << 31);
+    case 3: return std::ldexp(static_cast<double>(rng()), static_cast<int>(rng() % 80) - 40);
+    case 4:
+    case 5: {
+      std::string s;
+      for (std::uint32_t n = rng() % 6; n > 0; --n) s += pieces[rng() % pieces.size()];
+      return s;
+    }
+    case 6:
+    case 7: {
+      ordered_json a = ordered_json::array();
+      for (std::uint32_t n = rng() % 4; n > 0; --n) a.push_back(random_value(rng, depth - 1));
+      return a;
+    }
+    default: {
+      ordered_json o = ordered_json::object();
+      for (std::uint32_t n = rng() % 4; n > 0; --n) o[random_value(rng, 0).dump()] = random_value(rng, depth - 1);
+      return o;
+    }
+  }
+}
+
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream ss;
@@ -335,6 +386,14 @@ with open(d + '/sorted.json', 'w') as f:
   CHECK(to_python_json(doc, 4) == read_all(dir.path / "i4.json"));
   CHECK(to_python_json(doc, -1) == read_all(dir.path / "none.json"));
 
+  // The one-line text laid out again (how dump.json is made from the journal's lines) gives the
+  // bytes of every indent, without a parse.
+  const std::string line = to_python_json(doc, -1);
+  CHECK(relayout(line, 1, 0) == read_all(dir.path / "i1.json"));
+  CHECK(relayout(line, 0, 0) == read_all(dir.path / "i0.json"));
+  CHECK(relayout(line, 4, 0) == read_all(dir.path / "i4.json"));
+  CHECK(relayout(line, -1, 0) == line);
+
   std::ostringstream os;  // the stream writer gives the same bytes
   torchprobe::io::write_python_json(os, doc);
   CHECK(os.str() == read_all(dir.path / "i1.json"));
@@ -405,4 +464,20 @@ TEST_CASE("a dump of many entries reads back as the same document") {
     if (a.key() != b.key() || a.value() != b.value())
       if (differing++ == 0) first = a.key() + ": " + a.value().dump() + "\nwant " + b.key() + ": " + b.value().dump();
   CHECK_MESSAGE(differing == 0, differing << " entries differ; the first: " << first);
+}
+
+TEST_CASE("one-line text laid out again is the text written at that indent and depth, for any value") {
+  std::mt19937 rng(20261206);
+  for (int i = 0; i < 2000; ++i) {
+    const ordered_json v = random_value(rng, 4);
+    const std::string line = to_python_json(v, -1);
+    CAPTURE(line);
+    for (const int indent : {1, 0, 2}) {
+      CHECK(relayout(line, indent, 0) == to_python_json(v, indent));
+      CHECK(relayout(line, indent, 2) == written_at(v, indent, 2));  // a body inside dump.json's "data"
+    }
+  }
+  // The layout does not depend on reading a string's quotes wrongly: ", " and "{" inside strings stay.
+  const ordered_json tricky = {{"a, \"b\": [", "}, {\\"}, {"", ordered_json::array({"\\", ordered_json::object()})}};
+  CHECK(relayout(to_python_json(tricky, -1), 1, 0) == to_python_json(tricky, 1));
 }

@@ -66,6 +66,14 @@ inline BlockPool& body_pool() {
   return *pool;
 }
 
+// The process's pool of journal lines (details/recorder.hpp): one is made on the capturing thread
+// for every kept entry and freed on the journal's thread. Never destroyed, as body_pool().
+inline BlockPool& line_pool() {
+  static constexpr std::size_t kMaxFree = 4096;  // the journal's queue holds at most as many
+  static BlockPool* const pool = new BlockPool(kMaxFree);
+  return *pool;
+}
+
 // For std::allocate_shared of entry bodies. Stateless: copying it (allocate_shared does, several
 // times) costs nothing.
 template <class T>

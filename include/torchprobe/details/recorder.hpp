@@ -4,16 +4,19 @@
 // after the Debugger stopped or went away.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/names.hpp"
+#include "torchprobe/details/block_pool.hpp"
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/journal.hpp"
@@ -254,8 +257,14 @@ class Recorder {
   // thread from a copy of what the entry holds (its compact part is shared, it never changes). A
   // failure is logged once per step (through the error log's de-duplication) and the dump goes on
   // from memory.
+  // One is made for every kept entry, on the capturing thread: its memory comes from a pool, and a
+  // name of up to kInlineName characters (nearly all) is kept inside it, so that queuing a line
+  // allocates nothing once the pool holds a queue's worth.
   class EntryLine final : public io::JournalLine {
    public:
+    static void* operator new(std::size_t bytes) { return line_pool().take(bytes); }
+    static void operator delete(void* p, std::size_t bytes) noexcept { line_pool().give(p, bytes); }
+
     EntryLine(const char* file, const Record& r, io::ErrorLog& errors, const io::Journal& journal)
         : file_(file),
           name_(r.name),
@@ -267,14 +276,11 @@ class Recorder {
           errors_(errors),
           journal_(journal) {}
 
-    std::string text() const override {
-      std::string line;
-      line.reserve(256);
-      io::JsonText out(line, /*indent=*/-1);
+    void write(io::JsonText& out) const override {
       out.raw("{\"file\": \"");
       out.raw(file_);
       out.raw("\", \"name\": ");
-      out.string(name_);
+      out.string(name_.view());
       out.raw(", \"order\": ");
       out.integer(order_);
       if (parent_) {
@@ -285,20 +291,38 @@ class Recorder {
       out.raw(", \"body\": ");
       io::write_body(out, body_, deferred_.get(), 0);
       out.raw("}");
-      out.finish();
-      return line;
     }
 
     void failed(int err) const override {
       errors_.log(
-          "write_journal", name_, io::errno_text(err),
+          "write_journal", std::string(name_.view()), io::errno_text(err),
           io::IoError("write the journal", journal_.path(), err).what() +
               std::string("\nThe step's records are kept in memory and written to dump.json at stop()/step()."));
     }
 
    private:
+    static constexpr std::size_t kInlineName = 56;
+    // A string kept inside the object when short.
+    class InlineName {
+     public:
+      explicit InlineName(const std::string& s) : size_(s.size()) {
+        if (size_ <= sizeof chars_)
+          std::memcpy(chars_, s.data(), size_);
+        else
+          long_ = s;
+      }
+      std::string_view view() const {
+        return size_ <= sizeof chars_ ? std::string_view(chars_, size_) : std::string_view(long_);
+      }
+
+     private:
+      std::size_t size_;
+      char chars_[kInlineName];
+      std::string long_;
+    };
+
     const char* file_;
-    std::string name_;
+    InlineName name_;
     std::uint64_t order_;
     std::optional<std::string> parent_;
     bool construct_only_;

@@ -129,8 +129,7 @@ class StepLifecycle final : private DumpEnd {
     open_ = true;
   }
 
-  // The step has something to write: a capture ran in it (and it gets a dump.json) or save() did.
-  void capture_started() {
+  void capture_started() {  // the step has something to write: a capture ran (it gets a dump.json)
     has_data_ = true;
     captured_ = !kSaveOnly;
   }
@@ -220,8 +219,7 @@ class StepLifecycle final : private DumpEnd {
     open_ = false;
   }
 
-  // After end_step(): the next step, empty.
-  void next_step() {
+  void next_step() {  // after end_step(): the next step, empty
     std::lock_guard<std::recursive_mutex> lock(hand_over_mu_);
     session_.advance();
     core_->start_next_step();
@@ -253,14 +251,13 @@ class StepLifecycle final : private DumpEnd {
     if constexpr (task_traits::can_end<TaskT>::value) core_->set_dump_end(this);
   }
 
-  // One hand-over: what the writer's thread writes, and what it waits for first.
-  struct Job {
+  struct Job {  // one hand-over: what the writer's thread writes, and what it waits for first
     std::string directory;
     std::int64_t step = 0;
     std::optional<StepDump> dump;                 // dump.json, stack.json, construct.json and the task's files
     std::optional<StepDump> debug;                // debug.json
     typename Recorder<TaskT>::FilesTicket files;  // tensor files handed over before
-    std::uint64_t journal_lines = 0;              // journal lines queued before
+    io::Journal::Position journal;                // the journal's lines queued before
     std::size_t bytes = 0;                        // what the sealed records take, about
     std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
   };
@@ -278,7 +275,9 @@ class StepLifecycle final : private DumpEnd {
     try {
       body();
       job.files = core_->tensor_files_ticket();
-      job.journal_lines = core_->journal().ticket();
+      job.journal = core_->journal().position();
+      for (std::optional<StepDump>* d : {&job.dump, &job.debug})  // the sink may make its files from it
+        if (*d) (*d)->journal = job.journal;
       return true;
     } catch (const std::exception& e) {
       written_->store(false);
@@ -310,7 +309,7 @@ class StepLifecycle final : private DumpEnd {
     bool ok = true;
     try {
       Recorder<TaskT>::wait_tensor_files(job.files);
-      core.journal().wait_for(job.journal_lines);
+      core.journal().wait_for(job.journal.ticket);
       if (job.dump) sink.write_step(*job.dump);
       if constexpr (sink_traits::writes_debug<Sink>::value)
         if (job.debug) sink.write_debug(*job.debug);

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "torchprobe/core/thread_name.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 
 namespace torchprobe {
@@ -112,6 +113,7 @@ class StepWriter {
   };
 
   void run() {
+    name_this_thread("tp-step-writer");
     ProbeGuard guard;  // whatever the writing does with tensors must not reach the op observer
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {

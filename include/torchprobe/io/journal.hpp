@@ -1,9 +1,10 @@
 #pragma once
 // The step journal, <rank dir>/journal.jsonl: every entry the step keeps is appended as one JSON
 // line the moment it is committed, so a process that dies mid-step (SIGKILL, OOM killer, a crash in
-// the user's code) leaves its records on disk. dump.json (and debug.json) are still written whole
-// when the step is handed to the writer (details/step_writer.hpp); the journal is removed once the
-// step's files are complete. A journal that is still there marks a step whose files were not
+// the user's code) leaves its records on disk. dump.json (and debug.json) are written whole when
+// the step is handed to the writer (details/step_writer.hpp), laid out from these lines while the
+// file is whole (io/journal_dump.hpp: each entry's text is made once, here); the journal is
+// removed once the step's files are complete. A journal that is still there marks a step whose files were not
 // written, and `torchprobe recover` (io/recovery.hpp; tools/recover_dump.py) rebuilds them from it.
 //
 // Format (one JSON object per line, written with the Python-compatible writer):
@@ -48,15 +49,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "torchprobe/core/thread_name.hpp"
 #include "torchprobe/io/files.hpp"
+#include "torchprobe/io/journal_file.hpp"
+#include "torchprobe/io/json_text.hpp"
 
 namespace torchprobe::io {
 
-// A line whose text is made when it is written, on the journal's thread.
+// A line whose text is made when it is written, on the journal's thread: write() appends it (no
+// newline) to the text of the batch being written, one line after the other (indent None).
 class JournalLine {
  public:
   virtual ~JournalLine() = default;
-  virtual std::string text() const = 0;
+  virtual void write(JsonText& out) const { out.raw(text()); }
+  // The line as a string (the default write() uses it; a line that overrides write() need not).
+  virtual std::string text() const {
+    std::string line;
+    {
+      JsonText out(line, -1);
+      write(out);
+    }
+    return line;
+  }
   // The write failed with `error` (errno).
   virtual void failed(int error) const = 0;
 };
@@ -71,52 +85,15 @@ class Journal {
   static constexpr std::size_t kBatchLines = 256;
   static constexpr std::chrono::milliseconds kMaxDelay{2};
 
-  // One journal file. Closed when the last owner lets go of it (the journal's thread holds it
-  // while lines for it are queued).
-  class File {
-   public:
-    File(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-    File(const File&) = delete;
-    File& operator=(const File&) = delete;
-    ~File() { close(); }
+  using File = JournalFile;
 
-    const std::string& path() const { return path_; }
-    bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
-
-    // The file stays (a step whose files could not be written: tools/recover_dump.py needs it);
-    // lines still to come for it are dropped.
-    void close() {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.exchange(-1);
-      if (fd >= 0) ::close(fd);
-    }
-    // The step's files are complete: the journal is no longer needed.
-    void remove() {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.exchange(-1);
-      if (fd >= 0) ::close(fd);
-      ::unlink(path_.c_str());
-    }
-
-    // Appends `text` (whole lines, each ending in a newline) in one write(). Returns 0 or the
-    // errno of the failure.
-    int append(const std::string& text) {
-      std::lock_guard<std::mutex> lock(mu_);
-      const int fd = fd_.load();
-      if (fd < 0) return 0;
-      struct stat st;
-      const bool sized = ::fstat(fd, &st) == 0;
-      const int err = write_all(fd, text.data(), text.size());
-      // A write cut short (a full disk) must not leave part of a line: lines appended once there
-      // is room again would follow it, and the reader could not go past it.
-      if (err != 0 && sized) (void)!::ftruncate(fd, st.st_size);
-      return err;
-    }
-
-   private:
-    std::mutex mu_;
-    const std::string path_;
-    std::atomic<int> fd_;
+  // The journal's lines as they stand at a hand-over: the file, and how many lines had been
+  // queued for it (entry and task-file lines, after its header). Once Journal::wait_for() of the
+  // ticket taken with it returns, they are all in the file, unless file->whole() says otherwise.
+  struct Position {
+    std::shared_ptr<const File> file;
+    std::uint64_t lines = 0;
+    std::uint64_t ticket = 0;  // ticket() at the same moment
   };
 
   Journal() = default;
@@ -150,7 +127,9 @@ class Journal {
     }
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size == 0) {  // left empty by something else: still readable after this
+    const bool sized = ::fstat(fd, &st) == 0;
+    const bool had_lines = !sized || st.st_size > static_cast<off_t>(header_line.size() + 1);
+    if (sized && st.st_size == 0) {  // left empty by something else: still readable after this
       const std::string text = header_line + "\n";
       const int err = write_all(fd, text.data(), text.size());
       if (err != 0) {
@@ -159,6 +138,7 @@ class Journal {
       }
     }
     auto file = std::make_shared<File>(path, fd);
+    if (had_lines) file->spoil();  // lines of an earlier run of the step come first: not this step's alone
     {
       std::lock_guard<std::mutex> q(queue_mu_);
       file_entries_ = 0;
@@ -198,6 +178,14 @@ class Journal {
       lock.unlock();
       work_cv_.notify_one();
     }
+  }
+
+  // Where the open file stands, and the ticket that covers its lines (no file: none is open, or it
+  // could not be created).
+  Position position() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> q(queue_mu_);
+    return Position{file_, file_ ? file_entries_ : 0, tickets_};
   }
 
   // The number of lines queued so far: wait_for(ticket()) returns once they are written.
@@ -275,6 +263,7 @@ class Journal {
   };
 
   void run() {
+    name_this_thread("tp-journal");
     std::shared_ptr<File> file;  // where lines go
     std::unique_lock<std::mutex> lock(queue_mu_);
     for (;;) {
@@ -302,13 +291,17 @@ class Journal {
     }
   }
 
-  // Consecutive lines of one file go out in one write().
-  static void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
-    std::string text;
+  // Consecutive lines of one file go out in one write(). Their text is made in one buffer that
+  // keeps its room from batch to batch.
+  void write_batch(std::deque<Item>& batch, std::shared_ptr<File>& file) {
+    JsonText text(batch_text_, -1);
     const JournalLine* first = nullptr;
     auto write_out = [&] {
       if (first && file)
-        if (const int err = file->append(text)) first->failed(err);
+        if (const int err = file->append(text.view())) {
+          file->spoil();
+          first->failed(err);
+        }
       text.clear();
       first = nullptr;
     };
@@ -318,19 +311,27 @@ class Journal {
         file = std::move(item.file);
         continue;
       }
-      if (!file || !file->is_open()) continue;  // removed, or closed: nothing more goes to it
+      if (!file) continue;
+      if (!file->is_open()) {  // removed, or closed: nothing more goes to it
+        file->spoil();
+        continue;
+      }
+      const std::size_t before = text.size();
       try {
-        text += item.line->text();
-        text += '\n';
+        item.line->write(text);
+        text.raw("\n");
         if (!first) first = item.line.get();
       } catch (const std::exception&) {
+        text.truncate(before);
+        file->spoil();
         item.line->failed(EINVAL);  // the entry could not be serialised: it is still in dump.json
       }
     }
     write_out();
   }
 
-  mutable std::mutex mu_;  // file_
+  std::string batch_text_;  // the journal's thread's
+  mutable std::mutex mu_;   // file_
   std::shared_ptr<File> file_;
   std::atomic<bool> open_{false};
 

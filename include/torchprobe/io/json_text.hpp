@@ -86,6 +86,23 @@ inline std::string python_float_repr(double v) {
   return std::string(buf, write_python_float(buf, v));
 }
 
+namespace details {
+// What JsonText::relayout() does at each byte: 0 copies it, 1 a string's quote, 2 a container
+// opens, 3 one closes, 4 a separator.
+struct RelayoutStops {
+  unsigned char at[256];
+};
+constexpr RelayoutStops make_relayout_stops() {
+  RelayoutStops t{};
+  t.at[static_cast<unsigned char>('"')] = 1;
+  t.at[static_cast<unsigned char>('{')] = t.at[static_cast<unsigned char>('[')] = 2;
+  t.at[static_cast<unsigned char>('}')] = t.at[static_cast<unsigned char>(']')] = 3;
+  t.at[static_cast<unsigned char>(',')] = 4;
+  return t;
+}
+inline constexpr RelayoutStops kRelayoutStops = make_relayout_stops();
+}  // namespace details
+
 // Takes each chunk of the text written so far: a file, a stream.
 class TextDrain {
  public:
@@ -107,6 +124,12 @@ class JsonText {
 
   void finish() { buf_.resize(len_); }
   int indent() const { return indent_; }
+  // The text so far, when no drain takes it: its length, a view, and going back to an earlier
+  // length (what came after is dropped) or to none; the buffer keeps its room.
+  std::size_t size() const { return len_; }
+  std::string_view view() const { return std::string_view(buf_.data(), len_); }
+  void truncate(std::size_t length) { len_ = std::min(len_, length); }
+  void clear() { len_ = 0; }
 
   void null() { put("null", 4); }
   void boolean(bool b) { b ? put("true", 4) : put("false", 5); }
@@ -120,6 +143,70 @@ class JsonText {
     len_ = static_cast<std::size_t>(write_python_float(p, v) - buf_.data());
   }
   void raw(std::string_view s) { put(s.data(), s.size()); }
+
+  // A value that a JsonText wrote on one line (indent None: ", " and ": " separators), laid out as
+  // this writer lays out a value at `depth`: the text json.dumps(json.loads(line), indent) gives,
+  // without parsing it (numbers and strings keep their spelling), at memory speed. The step's
+  // dump.json is made this way from its journal's lines (io/journal_dump.hpp). `line` must be such
+  // text: only strings, braces, brackets and ", " separators are looked at.
+  void relayout(std::string_view line, int depth) {
+    if (indent_ < 0) return raw(line);
+    const char* p = line.data();
+    const char* const end = p + line.size();
+    const std::size_t step = static_cast<std::size_t>(indent_);
+    int open = depth - 1;  // the depth of the innermost container open
+    // The text goes straight into the buffer: `o` writes, `limit` ends the room made. Before each
+    // line break there is room for the rest of the line and the break with its indentation, so the
+    // bytes between two breaks need no check.
+    char* o = room(line.size() + 1 + step * static_cast<std::size_t>(depth + 1));
+    char* limit = buf_.data() + buf_.size();
+    auto line_break = [&](int at) {
+      // The break, its indentation, the closer written after it ('}' or ']', already read) and
+      // the rest of the line.
+      const std::size_t spaces = step * static_cast<std::size_t>(at < 0 ? 0 : at);
+      const std::size_t need = spaces + 2 + static_cast<std::size_t>(end - p);
+      if (static_cast<std::size_t>(limit - o) < need) {
+        len_ = static_cast<std::size_t>(o - buf_.data());
+        o = room(need);
+        limit = buf_.data() + buf_.size();
+      }
+      *o++ = '\n';
+      std::memset(o, ' ', spaces);
+      o += spaces;
+    };
+    while (p != end) {
+      const char c = *p++;
+      switch (details::kRelayoutStops.at[static_cast<unsigned char>(c)]) {
+        case 0: *o++ = c; break;
+        case 1:  // a string, through its closing quote; an escaped character is copied whole
+          *o++ = c;
+          while (p != end && *p != '"') {
+            if (*p == '\\' && p + 1 != end) *o++ = *p++;
+            *o++ = *p++;
+          }
+          if (p != end) *o++ = *p++;
+          break;
+        case 2:                                        // '{' or '['
+          if (p != end && (*p == '}' || *p == ']')) {  // {} and [] stay as they are
+            *o++ = c;
+            *o++ = *p++;
+          } else {
+            *o++ = c;
+            line_break(++open + 1);
+          }
+          break;
+        case 3:  // '}' or ']'
+          line_break(open--);
+          *o++ = c;
+          break;
+        default:  // ',' and the space after it
+          *o++ = c;
+          if (p != end && *p == ' ') ++p;
+          line_break(open + 1);
+      }
+    }
+    len_ = static_cast<std::size_t>(o - buf_.data());
+  }
 
   // A container is written as open(), then item() or key() before each element, then close().
   // `depth` is the container's own depth; `count` how many elements it got.
@@ -225,6 +312,15 @@ class JsonText {
   void put(char c) {
     *room(1) = c;
     ++len_;
+  }
+
+  // A line break and the indentation of `depth`.
+  void newline(int depth) {
+    const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth < 0 ? 0 : depth);
+    char* p = room(spaces + 1);
+    *p = '\n';
+    std::memset(p + 1, ' ', spaces);
+    len_ += spaces + 1;
   }
 
   void close(std::size_t count, int depth, char closer) {

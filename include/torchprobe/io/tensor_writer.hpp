@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "torchprobe/core/thread_name.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/files.hpp"
@@ -162,7 +163,10 @@ class TensorWriter {
   // Called with the mutex held, on the first submit: a writer that never gets a file starts no thread.
   void start_threads() {
     for (unsigned i = 0; i < thread_count_; ++i)
-      threads_.emplace_back([state = state_, queue = queue_] { run(*state, *queue); });
+      threads_.emplace_back([state = state_, queue = queue_] {
+        name_this_thread("tp-tensor-files");
+        run(*state, *queue);
+      });
   }
 
   static void run(details::WriterState& s, std::deque<details::WriteJob>& queue) {

@@ -2,11 +2,18 @@
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
 // construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
-// one intact. Between flushes the step journal in the same directory holds every kept entry. The
-// files are written as text straight from the records, in chunks (sink/step_text.hpp).
+// one intact. Between flushes the step journal in the same directory holds every kept entry.
+// dump.json and debug.json are laid out from the journal's lines, where each entry's text was made
+// already (io/journal_dump.hpp), or written from the records when the journal lost a line; the
+// other files from the records (sink/step_text.hpp). All are written in chunks.
+#include <atomic>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "torchprobe/io/files.hpp"
+#include "torchprobe/io/journal_dump.hpp"
 #include "torchprobe/sink/step_dump.hpp"
 #include "torchprobe/sink/step_text.hpp"
 
@@ -25,7 +32,7 @@ class DirectorySink {
     // A step without entries (overflow_check when nothing overflowed) has nothing a power loss
     // could take: its files skip the fsyncs, which would otherwise be most of such a step's cost.
     const bool sync = !d.records.empty();
-    step_text::write_file(d.directory + "/dump.json", sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+    write_entries(d, "dump", sync);
     for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
@@ -34,9 +41,42 @@ class DirectorySink {
                           [&](io::JsonText& out) { step_text::write_construct(out, d); });
   }
 
-  void write_debug(const StepDump& d) {
-    step_text::write_file(d.directory + "/debug.json", true, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+  void write_debug(const StepDump& d) { write_entries(d, "debug", true); }
+
+  // How many dump.json and debug.json files were laid out from the journal, and how many written
+  // from the records: what tests and benchmarks read (after wait_written()).
+  struct Sources {
+    std::uint64_t journal = 0, records = 0;
+  };
+  Sources sources() const { return {from_journal_.n.load(), from_records_.n.load()}; }
+
+ private:
+  // {which}.json ("dump" or "debug"): from the journal when its file holds every line of the
+  // hand-over, else from the records.
+  void write_entries(const StepDump& d, std::string_view which, bool sync) {
+    std::optional<io::JournalDump> journal = d.journal.file && d.journal.file->whole()
+                                                 ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
+                                                 : std::nullopt;
+    step_text::write_file(d.directory + "/" + std::string(which) + ".json", sync, [&](io::JsonText& out) {
+      if (!journal) return step_text::write_dump(out, d);
+      step_text::write_dump_with(out, d, [&](io::JsonText& o) {
+        journal->write_items(o);
+        return journal->size();
+      });
+    });
+    (journal ? from_journal_ : from_records_).n.fetch_add(1, std::memory_order_relaxed);
   }
+
+  struct Counter {  // an atomic count that a sink's move (into its Debugger) takes along
+    std::atomic<std::uint64_t> n{0};
+    Counter() = default;
+    Counter(const Counter& o) : n(o.n.load()) {}
+    Counter& operator=(const Counter& o) {
+      n = o.n.load();
+      return *this;
+    }
+  };
+  Counter from_journal_, from_records_;
 };
 
 }  // namespace torchprobe

@@ -13,6 +13,7 @@
 #include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/io/dump_header.hpp"
+#include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/stack_json.hpp"
 
 namespace torchprobe {
@@ -40,6 +41,10 @@ struct StepDump {
   // Files the task adds to the step directory (overflow_summary.json, free_benchmark.csv), as
   // their text, in the task's order: a sink writes them as they are, whatever the task.
   std::vector<StepFile> files;
+  // The step journal's lines at this hand-over (sinks that keep one): each entry's text, already
+  // made by the journal's thread, from which DirectorySink makes dump.json and debug.json while
+  // the journal's file is whole (io/journal_dump.hpp). No file: the records are the only source.
+  io::Journal::Position journal;
 
   // The members before "data" (io/dump_header.hpp).
   io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }

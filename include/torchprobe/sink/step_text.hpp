@@ -17,8 +17,10 @@ namespace torchprobe {
 
 namespace step_text {
 
-// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}.
-inline void write_dump(io::JsonText& out, const StepDump& d) {
+// dump.json (and debug.json): {"task", "level", "framework", "dump_data_dir", "data"}, with the
+// items of "data" written by `items(out)`, which returns how many it wrote.
+template <class Items>
+void write_dump_with(io::JsonText& out, const StepDump& d, Items&& items) {
   out.open_object();
   std::size_t members = 0;
   d.header().each([&](std::string_view key, const nlohmann::ordered_json& value) {
@@ -26,15 +28,23 @@ inline void write_dump(io::JsonText& out, const StepDump& d) {
     io::write_json_value(out, value, 1);
   });
   out.key(members, 0, "data");
-  const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
   out.open_object();
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    out.key(i, 1, entries[i]->name);
-    io::write_record_body(out, *entries[i], 2);
-    out.maybe_drain();
-  }
-  out.close_object(entries.size(), 1);
+  const std::size_t count = items(out);
+  out.close_object(count, 1);
   out.close_object(members + 1, 0);
+}
+
+// The same, its items made from the records.
+inline void write_dump(io::JsonText& out, const StepDump& d) {
+  write_dump_with(out, d, [&](io::JsonText& o) {
+    const std::vector<const Record*> entries = d.by_first_place(StepDump::in_dump);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      o.key(i, 1, entries[i]->name);
+      io::write_record_body(o, *entries[i], 2);
+      o.maybe_drain();
+    }
+    return entries.size();
+  });
 }
 
 // construct.json: each entry's enclosing module's entry, null at top level (levels L0, mix).

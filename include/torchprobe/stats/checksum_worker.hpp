@@ -23,6 +23,7 @@
 #include <thread>
 #include <utility>
 
+#include "torchprobe/core/thread_name.hpp"
 #include "torchprobe/core/probe_guard.hpp"
 #include "torchprobe/stats/checksum.hpp"
 
@@ -137,6 +138,7 @@ class ChecksumWorker {
   };
 
   void run() {
+    name_this_thread("tp-checksums");
     for (;;) {
       Job job;
       {
