@@ -3889,14 +3889,16 @@ class Journal {
     file_.reset();
     open_.store(false);
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    bool created = false;
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
       fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      created = true;
     }
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     const bool sized = ::fstat(fd, &st) == 0;
-    const bool had_lines = !sized || st.st_size > static_cast<off_t>(header_line.size() + 1);
+    const bool had_lines = !created && !(sized && st.st_size == 0);
     if (sized && st.st_size == 0) {  // left empty by something else: still readable after this
       const std::string text = header_line + "\n";
       const int err = write_all(fd, text.data(), text.size());
@@ -4651,6 +4653,9 @@ struct StepDump {
   // made by the journal's thread, from which DirectorySink makes dump.json and debug.json while
   // the journal's file is whole (io/journal_dump.hpp). No file: the records are the only source.
   io::Journal::Position journal;
+  // Some entries' lines were queued again at this hand-over, complete (device statistics, md5):
+  // the journal then orders bodies of one name differently from the records; they are the source.
+  bool lines_made_again = false;
 
   // The members before "data" (io/dump_header.hpp).
   io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }
@@ -5173,19 +5178,30 @@ class DirectorySink {
 
  private:
   // {which}.json ("dump" or "debug"): from the journal when its file holds every line of the
-  // hand-over, else from the records.
+  // hand-over and those lines are the records' entries (an entry committed on another thread
+  // while the step was handed over has its line counted but no record yet), else from the records.
+  // A journal that cannot be read again half-way gives way to the records too.
   void write_entries(const StepDump& d, std::string_view which, bool sync) {
-    std::optional<io::JournalDump> journal = d.journal.file && d.journal.file->whole()
-                                                 ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
-                                                 : std::nullopt;
-    step_text::write_file(d.directory + "/" + std::string(which) + ".json", sync, [&](io::JsonText& out) {
-      if (!journal) return step_text::write_dump(out, d);
-      step_text::write_dump_with(out, d, [&](io::JsonText& o) {
-        journal->write_items(o);
-        return journal->size();
-      });
-    });
-    (journal ? from_journal_ : from_records_).n.fetch_add(1, std::memory_order_relaxed);
+    const std::string path = d.directory + "/" + std::string(which) + ".json";
+    try {
+      std::optional<io::JournalDump> journal =
+          d.journal.file && d.journal.file->whole()
+              ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
+              : std::nullopt;
+      if (journal && journal->size() == d.by_first_place(StepDump::in_dump).size()) {
+        step_text::write_file(path, sync, [&](io::JsonText& out) {
+          step_text::write_dump_with(out, d, [&](io::JsonText& o) {
+            journal->write_items(o);
+            return journal->size();
+          });
+        });
+        from_journal_.n.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    } catch (const std::exception&) {  // the records say it again; a failure to write the file repeats there
+    }
+    step_text::write_file(path, sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+    from_records_.n.fetch_add(1, std::memory_order_relaxed);
   }
 
   struct Counter {  // an atomic count that a sink's move (into its Debugger) takes along
@@ -14917,7 +14933,7 @@ class StepLifecycle final : private DumpEnd {
       job.files = core_->tensor_files_ticket();
       job.journal = core_->journal().position();
       for (std::optional<StepDump>* d : {&job.dump, &job.debug})  // the sink may make its files from it
-        if (*d) (*d)->journal = job.journal;
+        if (*d && !(*d)->lines_made_again) (*d)->journal = job.journal;
       return true;
     } catch (const std::exception& e) {
       written_->store(false);
@@ -14976,6 +14992,7 @@ class StepLifecycle final : private DumpEnd {
     if constexpr (sink_traits::keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
+    d.lines_made_again = !sealed.resolved.empty();
     d.task = std::string(TaskT::name);
     d.level = std::string(level_name(level));
     d.directory = directory_;

@@ -277,7 +277,7 @@ class StepLifecycle final : private DumpEnd {
       job.files = core_->tensor_files_ticket();
       job.journal = core_->journal().position();
       for (std::optional<StepDump>* d : {&job.dump, &job.debug})  // the sink may make its files from it
-        if (*d) (*d)->journal = job.journal;
+        if (*d && !(*d)->lines_made_again) (*d)->journal = job.journal;
       return true;
     } catch (const std::exception& e) {
       written_->store(false);
@@ -336,6 +336,7 @@ class StepLifecycle final : private DumpEnd {
     if constexpr (sink_traits::keeps_journal<Sink>::value)
       for (const Record* r : sealed.resolved) core_->journal_again(&state == &core_->entries() ? "dump" : "debug", *r);
     StepDump d;
+    d.lines_made_again = !sealed.resolved.empty();
     d.task = std::string(TaskT::name);
     d.level = std::string(level_name(level));
     d.directory = directory_;

@@ -121,14 +121,16 @@ class Journal {
     file_.reset();
     open_.store(false);
     int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    bool created = false;
     if (fd < 0 && errno == ENOENT) {
       write_file_atomic(path, header_line + "\n", 0640, /*sync=*/false);
       fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      created = true;
     }
     if (fd < 0) throw IoError("open the journal", path, errno);
     struct stat st;
     const bool sized = ::fstat(fd, &st) == 0;
-    const bool had_lines = !sized || st.st_size > static_cast<off_t>(header_line.size() + 1);
+    const bool had_lines = !created && !(sized && st.st_size == 0);
     if (sized && st.st_size == 0) {  // left empty by something else: still readable after this
       const std::string text = header_line + "\n";
       const int err = write_all(fd, text.data(), text.size());

@@ -52,19 +52,30 @@ class DirectorySink {
 
  private:
   // {which}.json ("dump" or "debug"): from the journal when its file holds every line of the
-  // hand-over, else from the records.
+  // hand-over and those lines are the records' entries (an entry committed on another thread
+  // while the step was handed over has its line counted but no record yet), else from the records.
+  // A journal that cannot be read again half-way gives way to the records too.
   void write_entries(const StepDump& d, std::string_view which, bool sync) {
-    std::optional<io::JournalDump> journal = d.journal.file && d.journal.file->whole()
-                                                 ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
-                                                 : std::nullopt;
-    step_text::write_file(d.directory + "/" + std::string(which) + ".json", sync, [&](io::JsonText& out) {
-      if (!journal) return step_text::write_dump(out, d);
-      step_text::write_dump_with(out, d, [&](io::JsonText& o) {
-        journal->write_items(o);
-        return journal->size();
-      });
-    });
-    (journal ? from_journal_ : from_records_).n.fetch_add(1, std::memory_order_relaxed);
+    const std::string path = d.directory + "/" + std::string(which) + ".json";
+    try {
+      std::optional<io::JournalDump> journal =
+          d.journal.file && d.journal.file->whole()
+              ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
+              : std::nullopt;
+      if (journal && journal->size() == d.by_first_place(StepDump::in_dump).size()) {
+        step_text::write_file(path, sync, [&](io::JsonText& out) {
+          step_text::write_dump_with(out, d, [&](io::JsonText& o) {
+            journal->write_items(o);
+            return journal->size();
+          });
+        });
+        from_journal_.n.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    } catch (const std::exception&) {  // the records say it again; a failure to write the file repeats there
+    }
+    step_text::write_file(path, sync, [&](io::JsonText& out) { step_text::write_dump(out, d); });
+    from_records_.n.fetch_add(1, std::memory_order_relaxed);
   }
 
   struct Counter {  // an atomic count that a sink's move (into its Debugger) takes along

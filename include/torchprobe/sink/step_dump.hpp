@@ -45,6 +45,9 @@ struct StepDump {
   // made by the journal's thread, from which DirectorySink makes dump.json and debug.json while
   // the journal's file is whole (io/journal_dump.hpp). No file: the records are the only source.
   io::Journal::Position journal;
+  // Some entries' lines were queued again at this hand-over, complete (device statistics, md5):
+  // the journal then orders bodies of one name differently from the records; they are the source.
+  bool lines_made_again = false;
 
   // The members before "data" (io/dump_header.hpp).
   io::DumpHeader header() const { return io::DumpHeader{task, level, dump_data_dir}; }
