@@ -870,7 +870,7 @@ class JsonText {
 
   // A value that a JsonText wrote on one line (indent None: ", " and ": " separators), laid out as
   // this writer lays out a value at `depth`: the text json.dumps(json.loads(line), indent) gives,
-  // without parsing it (numbers and strings keep their spelling), at memory speed. The step's
+  // without parsing it (numbers and strings keep their spelling), in one pass. The step's
   // dump.json is made this way from its journal's lines (io/journal_dump.hpp). `line` must be such
   // text: only strings, braces, brackets and ", " separators are looked at.
   void relayout(std::string_view line, int depth) {
@@ -1036,15 +1036,6 @@ class JsonText {
   void put(char c) {
     *room(1) = c;
     ++len_;
-  }
-
-  // A line break and the indentation of `depth`.
-  void newline(int depth) {
-    const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth < 0 ? 0 : depth);
-    char* p = room(spaces + 1);
-    *p = '\n';
-    std::memset(p + 1, ' ', spaces);
-    len_ += spaces + 1;
   }
 
   void close(std::size_t count, int depth, char closer) {
@@ -3248,7 +3239,8 @@ class JournalDump {
         fd_(o.fd_),
         entries_(std::move(o.entries_)),
         names_(std::move(o.names_)),
-        placed_(std::move(o.placed_)) {
+        placed_(std::move(o.placed_)),
+        listed_lines_(o.listed_lines_) {
     o.fd_ = -1;
   }
   JournalDump(const JournalDump&) = delete;
@@ -3259,6 +3251,9 @@ class JournalDump {
   }
 
   std::size_t size() const { return placed_.size(); }
+  // Entry lines of `which` read, construct-only ones left out, before a repeated name is merged:
+  // one per committed record that dump.json lists.
+  std::size_t lines() const { return listed_lines_; }
 
   // The "data" object's items at depth 1 (`"name": body`), as step_text::write_dump writes them
   // from the records. Throws IoError when the journal cannot be read again.
@@ -3371,6 +3366,7 @@ class JournalDump {
     for (const std::uint32_t i : by_order) {
       const Entry& e = entries_[i];
       if (e.order == kConstructOnly) continue;
+      ++listed_lines_;
       const auto [it, fresh] = where.emplace(std::string_view(names_).substr(e.name, e.name_length), placed_.size());
       if (fresh)
         placed_.push_back(i);
@@ -3459,6 +3455,7 @@ class JournalDump {
   std::vector<Entry> entries_;
   std::string names_;                  // every entry's name, one after the other
   std::vector<std::uint32_t> placed_;  // indices into entries_, in the file's order
+  std::size_t listed_lines_ = 0;
 };
 
 }  // namespace torchprobe::io
@@ -3829,16 +3826,7 @@ namespace torchprobe::io {
 class JournalLine {
  public:
   virtual ~JournalLine() = default;
-  virtual void write(JsonText& out) const { out.raw(text()); }
-  // The line as a string (the default write() uses it; a line that overrides write() need not).
-  virtual std::string text() const {
-    std::string line;
-    {
-      JsonText out(line, -1);
-      write(out);
-    }
-    return line;
-  }
+  virtual void write(JsonText& out) const = 0;
   // The write failed with `error` (errno).
   virtual void failed(int error) const = 0;
 };
@@ -4021,7 +4009,7 @@ class Journal {
   class Trailer final : public JournalLine {
    public:
     explicit Trailer(std::uint64_t entries) : entries_(entries) {}
-    std::string text() const override { return trailer_text(entries_); }
+    void write(JsonText& out) const override { out.raw(trailer_text(entries_)); }
     void failed(int) const override {}  // the journal then reads as incomplete, which it is
    private:
     std::uint64_t entries_;
@@ -5188,7 +5176,9 @@ class DirectorySink {
           d.journal.file && d.journal.file->whole()
               ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
               : std::nullopt;
-      if (journal && journal->size() == d.by_first_place(StepDump::in_dump).size()) {
+      if (journal && journal->lines() == static_cast<std::size_t>(
+                                             std::count_if(d.records.begin(), d.records.end(),
+                                                           [](const Record* r) { return StepDump::in_dump(*r); }))) {
         step_text::write_file(path, sync, [&](io::JsonText& out) {
           step_text::write_dump_with(out, d, [&](io::JsonText& o) {
             journal->write_items(o);
@@ -12493,17 +12483,12 @@ class Recorder {
     TaskFileLine(StepFile file, io::ErrorLog& errors, const io::Journal& journal)
         : file_(std::move(file)), errors_(errors), journal_(journal) {}
 
-    std::string text() const override {
-      std::string line;
-      line.reserve(file_.text.size() + file_.name.size() + 32);
-      io::JsonText out(line, /*indent=*/-1);
+    void write(io::JsonText& out) const override {
       out.raw("{\"task_file\": ");
       out.string(file_.name);
       out.raw(", \"text\": ");
       out.string(file_.text);
       out.raw("}");
-      out.finish();
-      return line;
     }
 
     void failed(int err) const override {

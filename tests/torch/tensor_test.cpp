@@ -521,9 +521,9 @@ TEST_CASE("save() with the tensor task writes {name}.{count}.debug[.index].pt, a
 namespace {
 struct NumberedLine final : tp::io::JournalLine {
   NumberedLine(int n, std::atomic<int>* made) : n(n), made(made) {}
-  std::string text() const override {
+  void write(tp::io::JsonText& out) const override {
     ++*made;
-    return "{\"n\": " + std::to_string(n) + "}";
+    out.raw("{\"n\": " + std::to_string(n) + "}");
   }
   void failed(int) const override {}
   int n;
@@ -561,9 +561,9 @@ namespace {
 // A line whose text waits until `open` is set: the journal's thread is stuck making it.
 struct BlockedLine final : tp::io::JournalLine {
   explicit BlockedLine(std::atomic<bool>* open) : open(open) {}
-  std::string text() const override {
+  void write(tp::io::JsonText& out) const override {
     while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return "{}";
+    out.raw("{}");
   }
   void failed(int) const override {}
   std::atomic<bool>* open;

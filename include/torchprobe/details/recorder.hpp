@@ -337,17 +337,12 @@ class Recorder {
     TaskFileLine(StepFile file, io::ErrorLog& errors, const io::Journal& journal)
         : file_(std::move(file)), errors_(errors), journal_(journal) {}
 
-    std::string text() const override {
-      std::string line;
-      line.reserve(file_.text.size() + file_.name.size() + 32);
-      io::JsonText out(line, /*indent=*/-1);
+    void write(io::JsonText& out) const override {
       out.raw("{\"task_file\": ");
       out.string(file_.name);
       out.raw(", \"text\": ");
       out.string(file_.text);
       out.raw("}");
-      out.finish();
-      return line;
     }
 
     void failed(int err) const override {

@@ -61,16 +61,7 @@ namespace torchprobe::io {
 class JournalLine {
  public:
   virtual ~JournalLine() = default;
-  virtual void write(JsonText& out) const { out.raw(text()); }
-  // The line as a string (the default write() uses it; a line that overrides write() need not).
-  virtual std::string text() const {
-    std::string line;
-    {
-      JsonText out(line, -1);
-      write(out);
-    }
-    return line;
-  }
+  virtual void write(JsonText& out) const = 0;
   // The write failed with `error` (errno).
   virtual void failed(int error) const = 0;
 };
@@ -253,7 +244,7 @@ class Journal {
   class Trailer final : public JournalLine {
    public:
     explicit Trailer(std::uint64_t entries) : entries_(entries) {}
-    std::string text() const override { return trailer_text(entries_); }
+    void write(JsonText& out) const override { out.raw(trailer_text(entries_)); }
     void failed(int) const override {}  // the journal then reads as incomplete, which it is
    private:
     std::uint64_t entries_;

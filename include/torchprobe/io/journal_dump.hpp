@@ -44,7 +44,8 @@ class JournalDump {
         fd_(o.fd_),
         entries_(std::move(o.entries_)),
         names_(std::move(o.names_)),
-        placed_(std::move(o.placed_)) {
+        placed_(std::move(o.placed_)),
+        listed_lines_(o.listed_lines_) {
     o.fd_ = -1;
   }
   JournalDump(const JournalDump&) = delete;
@@ -55,6 +56,9 @@ class JournalDump {
   }
 
   std::size_t size() const { return placed_.size(); }
+  // Entry lines of `which` read, construct-only ones left out, before a repeated name is merged:
+  // one per committed record that dump.json lists.
+  std::size_t lines() const { return listed_lines_; }
 
   // The "data" object's items at depth 1 (`"name": body`), as step_text::write_dump writes them
   // from the records. Throws IoError when the journal cannot be read again.
@@ -167,6 +171,7 @@ class JournalDump {
     for (const std::uint32_t i : by_order) {
       const Entry& e = entries_[i];
       if (e.order == kConstructOnly) continue;
+      ++listed_lines_;
       const auto [it, fresh] = where.emplace(std::string_view(names_).substr(e.name, e.name_length), placed_.size());
       if (fresh)
         placed_.push_back(i);
@@ -255,6 +260,7 @@ class JournalDump {
   std::vector<Entry> entries_;
   std::string names_;                  // every entry's name, one after the other
   std::vector<std::uint32_t> placed_;  // indices into entries_, in the file's order
+  std::size_t listed_lines_ = 0;
 };
 
 }  // namespace torchprobe::io

@@ -146,7 +146,7 @@ class JsonText {
 
   // A value that a JsonText wrote on one line (indent None: ", " and ": " separators), laid out as
   // this writer lays out a value at `depth`: the text json.dumps(json.loads(line), indent) gives,
-  // without parsing it (numbers and strings keep their spelling), at memory speed. The step's
+  // without parsing it (numbers and strings keep their spelling), in one pass. The step's
   // dump.json is made this way from its journal's lines (io/journal_dump.hpp). `line` must be such
   // text: only strings, braces, brackets and ", " separators are looked at.
   void relayout(std::string_view line, int depth) {
@@ -312,15 +312,6 @@ class JsonText {
   void put(char c) {
     *room(1) = c;
     ++len_;
-  }
-
-  // A line break and the indentation of `depth`.
-  void newline(int depth) {
-    const std::size_t spaces = static_cast<std::size_t>(indent_) * static_cast<std::size_t>(depth < 0 ? 0 : depth);
-    char* p = room(spaces + 1);
-    *p = '\n';
-    std::memset(p + 1, ' ', spaces);
-    len_ += spaces + 1;
   }
 
   void close(std::size_t count, int depth, char closer) {

@@ -6,6 +6,7 @@
 // dump.json and debug.json are laid out from the journal's lines, where each entry's text was made
 // already (io/journal_dump.hpp), or written from the records when the journal lost a line; the
 // other files from the records (sink/step_text.hpp). All are written in chunks.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -62,7 +63,9 @@ class DirectorySink {
           d.journal.file && d.journal.file->whole()
               ? io::JournalDump::read(d.journal.file->path(), d.journal.lines, which)
               : std::nullopt;
-      if (journal && journal->size() == d.by_first_place(StepDump::in_dump).size()) {
+      if (journal && journal->lines() == static_cast<std::size_t>(
+                                             std::count_if(d.records.begin(), d.records.end(),
+                                                           [](const Record* r) { return StepDump::in_dump(*r); }))) {
         step_text::write_file(path, sync, [&](io::JsonText& out) {
           step_text::write_dump_with(out, d, [&](io::JsonText& o) {
             journal->write_items(o);
