@@ -1709,8 +1709,12 @@ inline nlohmann::json read_config_json(const std::string& path) {
     throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
+    // Bounded nesting: messages show values (dump() recurses once a level).
+    doc = json::parse(in, [&](int depth, json::parse_event_t, json&) {
+      if (depth >= 64) throw ConfigError(where + " nests values deeper than 64 levels");  // 65 containers
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1E999
     throw ConfigError(where + " is not valid JSON: " + e.what());
   }
   if (!doc.is_object()) throw ConfigError(where + " should hold a JSON object, not " + show(doc));
@@ -15362,13 +15366,19 @@ inline std::optional<NpyBytes> parse_npy(std::string_view file, std::string* why
   if (header.find("'fortran_order': False") == std::string_view::npos) return fail("Fortran order");
   const auto s = header.find("'shape': (");
   if (s == std::string_view::npos) return fail("no shape in the .npy header");
+  // Each size and their product are bounded by the file's length (one byte an element) while they
+  // are read: a header from elsewhere may claim sizes no integer holds.
+  const std::int64_t most = static_cast<std::int64_t>(file.size());
   std::int64_t count = 1;
   for (std::size_t i = s + 10; i < header.size() && header[i] != ')'; ++i) {
     if (header[i] < '0' || header[i] > '9') continue;
     std::int64_t v = 0;
-    while (i < header.size() && header[i] >= '0' && header[i] <= '9') v = v * 10 + (header[i++] - '0');
+    while (i < header.size() && header[i] >= '0' && header[i] <= '9') {
+      v = v * 10 + (header[i++] - '0');
+      if (v > most) return fail("a size in the .npy shape is larger than the file");
+    }
     out.shape.push_back(v);
-    count *= v;
+    count = v != 0 && count > most / v ? most + 1 : count * v;
     --i;
   }
   if (file.size() - prefix - hlen < static_cast<std::size_t>(count)) return fail("truncated .npy data");

@@ -326,8 +326,12 @@ inline nlohmann::json read_config_json(const std::string& path) {
     throw ConfigError(where + " cannot be read" + (errno ? ": " + std::string(std::strerror(errno)) : std::string()));
   json doc;
   try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
+    // Bounded nesting: messages show values (dump() recurses once a level).
+    doc = json::parse(in, [&](int depth, json::parse_event_t, json&) {
+      if (depth >= 64) throw ConfigError(where + " nests values deeper than 64 levels");  // 65 containers
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1E999
     throw ConfigError(where + " is not valid JSON: " + e.what());
   }
   if (!doc.is_object()) throw ConfigError(where + " should hold a JSON object, not " + show(doc));

@@ -2,6 +2,8 @@
 // A step journal (io/journal.hpp) read back for recovery (io/recovery.hpp): its header, entry,
 // task-file and trailer lines as spans of the file's text (io/json_spans.hpp), and the entries
 // assembled in dump order.
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -87,7 +89,13 @@ inline void read_journal(const std::string& path, JournalText& j, std::ostream& 
         throw ReadError(path + ": not a TorchProbe journal (first line: " + bytes_repr(raw.substr(0, 80)) + ")");
       j.header = std::move(v);
     } else if (is_trailer(v)) {
-      j.trailer = std::stoll(std::string(v.find("entries")->raw));
+      const std::string_view raw_count = v.find("entries")->raw;
+      std::int64_t count = 0;
+      const auto parsed = std::from_chars(raw_count.data(), raw_count.data() + raw_count.size(), count);
+      if (parsed.ec != std::errc() || parsed.ptr != raw_count.data() + raw_count.size())
+        throw ReadError(path + ":" + std::to_string(number) + ": the end line's entry count " + std::string(raw_count) +
+                        " is not a count");
+      j.trailer = count;
     } else if (is_task_file(v)) {
       j.task_files.emplace_back(v.find("task_file")->text(), v.find("text")->text());
       j.trailer.reset();

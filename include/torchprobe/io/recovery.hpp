@@ -217,7 +217,8 @@ inline Outcome recover(const std::filesystem::path& rank_path, bool check_only, 
       }
       std::vector<std::pair<std::string, std::string>> task_files;  // the last hand-over's, first-seen order
       for (const auto& [name, text] : j.task_files) {
-        auto it = std::find_if(task_files.begin(), task_files.end(), [&](const auto& f) { return f.first == name; });
+        const std::string& file = name;  // clang before 16 cannot capture a structured binding
+        auto it = std::find_if(task_files.begin(), task_files.end(), [&](const auto& f) { return f.first == file; });
         if (it == task_files.end())
           task_files.emplace_back(name, text);
         else

@@ -23,6 +23,7 @@
 #include "torchprobe/analysis/compare/msprobe_table.hpp"
 #include "torchprobe/analysis/compare/progress.hpp"
 #include "torchprobe/analysis/compare/user_map.hpp"
+#include "torchprobe/io/data_file_name.hpp"
 #include "torchprobe/io/timestamp.hpp"
 
 namespace torchprobe::compare {
@@ -254,6 +255,15 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       if (tensor_mode) {
         cells = [&](const Row& n, const Row& g) {
           bar.advance();
+          // A data_name with a directory part would read outside dump_tensor_data: not read.
+          for (const std::string_view name : {n.data_name(), g.data_name()})
+            if (const auto problem = io::data_file_name_problem(name)) {
+              log << "torchprobe compare: data_name \"" << name << "\" of " << n.name << " is not read: " << *problem
+                  << " (its metrics are 'unsupported')\n";
+              std::array<std::string, 6> unsupported;  // tensor_metrics.hpp's TensorCells
+              unsupported.fill("unsupported");
+              return unsupported;
+            }
           return o.pt_cells(tdir / n.data_name(), bdir / g.data_name());
         };
       }

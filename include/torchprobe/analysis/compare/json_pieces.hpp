@@ -41,6 +41,10 @@ class JsonPieces {
   explicit JsonPieces(const std::filesystem::path& path, std::size_t piece = std::size_t(8) << 20)
       : in_(path, std::ios::binary), piece_(std::max<std::size_t>(piece, 1)) {
     if (!in_) throw NotPlain{};
+    // No larger than the file: a piece's room is zero-filled when made, 8 MB for a 1 KB dump else.
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec) piece_ = std::min<std::size_t>(piece_, static_cast<std::size_t>(size) + 1);
   }
 
   // The next byte that is not JSON whitespace (consumed unless `keep`); -1 at the end of the file.

@@ -24,6 +24,9 @@ struct JsonSyntaxError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The deepest nesting the readers take (msprobe's files nest a few levels; simdjson's limit is 1024).
+inline constexpr std::size_t kMostJsonDepth = 512;
+
 namespace details {
 
 // Python's non-finite floats become strings nlohmann can read, marked so that no dump string can
@@ -78,6 +81,7 @@ class OrderedJsonBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
   }
   bool binary(binary_t&) override { throw JsonSyntaxError("binary value in JSON text"); }
   bool start_object(std::size_t) override {
+    check_depth();
     Json* j = put_container(Json::object());
     open_.push_back({j, {}});
     return true;
@@ -91,6 +95,7 @@ class OrderedJsonBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
     return true;
   }
   bool start_array(std::size_t) override {
+    check_depth();
     Json* j = put_container(Json::array());
     open_.push_back({j, {}});
     return true;
@@ -98,6 +103,13 @@ class OrderedJsonBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
   bool end_array() override {
     open_.pop_back();
     return true;
+  }
+  // Deeper values are refused, not built: what reads them next (comparisons, Python reprs, dump())
+  // recurses once a level, and a file of a million '[' would exhaust the stack.
+  void check_depth() const {
+    if (open_.size() >= kMostJsonDepth)
+      throw JsonSyntaxError("values nested deeper than " + std::to_string(kMostJsonDepth) +
+                            " levels (a dump nests a few)");
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
     throw JsonSyntaxError("parse error at byte " + std::to_string(position) + ": " + e.what());

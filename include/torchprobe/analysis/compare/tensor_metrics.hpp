@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "torchprobe/analysis/compare/python_text.hpp"
+#include "torchprobe/io/pt_reader.hpp"
 
 namespace torchprobe::compare {
 
@@ -32,15 +33,7 @@ using TensorCells = std::array<std::string, 6>;
 // tensors keep their real part, which is all numpy's astype(float) keeps of them. Throws
 // std::runtime_error naming the file.
 inline at::Tensor read_pt_values(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::runtime_error(file.string() + ": cannot be read");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue v;
-  try {
-    v = torch::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(file.string() + ": not a readable .pt file (" + e.what() + ")");
-  }
+  const c10::IValue v = io::read_pt_file(file);
   if (!v.isTensor()) throw std::runtime_error(file.string() + " does not hold a tensor");
   at::Tensor t = v.toTensor().detach().cpu();
   if (t.is_complex()) t = at::real(t);

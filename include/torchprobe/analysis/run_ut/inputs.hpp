@@ -6,6 +6,8 @@
 // (msprobe seeds once and draws in API order: spec C9).
 #include <torch/serialize.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "torchprobe/analysis/run_ut/api_case.hpp"
+#include "torchprobe/io/data_file_name.hpp"
+#include "torchprobe/io/pt_reader.hpp"
 
 namespace torchprobe::run_ut {
 
@@ -72,14 +76,12 @@ inline c10::ScalarType dtype_from_name(const std::string& name) {
 }
 
 inline at::Tensor load_pt(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw RunUtError("tensor file missing: " + file);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!std::ifstream(file)) throw RunUtError("tensor file missing: " + file);
   c10::IValue v;
   try {
-    v = torch::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    throw RunUtError("cannot read " + file + ": " + e.what());
+    v = io::read_pt_file(file);
+  } catch (const io::PtFileError& e) {
+    throw RunUtError(e.what());
   }
   if (!v.isTensor()) throw RunUtError(file + " does not hold a tensor");
   return v.toTensor();
@@ -91,10 +93,36 @@ inline std::uint64_t name_seed(const std::string& s) {
   return h;
 }
 
+// The most bytes one rebuilt tensor may take: this machine's memory. A dump entry is a file from
+// elsewhere; its shape is checked before anything is allocated, never trusted.
+inline std::int64_t machine_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t(1) << 34;
+}
+
+// Refuses a shape with a negative size, more dimensions than ATen takes, or more bytes than `most`.
+inline void check_shape(const std::vector<int64_t>& shape, c10::ScalarType dtype, std::int64_t most) {
+  const auto shown = [&] { return "shape " + c10::str(c10::IntArrayRef(shape)); };
+  if (shape.size() > 64) throw RunUtError(shown() + " has more than 64 dimensions");
+  std::int64_t bytes = static_cast<std::int64_t>(c10::elementSize(dtype));
+  for (const int64_t d : shape) {
+    if (d < 0) throw RunUtError(shown() + " has a negative size");
+    if (d != 0 && bytes > most / d)
+      bytes = most + 1;  // keeps the product from overflowing
+    else
+      bytes *= d;
+  }
+  if (bytes > most)
+    throw RunUtError(shown() + " of " + c10::toString(dtype) + " needs more than " + std::to_string(most) +
+                     " bytes (the most one rebuilt tensor may take)");
+}
+
 // A tensor of the recorded shape and dtype within [Min, Max], first element Min and last Max.
-inline at::Tensor random_tensor(const Json& spec, at::Generator& gen) {
+inline at::Tensor random_tensor(const Json& spec, at::Generator& gen,
+                                std::int64_t most_bytes = machine_memory_bytes()) {
   std::vector<int64_t> shape = spec.at("shape").get<std::vector<int64_t>>();
   const c10::ScalarType dtype = dtype_from_name(spec.at("dtype").get<std::string>());
+  check_shape(shape, dtype, most_bytes);
   const auto num = [&](const char* k, double dflt) {
     const auto& v = spec.contains(k) ? spec[k] : Json();
     return v.is_number() ? v.get<double>() : dflt;
@@ -124,6 +152,9 @@ class InputBuilder {
     gen_ = at::detail::createCPUGenerator(name_seed(api_name));
   }
 
+  // The most bytes one rebuilt tensor may take (default: this machine's memory).
+  void set_max_tensor_bytes(std::int64_t most) { max_tensor_bytes_ = most; }
+
   Arg build(const Json& j) {
     Arg a;
     if (j.is_null()) return a;
@@ -134,9 +165,12 @@ class InputBuilder {
       a.kind = ArgKind::tensor;
       a.requires_grad = j.value("requires_grad", false);
       if (j.contains("data_name") && j["data_name"].is_string() && !dir_.empty()) {
-        a.value = load_pt(dir_ + "/" + j["data_name"].get<std::string>());
+        const std::string name = j["data_name"].get<std::string>();
+        if (const auto problem = io::data_file_name_problem(name))
+          throw RunUtError("data_name \"" + name + "\" is not a file in " + dir_ + ": " + *problem);
+        a.value = load_pt(dir_ + "/" + name);
       } else {
-        a.value = random_tensor(j, gen_);
+        a.value = random_tensor(j, gen_, max_tensor_bytes_);
       }
       return a;
     }
@@ -203,6 +237,7 @@ class InputBuilder {
 
   std::string dir_;
   at::Generator gen_;
+  std::int64_t max_tensor_bytes_ = machine_memory_bytes();
 };
 
 }  // namespace torchprobe::run_ut
