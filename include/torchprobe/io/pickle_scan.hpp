@@ -16,16 +16,22 @@
 
 namespace torchprobe::io {
 
+namespace details {
+
+// The unsigned number of `bytes` bytes at `at`, least significant first (zip's and pickle's order).
+inline std::uint64_t le(std::string_view b, std::size_t at, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
+  return v;
+}
+
+}  // namespace details
+
 inline std::optional<std::string> pickle_problem(std::string_view p) {
   const auto at = [](std::size_t offset, const std::string& what) {
     return "data.pkl byte " + std::to_string(offset) + ": " + what;
   };
-  const auto le = [&](std::size_t from, int bytes) {
-    std::uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; --i)
-      v = (v << 8) | static_cast<unsigned char>(p[from + static_cast<std::size_t>(i)]);
-    return v;
-  };
+  const auto le = [&](std::size_t from, int bytes) { return details::le(p, from, bytes); };
   std::uint64_t memo = 0;            // memo entries made so far: a writer numbers them 0, 1, 2, ...
   std::uint64_t depth = 0;           // values on the stack
   std::vector<std::uint64_t> marks;  // the stack's depth at each MARK still open

@@ -19,16 +19,6 @@
 
 namespace torchprobe::io {
 
-namespace details {
-
-inline std::uint64_t le(std::string_view b, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
-  return v;
-}
-
-}  // namespace details
-
 // The most records a .pt file may hold: torch.save writes a handful plus one per storage.
 inline constexpr std::uint64_t kMostPtRecords = std::uint64_t(1) << 20;
 
