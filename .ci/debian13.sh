@@ -28,7 +28,7 @@ CLEAN_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 # libunwind8: capture_call_stack loads it at run time (as on Debian 12, where libtorch pulls it
 # in), so the stack-trace test compares libunwind with glibc here too.
 PACKAGES=(g++ cmake make libtorch-dev python3-torch libxsimd-dev nlohmann-json3-dev
-          doctest-dev zlib1g-dev libbenchmark-dev binutils libunwind8 libsimdjson-dev)
+          doctest-dev zlib1g-dev libbenchmark-dev binutils libunwind8 libsimdjson-dev chromium)
 # Changing anything in the stamp (the recipe number or the package list) makes the
 # next run reinstall the packages in the kept chroot.
 STAMP_FILE=/etc/torchprobe-ci.stamp
@@ -331,11 +331,11 @@ mount --make-rslave "$ROOT$SRC_IN_CHROOT"
 if [ $# -eq 0 ]; then
     # The README's test command, one step per line, with its own build directory. Without the
     # examples (each a libtorch TU of 75-120 s of CPU here, about 3 min of CI's time for the four,
-    # for API calls the test executables make too) and without the command-line tool (two more
-    # TUs, whose tests read ../shared/reference-dumps, absent here, and skip): the Debian 12 run
-    # builds and runs both; the headers behind the tool are compiled into the tests here too.
+    # for API calls the test executables make too), which the Debian 12 run builds and runs. With
+    # the command-line tool: its tests read the reference dumps in tests/data, and Chromium is in
+    # the chroot for the report's, so every test but the CUDA ones runs here too (issue 49).
     set -- /usr/bin/env TORCHPROBE_CI_JOBS="$JOBS" /bin/bash .ci/suite.sh debian13 "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
-        -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_BUILD_CLI=OFF
+        -DTORCHPROBE_BUILD_EXAMPLES=OFF
 fi
 
 log "setup took $(since "$T_START") s (Debian $(cat "$ROOT/etc/debian_version"), repo at $SRC_IN_CHROOT)"

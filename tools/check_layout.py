@@ -3,7 +3,10 @@
 
   1. folders form layers, and a header includes only headers of its own layer or of lower ones;
   2. our headers are included one way: #include "torchprobe/<folder>/<file>.hpp";
-  3. no header is longer than 400 lines.
+  3. no header is longer than 400 lines;
+  4. what README promises of the sources: the library and the tool never call
+     std::filesystem::remove_all (pip's torch 2.x exports a broken copy of it, README "Install"), and
+     torchprobe.hpp does not reach distributed.hpp nor c10d's headers (README "Distributed").
 
 Exit status 1 with one line per violation; run by ctest (test "layout").
 """
@@ -50,6 +53,39 @@ def misplaced(header: pathlib.Path, included: pathlib.Path):
     return None
 
 
+def reached_from(header: pathlib.Path) -> set:
+    """Every header of ours that `header` includes, directly or not, and the others it names."""
+    seen, todo, others = set(), [header], set()
+    while todo:
+        h = todo.pop()
+        if h in seen:
+            continue
+        seen.add(h)
+        for _, target in INCLUDE.findall(h.read_text()):
+            if target.startswith("torchprobe/") and (ROOT.parent / target).exists():
+                todo.append(ROOT.parent / target)
+            else:
+                others.add(target)
+    return seen | others
+
+
+def promised_rules() -> list:
+    problems = []
+    sources = list(ROOT.rglob("*.hpp")) + list((ROOT.parent.parent / "tools" / "cli").rglob("*.[ch]pp"))
+    for f in sorted(sources):
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            code = line.split("//")[0]
+            if re.search(r"\bremove_all\s*\(", code):
+                problems.append(f"{f.relative_to(ROOT.parent.parent)}:{n}: calls remove_all, which pip's torch 2.x "
+                                "breaks (README, Install): remove folders as tests/remove_tree.hpp does")
+    reached = reached_from(ROOT / "torchprobe.hpp")
+    for r in sorted(map(str, reached)):
+        if r.endswith("distributed.hpp") or "distributed/c10d" in r:
+            problems.append(f"include/torchprobe/torchprobe.hpp reaches {r}: it needs c10d's headers and is "
+                            "included only where the program asks for it (README, Distributed)")
+    return problems
+
+
 def main() -> int:
     problems = []
     for header in sorted(ROOT.rglob("*.hpp")):
@@ -72,6 +108,7 @@ def main() -> int:
             why = misplaced(header, included)
             if why:
                 problems.append(f"{rel}: includes {target}: {why}")
+    problems += promised_rules()
     for p in problems:
         print(p)
     print(f"check_layout: {len(problems)} problem(s) in {sum(1 for _ in ROOT.rglob('*.hpp'))} headers")

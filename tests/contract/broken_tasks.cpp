@@ -65,5 +65,7 @@ void make_each() {
   tp::BasicDebugger<tp::Level::L1, WithoutKeep> without_keep;
   tp::BasicDebugger<tp::Level::L1, DescribeWithoutSite> describe_without_site;
   tp::BasicDebugger<tp::Level::L1, tp::StatisticsTask, SinkWithOldOpen> old_sink;
+  // A built-in task at a level it does not run at: structure is L0 or mix (README, Structure).
+  tp::Debugger<tp::Level::L1, tp::Task::Structure> structure_at_l1;
 }
 static_assert(sizeof(tp::TaskList<tp::StatisticsTask, EndsWithoutReason>) > 0);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the seed inputs of each fuzz target (tests/fuzz/corpus/TARGET/seed-*) from real files:
-msprobe's reference dumps (../shared/reference-dumps) and the suite's data (tests/data). Run once
+msprobe's reference dumps (tests/data/reference-dumps) and the suite's data (tests/data). Run once
 when a target is added; the corpus libFuzzer grows from the seeds is kept minimized beside them
 (tests/fuzz/README.md). Inputs standing for several files hold them apart with NUL bytes."""
 import glob
@@ -10,7 +10,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-REF = os.path.join(REPO, "..", "shared", "reference-dumps")
+REF = os.path.join(REPO, "tests", "data", "reference-dumps")
 DATA = os.path.join(REPO, "tests", "data")
 MOST = 64 * 1024  # a seed larger than this slows fuzzing more than it helps
 

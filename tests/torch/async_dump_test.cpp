@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -146,7 +147,42 @@ TEST_CASE("async_dump: a step's held files are written with that step, and the n
   CHECK(files_in(step1).size() == 2);
 }
 
-TEST_CASE("async_dump: CUDA tensors are copied without waiting for the device, files equal to the CPU run's") {
+TEST_CASE("async_dump: a step's snapshots stay in memory past max_pending_mb's cap, and every file is written") {
+  tptest::TempDir tmp;
+  tp::Debugger<tp::Level::L1, tp::Task::Tensor> dbg(
+      tp::Options().dump_path(tmp.path()).async_dump(true).max_pending_mb(1).list({"neg"}));
+  // Four calls of 2 MiB each, input and output: 16 MiB of snapshots against a cap of 1 MiB. A cap
+  // that made the step wait for the writer would never be lifted (the files go at stop()): run the
+  // step on another thread so that a hang fails the case instead of the suite.
+  auto step = std::async(std::launch::async, [&] {
+    dbg.start();
+    for (int k = 0; k < 4; ++k) torch::full({1 << 19}, double(k + 1)).neg();
+    const auto handed = dbg.task().saver().writer()->ticket();
+    dbg.stop();
+    return handed;
+  });
+  REQUIRE(step.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  CHECK(step.get() == 0);  // nothing handed over during the step
+  dbg.wait_written();
+  int rc = 0;
+  const std::string out = tptest::run_python(
+      "import torch\n"
+      "d = '" +
+          rank_dir(tmp.path()) +
+          "/dump_tensor_data/'\n"
+          "ok = all(torch.equal(torch.load(d + 'Aten.neg.%d.forward.input.0.pt' % k), torch.full((1 << 19,), k + "
+          "1.0))\n"
+          "         and torch.equal(torch.load(d + 'Aten.neg.%d.forward.output.0.pt' % k), torch.full((1 << 19,), -k - "
+          "1.0))\n"
+          "         for k in range(4))\n"
+          "print(ok)\n",
+      &rc);
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out == "True\n");
+}
+
+TEST_CASE("async_dump: CUDA tensors are copied without waiting for the device, files equal to the CPU run's" *
+          TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   tptest::TempDir tmp;
   const torch::Device cuda(torch::kCUDA, 0);
@@ -158,7 +194,8 @@ TEST_CASE("async_dump: CUDA tensors are copied without waiting for the device, f
   CHECK_FALSE(fs::exists(rank_dir(tmp / "cuda") + "/dump_error_info.log"));
 }
 
-TEST_CASE("async_dump: the training thread does not wait for the device while the step runs (CUDA)") {
+TEST_CASE("async_dump: the training thread does not wait for the device while the step runs (CUDA)" *
+          TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   const SleepFn sleep = cuda_sleep();
   if (!sleep) TP_SKIP("at::cuda::sleep not found in the loaded libtorch");

@@ -198,7 +198,7 @@ TEST_CASE("a .pt file is read as msprobe reads it: squeezed, bfloat16 as float32
 
 TEST_CASE("the tensor-mode CSV of msprobe's Python tensor dumps (step0 vs step1) has msprobe's columns and values") {
   const fs::path t = kRef / "tensor_mix/step0/proc10275", b = kRef / "tensor_mix/step1/proc10275";
-  if (!fs::exists(t / "dump.json")) TP_SKIP("no reference dumps at " << kRef);
+  REQUIRE_MESSAGE(fs::exists(t / "dump.json"), "no reference dumps at " << kRef);
   tptest::TempDir tmp;
   const Csv c = compare(t / "dump.json", b / "dump.json", tmp / "out");
   INFO(c.log);
@@ -232,7 +232,7 @@ TEST_CASE("the tensor-mode CSV of msprobe's Python tensor dumps (step0 vs step1)
 
 TEST_CASE("python3's torch reading the same .pt files computes the same tensor-mode cells") {
   const fs::path t = kRef / "tensor_mix/step0/proc10275", b = kRef / "tensor_mix/step1/proc10275";
-  if (!fs::exists(t / "dump.json")) TP_SKIP("no reference dumps at " << kRef);
+  REQUIRE_MESSAGE(fs::exists(t / "dump.json"), "no reference dumps at " << kRef);
   // msprobe's formulas (npy_compare.py) with torch tensors in place of numpy arrays, and Python's
   // own float formatting and round(), for the non-0-d float32 files.
   const std::string script = R"PY(
@@ -362,7 +362,7 @@ TEST_CASE("a TorchProbe tensor dump against itself is cosine 1 and error 0; a pl
   // Against msprobe's Python dump of the same model: the C++ side's Aten rows have no partner by
   // name (N/A: no metric), the module rows pair by name and carry both file names.
   const fs::path py = kRef / "tensor_mix/step0/proc10275";
-  if (!fs::exists(py / "dump.json")) TP_SKIP("no reference dumps at " << kRef);
+  REQUIRE_MESSAGE(fs::exists(py / "dump.json"), "no reference dumps at " << kRef);
   const Csv mixed = compare(a, py, tmp / "mixed");
   INFO(mixed.log);
   int unmatched = 0, paired = 0;

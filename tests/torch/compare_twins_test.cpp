@@ -137,6 +137,16 @@ TEST_CASE(
     "explained") {
   const tptest::ReferenceKernels kernels;  // the corpus's: one thread, no oneDNN on 2.x
   Json coverage = Json::array();
+#if TORCH_VERSION_MAJOR < 2
+  // msprobe's own compare read these C++ dumps (msprobe_compare.py, run where msprobe is; its
+  // figures are committed): each dump must still be the one it read, entry for entry.
+  const Json figures = tptest::read_json(kTwins / "msprobe_compare_figures.json");
+  auto figures_of = [&](const std::string& twin, const std::string& level) {
+    for (const Json& row : figures["twins"])
+      if (row["twin"] == twin && row["level"] == level) return row;
+    return Json();
+  };
+#endif
   for (const std::string& name : twins::names()) {
     for (const std::string level : {"L1", "mix"}) {
       CAPTURE(name);
@@ -158,6 +168,13 @@ TEST_CASE(
       const Json& s = report["summary"];
       CHECK(s["target_only"] == 0);
       CHECK(s["bench_only"] == 0);
+#if TORCH_VERSION_MAJOR < 2
+      const Json row = figures_of(name, level);
+      REQUIRE_MESSAGE(row.is_object(), "no msprobe compare figures for this twin: run msprobe_compare.py");
+      CHECK_MESSAGE(s["target_entries"] == row["npu_entries"],
+                    "the dump is no longer the one msprobe's compare read: run msprobe_compare.py again");
+      if (level == "mix") CHECK(row["msprobe_paired"].get<int>() > 0);  // msprobe paired its module entries
+#endif
       coverage.push_back({{"twin", name}, {"level", level}, {"summary", s}});
     }
   }

@@ -111,7 +111,8 @@ std::vector<std::string> files_in(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("statistics of CUDA fp32, bf16 and fp16 tensors, with NaN and inf, equal ATen float64 on their CPU copies") {
+TEST_CASE("statistics of CUDA fp32, bf16 and fp16 tensors, with NaN and inf, equal ATen float64 on their CPU copies" *
+          TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   const std::vector<at::Tensor> samples = float_samples();
   std::vector<at::Tensor> on_gpu;
@@ -145,7 +146,8 @@ TEST_CASE("statistics of CUDA fp32, bf16 and fp16 tensors, with NaN and inf, equ
   }
 }
 
-TEST_CASE("overflow_check writes the same entries, flags and files for CUDA tensors as for CPU tensors") {
+TEST_CASE("overflow_check writes the same entries, flags and files for CUDA tensors as for CPU tensors" *
+          TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   tptest::TempDir tmp;
   for (const char* where : {"cpu", "cuda"}) {
@@ -203,7 +205,8 @@ TEST_CASE("overflow_check writes the same entries, flags and files for CUDA tens
   CHECK_FALSE(fs::exists(cuda + "/dump_error_info.log"));
 }
 
-TEST_CASE("tensor task: .pt files of CUDA tensors, contiguous and strided, load in python as the equal CPU tensors") {
+TEST_CASE("tensor task: .pt files of CUDA tensors, contiguous and strided, load in python as the equal CPU tensors" *
+          TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   tptest::TempDir tmp;
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kBFloat16, at::kHalf};
@@ -244,7 +247,7 @@ TEST_CASE("tensor task: .pt files of CUDA tensors, contiguous and strided, load 
   CHECK_FALSE(fs::exists(rank + "/dump_error_info.log"));
 }
 
-TEST_CASE("summary_mode md5 of a CUDA tensor is zlib.crc32 of its CPU bytes") {
+TEST_CASE("summary_mode md5 of a CUDA tensor is zlib.crc32 of its CPU bytes" * TP_NEEDS("cuda")) {
   if (!torch::cuda::is_available()) TP_SKIP("no CUDA device");
   torch::manual_seed(22);
   const std::vector<at::Tensor> samples = {torch::randn({100}),

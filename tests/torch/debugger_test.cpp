@@ -66,8 +66,8 @@ TEST_CASE("the quick-start model's statistics equal those msprobe's Python dump 
     CAPTURE(s);
     const std::string step = "/step" + std::to_string(s);
     const Json ours = tptest::read_json(tmp.path() + step + "/" + proc_dir() + "/dump.json")["data"];
-    const Json ref = tptest::read_json(only_subdir(std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/stat_L1" + step) +
-                                       "/dump.json")["data"];
+    const Json ref = tptest::read_json(
+        only_subdir(std::string(TORCHPROBE_TESTS_DIR) + "/data/reference-dumps/stat_L1" + step) + "/dump.json")["data"];
     const Json& linear = ref["Functional.linear.0.forward"];
     const Json &x = linear["input_args"][0], &w = linear["input_args"][1], &b = linear["input_args"][2],
                &y = linear["output"][0];
@@ -196,6 +196,12 @@ TEST_CASE("set_init_step numbers the steps from the given value") {
   run_reference_program(dbg, 2);
   CHECK(fs::exists(tmp.path() + "/step10"));
   CHECK(fs::exists(tmp.path() + "/step11"));
+  // Called again after steps were taken, it restarts the count there (msprobe resets its loop).
+  dbg.set_init_step(100);
+  run_reference_program(dbg, 1);
+  CHECK(fs::exists(tmp.path() + "/step100"));
+  CHECK_FALSE(fs::exists(tmp.path() + "/step102"));
+  CHECK_FALSE(fs::exists(tmp.path() + "/step12"));
   CHECK_THROWS_AS(dbg.set_init_step(-1), std::invalid_argument);
 }
 
@@ -576,6 +582,58 @@ TEST_CASE("a backward that runs after step() belongs to no dumped step: nothing 
   CHECK(d["data"].size() > 0);
   for (const auto& kv : d["data"].items()) CHECK(kv.key().find(".backward") == std::string::npos);
   CHECK_FALSE(fs::exists(tmp / "step1"));
+}
+
+TEST_CASE("a Debugger destroyed without step() writes what arrived since stop(), as step() would have") {
+  tptest::TempDir tmp;
+  auto run = [&](const std::string& dir, bool call_step) {
+    torch::manual_seed(5);
+    Net net;
+    const auto x = torch::randn({3, 8});
+    {
+      L1Stats dbg(tp::Options().dump_path(tmp / dir).extra_info(false));
+      dbg.start(net);
+      auto loss = net->forward(x).sum();
+      dbg.stop();
+      loss.backward();  // after stop(): it belongs to this step, written at step() or by the destructor
+      if (call_step) dbg.step();
+    }
+    return tptest::read_json(tmp / (dir + "/step0/proc" + std::to_string(::getpid()) + "/dump.json"));
+  };
+  const Json destroyed = run("destroyed", false), stepped = run("stepped", true);
+  CHECK(destroyed["data"].contains("Aten.addmm.0.backward"));
+  CHECK(destroyed["data"] == stepped["data"]);
+}
+
+TEST_CASE("a tp::Debugger is not the process's debugger: torchprobe::start/stop/step do not reach it") {
+  tptest::TempDir tmp;
+  Net net;
+  L1Stats dbg(tp::Options().dump_path(tmp.path()));
+  CHECK_THROWS_AS(tp::process_debugger(), std::logic_error);
+  CHECK_THROWS_AS(tp::start(net), std::logic_error);
+  CHECK_THROWS_AS(tp::stop(), std::logic_error);
+  CHECK_THROWS_AS(tp::step(), std::logic_error);
+  CHECK_FALSE(dbg.running());
+}
+
+TEST_CASE("precision low or high changes nothing TorchProbe writes: statistics are accumulated in double") {
+  tptest::TempDir tmp;
+  auto dump_with = [&](const std::string& precision) {
+    torch::manual_seed(9);
+    Net net;
+    net->to(torch::kBFloat16);  // bf16 tensors, where a low-precision sum would show
+    tp::Debugger<tp::Level::L1, tp::Task::Statistics> dbg(
+        tp::Options().dump_path(tmp / precision).extra_info(false).set("precision", precision));
+    dbg.start(net);
+    net->forward(torch::randn({64, 8}).to(torch::kBFloat16) * 100).sum();
+    dbg.stop();
+    dbg.step();
+    dbg.wait_written();
+    return tptest::read_text(tmp / (precision + "/step0/proc" + std::to_string(::getpid()) + "/dump.json"));
+  };
+  const std::string low = dump_with("low");
+  CHECK(low.find("Aten.addmm.0.forward") != std::string::npos);
+  CHECK(low == dump_with("high"));
 }
 
 TEST_CASE("Options' task() and level() setters configure a PrecisionDebugger as set(\"task\"/\"level\") does") {

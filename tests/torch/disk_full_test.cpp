@@ -180,7 +180,8 @@ std::string rank_dir(const std::string& dump_path, int step) {
 
 TEST_CASE(
     "a full disk (tmpfs): journal, dump.json and stack.json fail with ENOSPC, training goes on, recover_dump.py "
-    "rebuilds the steps") {
+    "rebuilds the steps" *
+    TP_NEEDS("root")) {
   SmallDisk disk(8 << 20);
   if (!disk.mounted()) TP_SKIP("cannot mount a tmpfs here (" << disk.why() << "); needs root");
   const std::vector<at::Tensor> plain = train(nullptr, 4);

@@ -34,12 +34,12 @@ Json csv_rows(const std::string& path) {
   return Json::parse(out);
 }
 
-// The rows of one of msprobe's CSVs under reference-dumps/ (`relative`); none, with a SKIPPED line,
-// where the reference dumps are not there (the Debian 13 chroot has the repository only).
+// The rows of one of msprobe's CSVs under tests/data/reference-dumps/ (`relative`): a missing file
+// fails the case (the reference dumps are part of the repository).
 std::optional<Json> reference_rows(const std::string& relative) {
   const std::string path = std::string(TORCHPROBE_REFERENCE_DUMPS) + "/" + relative;
   if (std::filesystem::exists(path)) return csv_rows(path);
-  MESSAGE("SKIPPED: no msprobe reference dump " << path << ": its rows are not compared");
+  FAIL("no msprobe reference dump " << path);
   return std::nullopt;
 }
 

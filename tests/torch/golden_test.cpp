@@ -113,10 +113,12 @@ std::vector<std::string> differences(const Files& want, const Files& got) {
 
 // Compares what the scenario wrote under `dump_dir` with its golden set, or, when updating,
 // replaces the golden set by it.
-void check_golden(const std::string& scenario, const std::string& dump_dir) {
+// `root`: the golden set's folder (this libtorch's under tests/data/golden, or another for the test
+// of the update itself).
+void check_golden(const std::string& scenario, const std::string& dump_dir, const std::string& root = golden_root()) {
   const Files got = collect_dump(dump_dir);
   REQUIRE_FALSE(got.empty());
-  const std::string dir = golden_root() + "/" + scenario;
+  const std::string dir = root + "/" + scenario;
   if (updating()) {
     tptest::remove_tree(dir);
     for (const auto& [name, bytes] : got) {
@@ -246,7 +248,30 @@ TEST_CASE("golden comparison reports a changed byte, a missing file and an extra
   CHECK(c.at("d.pt") == tmp.path());
 }
 
-TEST_CASE("golden: the quick-start model at mix with statistics, two steps") {
+TEST_CASE("TORCHPROBE_UPDATE_GOLDEN=1 writes the golden set that a run without it then matches byte for byte") {
+  tptest::TempDir root, first, second;
+  struct Unset {
+    ~Unset() { ::unsetenv("TORCHPROBE_UPDATE_GOLDEN"); }
+  } unset;
+  ::setenv("TORCHPROBE_UPDATE_GOLDEN", "1", 1);
+  {
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(first.path()));
+    run_quick_start(dbg);
+  }
+  check_golden("regenerated", first.path(), root.path());
+  const Files written = read_golden(root / "regenerated");
+  CHECK(written == collect_dump(first.path()));
+  CHECK(written.count("step1/rank0/dump.json") == 1);
+  ::unsetenv("TORCHPROBE_UPDATE_GOLDEN");
+  {
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(second.path()));
+    run_quick_start(dbg);
+  }
+  check_golden("regenerated", second.path(), root.path());  // fails the case on any difference
+  CHECK(read_golden(root / "regenerated") == written);      // and leaves the set as it was
+}
+
+TEST_CASE("golden: the quick-start model at mix with statistics, two steps" * TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   tptest::TempDir tmp;
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp.path()));
@@ -254,7 +279,7 @@ TEST_CASE("golden: the quick-start model at mix with statistics, two steps") {
   check_golden("quick_start_mix", tmp.path());
 }
 
-TEST_CASE("golden: the quick-start model at mix with summary_mode md5") {
+TEST_CASE("golden: the quick-start model at mix with summary_mode md5" * TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   tptest::TempDir tmp;
   tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp.path()).summary_mode("md5"));
@@ -262,7 +287,8 @@ TEST_CASE("golden: the quick-start model at mix with summary_mode md5") {
   check_golden("quick_start_md5", tmp.path());
 }
 
-TEST_CASE("golden: the tensor task at L1 and at mix, one step of the quick-start model: dump.json and the .pt files") {
+TEST_CASE("golden: the tensor task at L1 and at mix, one step of the quick-start model: dump.json and the .pt files" *
+          TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   for (const bool mix : {false, true}) {
     CAPTURE(mix);
@@ -279,7 +305,8 @@ TEST_CASE("golden: the tensor task at L1 and at mix, one step of the quick-start
   }
 }
 
-TEST_CASE("golden: overflow_check at L1 and at mix, with overflow_summary.json and the .pt files") {
+TEST_CASE("golden: overflow_check at L1 and at mix, with overflow_summary.json and the .pt files" *
+          TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   {
     tptest::TempDir tmp;
@@ -307,7 +334,8 @@ TEST_CASE("golden: overflow_check at L1 and at mix, with overflow_summary.json a
   }
 }
 
-TEST_CASE("golden: save() of a tensor with its gradient, a list and a dict writes debug.json and the .pt files") {
+TEST_CASE("golden: save() of a tensor with its gradient, a list and a dict writes debug.json and the .pt files" *
+          TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   tptest::TempDir tmp;
   tp::Debugger<tp::Level::Debug, tp::Task::Tensor> dbg(tp::Options().dump_path(tmp.path()));
@@ -328,7 +356,7 @@ TEST_CASE("golden: save() of a tensor with its gradient, a list and a dict write
   check_golden("save_debug", tmp.path());
 }
 
-TEST_CASE("golden: L0 with a ModuleGuard block and probe_children, statistics") {
+TEST_CASE("golden: L0 with a ModuleGuard block and probe_children, statistics" * TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   tptest::TempDir tmp;
   tp::Debugger<tp::Level::L0, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp.path()));
@@ -345,7 +373,7 @@ TEST_CASE("golden: L0 with a ModuleGuard block and probe_children, statistics") 
   check_golden("modules_L0", tmp.path());
 }
 
-TEST_CASE("golden: a TorchScript model scripted by python3 at mix") {
+TEST_CASE("golden: a TorchScript model scripted by python3 at mix" * TP_NEEDS("golden_set")) {
   GOLDEN_REQUIRES_SET();
   tptest::TempDir tmp;
   const std::string path = tmp / "net.pt";

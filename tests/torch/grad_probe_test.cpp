@@ -138,7 +138,7 @@ bool have_reference() { return fs::exists(kRef + "/configs/cfg_L1.json"); }
 }  // namespace
 
 TEST_CASE("the libtorch quick-start run writes msprobe's grad_probe files for L0, L1, L2, bounds and a step filter") {
-  if (!have_reference()) TP_SKIP("no msprobe reference dumps at " << kRef);
+  REQUIRE_MESSAGE(have_reference(), "no msprobe reference dumps at " << kRef);
   for (const char* name : {"L0", "L1", "L2", "L2_bounds", "L1_step1"}) {
     CAPTURE(name);
     tptest::TempDir dir;
@@ -149,7 +149,7 @@ TEST_CASE("the libtorch quick-start run writes msprobe's grad_probe files for L0
 }
 
 TEST_CASE("run B of the comparison (other inputs after the same seed) is reproduced too") {
-  if (!have_reference()) TP_SKIP("no msprobe reference dumps at " << kRef);
+  REQUIRE_MESSAGE(have_reference(), "no msprobe reference dumps at " << kRef);
   tptest::TempDir dir;
   tp::GradMonitor mon(kRef + "/configs/cfg_L1_runB.json", tp::Options().dump_path(dir.path()));
   run_reference_script(mon, 99);
@@ -158,7 +158,7 @@ TEST_CASE("run B of the comparison (other inputs after the same seed) is reprodu
 
 TEST_CASE(
     "PrecisionDebugger with task grad_probe is a GradMonitor: monitor(model), then step() before optimizer.step()") {
-  if (!have_reference()) TP_SKIP("no msprobe reference dumps at " << kRef);
+  REQUIRE_MESSAGE(have_reference(), "no msprobe reference dumps at " << kRef);
   tptest::TempDir dir;
   tp::PrecisionDebugger dbg(kRef + "/configs/cfg_L2.json", tp::Options().dump_path(dir.path()));
   CHECK(dbg.config().task == tp::Task::GradProbe);

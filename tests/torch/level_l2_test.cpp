@@ -89,6 +89,28 @@ TEST_CASE("at L2 the t and addmm that at::linear runs are entries under the line
     if (!kv.value().is_null()) CHECK(d.contains(kv.value().get<std::string>()));
 }
 
+TEST_CASE("at L2 the ops left out at L1 are left out with everything they run, and leave the counters alone") {
+  torch::manual_seed(3);
+  const at::Tensor t = torch::randn({3});
+  at::Tensor z = torch::randn({3});
+  at::Tensor f = torch::randn({3});
+  MemoryDebugger<tp::Level::L2> dbg(memory_options());
+  dbg.start();
+  const at::Tensor d = t.detach();
+  const at::Tensor e = torch::empty({3});
+  z.zero_();                                 // runs a fill_ inside
+  const at::Tensor o = torch::ones_like(t);  // runs empty_like and a fill_ inside
+  f.fill_(2.0);                              // the user's own fill_
+  const at::Tensor s = torch::add(t, f);
+  dbg.stop();
+  const auto& files = dbg.sink().step(0);
+  // Nothing of detach, empty, zero_ or ones_like; the user's fill_ is the first fill_ (number 0).
+  CHECK(names_of(files.dump) == std::vector<std::string>{"Aten.fill_.0.forward", "Aten.add.0.forward"});
+  CHECK(files.dump["data"]["Aten.fill_.0.forward"]["input_args"][1]["value"] == 2.0);
+  CHECK(o.equal(torch::ones({3})));
+  CHECK(z.equal(torch::zeros({3})));
+}
+
 TEST_CASE("at L1 the same program records only the outermost linear call and no parents") {
   LinearInputs in(false);
   MemoryDebugger<tp::Level::L1> dbg(memory_options());

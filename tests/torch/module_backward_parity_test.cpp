@@ -52,17 +52,14 @@ int check_module_backwards(const Json& data) {
 }  // namespace
 
 TEST_CASE("msprobe's reference dumps and TorchProbe's dump of the same program follow one module backward rule") {
-  if (std::filesystem::exists(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/stat_L0")) {
-    int theirs = 0;
-    for (const char* dump : {"stat_L0", "stat_mix", "md5_mix", "tensor_mix"})
-      for (const auto& step : std::filesystem::directory_iterator(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/" + dump))
-        for (const auto& rank : std::filesystem::directory_iterator(step.path()))
-          theirs += check_module_backwards(tptest::read_json(rank.path().string() + "/dump.json")["data"]);
-    CHECK(theirs == 8);  // Module.fc.Linear.backward.0 of each dump's two steps
-  } else {
-    MESSAGE("SKIPPED: no msprobe reference dumps at " << TORCHPROBE_REFERENCE_DUMPS
-                                                      << ": only TorchProbe's dump is checked");
-  }
+  REQUIRE_MESSAGE(std::filesystem::exists(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/stat_L0"),
+                  "no msprobe reference dumps at " << TORCHPROBE_REFERENCE_DUMPS);
+  int theirs = 0;
+  for (const char* dump : {"stat_L0", "stat_mix", "md5_mix", "tensor_mix"})
+    for (const auto& step : std::filesystem::directory_iterator(std::string(TORCHPROBE_REFERENCE_DUMPS) + "/" + dump))
+      for (const auto& rank : std::filesystem::directory_iterator(step.path()))
+        theirs += check_module_backwards(tptest::read_json(rank.path().string() + "/dump.json")["data"]);
+  CHECK(theirs == 8);  // Module.fc.Linear.backward.0 of each dump's two steps
   tptest::TempDir tmp;
   tptest::run_reference_program<tp::Level::Mix>(tmp.path(), "statistics");
   int ours = 0;

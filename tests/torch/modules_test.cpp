@@ -50,7 +50,8 @@ void check_same_statistics(const Json& ours, const Json& theirs) {
 
 // msprobe's Python dump of step `s` at a level ("stat_L0", "stat_mix").
 Json reference(const std::string& level, int s) {
-  const std::string dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/" + level + "/step" + std::to_string(s);
+  const std::string dir =
+      std::string(TORCHPROBE_TESTS_DIR) + "/data/reference-dumps/" + level + "/step" + std::to_string(s);
   for (const auto& e : std::filesystem::directory_iterator(dir))
     return tptest::read_json(e.path().string() + "/dump.json")["data"];
   return Json();
@@ -405,6 +406,110 @@ TEST_CASE("every parameter-owning leaf of torch::nn is found without any change 
   }
   // BatchNorm's running statistics are its state, not its inputs
   CHECK(d["Module.bn.BatchNorm1d.forward.0"]["input_args"].size() == 1);
+}
+
+namespace {
+// Fine-tuning: a frozen backbone (fc1, no parameter needs a gradient) and one frozen parameter of a
+// trained layer (fc2's bias).
+struct PartlyFrozenImpl : torch::nn::Module {
+  PartlyFrozenImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(8, 8))), fc2(register_module("fc2", torch::nn::Linear(8, 4))) {
+    for (auto& p : fc1->parameters()) p.requires_grad_(false);
+    fc2->bias.requires_grad_(false);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(PartlyFrozen);
+}  // namespace
+
+TEST_CASE("a partly frozen model (fine-tuning): gradient entries only for trained parameters, backward entries whole") {
+  // Steps 0 and 1 train fc2's weight only; step 2 freezes it too (a layer frozen after training).
+  constexpr int kSteps = 3;
+  auto freeze_at = [](PartlyFrozen& model, int s) {
+    if (s == 2) model->fc2->weight.requires_grad_(false);
+  };
+  // The plain run, with the gradients at each module boundary kept for reference.
+  struct Step {
+    torch::Tensor loss, x_grad, w2_grad, h_grad, a_grad, y_grad;
+  };
+  auto plain = [&] {
+    torch::manual_seed(5);
+    PartlyFrozen model;
+    std::vector<Step> out;
+    for (int s = 0; s < kSteps; ++s) {
+      freeze_at(model, s);
+      const auto x = torch::randn({3, 8}, torch::requires_grad());
+      auto h = model->fc1(x);
+      auto a = torch::relu(h);
+      auto y = model->fc2(a);
+      for (auto* t : {&h, &a, &y}) t->retain_grad();
+      const auto loss = y.pow(2).sum();
+      loss.backward();
+      const auto w2 = model->fc2->weight.grad();
+      out.push_back({loss.detach(), x.grad().clone(), w2.defined() ? w2.clone() : w2, h.grad(), a.grad(), y.grad()});
+      model->zero_grad(/*set_to_none=*/true);
+    }
+    return out;
+  };
+  const std::vector<Step> ref = plain();
+  REQUIRE(ref[1].w2_grad.defined());
+  REQUIRE(!ref[2].w2_grad.defined());
+
+  torch::manual_seed(5);
+  PartlyFrozen model;
+  MemoryDebugger<tp::Level::Mix> dbg(memory_options());
+  for (int s = 0; s < kSteps; ++s) {
+    CAPTURE(s);
+    freeze_at(model, s);
+    const auto x = torch::randn({3, 8}, torch::requires_grad());
+    torch::Tensor loss;
+    {
+      tp::ScopedDump scope(dbg, model);
+      loss = model->forward(x).pow(2).sum();
+      loss.backward();
+    }
+    dbg.step();
+    // The probe changes nothing: loss and gradients bit-identical, frozen parameters still without.
+    CHECK(torch::equal(loss.detach(), ref[s].loss));
+    CHECK(torch::equal(x.grad(), ref[s].x_grad));
+    CHECK(model->fc2->weight.grad().defined() == ref[s].w2_grad.defined());
+    if (ref[s].w2_grad.defined()) CHECK(torch::equal(model->fc2->weight.grad(), ref[s].w2_grad));
+    CHECK(!model->fc1->weight.grad().defined());
+    CHECK(!model->fc1->bias.grad().defined());
+    CHECK(!model->fc2->bias.grad().defined());
+    model->zero_grad(/*set_to_none=*/true);
+
+    Json d = dbg.sink().step(s).dump["data"];
+    // The module entries in msprobe's order: a module's parameters_grad right before its backward
+    // entry, each backward entry as its gradient arrives (none held back for a frozen parameter).
+    std::vector<std::string> modules;
+    for (const auto& n : names_of(d))
+      if (n.rfind("Module.", 0) == 0) modules.push_back(n);
+    std::vector<std::string> want = {"Module.fc1.Linear.forward.0", "Module.fc2.Linear.forward.0",
+                                     "Module.fc2.Linear.parameters_grad.0", "Module.fc2.Linear.backward.0",
+                                     "Module.fc1.Linear.backward.0"};
+    if (s == 2) want.erase(want.begin() + 2);  // fc2 trains nothing any more
+    CHECK(modules == want);
+    if (s < 2) {
+      const std::string g = "Module.fc2.Linear.parameters_grad.0";
+      REQUIRE(d.contains(g));
+      CHECK(names_of(d[g]) == std::vector<std::string>{"weight"});
+      check_item_is(d[g]["weight"][0], ref[s].w2_grad);
+    }
+    // The forward entries say which parameters are trained.
+    CHECK(d["Module.fc1.Linear.forward.0"]["parameters"]["weight"]["requires_grad"] == false);
+    CHECK(d["Module.fc2.Linear.forward.0"]["parameters"]["weight"]["requires_grad"] == (s < 2));
+    CHECK(d["Module.fc2.Linear.forward.0"]["parameters"]["bias"]["requires_grad"] == false);
+    // Backward entries: "input" is the gradient arriving at the module's output, "output" the one it
+    // passes to its input. fc1's are there although none of its parameters is trained.
+    REQUIRE(d.contains("Module.fc2.Linear.backward.0"));
+    REQUIRE(d.contains("Module.fc1.Linear.backward.0"));
+    check_item_is(d["Module.fc2.Linear.backward.0"]["input"][0], ref[s].y_grad);
+    check_item_is(d["Module.fc2.Linear.backward.0"]["output"][0], ref[s].a_grad);
+    check_item_is(d["Module.fc1.Linear.backward.0"]["input"][0], ref[s].h_grad);
+    check_item_is(d["Module.fc1.Linear.backward.0"]["output"][0], ref[s].x_grad);
+  }
 }
 
 TEST_CASE("with mix on, losses and gradients stay bit-identical") {

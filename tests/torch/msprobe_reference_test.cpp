@@ -54,9 +54,10 @@ Json read_python_json(const std::string& path) {
   return Json::parse(out);
 }
 
-// msprobe's dump.json "data" of step `s` in tests/data/msprobe/{name} (one process folder per step).
+// msprobe's dump.json "data" of step `s` in tests/data/reference-dumps/{name} (one process folder per step).
 Json reference(const std::string& name, int s) {
-  const std::string dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/" + name + "/step" + std::to_string(s);
+  const std::string dir =
+      std::string(TORCHPROBE_TESTS_DIR) + "/data/reference-dumps/" + name + "/step" + std::to_string(s);
   std::vector<fs::path> procs{fs::directory_iterator(dir), fs::directory_iterator()};
   REQUIRE(procs.size() == 1);
   return read_python_json((procs[0] / "dump.json").string())["data"];

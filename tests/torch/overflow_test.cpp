@@ -247,6 +247,69 @@ TEST_CASE("the planted op is the origin: a multiply by a large constant, an exp,
   }
 }
 
+TEST_CASE("a NaN is an overflow too: 0/0 and sqrt(-1) are written and named as origin, on both paths") {
+  struct Case {
+    const char* origin;
+    std::function<torch::Tensor()> run;
+  };
+  // Every other planted overflow in this file is an infinity: these make NaN and nothing infinite.
+  const Case cases[] = {
+      {"Aten.sqrt.0.forward",
+       [] {
+         return torch::sqrt(torch::tensor({4.0f, -1.0f, 9.0f})) * 2;
+       }},
+      {"Aten.div.0.forward", [] { return torch::div(torch::zeros({3}), torch::zeros({3})) * 2; }},
+  };
+  for (const bool device_path : {false, true}) {
+    for (const Case& c : cases) {
+      CAPTURE(device_path);
+      CAPTURE(c.origin);
+      tptest::TempDir tmp;
+      Overflow<tp::Level::L1, tp::MemorySink> dbg(tp::Options().dump_path(tmp.path()).overflow_nums(-1));
+      dbg.task().force_device_path(device_path);
+      torch::Tensor out;
+      {
+        tp::ScopedDump scope(dbg);
+        out = c.run();
+      }
+      REQUIRE(torch::isnan(out).any().item<bool>());
+      REQUIRE(!torch::isinf(out).any().item<bool>());
+      const auto& files = dbg.sink().step(0);
+      const Json summary = files.json_file("overflow_summary.json");
+      CHECK(summary["origin"] == c.origin);
+      REQUIRE(summary["calls"].size() == 2);  // the planted op and the multiply that carries its NaN
+      CHECK(summary["calls"][1]["role"] == "propagated");
+      REQUIRE(files.dump["data"].contains(c.origin));
+      CHECK(std::isnan(files.dump["data"][c.origin]["output"][0]["Max"].get<double>()));
+    }
+  }
+}
+
+TEST_CASE("-inf in a tensor whose Max stays finite is an overflow: log of a zero among positive values") {
+  for (const bool device_path : {false, true}) {
+    CAPTURE(device_path);
+    tptest::TempDir tmp;
+    Overflow<tp::Level::L1, tp::MemorySink> dbg(tp::Options().dump_path(tmp.path()).overflow_nums(-1));
+    dbg.task().force_device_path(device_path);
+    {
+      tp::ScopedDump scope(dbg);
+      // log: {-inf, 0, log 2}, Max finite. exp of it is finite again ({0, 1, 2}), but it received
+      // the -inf: it is written too, as propagated.
+      (void)torch::log(torch::tensor({0.0f, 1.0f, 2.0f})).exp();
+    }
+    const auto& files = dbg.sink().step(0);
+    const Json summary = files.json_file("overflow_summary.json");
+    CHECK(summary["origin"] == "Aten.log.0.forward");
+    REQUIRE(summary["calls"].size() == 2);
+    CHECK(summary["calls"][1]["name"] == "Aten.exp.0.forward");
+    CHECK(summary["calls"][1]["role"] == "propagated");
+    CHECK(keys_of(files.dump["data"]) == std::vector<std::string>{"Aten.log.0.forward", "Aten.exp.0.forward"});
+    const Json out = files.dump["data"]["Aten.log.0.forward"]["output"][0];
+    CHECK(out["Max"].get<double>() == doctest::Approx(std::log(2.0)));
+    CHECK(out["Min"].get<double>() == -std::numeric_limits<double>::infinity());
+  }
+}
+
 TEST_CASE("overflow_nums 1: the first overflowing call is written at once, then the dump ends and start() says why") {
   tptest::TempDir tmp;
   ForwardOverflow model;
@@ -400,6 +463,29 @@ TEST_CASE("mix: the origin's module parent, the module around it, and the backwa
   }
 }
 
+TEST_CASE("a weight that already holds inf (a bad optimizer step) is propagated, not an origin: no call made it") {
+  torch::manual_seed(3);
+  tptest::Net net;
+  {
+    torch::NoGradGuard no_grad;
+    net->fc->weight[1][2] = std::numeric_limits<float>::infinity();
+  }
+  tptest::TempDir tmp;
+  Overflow<tp::Level::Mix, tp::MemorySink> dbg(tp::Options().dump_path(tmp.path()).overflow_nums(-1));
+  {
+    tp::ScopedDump scope(dbg, net);
+    (void)net->forward(torch::ones({2, 8}));  // finite input; fc's output is inf in column 1
+  }
+  const auto& files = dbg.sink().step(0);
+  const Json summary = files.json_file("overflow_summary.json");
+  CHECK(summary["origin"].is_null());
+  std::map<std::string, std::string> role;
+  for (const Json& c : summary["calls"]) role[c["name"].get<std::string>()] = c["role"].get<std::string>();
+  CHECK(role["Module.fc.Linear.forward.0"] == "propagated");  // its parameter brought the inf in
+  CHECK(role.size() >= 2);                                    // and the ATen calls after it
+  for (const auto& kv : role) CHECK_MESSAGE(kv.second == "propagated", kv.first << ": " << kv.second);
+}
+
 TEST_CASE("device path (forced on CPU): decisions wait for one batched read at flush and match the CPU path") {
   auto dump_of = [](bool device, std::int64_t nums) {
     ForwardOverflow model;
@@ -490,7 +576,8 @@ TEST_CASE("the format matches classic msprobe's overflow_check dump of the same 
   }
   const Json ours = read_python_json(rank_dir(tmp.path()) + "/dump.json");
   // A copy of reference-dumps/classic/overflow_L1 (msprobe 8.3.3).
-  const std::string ref_dir = std::string(TORCHPROBE_TESTS_DIR) + "/data/msprobe/overflow_L1/step0/rank";
+  const std::string ref_dir =
+      std::string(TORCHPROBE_TESTS_DIR) + "/data/reference-dumps/classic/overflow_L1/step0/rank";
   const Json ref = read_python_json(ref_dir + "/dump.json");
   CHECK(keys_of(ours) == keys_of(ref));
   CHECK(ours["task"] == ref["task"]);

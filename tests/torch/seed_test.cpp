@@ -119,7 +119,8 @@ TEST_CASE("seed_all's seed outside [0, 2^32-1] is rejected by name") {
   CHECK_THROWS_AS(tp::seed_all(4294967296LL), std::invalid_argument);
 }
 
-TEST_CASE("mode turns on libtorch's deterministic algorithms: a non-deterministic kernel raises, as libtorch does") {
+TEST_CASE("mode turns on libtorch's deterministic algorithms: a non-deterministic kernel raises, as libtorch does" *
+          TP_NEEDS("cuda")) {
   SeedDefaults restore;
   // No CPU kernel of libtorch 1.13 alerts (checked with python3: index_add_, put_(accumulate),
   // histc, bincount, scatter_reduce, pooling backwards all run), so the CPU check calls the alert
@@ -187,12 +188,26 @@ TEST_CASE("rm_dropout makes a training Dropout(0.5) model's output and gradients
   CHECK_FALSE(model->forward(x).equal(eval_out));
 }
 
+TEST_CASE("seed_all leaves msprobe's NPU variables unset: they mean nothing to libtorch") {
+  SeedDefaults restore;
+  const char* npu_only[] = {"HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "CLOSE_MATMUL_K_SHIFT", "ATB_LLM_LCOC_ENABLE"};
+  for (const char* name : npu_only) ::unsetenv(name);
+  tp::seed_all(1234, /*mode=*/true, /*rm_dropout=*/false, /*is_enhanced=*/true);
+  for (const char* name : npu_only) CHECK_MESSAGE(std::getenv(name) == nullptr, name);
+}
+
 TEST_CASE("config keys seed and is_deterministic make the Debugger call seed_all; bad values are named errors") {
   SeedDefaults restore;
   tptest::TempDir tmp;
   {
     tp::Debugger<tp::Level::L1, tp::Task::Statistics> dbg(
         tp::Options().dump_path(tmp / "d").seed(1234).is_deterministic(true));
+    CHECK(at::globalContext().deterministicAlgorithms());
+    CHECK(mean_of_randn() == doctest::Approx(-0.08656439185142517).epsilon(1e-7));
+  }
+  tp::seed_all(99, false);
+  {  // is_deterministic without seed: the seed is msprobe's default, 1234 (README, configuration)
+    tp::Debugger<tp::Level::L1, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp / "g").is_deterministic(true));
     CHECK(at::globalContext().deterministicAlgorithms());
     CHECK(mean_of_randn() == doctest::Approx(-0.08656439185142517).epsilon(1e-7));
   }

@@ -188,6 +188,13 @@ TEST_CASE("strided tensors are walked in place and give the statistics of their 
         cube.permute({2, 0, 3, 1}),                       // permuted
         cube.contiguous(at::MemoryFormat::ChannelsLast),  // channels-last
         m.as_strided({50, 20}, {3, 1}),                   // overlapping windows
+        // Sliced in two outer dimensions: the walk carries over more than one index at once.
+        cube.slice(1, 0, 3, 2).slice(2, 1, 5, 2),
+        sample(dtype, 4 * 6 * 10).view({4, 6, 10}).slice(0, 1, 4, 2).slice(1, 0, 6, 2).slice(2, 1, 10, 3),
+        // A gather buffer of float32 holds 4096 elements (16 KiB): 4097 leave exactly one for the
+        // last flush, 4095 one short of a full buffer.
+        sample(dtype, 8194).slice(0, 0, 8194, 2),
+        sample(dtype, 8190).slice(0, 0, 8190, 2),
     };
     for (const at::Tensor& v : views) {
       for (KernelIsa isa : supported_isas()) check_against_reference(v, isa);
@@ -497,6 +504,15 @@ TEST_CASE("checksums: CRC-32 of the native bytes and the 64-bit XOR of little-en
   }
   CHECK(tp::stats::xor64(t) == want);
   CHECK(tp::stats::xor64(t.t().contiguous()) == tp::stats::xor64(t));
+  // Every length of the last word, 1 to 8 bytes, after zero to two full words: the same rule by hand.
+  for (std::int64_t n = 1; n <= 24; ++n) {
+    CAPTURE(n);
+    const at::Tensor bytes = torch::randint(1, 256, {n}).to(at::kByte);
+    const auto* q = bytes.data_ptr<std::uint8_t>();
+    std::uint64_t by_hand = 0;
+    for (std::int64_t k = 0; k < n; ++k) by_hand ^= std::uint64_t(q[k]) << (8 * (k % 8));
+    CHECK(tp::stats::xor64(bytes) == by_hand);
+  }
   // CRC-32 against python's zlib on the same bytes, for several dtypes including strided views.
   torch::manual_seed(15);
   const std::vector<at::Tensor> samples = {torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}),
@@ -527,15 +543,18 @@ TEST_CASE("checksums: CRC-32 of the native bytes and the 64-bit XOR of little-en
 TEST_CASE("checksums of strided tensors hash the logical bytes without a copy, equal to the contiguous copy's") {
   torch::manual_seed(16);
   const at::Tensor m = torch::randn({300, 301});
-  const std::vector<at::Tensor> views = {m.t(),
-                                         m.slice(1, 3, 299, 2),
-                                         m.select(1, 7),
-                                         m.to(at::kBFloat16).slice(0, 1, 300, 3),
-                                         m.slice(1, 0, 300),  // long rows, hashed in place
-                                         torch::randint(0, 100, {5, 1, 3}).expand({5, 4, 3}),  // stride 0 repeats bytes
-                                         m.to(at::kDouble).slice(0, 0, 64).t(),
-                                         m.to(at::kComplexFloat).slice(1, 0, 7).t(),
-                                         torch::randint(0, 2, {33, 17}).to(at::kByte).t().slice(0, 0, 17, 3)};
+  const std::vector<at::Tensor> views = {
+      m.t(),
+      m.slice(1, 3, 299, 2),
+      m.select(1, 7),
+      m.to(at::kBFloat16).slice(0, 1, 300, 3),
+      m.slice(1, 0, 300),                                   // rows of 1200 bytes, gathered
+      torch::randn({3, 2000}).slice(1, 0, 1500),            // rows of 6000 bytes: hashed in place
+      torch::randn({2048, 4}).t(),                          // 2048 elements 16 bytes apart
+      torch::randint(0, 100, {5, 1, 3}).expand({5, 4, 3}),  // stride 0 repeats bytes
+      m.to(at::kDouble).slice(0, 0, 64).t(),
+      m.to(at::kComplexFloat).slice(1, 0, 7).t(),
+      torch::randint(0, 2, {33, 17}).to(at::kByte).t().slice(0, 0, 17, 3)};
   for (const at::Tensor& v : views) {
     CAPTURE(v.sizes());
     CAPTURE(v.strides());

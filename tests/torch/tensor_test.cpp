@@ -241,7 +241,7 @@ TEST_CASE("the tensor task names files as msprobe does, with data_name after req
 
   // Module files have msprobe's names exactly (API names differ by design: Aten.* for Functional.*).
   const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) +
-                                     "/data/msprobe/tensor_mix/step0/proc10275/dump.json")["data"];
+                                     "/data/reference-dumps/tensor_mix/step0/proc10275/dump.json")["data"];
   std::vector<std::string> ref_names;
   collect_data_names(ref, ref_names);
   std::set<std::string> ref_module_files, our_module_files;
@@ -467,7 +467,7 @@ TEST_CASE("save() writes debug.json as msprobe does, the gradient entries filled
     run_save_program(dbg);
   }
   const Json ref = tptest::read_json(std::string(TORCHPROBE_TESTS_DIR) +
-                                     "/data/msprobe/save_debug_statistics/step0/proc11590/debug.json");
+                                     "/data/reference-dumps/save_debug_statistics/step0/proc11590/debug.json");
   for (int s = 0; s < 2; ++s) {
     CAPTURE(s);
     const std::string rank = tmp / "dump/step" + std::to_string(s) + "/" + proc_dir();

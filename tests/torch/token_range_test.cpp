@@ -127,6 +127,35 @@ TEST_CASE("token_range {2, 3} records exactly forwards 2 and 3 and the calls aft
   }
 }
 
+TEST_CASE("token_range with a list of models counts the first model's forwards only") {
+  tptest::TempDir tmp;
+  torch::manual_seed(4);
+  Gen a(true), b(true);
+  std::vector<at::Tensor> a_out, b_out;
+  {
+    tp::Debugger<tp::Level::L1, tp::Task::Statistics> dbg(tp::Options().dump_path(tmp.path()));
+    dbg.start(std::vector<Gen>{a, b}, tp::TokenRange{1, 1});
+    torch::NoGradGuard no_grad;
+    at::Tensor x = torch::linspace(-1, 1, 8).reshape({2, 4});
+    for (int t = 0; t < 3; ++t) {  // a's forwards 0, 1, 2, each followed by one of b's
+      a_out.push_back(a->forward(x));
+      b_out.push_back(b->forward(x));
+      x = x + 0.25;
+    }
+    dbg.stop();
+    dbg.step();
+    dbg.wait_written();
+  }
+  // From the start of a's forward 1 to the start of a's forward 2: that forward, b's after it and
+  // the add between them. Had b's forwards counted, recording would have begun at b's forward 0.
+  const Json data = tptest::read_json(rank_dir(tmp.path(), 0) + "/dump.json")["data"];
+  REQUIRE(names_of(data) == std::vector<std::string>{"Aten.t.0.forward", "Aten.addmm.0.forward", "Aten.tanh.0.forward",
+                                                     "Aten.t.1.forward", "Aten.addmm.1.forward", "Aten.tanh.1.forward",
+                                                     "Aten.add.0.forward"});
+  check_item(data["Aten.tanh.0.forward"]["output"][0], a_out[1]);
+  check_item(data["Aten.tanh.1.forward"]["output"][0], b_out[1]);
+}
+
 TEST_CASE("token_range counts a guard around the call site as the root's forward") {
   tptest::TempDir tmp;
   torch::manual_seed(4);

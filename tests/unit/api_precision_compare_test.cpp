@@ -80,7 +80,7 @@ std::string bench_row(const std::string& name, const std::string& eb, const std:
 }  // namespace
 
 TEST_CASE("api_precision_compare reproduces msprobe's files for the tensor dump against the statistics dump") {
-  if (!std::filesystem::exists(kRunUt)) TP_SKIP("no msprobe reference dumps at " << kRunUt);
+  REQUIRE_MESSAGE(std::filesystem::exists(kRunUt), "no msprobe reference dumps at " << kRunUt);
   const std::string dir = "out_api_precision_compare_tensor_vs_statistics";
   const std::string tmp = std::filesystem::temp_directory_path() / ("tp_apc_" + std::to_string(::getpid()));
   std::filesystem::create_directories(tmp);
@@ -98,7 +98,7 @@ TEST_CASE("api_precision_compare reproduces msprobe's files for the tensor dump 
 }
 
 TEST_CASE("api_precision_compare reproduces msprobe's files for the bf16 case compared with itself") {
-  if (!std::filesystem::exists(kRunUt)) TP_SKIP("no msprobe reference dumps at " << kRunUt);
+  REQUIRE_MESSAGE(std::filesystem::exists(kRunUt), "no msprobe reference dumps at " << kRunUt);
   const std::string dir = "out_api_precision_compare_bf16_self";
   const std::string bf16 = only_file("out_bf16", "accuracy_checking_details_");
   const pc::Outcome o = pc::compare_tables(pc::read_table(bf16), pc::read_table(bf16));

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../skip.hpp"
 #include "torchprobe/analysis/compare/dump_rows_reader.hpp"
 #include "torchprobe/analysis/compare/name_index.hpp"
 #include "torchprobe/analysis/compare/text_store.hpp"
@@ -101,10 +102,10 @@ bool reads_fast(const fs::path& path) {
 }
 #endif
 
-TEST_CASE("the fast reader makes load_dump's rows on every committed dump, types of the statistics included") {
+TEST_CASE("the fast reader makes load_dump's rows on every committed dump, types of the statistics included" *
+          TP_NEEDS("simdjson")) {
 #if !defined(TORCHPROBE_HAVE_SIMDJSON)
-  MESSAGE("SKIPPED: built without simdjson: compare reads every dump with load_dump");
-  return;
+  TP_SKIP("built without simdjson: compare reads every dump with load_dump");
 #else
   const auto dumps = committed_dumps();
   REQUIRE(dumps.size() >= 100);  // tests/data (twins, goldens) and the reference dumps
@@ -160,10 +161,10 @@ TEST_CASE("a scalar argument's dtype is str(type(value)) as Python prints it, wi
   fs::remove_all(dir);
 }
 
-TEST_CASE("what the fast reader cannot take is read by load_dump, with its meaning and its messages") {
+TEST_CASE("what the fast reader cannot take is read by load_dump, with its meaning and its messages" *
+          TP_NEEDS("simdjson")) {
 #if !defined(TORCHPROBE_HAVE_SIMDJSON)
-  MESSAGE("SKIPPED: built without simdjson: compare reads every dump with load_dump");
-  return;
+  TP_SKIP("built without simdjson: compare reads every dump with load_dump");
 #else
   const fs::path dir = fs::temp_directory_path() / ("tp_fast_reader_" + std::to_string(::getpid()));
   const fs::path path = dir / "dump.json";
@@ -254,10 +255,10 @@ TEST_CASE("what the fast reader cannot take is read by load_dump, with its meani
 #endif
 }
 
-TEST_CASE("strings with brackets, quotes and backslashes are read whole, wherever the pieces of the file end") {
+TEST_CASE("strings with brackets, quotes and backslashes are read whole, wherever the pieces of the file end" *
+          TP_NEEDS("simdjson")) {
 #if !defined(TORCHPROBE_HAVE_SIMDJSON)
-  MESSAGE("SKIPPED: built without simdjson: compare reads every dump with load_dump");
-  return;
+  TP_SKIP("built without simdjson: compare reads every dump with load_dump");
 #else
   const fs::path dir = fs::temp_directory_path() / ("tp_fast_pieces_" + std::to_string(::getpid()));
   const fs::path path = dir / "dump.json";

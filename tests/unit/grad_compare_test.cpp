@@ -54,7 +54,7 @@ void write_bool_npy(const fs::path& p, const std::vector<std::int64_t>& shape, c
 }  // namespace
 
 TEST_CASE("grad-compare writes msprobe's similarities.csv for the reference runs, byte for byte") {
-  if (!fs::exists(kRef / "L1_runB")) TP_SKIP("no msprobe reference dumps at " << kRef.string());
+  REQUIRE_MESSAGE(fs::exists(kRef / "L1_runB"), "no msprobe reference dumps at " << kRef.string());
   for (const auto& [a, b, ref] : std::vector<std::tuple<const char*, const char*, const char*>>{
            {"L1", "L1_runB", "compare_L1_vs_L1_runB"}, {"L1", "L2", "compare_L1_vs_L2"}}) {
     CAPTURE(ref);
@@ -71,7 +71,7 @@ TEST_CASE("grad-compare writes msprobe's similarities.csv for the reference runs
 }
 
 TEST_CASE("the summary page marks step 0 below 0.97 and drops above 0.03, and only those") {
-  if (!fs::exists(kRef / "L1_runB")) TP_SKIP("no msprobe reference dumps at " << kRef.string());
+  REQUIRE_MESSAGE(fs::exists(kRef / "L1_runB"), "no msprobe reference dumps at " << kRef.string());
   Scratch out;
   std::string text;
   REQUIRE(run({(kRef / "L1").string(), (kRef / "L1_runB").string(), "-o", out.path.string()}, &text) == 0);
@@ -94,7 +94,7 @@ TEST_CASE("the summary page marks step 0 below 0.97 and drops above 0.03, and on
 }
 
 TEST_CASE("a parameter missing in one step is reported with an empty cell, not an abort") {
-  if (!fs::exists(kRef / "L1_runB")) TP_SKIP("no msprobe reference dumps at " << kRef.string());
+  REQUIRE_MESSAGE(fs::exists(kRef / "L1_runB"), "no msprobe reference dumps at " << kRef.string());
   Scratch work;
   fs::copy(kRef / "L1_runB", work.path / "B", fs::copy_options::recursive);
   fs::remove(work.path / "B/rank0/step1/fc.bias.npy");

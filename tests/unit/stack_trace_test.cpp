@@ -83,7 +83,7 @@ TEST_CASE("CallStack equality and hash") {
 }
 
 // The costs of capture and symbolize: benchmarks/stack_benchmark.cpp.
-TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's backtrace()") {
+TEST_CASE("libunwind, where it loads, finds the same return addresses as glibc's backtrace()" * TP_NEEDS("libunwind")) {
   // Without libunwind.so.8 Unwinder::Fastest is glibc too: comparing it with itself proves nothing.
   if (!torchprobe::io::libunwind_available()) TP_SKIP("libunwind.so.8 does not load here (install libunwind8)");
   auto [fastest, glibc] = tp_stack_test::capture_with_both_unwinders();
