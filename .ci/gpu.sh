@@ -80,7 +80,7 @@ status=0
 log=$build/gpu-checks.log
 "$build/tests/torchprobe_cuda_tests" 2>&1 | tee "$log" || status=$?
 # 77: every case skipped (tests/skip.hpp, no device): the summary below counts and reports that.
-[ "$status" -eq 77 ] && status=0
+if [ "$status" -eq 77 ]; then status=0; fi
 stamp "CUDA tests: exit status $status"
 "$build/benchmarks/torchprobe_cuda_benchmark" cuda 2>&1 | tee -a "$log" || status=$?
 stamp "CUDA benchmark done (exit status so far $status)"

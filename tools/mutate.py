@@ -76,9 +76,8 @@ def precompiled_headers():
 
 
 class Builder:
-    def __init__(self, build, work, cache):
+    def __init__(self, build, cache):
         self.build = os.path.abspath(build)
-        self.work = work
         self.exe = {}
         for kind, target in (("unit", "torchprobe_unit_tests"), ("torch", "torchprobe_tests")):
             args, includes, libs = read_flags(self.build, target)
@@ -294,7 +293,7 @@ def main():
     t0 = time.time()
     print("mutate: %d mutations, work in %s" % (len(chosen), work), flush=True)
     cache = os.path.join(os.path.abspath(args.build), "mutate-cache")
-    builder = Builder(args.build, work, cache)
+    builder = Builder(args.build, cache)
     print("mutate: runners and precompiled header ready (%.0f s)" % (time.time() - t0), flush=True)
 
     # Baselines: each set of test files, against the unchanged headers, must build and pass.

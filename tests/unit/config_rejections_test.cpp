@@ -25,7 +25,7 @@
 #include "../skip.hpp"
 #include "torchprobe/config/config.hpp"
 #include "torchprobe/config/options.hpp"
-#include "child_process.hpp"
+#include "forked_child.hpp"
 #include "config_support.hpp"
 
 using nlohmann::json;

@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "child_process.hpp"
+#include "forked_child.hpp"
 #include "torchprobe/io/direct_file.hpp"
 #include "torchprobe/io/error_log.hpp"
 #include "torchprobe/io/files.hpp"
