@@ -23,6 +23,8 @@ import sys
 FIXTURES = {
     "dump_cpp/step0": "stat_mix/step0",
     "dump_python/step0": "stat_mix/step1",
+    "dump_second_pass/step0": "tensor_mix/step1",
+    "dump_second_pass_bench/step0": "tensor_mix/step0",
     "runA": "grad_probe/L1",
     "runB": "grad_probe/L1_runB",
     "dump_bf16": "run_ut/dump_bf16",

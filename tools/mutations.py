@@ -660,3 +660,53 @@ MUTATIONS += [
          exe="torch", tests=["torch/debugger_test.cpp"], tc="a Debugger destroyed without step()*",
          expect="debugger_test: 'a Debugger destroyed without step() writes what arrived since stop()...'"),
 ]
+
+# Blame by replay and the second pass (issue 47, prefix e-): each `find` occurs exactly once (checked).
+MUTATIONS += [
+    dict(id="e-blame-allowance-too-tight", area="blame by replay",
+         file="include/torchprobe/analysis/run_ut/blame_replay.hpp",
+         find="constexpr double kRoundingFactor = 8;",
+         replace="constexpr double kRoundingFactor = 0.25;",
+         what="the rounding allowance is a quarter of the smaller side's rounding: two faithful ops that sum in "
+              "another order are blamed as introducing the error",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="a 50-layer stack*",
+         expect="blame_test: 'a 50-layer stack that differs only in its summation order has no op blamed'"),
+    dict(id="e-blame-no-bench-inputs", area="blame by replay",
+         file="include/torchprobe/analysis/run_ut/blame_replay.hpp",
+         find="      lt->value = b_as_t;\n",
+         replace="",
+         what="the local replay runs on the target's own inputs instead of the bench's: every entry after the "
+              "fault shows its whole error as local, and is blamed as introducing it",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="blame by replay names*",
+         expect="blame_test: 'blame by replay names each planted fault's op and calls every entry after it propagated'"),
+    dict(id="e-blame-every-input-a-leaf", area="blame by replay",
+         file="include/torchprobe/analysis/compare/blame_plan.hpp",
+         find="      const bool leaf = it == made.end() || it->second >= p.target->index;",
+         replace="      const bool leaf = true;",
+         what="every input counts as made by no recorded call: a layer's input that carries an earlier error "
+              "makes the layer a parameter source",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="blame by replay names*",
+         expect="blame_test: 'blame by replay names each planted fault's op...' (gelu and bf16: the calls after them)"),
+    dict(id="e-blame-cast-is-a-difference", area="blame by replay",
+         file="include/torchprobe/analysis/run_ut/blame_replay.hpp",
+         find="      const bool same = at::equal(tv.to(common), bv.reshape(tv.sizes()).to(common));",
+         replace="      const bool same = at::equal(tv, bv.reshape(tv.sizes()));",
+         what="a parameter held in bfloat16 on one side and float32 on the other counts as a differing "
+              "parameter: the bfloat16 layer is called a parameter source instead of introducing its error",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="blame by replay names*",
+         expect="blame_test: 'blame by replay names...' (block.fc1 run in bfloat16: introduced here)"),
+    dict(id="e-suspects-amplification-inverted", area="second pass",
+         file="include/torchprobe/analysis/compare/second_pass.hpp",
+         find="tensors_in > 0 ? v->output_error / tensors_in",
+         replace="tensors_in > 0 ? tensors_in / v->output_error",
+         what="the amplification is the inputs' error over the output's (the source's is still inf)",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="statistics dumps name*",
+         expect="blame_test: 'statistics dumps name their suspects...' (amplification = output error / input error)"),
+    dict(id="e-second-pass-list-without-dot", area="second pass",
+         file="include/torchprobe/analysis/compare/second_pass.hpp",
+         find="      return std::string(entry.substr(0, at + 1));",
+         replace="      return std::string(entry.substr(0, at));",
+         what="the second pass's list items lose their closing dot: Aten.add.1 also takes Aten.add.10 and on",
+         exe="torch", tests=["torch/blame_test.cpp"], tc="statistics dumps name*",
+         expect="blame_test: 'statistics dumps name their suspects...' (each list item ends with its call's dot)"),
+]

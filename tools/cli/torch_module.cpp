@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "torch_module.hpp"
+#include "torchprobe/analysis/run_ut/blame_replay.hpp"
 #include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "torchprobe/analysis/run_ut/cli_options.hpp"
 #include "torchprobe/analysis/run_ut/runner.hpp"
@@ -19,6 +20,15 @@ extern "C" TORCHPROBE_CLI_MODULE_EXPORT void torchprobe_cli_pt_cells(const std::
                                                                      std::array<std::string, 6>* cells,
                                                                      std::string* error) {
   *cells = torchprobe::compare::pt_tensor_cells(*npu, *bench, error);
+}
+
+extern "C" TORCHPROBE_CLI_MODULE_EXPORT void torchprobe_cli_blame(const std::string* request, std::string* answer,
+                                                                  std::string* error) {
+  try {
+    *answer = torchprobe::run_ut::blame_replay(nlohmann::ordered_json::parse(*request)).dump();
+  } catch (const std::exception& e) {
+    *error = e.what();
+  }
 }
 
 extern "C" TORCHPROBE_CLI_MODULE_EXPORT int torchprobe_cli_run_ut(const std::vector<std::string>* arguments) {

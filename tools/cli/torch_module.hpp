@@ -24,6 +24,8 @@ class TorchModule {
   using PtCells = void (*)(const std::filesystem::path*, const std::filesystem::path*, std::array<std::string, 6>*,
                            std::string*);
   using RunUt = int (*)(const std::vector<std::string>*);
+  // Blame by replay: a request (JSON text, blame_plan.hpp) in, the answer (JSON text) or an error out.
+  using Blame = void (*)(const std::string* request, std::string* answer, std::string* error);
 
   // The module, loaded on the first call; throws std::runtime_error naming the places searched.
   static TorchModule& get() {
@@ -33,6 +35,7 @@ class TorchModule {
 
   PtCells pt_cells = nullptr;
   RunUt run_ut = nullptr;
+  Blame blame = nullptr;
 
  private:
   TorchModule() {
@@ -55,7 +58,8 @@ class TorchModule {
       }
       pt_cells = reinterpret_cast<PtCells>(::dlsym(handle_, "torchprobe_cli_pt_cells"));
       run_ut = reinterpret_cast<RunUt>(::dlsym(handle_, "torchprobe_cli_run_ut"));
-      if (pt_cells != nullptr && run_ut != nullptr) return;
+      blame = reinterpret_cast<Blame>(::dlsym(handle_, "torchprobe_cli_blame"));
+      if (pt_cells != nullptr && run_ut != nullptr && blame != nullptr) return;
       tried += "\n  " + file.lexically_normal().string() + ": not this version's module (its functions are missing)";
       ::dlclose(handle_);
       handle_ = nullptr;

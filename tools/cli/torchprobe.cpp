@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <stdexcept>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -128,6 +129,13 @@ int compare_main(const std::vector<std::string>& args) {
     torchprobe_cli::TorchModule::get().pt_cells(&npu, &bench, &cells, &error);
     if (!error.empty()) std::cerr << "torchprobe compare: " << error << " (its metrics are 'unsupported')\n";
     return cells;
+  };
+  options.blame_fn = [](const nlohmann::ordered_json& request) {
+    const std::string text = request.dump();
+    std::string answer, error;
+    torchprobe_cli::TorchModule::get().blame(&text, &answer, &error);
+    if (!error.empty()) throw std::runtime_error(error);
+    return nlohmann::ordered_json::parse(answer);
   };
   return cmp::run_compare(options, std::cerr);
 }

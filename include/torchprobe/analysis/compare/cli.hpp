@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "torchprobe/analysis/compare/blame_plan.hpp"
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/dump_rows_reader.hpp"
 #include "torchprobe/analysis/compare/first_divergence.hpp"
@@ -22,6 +23,7 @@
 #include "torchprobe/analysis/compare/msprobe_csv.hpp"
 #include "torchprobe/analysis/compare/msprobe_table.hpp"
 #include "torchprobe/analysis/compare/progress.hpp"
+#include "torchprobe/analysis/compare/second_pass.hpp"
 #include "torchprobe/analysis/compare/user_map.hpp"
 #include "torchprobe/io/data_file_name.hpp"
 #include "torchprobe/io/timestamp.hpp"
@@ -44,6 +46,12 @@ struct CompareOptions {
   // which links libtorch, sets it). Without it, tensor dumps are compared by their statistics.
   std::function<std::array<std::string, 6>(const std::filesystem::path& npu, const std::filesystem::path& bench)>
       pt_cells;
+  // Blame by replay (blame_plan.hpp): how many diverging entries, from the source on, are blamed
+  // (--blame N; 0: none), and the replay itself (blame_replay.hpp's blame_replay; the CLI, which
+  // loads libtorch for it, sets it). Without it, tensor dumps are not blamed.
+  std::size_t blame = 10;
+  std::function<nlohmann::ordered_json(const nlohmann::ordered_json& request)> blame_fn;
+  std::filesystem::path emit_config;  // --emit-config FILE: the second pass's configs (second_pass.hpp)
 };
 
 // Above this many entries (both sides) run_compare reports its progress on the log.
@@ -51,13 +59,17 @@ constexpr std::size_t kProgressEntries = 4000;
 
 inline const char* compare_usage() {
   return "usage: torchprobe compare TARGET BENCH -o OUT [--mode exact|tol|msprobe] [--threshold X]\n"
-         "                          [--map FILE.yaml] [--step N] [--rank R]\n"
+         "                          [--map FILE.yaml] [--step N] [--rank R] [--blame N] [--emit-config FILE]\n"
          "  TARGET, BENCH  a dump.json, a rank directory, a step directory (ranks paired) or a dump root\n"
          "  -o OUT         output directory (created): compare_result_{timestamp}.csv, first_divergence.json,\n"
          "                 report.html (open it in a browser)\n"
          "  --mode         exact: bit-equal statistics/checksums; tol (default): error within X times the\n"
          "                 dtype's epsilon (X = --threshold, default 64); msprobe: msprobe's own error rules\n"
          "  --map          'TARGET_NAME: BENCH_NAME' lines (entries or rows) pairing what names cannot\n"
+         "  --blame N      tensor dumps: replay the source and the next diverging entries, N in all (default\n"
+         "                 10, 0: none), to tell an error an op introduces from one it passes on\n"
+         "  --emit-config FILE  write msprobe configs (FILE, and FILE's stem + _bench) that dump the tensors of\n"
+         "                 just the suspect entries on a second run of each side\n"
          "exit status: 0 no divergence, 1 divergence found, 2 bad input\n";
 }
 
@@ -107,6 +119,10 @@ inline CompareOptions parse_compare_args(const std::vector<std::string>& args) {
       o.step = number(a, value(i));
     } else if (a == "--rank") {
       o.rank = number(a, value(i));
+    } else if (a == "--blame") {
+      o.blame = static_cast<std::size_t>(number(a, value(i)));
+    } else if (a == "--emit-config") {
+      o.emit_config = value(i);
     } else if (!a.empty() && a[0] == '-' && a != "-") {
       throw InputError("unknown option " + a);
     } else {
@@ -282,15 +298,43 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       // this thread too once it is done (CsvStretches): all only read the rows. Tensor mode stays
       // on this thread: its progress bar writes to the log.
       BackgroundTask csv_task;
-      if (tensor_mode)
-        write_csv();
-      else
-        csv_task.start(write_csv);
+      if (!tensor_mode) csv_task.start(write_csv);  // tensor mode: after the blame, whose columns it has
       stage(3, "matching and judging");
       // Entries are judged by the statistics every dump.json carries, tensor dumps included.
       Judgement j = judge(t, b, trows, brows, stats_mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
       stage(4, "first divergence");
-      const auto report = first_divergence_json(t, b, j);
+      auto report = first_divergence_json(t, b, j);
+      const BlamePlan plan = blame_plan(t, j, o.blame);
+      if (!plan.entries.empty()) report["suspects"] = suspects_json(j, plan);
+      if (t.task == "tensor" && !plan.replayed.empty()) {
+        if (o.blame_fn) {
+          try {
+            add_blame(report, plan, o.blame_fn(blame_request(t, b, j, plan)));
+            log << "  blame: " << report["blame_summary"].get<std::string>() << "\n";
+          } catch (const std::exception& e) {  // the rest of the compare stands
+            log << "torchprobe compare: the blame by replay failed: " << e.what() << "\n";
+          }
+        } else {
+          log << "note: the blame by replay needs libtorch (the tool's module); not done\n";
+        }
+      }
+      if (!o.emit_config.empty()) {
+        if (plan.entries.empty()) {
+          log << "note: nothing diverges: no second-pass config written\n";
+        } else {
+          fs::path file = o.emit_config;
+          if (!p.suffix.empty()) file.replace_filename(file.stem().string() + p.suffix + file.extension().string());
+          const auto written = emit_second_pass_configs(file, t, b, plan);
+          log << "  second pass: " << written.first.string() << " (target), " << written.second.string()
+              << " (bench)\n";
+        }
+      }
+      ExtraColumns blame_cells;
+      if (tensor_mode && report.contains("blame")) {
+        blame_cells = blame_columns(report);
+        csv_text.set_extra(&blame_cells);
+      }
+      if (tensor_mode) write_csv();
       const fs::path fd = o.out / ("first_divergence" + p.suffix + ".json");
       write_file(fd, report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
       const fs::path page = o.out / ("report" + p.suffix + ".html");

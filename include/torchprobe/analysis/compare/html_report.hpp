@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "torchprobe/analysis/compare/first_divergence.hpp"
+#include "torchprobe/analysis/compare/html_blame.hpp"
 #include "torchprobe/analysis/compare/html_table.hpp"
 #include "torchprobe/analysis/compare/html_text.hpp"
 
@@ -310,6 +311,7 @@ inline std::string html_report(const Dump& t, const Dump& b, const Judgement& j,
            escape(o.value("match", "")) + ")</p>";
   }
   s += "<p class=\"meta\">" + escape(j.summary_line()) + "</p></div>\n";
+  s += html::blame_section(report);
   s += "<h2>Output error per entry</h2>" + html::error_chart(j) + "\n";
   s += "<h2>Module tree (target)</h2>" + html::module_tree(t, j) + "\n";
   s += "<h2>Stack of the " + std::string(j.source ? "source" : "first diverging entry") + "</h2>" +

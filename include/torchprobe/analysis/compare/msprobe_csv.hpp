@@ -36,6 +36,7 @@ inline std::vector<std::string> table_header(const Table& t) {
   for (const char* c : {"Requires_grad Consistent", "Result", "Err_message"}) h.emplace_back(c);
   if (t.stack_column) h.emplace_back("NPU_Stack_Info");
   if (t.mode == CsvMode::tensor) h.emplace_back("Data_name");
+  if (t.extra != nullptr) h.insert(h.end(), t.extra->header.begin(), t.extra->header.end());
   return h;
 }
 
@@ -87,6 +88,12 @@ void each_table_cell(const Table& t, const TableRow& r, Put&& put) {
   if (t.stack_column) put(n.stack().value_or(std::string_view(na)));
   if (t.mode == CsvMode::tensor)  // str() of [npu data_name, bench data_name]
     put(std::string_view("[" + py_str_repr(n.data_name()) + ", " + py_str_repr(b ? b->data_name() : na) + "]"));
+  if (t.extra != nullptr) {
+    std::vector<std::string> more;
+    t.extra->cells(n, more);
+    more.resize(t.extra->header.size());
+    for (const std::string& c : more) put(std::string_view(c));
+  }
 }
 
 // The row's cells as msprobe's CSV holds them (float infinities become " inf", as msprobe writes).
@@ -155,10 +162,12 @@ void table_csv_chunks(const Table& t, Sink&& sink, std::size_t chunk = std::size
 // entry's rows at a time: the same text as table_csv_chunks(msprobe_table(...)), without the table.
 template <class Sink>
 void msprobe_csv_chunks(const std::vector<Row>& npu, const std::vector<Row>& bench, CsvMode mode, bool stack_column,
-                        const TensorCellsFn& tensor_cells, Sink&& sink, std::size_t chunk = std::size_t{1} << 22) {
+                        const TensorCellsFn& tensor_cells, Sink&& sink, std::size_t chunk = std::size_t{1} << 22,
+                        const ExtraColumns* extra = nullptr) {
   Table shape;
   shape.mode = mode;
   shape.stack_column = stack_column;
+  shape.extra = extra;
   details::CsvPieces<Sink> csv(shape, sink, chunk);
   each_table_group(npu, bench, mode, tensor_cells, [&](std::vector<TableRow>& group) {
     for (const TableRow& r : group) csv.row(r);
@@ -182,13 +191,18 @@ class CsvStretches {
     shape_.stack_column = stack_column;
   }
 
+  // Columns after msprobe's (blame_plan.hpp), set before the first work(): tensor mode only, whose
+  // CSV is made after the judging.
+  void set_extra(const ExtraColumns* extra) { shape_.extra = extra; }
+
   // Makes stretches until none is left, and returns once those it made are handed to the sink.
   // Rethrows what the making or the sink threw, on any thread.
   void work() {
     if (shape_.mode == CsvMode::tensor) {  // streamed by the first caller, in pieces
       bool taken = false;
       if (streamed_.compare_exchange_strong(taken, true))
-        msprobe_csv_chunks(npu_, bench_, shape_.mode, shape_.stack_column, tensor_cells_, sink_);
+        msprobe_csv_chunks(npu_, bench_, shape_.mode, shape_.stack_column, tensor_cells_, sink_, std::size_t{1} << 22,
+                           shape_.extra);
       return;
     }
     std::call_once(planned_, [&] { plan(); });

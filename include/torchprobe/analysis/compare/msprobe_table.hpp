@@ -44,10 +44,18 @@ struct TableRow {
   std::vector<std::string> messages;
 };
 
+// Columns TorchProbe adds after msprobe's (blame_plan.hpp): their names, and each row's cells
+// (given the NPU side's row). msprobe's readers take columns by name, so the extra ones are ignored.
+struct ExtraColumns {
+  std::vector<std::string> header;
+  std::function<void(const Row& npu, std::vector<std::string>& cells)> cells;
+};
+
 struct Table {
   CsvMode mode = CsvMode::summary;
   bool stack_column = false;
   std::vector<TableRow> rows;
+  const ExtraColumns* extra = nullptr;  // none: msprobe's columns alone
 };
 
 namespace details {
