@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "test_support.hpp"
 #include "torchprobe/analysis/run_ut/blame_replay.hpp"
 #include "torchprobe/analysis/compare/cli.hpp"
+#include "torchprobe/analysis/compare/tensor_metrics.hpp"
 #include "twin_run.hpp"
 
 namespace tp = torchprobe;
@@ -52,7 +54,7 @@ struct Compared {
 
 Compared compare(const fs::path& target, const fs::path& bench, const fs::path& out,
                  tp::compare::JudgeMode mode = tp::compare::JudgeMode::tol, std::size_t blame = 10,
-                 const fs::path& emit_config = {}) {
+                 const fs::path& emit_config = {}, bool tensor_csv = false) {
   tp::compare::CompareOptions o;
   o.target = target;
   o.bench = bench;
@@ -62,6 +64,12 @@ Compared compare(const fs::path& target, const fs::path& bench, const fs::path& 
   o.emit_config = emit_config;
   o.timestamp = "20261207000000";
   o.blame_fn = [](const Json& request) { return tp::run_ut::blame_replay(request); };
+  // msprobe's tensor-mode CSV, as the CLI writes it (its .pt cells; the blame's columns after them)
+  if (tensor_csv)
+    o.pt_cells = [](const fs::path& npu, const fs::path& bench) {
+      std::string error;
+      return tp::compare::pt_tensor_cells(npu, bench, &error);
+    };
   std::ostringstream log;
   Compared c;
   c.status = tp::compare::run_compare(o, log);
@@ -361,4 +369,43 @@ TEST_CASE("statistics dumps name their suspects, and --emit-config's second pass
   CHECK(first["verdict"] == "introduced here");
   for (std::size_t i = 1; i < again.report["blame"].size(); ++i)
     CHECK(again.report["blame"][i]["verdict"] == "propagated");
+}
+
+TEST_CASE("blame on damaged dumps: an entry it cannot replay says why, the rest is blamed, nothing else fails") {
+  const tptest::ReferenceKernels kernels;
+  tptest::TempDir tmp;
+  const fs::path base(tmp.path());
+  twins::TwinRun bench_run = twins::load("transformer"), target_run = twins::load("transformer");
+  const fs::path bench = tensor_dump<tp::Level::L1>(bench_run, base / "bench");
+  twins::planted_fault() = "gelu_tanh";
+  const fs::path target = tensor_dump<tp::Level::L1>(target_run, base / "target");
+  twins::planted_fault().clear();
+  // The bench's gelu input is gone; the target's next matmul names a file outside dump_tensor_data.
+  REQUIRE(fs::remove(bench / "dump_tensor_data" / "Aten.gelu.0.forward.input.0.pt"));
+  Json d = tptest::read_json(target / "dump.json");
+  REQUIRE(d["data"].contains("Aten.matmul.1.forward"));
+  d["data"]["Aten.matmul.1.forward"]["input_args"][0]["data_name"] = "../../bench/dump.json";
+  std::ofstream(target / "dump.json") << d.dump();
+  // --emit-config into a directory that does not exist: said, and the rest written all the same.
+  const Compared c =
+      compare(target, bench, base / "out", tp::compare::JudgeMode::tol, 10, base / "no_such_dir" / "second.json", true);
+  INFO(c.log);
+  CHECK(c.status == 1);
+  CHECK(c.log.find("no_such_dir/second.json: cannot be written") != std::string::npos);
+  const Json& blame = c.report["blame"];
+  REQUIRE(blame.is_array());
+  REQUIRE(blame.size() >= 3);
+  INFO(blame.dump(1));
+  CHECK(blame[0]["entry"] == "Aten.gelu.0.forward");
+  CHECK(blame[0]["verdict"] == "not replayed");
+  CHECK(blame[0]["why"].get<std::string>().find("Aten.gelu.0.forward.input.0.pt") != std::string::npos);
+  CHECK(blame[1]["entry"] == "Aten.matmul.1.forward");
+  CHECK(blame[1]["verdict"] == "not replayed");
+  CHECK(blame[1]["why"].get<std::string>().find("../../bench/dump.json") != std::string::npos);
+  CHECK(blame[2]["verdict"] == "propagated");  // the next call is blamed as before
+  // The CSV still has msprobe's columns and the blame's after them.
+  std::string csv;
+  for (const auto& e : fs::directory_iterator(base / "out"))
+    if (e.path().extension() == ".csv") csv = tptest::read_text(e.path());
+  CHECK(csv.substr(0, csv.find('\n')).find(",Blame,Local Err,") != std::string::npos);
 }

@@ -39,6 +39,9 @@ inline std::string row_suffix(const Row& r) {
   return std::string(n);
 }
 
+// One call on each side (a template, an alignment or a map may pair one call with several).
+inline bool one_to_one(const EntryPair& p) { return p.bench.size() == 1 && p.target_group.empty(); }
+
 // "Aten.addmm.0.forward" and "Aten.addmm.0.backward" -> "Aten.addmm.0": the call both belong to.
 inline std::string_view call_name(std::string_view entry) {
   for (const std::string_view d : {std::string_view(".forward"), std::string_view(".backward")})
@@ -83,10 +86,10 @@ inline BlamePlan blame_plan(const Dump& t, const Judgement& j, std::size_t most)
   for (const EntryVerdict& w : j.verdicts)
     if (w.pair->target->direction == "forward") forward_of.emplace(details::call_name(w.pair->target->name), &w);
   const auto replay = [&](const EntryVerdict* v) {
-    if (v->pair->method == "template" || queued.count(v)) return;
+    if (!details::one_to_one(*v->pair) || queued.count(v)) return;
     if (v->pair->target->direction == "backward") {
       const auto f = forward_of.find(details::call_name(v->pair->target->name));
-      if (f == forward_of.end() || f->second->pair->method == "template") return;
+      if (f == forward_of.end() || !details::one_to_one(*f->second->pair)) return;
       plan.forward_of[v] = f->second;
     } else if (v->pair->target->direction != "forward") {
       return;
@@ -208,14 +211,20 @@ inline void add_blame(nlohmann::ordered_json& report, const BlamePlan& plan, con
       o["entry"] = v->pair->target->name;
       o["bench_entry"] = v->pair->bench.front()->name;
       o["verdict"] = "not replayed";
-      o["why"] = v->pair->method == "template" ? "a template pair (several calls on one side) is not replayed"
+      o["why"] = !details::one_to_one(*v->pair)
+                     ? "a pair of several calls on one side (" + v->pair->method + ") is not replayed"
                  : v->pair->target->direction == "backward"
                      ? "its forward call is not paired one to one, so its arguments are not known"
                      : "a " + std::string(v->pair->target->direction) + " entry is not replayed";
     }
     const std::string verdict = o.value("verdict", "");
     if (details::blamed_as_cause(verdict)) {
-      if (!o.contains("via")) causes.push_back(verdict + ": " + o.value("entry", ""));  // a module: its call counts
+      // A module's cause is its call's, counted once: by the call where the list holds it.
+      const bool call_listed =
+          o.contains("via") && std::any_of(plan.entries.begin(), plan.entries.end(), [&](const EntryVerdict* w) {
+            return w->pair->target->name == o["via"].get<std::string>();
+          });
+      if (!call_listed) causes.push_back(verdict + ": " + o.value("entry", ""));
     } else if (verdict == "rounding")
       ++rounding;
     else if (verdict == "propagated")

@@ -304,9 +304,10 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
       Judgement j = judge(t, b, trows, brows, stats_mode, o.mode, o.threshold, user_map ? &*user_map : nullptr);
       stage(4, "first divergence");
       auto report = first_divergence_json(t, b, j);
-      const BlamePlan plan = blame_plan(t, j, o.blame);
+      // --blame 0 turns the replay off; the suspects and a second pass still take the first 10.
+      const BlamePlan plan = blame_plan(t, j, o.blame > 0 ? o.blame : 10);
       if (!plan.entries.empty()) report["suspects"] = suspects_json(j, plan);
-      if (t.task == "tensor" && !plan.replayed.empty()) {
+      if (t.task == "tensor" && o.blame > 0 && !plan.replayed.empty()) {
         if (o.blame_fn) {
           try {
             add_blame(report, plan, o.blame_fn(blame_request(t, b, j, plan)));
@@ -324,9 +325,13 @@ inline int run_compare(const CompareOptions& o, std::ostream& log) {
         } else {
           fs::path file = o.emit_config;
           if (!p.suffix.empty()) file.replace_filename(file.stem().string() + p.suffix + file.extension().string());
-          const auto written = emit_second_pass_configs(file, t, b, plan);
-          log << "  second pass: " << written.first.string() << " (target), " << written.second.string()
-              << " (bench)\n";
+          try {  // the compare's own outputs are written all the same
+            const auto written = emit_second_pass_configs(file, t, b, plan);
+            log << "  second pass: " << written.first.string() << " (target), " << written.second.string()
+                << " (bench)\n";
+          } catch (const std::exception& e) {
+            log << "torchprobe compare: " << e.what() << "\n";
+          }
         }
       }
       ExtraColumns blame_cells;

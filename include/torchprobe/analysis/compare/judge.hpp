@@ -152,6 +152,26 @@ struct EntryVerdict {
 
 inline bool castable(std::string_view dtype) { return float_dtype(dtype) || dtype == "torch.float64"; }
 
+// An input that is the other side's values in another float precision (a layer run in bfloat16
+// gets its input cast).
+inline bool cast_input(const RowLink& l) {
+  return !l.target->is_output() && l.target->dtype != l.bench->dtype && castable(l.target->dtype) &&
+         castable(l.bench->dtype);
+}
+
+// Its error: within 2 epsilons of the coarser precision it is that rounding (0); beyond, it counts
+// in the finer precision's epsilons, as any other difference does.
+inline double cast_input_error(const RowLink& l, JudgeMode mode, bool md5, bool float_sums) {
+  Row t = *l.target, b = *l.bench;
+  t.dtype = b.dtype = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;
+  RowLink cast = l;
+  cast.target = &t;
+  cast.bench = &b;
+  const double coarse = row_error(cast, mode, md5, float_sums);
+  const double fine = std::min(dtype_epsilon(l.target->dtype), dtype_epsilon(l.bench->dtype));
+  return coarse <= 2 ? 0 : coarse * dtype_epsilon(t.dtype) / fine;
+}
+
 // Judges one pair. `threshold` is in the mode's unit; `msprobe_levels` maps target rows to
 // msprobe's verdict (used in msprobe mode).
 inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double threshold, bool md5,
@@ -163,21 +183,11 @@ inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double thresh
     if (mode == JudgeMode::msprobe) {
       const auto it = msprobe_levels.find(l.target);
       e = it != msprobe_levels.end() && it->second >= 2 ? 1.0 : 0.0;
-    } else if (!l.target->is_output() && l.target->dtype != l.bench->dtype && castable(l.target->dtype) &&
-               castable(l.bench->dtype)) {
+    } else if (cast_input(l)) {
       // An input that is the same values in another float precision: a layer run in bfloat16 gets
       // its input cast. Judged in the coarser precision's epsilons, so that the layer, whose output
       // then diverges, is the source rather than a victim of its own cast.
-      Row t = *l.target, b = *l.bench;
-      t.dtype = b.dtype = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;
-      RowLink cast = l;
-      cast.target = &t;
-      cast.bench = &b;
-      // Within 2 epsilons of the coarser precision it is that rounding; beyond, it counts in the
-      // finer precision's epsilons, as any other difference does.
-      const double coarse = row_error(cast, mode, md5, float_sums);
-      const double fine = std::min(dtype_epsilon(l.target->dtype), dtype_epsilon(l.bench->dtype));
-      e = coarse <= 2 ? 0 : coarse * dtype_epsilon(t.dtype) / fine;
+      e = cast_input_error(l, mode, md5, float_sums);
       v.cast_inputs = true;
     } else {
       e = row_error(l, mode, md5, float_sums);

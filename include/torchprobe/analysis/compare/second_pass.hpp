@@ -35,7 +35,8 @@ inline nlohmann::ordered_json suspects_json(const Judgement& j, const BlamePlan&
     bool arguments_differ = false;
     for (const RowLink& l : p.links) {
       if (l.target->is_output() || l.target->place != Row::kInput) continue;
-      const double e = row_error(l, j.mode, false, j.float_sums);
+      const double e =
+          cast_input(l) ? cast_input_error(l, j.mode, false, j.float_sums) : row_error(l, j.mode, false, j.float_sums);
       if (l.target->dtype.view().rfind("torch.", 0) == 0)
         tensors_in = std::max(tensors_in, e);
       else if (e > j.threshold)

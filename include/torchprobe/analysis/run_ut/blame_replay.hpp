@@ -134,6 +134,9 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
     bd::Call bench64 = bench;
     bool inputs_differ = false;
     OJson params = OJson::array();
+    // Inputs the replay could not take from the bench (no link, or another size): the target's own stay,
+    // and whatever error they carry counts as local.
+    OJson kept = OJson::array();
     // Each linked input, compared with the bench's and taken from it where it is not a differing parameter.
     const auto& inputs = pair.contains("inputs") ? pair["inputs"] : OJson::array();
     for (const auto& in : inputs) {
@@ -141,12 +144,19 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
       ru::Arg* lt = bd::locate(local, row);
       ru::Arg* xt = bd::locate(exact, row);
       ru::Arg* ab = bd::locate(bench, in["bench_row"].get<std::string>());
-      if (lt == nullptr || xt == nullptr || ab == nullptr) continue;
+      if (lt == nullptr || xt == nullptr || ab == nullptr) {
+        kept.push_back(row);
+        continue;
+      }
       const at::Tensor tv = lt->value.toTensor(), bv = ab->value.toTensor();
-      if (tv.sizes() != bv.sizes() && tv.numel() != bv.numel()) continue;  // not the same tensor: left as it is
+      if (tv.numel() != bv.numel()) {  // not the same tensor: left as it is
+        kept.push_back(row);
+        continue;
+      }
       const at::Tensor b_as_t = bv.reshape(tv.sizes()).to(tv.scalar_type());
       const c10::ScalarType common = bd::coarser(tv.scalar_type(), bv.scalar_type());
-      const bool same = at::equal(tv.to(common), bv.reshape(tv.sizes()).to(common));
+      // (relative() takes NaN for NaN at the same place: identical inputs holding NaN are the same)
+      const bool same = bd::relative({tv.to(common)}, {bv.reshape(tv.sizes()).to(common)}) == 0;
       if (!same) inputs_differ = true;
       if (in.value("leaf", false) && !same) {
         params.push_back(
@@ -167,8 +177,10 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
       const bd::Gradients gt = bd::read_gradients(target_data, pair["entry"].get<std::string>(), target_dir);
       const bd::Gradients gb = bd::read_gradients(bench_data, pair["bench_entry"].get<std::string>(), bench_dir);
       if (gt.given.size() != gb.given.size()) throw ru::NotReplayable("the sides were given different gradients");
-      for (std::size_t i = 0; i < gt.given.size(); ++i)
+      for (std::size_t i = 0; i < gt.given.size(); ++i) {
+        if (!gt.given[i].defined() && !gb.given[i].defined()) continue;
         inputs_differ = inputs_differ || bd::relative({gt.given[i]}, {gb.given[i]}) != 0;
+      }
       std::vector<at::Tensor> given64;
       for (const at::Tensor& g : gb.given) given64.push_back(g.defined() ? g.to(at::kDouble) : g);
       const std::vector<at::Tensor> l = bd::run_backward(local, top, gb.given);
@@ -230,6 +242,7 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
     r["ops_apart_in_float64"] = bd::num(ops);
     r["rounding_allowance"] = bd::num(allowance);
     if (!params.empty()) r["differing_parameters"] = params;
+    if (!kept.empty()) r["inputs_not_from_bench"] = kept;
     r["target_dtype"] = std::string(c10::toString(ot.front().scalar_type()));
     r["bench_dtype"] = std::string(c10::toString(ob.front().scalar_type()));
   } catch (const c10::Error& e) {  // libtorch's message, without its backtrace

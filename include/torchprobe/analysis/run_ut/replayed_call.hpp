@@ -37,10 +37,18 @@ inline std::string base_name(const std::string& entry) {
              : entry;
 }
 
+// A tensor's dump.json item (a Parameter is one too): the replay needs its .pt file, never the random
+// stand-in run_ut makes of a statistics-only item.
+inline bool is_tensor_item(const OJson& j) {
+  if (!j.contains("type") || !j["type"].is_string()) return false;
+  const std::string& t = j["type"].get_ref<const std::string&>();
+  return t == "torch.Tensor" || t == "torch.nn.parameter.Parameter";
+}
+
 inline void collect_outputs(const OJson& item, ru::InputBuilder& build, std::vector<at::Tensor>& out) {
   if (item.is_array()) {
     for (const auto& e : item) collect_outputs(e, build, out);
-  } else if (item.is_object() && item.value("type", "") == "torch.Tensor") {
+  } else if (item.is_object() && is_tensor_item(item)) {
     if (!item.contains("data_name") || !item["data_name"].is_string())
       throw ru::NotReplayable("an output tensor has no .pt file (dump it with the tensor task)");
     out.push_back(build.build(item).value.toTensor());
@@ -65,7 +73,7 @@ inline Call read_call(const OJson& data, const std::string& entry, const std::st
   const auto needs_file = [&](const OJson& j, const auto& self) -> void {
     if (j.is_array())
       for (const auto& x : j) self(x, self);
-    else if (j.is_object() && j.value("type", "") == "torch.Tensor" && !j.contains("data_name"))
+    else if (j.is_object() && is_tensor_item(j) && !(j.contains("data_name") && j["data_name"].is_string()))
       throw ru::NotReplayable("an input tensor of " + entry + " has no .pt file (dump it with the tensor task)");
   };
   for (const auto& a : args) {
@@ -112,9 +120,21 @@ inline ru::Arg* locate(Call& c, const std::string& row) {
   return a != nullptr && a->kind == ru::ArgKind::tensor ? a : nullptr;
 }
 
+inline void for_each_tensor(Call& c, const std::function<void(ru::Arg&)>& fn) {
+  const auto visit = [&](ru::Arg& a) {
+    if (a.kind == ru::ArgKind::tensor) fn(a);
+    for (auto& e : a.items)
+      if (e.kind == ru::ArgKind::tensor) fn(e);
+  };
+  for (auto& a : c.args) visit(a);
+  for (auto& kv : c.kwargs) visit(kv.second);
+}
+
 // Runs the op of `c` on its arguments as they are now (the first output tensors, flattened as the
 // dump lists them, `count` of them).
-inline std::vector<at::Tensor> run(const Call& c, const ru::ResolvedOp& op, std::size_t count) {
+inline std::vector<at::Tensor> run(Call c, const ru::ResolvedOp& op, std::size_t count) {
+  // On copies: an in-place op (add_) would change the arguments the next replay is given.
+  for_each_tensor(c, [](ru::Arg& a) { a.value = a.value.toTensor().clone(); });
   int unused = 0;
   const auto stack = ru::bind_schema(op.handle.schema(), c.args, c.kwargs, unused);
   if (!stack) throw ru::NotReplayable("the replayed arguments no longer fit " + c.name);
@@ -132,16 +152,6 @@ inline std::vector<at::Tensor> run(const Call& c, const ru::ResolvedOp& op, std:
   out.resize(count);
   for (auto& t : out) t = t.detach().cpu();
   return out;
-}
-
-inline void for_each_tensor(Call& c, const std::function<void(ru::Arg&)>& fn) {
-  const auto visit = [&](ru::Arg& a) {
-    if (a.kind == ru::ArgKind::tensor) fn(a);
-    for (auto& e : a.items)
-      if (e.kind == ru::ArgKind::tensor) fn(e);
-  };
-  for (auto& a : c.args) visit(a);
-  for (auto& kv : c.kwargs) visit(kv.second);
 }
 
 inline void to_float64(Call& c) {
@@ -162,7 +172,14 @@ inline Gradients read_gradients(const OJson& data, const std::string& entry, con
   const OJson& e = data[entry];
   ru::InputBuilder build(data_dir, base_name(entry));
   Gradients g;
-  collect_outputs(e.contains("input") ? e["input"] : OJson(), build, g.given);
+  // One per output of the call, in order: null (an output no gradient reached) keeps its place.
+  const OJson in = e.contains("input") ? e["input"] : OJson::array();
+  if (!in.is_array()) throw ru::NotReplayable(entry + ": its input is not a list of gradients");
+  for (const auto& item : in) {
+    std::vector<at::Tensor> one;
+    if (item.is_object()) collect_outputs(item, build, one);
+    g.given.push_back(one.size() == 1 ? one.front() : at::Tensor());
+  }
   const OJson out = e.contains("output") ? e["output"] : OJson::array();
   if (!out.is_array()) throw ru::NotReplayable(entry + ": its output is not a list of gradients");
   for (const auto& item : out) {
