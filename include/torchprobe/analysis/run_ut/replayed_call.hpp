@@ -171,22 +171,20 @@ inline Gradients read_gradients(const OJson& data, const std::string& entry, con
   if (!data.contains(entry) || !data[entry].is_object()) throw ru::NotReplayable("the dump has no entry " + entry);
   const OJson& e = data[entry];
   ru::InputBuilder build(data_dir, base_name(entry));
+  // One tensor per item, in order: a null item (an output no gradient reached, an argument that got
+  // none) keeps its place as an undefined tensor.
+  const auto per_item = [&](const char* key, std::vector<at::Tensor>& into) {
+    const OJson list = e.contains(key) ? e[key] : OJson::array();
+    if (!list.is_array()) throw ru::NotReplayable(entry + ": its " + key + " is not a list of gradients");
+    for (const auto& item : list) {
+      std::vector<at::Tensor> one;
+      if (item.is_object()) collect_outputs(item, build, one);
+      into.push_back(one.size() == 1 ? one.front() : at::Tensor());
+    }
+  };
   Gradients g;
-  // One per output of the call, in order: null (an output no gradient reached) keeps its place.
-  const OJson in = e.contains("input") ? e["input"] : OJson::array();
-  if (!in.is_array()) throw ru::NotReplayable(entry + ": its input is not a list of gradients");
-  for (const auto& item : in) {
-    std::vector<at::Tensor> one;
-    if (item.is_object()) collect_outputs(item, build, one);
-    g.given.push_back(one.size() == 1 ? one.front() : at::Tensor());
-  }
-  const OJson out = e.contains("output") ? e["output"] : OJson::array();
-  if (!out.is_array()) throw ru::NotReplayable(entry + ": its output is not a list of gradients");
-  for (const auto& item : out) {
-    std::vector<at::Tensor> one;
-    if (item.is_object()) collect_outputs(item, build, one);
-    g.made.push_back(one.size() == 1 ? one.front() : at::Tensor());
-  }
+  per_item("input", g.given);
+  per_item("output", g.made);
   return g;
 }
 
