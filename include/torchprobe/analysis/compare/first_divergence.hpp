@@ -97,12 +97,6 @@ inline const Entry* first_overflow(const std::vector<Entry>& entries) {
   return nullptr;
 }
 
-inline nlohmann::ordered_json num(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
-
 inline nlohmann::ordered_json module_chain(const Dump& d, std::string_view entry) {
   auto chain = nlohmann::ordered_json::array();
   std::string_view cur = entry;

@@ -174,6 +174,14 @@ inline bool has_python_floats(std::string_view text) {
   return text.find("NaN") != std::string_view::npos || text.find("Infinity") != std::string_view::npos;
 }
 
+// A double for the JSON TorchProbe writes (first_divergence.json, blame): NaN and infinities as the
+// strings "nan", "inf", "-inf", which every JSON reader takes (Python's NaN tokens are not JSON).
+inline nlohmann::ordered_json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
 }  // namespace details
 
 // Parses JSON text (with Python's NaN / Infinity / -Infinity); throws JsonSyntaxError.

@@ -60,12 +60,8 @@ namespace details {
 // backward) and no other's (msprobe's list matches names by substring: "Aten.addmm.1" would also
 // take Aten.addmm.10).
 inline std::string list_item_of(std::string_view entry) {
-  for (const char* d : {".forward", ".backward"}) {
-    const std::size_t at = entry.rfind(d);
-    if (at != std::string_view::npos && entry.find('.', at + 1) == std::string_view::npos)
-      return std::string(entry.substr(0, at + 1));
-  }
-  return std::string(entry);
+  const std::string_view call = call_name(entry);
+  return call.size() < entry.size() ? std::string(call) + "." : std::string(entry);
 }
 
 // The step and rank of a dump.json in its dump tree (…/step3/rank1/dump.json), when it is in one.

@@ -95,11 +95,6 @@ inline double relative(const std::vector<at::Tensor>& a, const std::vector<at::T
   return norm > 0 ? std::sqrt(diff / norm) : std::numeric_limits<double>::infinity();
 }
 
-inline OJson num(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
 }  // namespace blame_details
 
 // The blame of one pair. `pair` (made by blame_plan.hpp): "entry", "bench_entry", "inputs" (each
@@ -160,7 +155,8 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
       if (!same) inputs_differ = true;
       if (in.value("leaf", false) && !same) {
         params.push_back(
-            {{"row", row}, {"relative_difference", bd::num(bd::relative({tv}, {bv.reshape(tv.sizes())}))}});
+            {{"row", row},
+             {"relative_difference", compare::details::num(bd::relative({tv}, {bv.reshape(tv.sizes())}))}});
         continue;  // a differing parameter: the target keeps its own
       }
       lt->value = b_as_t;
@@ -234,13 +230,13 @@ inline nlohmann::ordered_json blame_pair(const nlohmann::ordered_json& target_da
     }
     r["verdict"] = verdict;
     r["why"] = why;
-    r["total"] = bd::num(total);
-    r["local"] = bd::num(local_d);
-    r["propagated"] = bd::num(propagated);
-    r["target_error_vs_float64"] = bd::num(err_t);
-    r["bench_error_vs_float64"] = bd::num(err_b);
-    r["ops_apart_in_float64"] = bd::num(ops);
-    r["rounding_allowance"] = bd::num(allowance);
+    r["total"] = compare::details::num(total);
+    r["local"] = compare::details::num(local_d);
+    r["propagated"] = compare::details::num(propagated);
+    r["target_error_vs_float64"] = compare::details::num(err_t);
+    r["bench_error_vs_float64"] = compare::details::num(err_b);
+    r["ops_apart_in_float64"] = compare::details::num(ops);
+    r["rounding_allowance"] = compare::details::num(allowance);
     if (!params.empty()) r["differing_parameters"] = params;
     if (!kept.empty()) r["inputs_not_from_bench"] = kept;
     r["target_dtype"] = std::string(c10::toString(ot.front().scalar_type()));
