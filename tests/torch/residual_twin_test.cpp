@@ -30,14 +30,11 @@ namespace {
 
 const fs::path kTwin = fs::path(TORCHPROBE_TESTS_DIR) / "data" / "msprobe_residual";
 
-// msprobe's dump was made with torch 1.13: libtorch 1.13 runs the same kernels, so Max and Min
-// agree to the bit; libtorch 2.x has other convolution and batch-norm kernels, which may round
-// the last bits differently (compare's own verdict, below, is asserted on both).
-#if TORCH_VERSION_MAJOR >= 2
-constexpr double kSameKernels = 1e-5;
-#else
-constexpr double kSameKernels = 0;
-#endif
+// msprobe's dump was made with torch 1.13 on a CPU with AVX-512. Another CPU's kernels (oneDNN's
+// AVX2 convolutions: 8.4e-7 of a conv weight gradient's Max on an AVX2-only AMD EPYC) and libtorch
+// 2.x's own convolution and batch-norm kernels round the last bits differently; a wrong statistic
+// is off by far more (compare's own verdict, below, is asserted as well).
+constexpr double kOtherKernels = 1e-5;
 
 // The one rank directory under DUMP/step0/ (msprobe names it proc{pid}).
 fs::path rank_dir(const fs::path& dump) {
@@ -119,8 +116,8 @@ TEST_CASE("a scripted residual CNN dumped at L0 pairs every module entry with ms
   }
   MESSAGE("largest relative difference: Max/Min " << worst_extreme << " (" << at_extreme << "), Mean/Norm " << worst_sum
                                                   << " (" << at_sum << ")");
-  CHECK(worst_extreme <= kSameKernels);
-  CHECK(worst_sum <= 1e-5 + kSameKernels);
+  CHECK(worst_extreme <= kOtherKernels);
+  CHECK(worst_sum <= 1e-5 + kOtherKernels);
 
   // msprobe's own gradient of each block's input (whole: conv1's branch and the skip) is ours.
   for (const char* block : {"Module.layer1.0.BasicBlock.backward.0", "Module.layer1.1.BasicBlock.backward.0",
@@ -128,7 +125,7 @@ TEST_CASE("a scripted residual CNN dumped at L0 pairs every module entry with ms
     CAPTURE(block);
     REQUIRE(a.contains(block));
     CHECK(a[block]["output"][0]["Norm"].get<double>() ==
-          doctest::Approx(b[block]["output"][0]["Norm"].get<double>()).epsilon(1e-6 + kSameKernels));
+          doctest::Approx(b[block]["output"][0]["Norm"].get<double>()).epsilon(1e-6 + kOtherKernels));
   }
 
   tp::compare::CompareOptions o;

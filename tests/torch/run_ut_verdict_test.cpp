@@ -88,8 +88,15 @@ TEST_CASE("run_ut on msprobe's bf16 dump writes TorchProbe's verdicts beside msp
   };
   // softmax backward: msprobe's false error (the true gradient is 0), TorchProbe's pass.
   CHECK(row_of("Functional.softmax.0").rfind("Functional.softmax.0,pass,error,pass,pass,", 0) == 0);
-  // bf16 matmul within bf16's rounding: msprobe's Warning, TorchProbe's pass.
-  CHECK(row_of("Torch.matmul.0").rfind("Torch.matmul.0,Warning,pass,pass,pass,", 0) == 0);
+  // bf16 matmul within bf16's rounding: TorchProbe's pass, beside msprobe's verdict as the result CSV
+  // has it (Warning where the bf16 matmul is oneDNN's AVX-512 kernel, as on the reference's machine;
+  // error with libtorch 1.13's own kernel on a CPU without AVX-512).
+  const std::string result = tptest::read_text(out.result_csv);
+  const auto at = result.find("\r\nTorch.matmul.0,");
+  REQUIRE(at != std::string::npos);
+  const std::string theirs = result.substr(at + 2, result.find("\r\n", at + 2) - at - 2);  // API,forward,backward
+  CHECK(theirs.rfind("Torch.matmul.0,pass,", 0) != 0);
+  CHECK(row_of("Torch.matmul.0").rfind(theirs + ",pass,pass,", 0) == 0);
   CHECK(out.summary.tp_backward.at("pass") >= 1);
   CHECK(out.summary.disagreements.size() >= 2);
 }
