@@ -29,12 +29,7 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-// The one rank directory of a dump (proc{pid} without c10d).
-fs::path only_rank(const fs::path& dir) {
-  for (const auto& e : fs::directory_iterator(dir / "step0")) return e.path();
-  FAIL("no dump under " << dir);
-  return {};
-}
+using twins::only_rank;
 
 template <tp::Level L>
 fs::path tensor_dump(twins::TwinRun& r, const fs::path& dir, tp::Options options = tp::Options()) {

@@ -69,6 +69,15 @@ inline TwinRun load(const std::string& name) {
 
 // The step of make_twins.py: seed 7, out = model(*inputs), loss = out.pow(2).sum(), backward (the
 // caller holds a tptest::ReferenceKernels: the kernels make_twins.py ran with).
+inline std::pair<torch::Tensor, torch::Tensor> step(TwinRun& r);
+
+// The one rank directory of step 0 of a dump (proc{pid} without c10d).
+inline std::filesystem::path only_rank(const std::filesystem::path& dump_root) {
+  for (const auto& e : std::filesystem::directory_iterator(dump_root / "step0")) return e.path();
+  FAIL("no dump under " << dump_root);
+  return {};
+}
+
 inline std::pair<torch::Tensor, torch::Tensor> step(TwinRun& r) {
   torch::manual_seed(7);
   torch::Tensor out = r.model->forward(r.inputs);

@@ -360,7 +360,32 @@ TEST_CASE("overflow_nums must be -1 or a positive integer") {
   CHECK(parse_config(overflow(5)).overflow_nums == 5);
 }
 
+TEST_CASE("bench_path is a non-empty path and diff_nums -1 or a positive integer, in statistics and tensor") {
+  const auto live = [](const char* task, const json& path, const json& n) {
+    return doc_with({{"task", task}, {task, {{"bench_path", path}, {"diff_nums", n}}}});
+  };
+  const Config c = parse_config(live("statistics", "./ref/step0/rank0", 3));
+  CHECK(c.bench_path == "./ref/step0/rank0");
+  CHECK(c.diff_nums == 3);
+  CHECK(parse_config(live("tensor", "ref.json", -1)).diff_nums == -1);
+  CHECK(parse_config(doc_with({{"task", "statistics"}, {"statistics", {{"bench_path", "r"}}}})).diff_nums == 1);
+  CHECK(parse_config(doc_with(json::object())).bench_path.empty());
+  const std::string allowed = "-1 (no limit) or an integer greater than 0";
+  check_mentions(rejection(live("statistics", "r", 0)), {"\"statistics.diff_nums\"", ": 0 is invalid", allowed});
+  check_mentions(rejection(live("tensor", "r", "2")), {"\"tensor.diff_nums\"", "\"2\"", allowed});
+  check_mentions(rejection(live("statistics", 5, 1)), {"\"statistics.bench_path\"", "5", "string"});
+  check_mentions(rejection(live("statistics", "", 1)), {"\"statistics.bench_path\"", "empty"});
+  const Config o = Options().bench_path("ref.json").diff_nums(4).resolve(Level::Mix, Task::Statistics);
+  CHECK(o.bench_path == "ref.json");
+  CHECK(o.diff_nums == 4);
+}
+
 // ---- rules across keys ----
+
+TEST_CASE("bench_path with async_dump is rejected: the live check reads each entry as it ends") {
+  check_mentions(rejection(doc_with({{"async_dump", true}, {"statistics", {{"bench_path", "ref.json"}}}})),
+                 {"\"statistics.bench_path\"", "ref.json", "async_dump"});
+}
 
 TEST_CASE("async_dump with summary_mode md5 is rejected") {
   check_mentions(rejection(doc_with({{"async_dump", true}, {"statistics", {{"summary_mode", "md5"}}}})),

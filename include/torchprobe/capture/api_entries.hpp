@@ -188,7 +188,7 @@ class ApiEntries {
                      std::size_t index, const std::string* name, Record& record) const {
     if (v.isTensor()) {
       TensorSummary summary;
-      if (summarized(v, record, summary)) return cc.add_summary(section, name, kind, summary);
+      if (summarized(v, section, index, name, record, summary)) return cc.add_summary(section, name, kind, summary);
     }
     CapturedCall::Item item{section, name, {}};
     CapturedValue& c = item.value;
@@ -204,9 +204,11 @@ class ApiEntries {
     cc.add(std::move(item));
   }
 
-  bool summarized(const c10::IValue& v, const Record& record, TensorSummary& out) const {
+  bool summarized(const c10::IValue& v, CapturedCall::Section section, std::size_t index, const std::string* name,
+                  Record& record, TensorSummary& out) const {
     if constexpr (task_traits::summarizes<TaskT>::value)
-      return v.isTensor() && v.toTensor().defined() && core_->task().summarize(v.toTensor(), record, out);
+      return v.isTensor() && v.toTensor().defined() &&
+             core_->task().summarize(v.toTensor(), site_of(section, index, name), record, out);
     return false;
   }
 

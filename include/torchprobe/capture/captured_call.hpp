@@ -224,6 +224,21 @@ class CapturedCall final : public DeferredBody {
     }
   }
 
+  // Each item with the pointer append_to() gives it; scalars and strings hold no tensor and are
+  // not shown.
+  void visit_items(DeferredItems& to) const override {
+    std::size_t arg = 0, out = 0;
+    for_each([&](Section section, const std::string* name, const CapturedValue& v) {
+      const std::string pointer = section == Section::Arg     ? "/input_args/" + std::to_string(arg++)
+                                  : section == Section::Kwarg ? "/input_kwargs/" + pointer_token(*name)
+                                                              : "/output/" + std::to_string(out++);
+      if (v.form() == CapturedValue::Form::Summary)
+        to.summary(pointer, section == Section::Output, v.tensor());
+      else if (v.form() == CapturedValue::Form::Json)
+        to.json(pointer, section == Section::Output, v.json());
+    });
+  }
+
   void write_members(io::JsonText& out, int depth, std::size_t& count) const override {
     if (has_inputs) {
       out.plain_key(count++, depth, "\"input_args\": ");

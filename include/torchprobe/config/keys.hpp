@@ -52,8 +52,8 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"check_mode", KeyPlace::Section, KeySupport::MindSporeOnly},
     {"slice", KeyPlace::Section, KeySupport::NotYet},
     {"request_id", KeyPlace::Section, KeySupport::NotYet},
-    {"bench_path", KeyPlace::Section, KeySupport::NotYet},
-    {"diff_nums", KeyPlace::Section, KeySupport::NotYet},
+    {"bench_path", KeyPlace::Section, KeySupport::Read},  // the live check (task/live_check.hpp)
+    {"diff_nums", KeyPlace::Section, KeySupport::Read},
     {"file_format", KeyPlace::Section, KeySupport::MindSporeOnly},  // npy or bin, for MindSpore's dumps
     {"fuzz_device", KeyPlace::Section, KeySupport::Read},
     {"pert_mode", KeyPlace::Section, KeySupport::Read},

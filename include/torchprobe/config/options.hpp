@@ -51,6 +51,9 @@ class Options {
   Options& data_mode(std::vector<std::string> modes) { return set("data_mode", std::move(modes)); }
   Options& summary_mode(std::string mode) { return set("summary_mode", std::move(mode)); }
   Options& overflow_nums(int64_t n) { return set("overflow_nums", n); }
+  // The live check: each entry judged against the reference dump.json at `path` as the run goes on.
+  Options& bench_path(std::string path) { return set("bench_path", std::move(path)); }
+  Options& diff_nums(int64_t n) { return set("diff_nums", n); }
   // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
   Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
 

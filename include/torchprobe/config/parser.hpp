@@ -66,9 +66,10 @@ inline std::string parse_dump_path(const json& doc) {
   return path;
 }
 
-inline int64_t parse_overflow_nums(const json& section, const std::string& label) {
+// overflow_nums, diff_nums: how many calls; -1 is no limit.
+inline int64_t parse_call_count(const json& section, const char* key, const std::string& label) {
   const std::string allowed = "-1 (no limit) or an integer greater than 0";
-  const json* v = find(section, "overflow_nums");
+  const json* v = find(section, key);
   if (!v) return 1;
   if (!v->is_number_integer()) reject(label, *v, "it should be an integer", allowed);
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -275,7 +276,17 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
         {"statistics", SummaryMode::Statistics}, {"md5", SummaryMode::Md5}, {"xor", SummaryMode::Xor}};
     c.summary_mode = read_choice(*section, "summary_mode", label("summary_mode"), kModes, SummaryMode::Statistics);
   }
-  if (reads("overflow_nums")) c.overflow_nums = parse_overflow_nums(*section, label("overflow_nums"));
+  if (reads("overflow_nums")) c.overflow_nums = parse_call_count(*section, "overflow_nums", label("overflow_nums"));
+  if (reads("bench_path")) {
+    if (const json* v = find(*section, "bench_path")) {
+      const std::string allowed = "a path to the dump.json of an earlier run, or to its rank directory";
+      if (!v->is_string()) reject(label("bench_path"), *v, "it should be a string", allowed);
+      c.bench_path = v->get<std::string>();
+      if (c.bench_path.empty() || c.bench_path.find('\0') != std::string::npos)
+        reject(label("bench_path"), *v, "it is empty or contains a NUL character", allowed);
+    }
+  }
+  if (reads("diff_nums")) c.diff_nums = parse_call_count(*section, "diff_nums", label("diff_nums"));
   if (c.task == Task::FreeBenchmark && reads("pert_mode"))
     c.free_benchmark = parse_free_benchmark(*section, c.list, [&](const char* key) { return label(key); });
   if (c.task == Task::GradProbe) c.grad_probe = parse_grad_probe(*section, [&](const char* key) { return label(key); });
@@ -304,6 +315,10 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
   if (c.async_dump && c.summary_mode == SummaryMode::Md5)
     reject(label("summary_mode"), "md5", "md5 checksums cannot be computed with async_dump true",
            "\"statistics\" or \"xor\" with async_dump true, or async_dump false");
+  if (c.async_dump && !c.bench_path.empty())
+    reject(label("bench_path"), c.bench_path,
+           "the live check reads each entry's values as it ends, which async_dump true forbids",
+           "no bench_path with async_dump true, or async_dump false");
   if (c.async_dump && c.task == Task::Tensor && c.list.empty() && c.level != Level::Debug)
     reject(label("list"), c.list, "task \"tensor\" with async_dump true must name the APIs to save",
            "a non-empty list with async_dump true, or async_dump false");

@@ -158,6 +158,11 @@ struct Config {
   DataMode data_mode;
   SummaryMode summary_mode = SummaryMode::Statistics;
   int64_t overflow_nums = 1;  // "overflow_check" section; -1 = no limit
+  // The live check (statistics and tensor sections): a reference dump.json (or its directory) each
+  // entry is judged against while the run goes on, and how many differing entries get their
+  // tensors saved (-1 = no limit). Empty: no check.
+  std::string bench_path;
+  int64_t diff_nums = 1;
   FreeBenchmarkConfig free_benchmark;
   GradProbeConfig grad_probe;
   RunUtConfig run_ut;

@@ -41,6 +41,9 @@ struct PendingSave {
   // `copying` (the device-to-host copy into `data`, null when there is none) is done.
   bool at_flush = false;
   std::shared_ptr<PendingCopy> copying{};
+  // Where the tensor's item is in the body, for a task that names the file only once it keeps the
+  // entry (the live check); "" when the item names it already.
+  std::string pointer{};
 };
 
 // Statistics still on the device: `values` is the float64 [max, min, mean, norm] tensor, and
@@ -52,12 +55,32 @@ struct PendingStats {
   bool zero_dim;
 };
 
+struct TensorSummary;  // core/tensor_json.hpp
+
+// What a reader of a compact body is shown of each of its items (DeferredBody::visit_items): the
+// JSON pointer the item will have in the body, whether it is under "output", and the item -- a
+// tensor's summary, or JSON. The live check judges entries this way, without making them JSON.
+class DeferredItems {
+ public:
+  virtual void summary(const std::string& pointer, bool output, const TensorSummary& s) = 0;
+  virtual void json(const std::string& pointer, bool output, const nlohmann::ordered_json& item) = 0;
+
+ protected:
+  ~DeferredItems() = default;
+};
+
 // Members of an entry's body that were captured in compact form and become JSON only when the
 // entry is written (API calls under the statistics task: capture/captured_call.hpp).
 class DeferredBody {
  public:
   virtual ~DeferredBody() = default;
   virtual void append_to(nlohmann::ordered_json& body) const = 0;
+  // Each item, as DeferredItems says. This default makes the members JSON first.
+  virtual void visit_items(DeferredItems& to) const {
+    nlohmann::ordered_json body = nlohmann::ordered_json::object();
+    append_to(body);
+    for (const auto& kv : body.items()) to.json("/" + kv.key(), kv.key() == "output", kv.value());
+  }
   // The same members written as text, the body object's own braces excepted: `depth` is the body
   // object's, `count` the number of members written before (and after: it is advanced).
   virtual void write_members(io::JsonText& out, int depth, std::size_t& count) const = 0;

@@ -19,6 +19,7 @@
 #include "torchprobe/details/block_pool.hpp"
 #include "torchprobe/details/step_state.hpp"
 #include "torchprobe/io/error_log.hpp"
+#include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal.hpp"
 #include "torchprobe/io/json_text.hpp"
 #include "torchprobe/io/python_json.hpp"
@@ -249,6 +250,11 @@ class Recorder {
   }
 
   void submit(const std::string& dir, const std::string& rank_dir, PendingSave& s) {
+    try {  // dump_tensor_data/ of a task that saves seldom (the live check): made for its first file
+      tensor_directory_.make("create the tensor directory", dir);
+    } catch (const std::exception& e) {  // the file's own write fails next, and is logged too
+      errors_.log_in(rank_dir, "save_tensor", dir, e);
+    }
     tensor_writer_->submit(dir + s.file_name, rank_dir, std::move(s.data),
                            s.memory ? std::move(*s.memory) : io::Reservation());
   }
@@ -381,6 +387,7 @@ class Recorder {
   std::atomic<bool> end_seen_{false};
   std::mutex files_mu_;
   std::string rank_dir_;
+  io::DirectoryOnce tensor_directory_;
   struct HeldSave {
     std::string directory, rank_dir;  // dump_tensor_data/ (with its '/') and the rank directory
     PendingSave save;

@@ -111,8 +111,8 @@ class StepLifecycle final : private DumpEnd {
     directory_ = directory;
     written_ = std::make_shared<std::atomic<bool>>(false);
     sink_.open(directory_);
-    // dump_tensor_data/ whatever the sink: the tensor files go to disk in any case.
-    if (TaskT::saves_tensors(core_->config()))
+    // dump_tensor_data/ whatever the sink (the live check's: before its first file, Recorder::submit).
+    if (TaskT::saves_tensors(core_->config()) && core_->config().bench_path.empty())
       io::create_directories_for("create the tensor directory", tensor_data_directory(directory_));
     core_->errors().set_directory(directory_);
     core_->set_step_directory(directory_);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -96,6 +97,25 @@ inline void create_directories_for(const char* what, const std::string& path) {
     throw IoError(what, path, e.error_code());
   }
 }
+
+// A directory made before the first file that goes to it and not again for the next ones: for
+// files that come seldom (the live check's), where making it with every step would cost a mkdir a
+// step. Thread-safe; throws as create_directories_for.
+class DirectoryOnce {
+ public:
+  void make(const char* what, const std::string& dir) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (made_ == dir) return;
+      made_ = dir;
+    }
+    create_directories_for(what, dir);
+  }
+
+ private:
+  std::mutex mu_;
+  std::string made_;
+};
 
 // A file that replaces `path` when committed, so that readers (and a crash at any moment) see
 // either the old or the new file, never a prefix: the data goes to a temporary file in the same

@@ -136,38 +136,15 @@ class OverflowCheckTask {
 
  private:
   // msprobe saves every tensor of an overflowing call, and "data_name" goes on every tensor item.
-  // Only a reference is kept here; keep() snapshots the tensors of the entries it keeps. An
-  // in-place op's first argument is the exception: the op is about to overwrite it, so it is
-  // copied now (on its device, so no host synchronisation either).
+  // Only a reference is kept here (TensorSaver::stage_reference); keep() snapshots the tensors of
+  // the entries it keeps.
   void stage(const at::Tensor& t, const Site& site, Record& record, nlohmann::ordered_json& item) const {
-    const auto& writer = saver_.writer();
-    if (!writer || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return;
-    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
-    item["data_name"] = name;
-    PendingSave save{nullptr, std::move(name), t};
-    if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
-      ProbeGuard guard;
-      if (t.device().is_cpu()) {
-        save.memory =
-            std::make_shared<io::Reservation>(writer->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
-        save.data = snapshot_for_file(t);
-      } else {
-        save.data = t.detach().clone(at::MemoryFormat::Contiguous);
-      }
-    }
-    record.saves.push_back(std::move(save));
+    std::string name = saver_.stage_reference(t, site, record);
+    if (name.empty()) return;
+    record.saves.back().pointer.clear();  // named in the item now
+    item["data_name"] = std::move(name);
   }
-
-  // Turns the kept entry's references into the CPU snapshots the writer expects. A save that
-  // already holds memory from the writer's budget is a snapshot already.
-  void snapshot_saves(Record& r) const {
-    for (PendingSave& s : r.saves) {
-      if (s.memory || !s.data.defined()) continue;
-      s.memory = std::make_shared<io::Reservation>(
-          saver_.writer()->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
-      s.data = snapshot_for_file(s.data);
-    }
-  }
+  void snapshot_saves(Record& r) const { saver_.snapshot_references(r); }
 
   void hold(Record&& r) {
     std::size_t bytes = 0;
@@ -175,15 +152,6 @@ class OverflowCheckTask {
     std::lock_guard<std::mutex> lock(mutex_);
     held_bytes_ += bytes;
     held_.push_back(std::move(r));
-  }
-
-  // "Aten.add_.0.forward": an in-place op's forward entry.
-  static bool is_inplace_api_forward(const std::string& name) {
-    if (name.compare(0, 5, "Aten.") != 0) return false;
-    const std::size_t end = name.find('.', 5);
-    if (end == std::string::npos || end == 5) return false;
-    return is_inplace_op(std::string_view(name).substr(5, end - 5)) && name.size() > 8 &&
-           name.compare(name.size() - 8, 8, ".forward") == 0;
   }
 
   const std::int64_t limit_;  // overflow_nums; -1: no limit

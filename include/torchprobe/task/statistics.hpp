@@ -1,22 +1,29 @@
 #pragma once
 // Task::Statistics: every tensor becomes its Max/Min/Mean/Norm (or a checksum, summary_mode).
 // With a tensor_list, the tensors of entries whose name contains one of its items are also saved
-// to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor.
+// to dump_tensor_data/ (msprobe's rule); Task::Tensor (tensor.hpp) saves every tensor. With
+// bench_path, the live check (live_check.hpp) judges each entry against a reference dump as it
+// ends and saves only the tensors of the first diff_nums entries where a difference starts.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "torchprobe/core/tensor_json.hpp"
 #include "torchprobe/core/site.hpp"
 #include "torchprobe/config/types.hpp"
+#include "torchprobe/core/names.hpp"
 #include "torchprobe/core/record.hpp"
 #include "torchprobe/stats/checksum.hpp"
 #include "torchprobe/stats/checksum_worker.hpp"
 #include "torchprobe/stats/cpu_stats.hpp"
 #include "torchprobe/stats/item_stats.hpp"
+#include "torchprobe/task/live_check.hpp"
 #include "torchprobe/task/tensor_saver.hpp"
 
 namespace torchprobe {
@@ -25,9 +32,11 @@ class StatisticsTask {
  public:
   static constexpr std::string_view name = task_name(Task::Statistics);
   static constexpr LevelSet levels{Level::L0, Level::L1, Level::Mix, Level::L2, Level::Debug};
-  static constexpr std::array<std::string_view, 2> config_keys{"summary_mode", "tensor_list"};
-  // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule).
-  static bool saves_tensors(const Config& c) { return !c.tensor_list.empty(); }
+  static constexpr std::array<std::string_view, 4> config_keys{"summary_mode", "tensor_list", "bench_path",
+                                                               "diff_nums"};
+  // dump_tensor_data/ holds the tensors of the entries a tensor_list names (msprobe's rule), and
+  // those of the entries the live check finds differing.
+  static bool saves_tensors(const Config& c) { return !c.tensor_list.empty() || !c.bench_path.empty(); }
 
   // With the Recorder's saver (a tensor_list saves tensors); alone, it saves none.
   StatisticsTask(const Config& config, TensorSaver saver) : StatisticsTask(config, std::move(saver), false) {}
@@ -42,7 +51,7 @@ class StatisticsTask {
   // as msprobe does for the gradients it captures.
   nlohmann::ordered_json describe(const at::Tensor& t, const Site& site, Record& record, bool gradient = false) const {
     TensorSummary summary;
-    if (summarize(t, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
+    if (summarize(t, site, record, summary)) {  // the common case: a CPU tensor's statistics, nothing more
       if (gradient) summary.requires_grad = false;
       return tensor_item(summary);
     }
@@ -60,7 +69,10 @@ class StatisticsTask {
       stats::put_tensor_stats(j, t, site, record, force_device_);  // a device tensor's: filled at flush
     }
     j["requires_grad"] = gradient ? false : t.requires_grad();
-    if (saves(record)) saver_.stage(t, site, record, j);
+    if (live_)
+      saver_.stage_reference(t, site, record);  // named and copied if keep() saves the entry
+    else if (saves(record))
+      saver_.stage(t, site, record, j);
     if (mode_ == SummaryMode::Md5) {
       if (empty) {
         j["md5"] = nullptr;
@@ -76,8 +88,11 @@ class StatisticsTask {
 
   // The compact form of describe() for the common case, a CPU tensor summarised by statistics:
   // false when the tensor needs describe() (a device tensor, a checksum mode, a tensor to save).
-  bool summarize(const at::Tensor& t, const Record& record, TensorSummary& out) const {
-    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || saves(record)) return false;
+  // With the live check the tensor is kept by reference too, for keep() to save if it must.
+  bool summarize(const at::Tensor& t, const Site& site, Record& record, TensorSummary& out) const {
+    if (mode_ != SummaryMode::Statistics || force_device_ || !t.device().is_cpu() || (!live_ && saves(record)))
+      return false;
+    if (live_) saver_.stage_reference(t, site, record);
     out.dtype = t.scalar_type();
     const at::IntArrayRef sizes = t.sizes();
     out.shape.assign(sizes.begin(), sizes.end());
@@ -86,8 +101,28 @@ class StatisticsTask {
     return true;
   }
 
-  // Called for every finished entry before it joins the step; statistics keeps them all.
-  bool keep(Record&) const { return true; }
+  // Called for every finished entry before it joins the step; statistics keeps them all. With the
+  // live check, the entry is judged now, and its tensors are saved only if the check says so.
+  bool keep(Record& r) {
+    // save() entries are written as asked; construct_only ones (inferred containers) are no entries.
+    if (!live_ || is_save_entry(r.name) || r.construct_only) return true;
+    settle(r);
+    if (live_->judge(r).save)
+      name_saved_files(r);
+    else
+      r.saves.clear();
+    return true;
+  }
+
+  // The live check's report of each step, live_check.json.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> step_files(const std::vector<const Record*>&,
+                                                                         std::int64_t step) const {
+    if (!live_ || !live_->any_checked() || !live_->reports(step)) return {};
+    return {{"live_check.json", live_->report(step)}};
+  }
+  void set_step(std::int64_t step) {
+    if (live_) live_->set_step(step);
+  }
 
   // How many md5 checksums were computed off the training thread so far.
   std::uint64_t checksums_offloaded() const { return checksums_ ? checksums_->offloaded() : 0; }
@@ -102,12 +137,46 @@ class StatisticsTask {
         saver_(save_every_tensor || saves_tensors(config) ? std::move(saver) : TensorSaver()),
         tensor_list_(config.tensor_list),
         save_every_tensor_(save_every_tensor),
-        checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr) {}
+        checksums_(mode_ == SummaryMode::Md5 ? std::make_unique<stats::ChecksumWorker>() : nullptr),
+        live_(config.bench_path.empty() ? nullptr : std::make_unique<LiveCheck>(config, mode_ == SummaryMode::Md5)) {}
 
  private:
   // Are this entry's tensors saved to dump_tensor_data/?
   bool saves(const Record& record) const {
     return saver_.enabled() && (save_every_tensor_ || named_in_tensor_list(record.name));
+  }
+
+  // The values the live check judges, now: statistics still on the device and checksums still
+  // being computed (one host synchronisation per entry while the check is on). A compact body
+  // stays compact: the check reads it as it is.
+  static void settle(Record& r) {
+    if (!r.pending.empty() || !r.pending_checksums.empty()) r.materialize();  // their items are filled in place
+    if (!r.pending.empty()) {
+      std::vector<std::reference_wrapper<Record>> one{r};
+      stats::resolve_pending_stats(one);
+    }
+    for (PendingChecksum& p : r.pending_checksums)
+      r.body.at(nlohmann::ordered_json::json_pointer(p.pointer))["md5"] = p.value.get();
+    r.pending_checksums.clear();
+  }
+
+  // The entry the live check saves: each item names its file (after "requires_grad" and before
+  // "md5", msprobe's order), and the tensors are copied for the writer.
+  void name_saved_files(Record& r) const {
+    r.materialize();  // the items get a key: the body becomes JSON (a saved entry is rare)
+    for (const PendingSave& s : r.saves) {
+      if (s.pointer.empty()) continue;
+      nlohmann::ordered_json& item = r.body.at(nlohmann::ordered_json::json_pointer(s.pointer));
+      nlohmann::ordered_json md5;
+      const bool has_md5 = item.contains("md5");
+      if (has_md5) {
+        md5 = std::move(item["md5"]);
+        item.erase("md5");
+      }
+      item["data_name"] = s.file_name;
+      if (has_md5) item["md5"] = std::move(md5);
+    }
+    saver_.snapshot_references(r);
   }
 
   bool named_in_tensor_list(const std::string& name) const {
@@ -122,6 +191,7 @@ class StatisticsTask {
   std::vector<std::string> tensor_list_;
   bool save_every_tensor_;
   std::unique_ptr<stats::ChecksumWorker> checksums_;  // md5 of large CPU tensors, off the training thread
+  std::unique_ptr<LiveCheck> live_;                   // bench_path: each entry against a reference
 };
 
 }  // namespace torchprobe

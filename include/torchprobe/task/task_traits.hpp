@@ -14,7 +14,7 @@
 //   nlohmann::ordered_json describe(const at::Tensor&, const Site&, Record&, bool gradient = false);
 //   bool keep(Record&);                                // every finished entry: kept or dropped
 // May have (found by detection; each is used only where present):
-//   bool summarize(const at::Tensor&, const Record&, TensorSummary&) const;  // compact CPU items
+//   bool summarize(const at::Tensor&, const Site&, Record&, TensorSummary&) const;  // compact CPU items
 //   bool ended() const + std::string end_reason() const;   // the task ends the dump (overflow_nums)
 //   bool decision_due() const + decide_held(commit);       // entries held until device values are read
 //   step_files(const std::vector<const Record*>&, step)    // {name, JSON} files added to each step
@@ -101,10 +101,9 @@ struct has_keep<
 template <class T, class = void>
 struct summarizes : std::false_type {};
 template <class T>
-struct summarizes<
-    T, std::void_t<decltype(std::declval<const T&>().summarize(
-           std::declval<const at::Tensor&>(), std::declval<const Record&>(), std::declval<TensorSummary&>()))>>
-    : std::true_type {};
+struct summarizes<T, std::void_t<decltype(std::declval<const T&>().summarize(
+                         std::declval<const at::Tensor&>(), std::declval<const Site&>(), std::declval<Record&>(),
+                         std::declval<TensorSummary&>()))>> : std::true_type {};
 
 template <class T, class = void>
 struct can_end : std::false_type {};

@@ -116,6 +116,48 @@ class TensorSaver {
                                        std::move(copy), at_flush_, std::move(copying)});
   }
 
+  // For a task that decides when the entry ends whether its tensors are saved (overflow_check, the
+  // live check): keeps a reference to `t`, no copy, and returns the file's name ("" for no file).
+  // The one copy made now is of the tensor an in-place op is about to overwrite (its first
+  // argument), on its device, so with no host synchronisation either. snapshot_references() turns
+  // the kept entry's references into the snapshots the writer expects.
+  std::string stage_reference(const at::Tensor& t, const Site& site, Record& record) const {
+    if (!writer_ || !t.defined() || t.layout() != c10::kStrided || t.is_meta() || !t.has_storage()) return {};
+    std::string name = io::safe_component(tensor_file_name(record.name, site.file_key));
+    PendingSave save{nullptr, name, t};
+    save.pointer = site.pointer;
+    if (site.pointer == "/input_args/0" && is_inplace_api_forward(record.name)) {
+      ProbeGuard guard;
+      if (t.device().is_cpu()) {
+        save.memory =
+            std::make_shared<io::Reservation>(writer_->reserve(static_cast<std::size_t>(t.numel()) * t.element_size()));
+        save.data = snapshot_for_file(t);
+      } else {
+        save.data = t.detach().clone(at::MemoryFormat::Contiguous);
+      }
+    }
+    record.saves.push_back(std::move(save));
+    return name;
+  }
+  // A save that already holds memory from the writer's budget is a snapshot already.
+  void snapshot_references(Record& r) const {
+    for (PendingSave& s : r.saves) {
+      if (s.memory || !s.data.defined()) continue;
+      s.memory = std::make_shared<io::Reservation>(
+          writer_->reserve(static_cast<std::size_t>(s.data.numel()) * s.data.element_size()));
+      s.data = snapshot_for_file(s.data);
+    }
+  }
+
+  // "Aten.add_.0.forward": an in-place op's forward entry.
+  static bool is_inplace_api_forward(const std::string& name) {
+    if (name.compare(0, 5, "Aten.") != 0) return false;
+    const std::size_t end = name.find('.', 5);
+    if (end == std::string::npos || end == 5) return false;
+    return is_inplace_op(std::string_view(name).substr(5, end - 5)) && name.size() > 8 &&
+           name.compare(name.size() - 8, 8, ".forward") == 0;
+  }
+
  private:
   std::shared_ptr<io::TensorWriter> writer_;
   bool at_flush_ = false;

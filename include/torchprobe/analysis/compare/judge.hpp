@@ -1,13 +1,9 @@
 #pragma once
 // Whether a paired row, and a paired entry, diverges.
 //   exact    bit-equal: equal statistics (equal CRC-32 in md5 dumps); error 0 or infinity.
-//   tol      each statistic's difference relative to the tensor's range -- |dMax|, |dMin|, |dMean|
-//            over max(|Max|, |Min|) of either side, |dNorm| over the larger Norm -- in units of the
-//            dtype's epsilon (float32 2^-23, float16 2^-10, bfloat16 2^-7, float64 2^-52; integers and
-//            bools must be equal). Default threshold 64 epsilons: rounding one element moves it by at
-//            most eps/2 of the range, and a reduction of n elements in another order moves a mean or
-//            norm by about log2(n) eps, so 64 covers reordered kernels of up to 2^60 elements while a
-//            layer computed in bfloat16 (about 2^16 float32 epsilons off) stands out by three orders.
+//   tol      compare's tolerance (core/stat_tolerance.hpp, which the live check shares): each
+//            statistic's difference relative to the tensor's range in units of the dtype's epsilon,
+//            default threshold 64 epsilons.
 //   msprobe  msprobe's own Result: a row diverges when msprobe marks it "error".
 // Dtype or shape differences are infinite errors in every mode. In tol mode, when a side's Mean and
 // Norm are float sums (msprobe's), their error is what exceeds the accumulation allowance of
@@ -18,6 +14,7 @@
 #include <string>
 
 #include "torchprobe/analysis/compare/matching.hpp"
+#include "torchprobe/core/stat_tolerance.hpp"
 #include "torchprobe/analysis/compare/msprobe_table.hpp"
 #include "torchprobe/analysis/compare/statistics_origin.hpp"
 
@@ -27,17 +24,9 @@ enum class JudgeMode { exact, tol, msprobe };
 inline const char* judge_mode_name(JudgeMode m) {
   return m == JudgeMode::exact ? "exact" : m == JudgeMode::tol ? "tol" : "msprobe";
 }
-constexpr double kDefaultTolEpsilons = 64;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-inline double dtype_epsilon(std::string_view dtype) {
-  if (dtype == "torch.float32" || dtype == "torch.complex64") return std::ldexp(1.0, -23);
-  if (dtype == "torch.float16") return std::ldexp(1.0, -10);
-  if (dtype == "torch.bfloat16") return std::ldexp(1.0, -7);
-  if (dtype == "torch.float64" || dtype == "torch.complex128" || dtype == "<class 'float'>")
-    return std::ldexp(1.0, -52);
-  return 0;  // integers, bools, everything else: exact
-}
+using torchprobe::dtype_epsilon;
+using torchprobe::kDefaultTolEpsilons;
+constexpr double kInf = kStatInf;
 
 namespace details {
 inline std::optional<double> number(const Json& v) {
@@ -124,16 +113,9 @@ inline double row_error(const RowLink& l, JudgeMode mode, bool md5, bool float_s
       if (integer && s >= 2 && (none(ts) || none(bs))) continue;
       return kInf;  // different non-numbers
     }
-    if (std::isnan(*x) && std::isnan(*y)) continue;
-    if (!std::isfinite(*x) || !std::isfinite(*y)) {
-      if (*x == *y) continue;
-      return kInf;
-    }
-    if (*x == *y) continue;
-    if (mode == JudgeMode::exact || eps == 0) return kInf;
-    const double scale = s < 3 ? amax : std::max(std::fabs(*x), std::fabs(*y));
-    double e = scale == 0 ? kInf : std::fabs(*x - *y) / scale / eps;
-    if (float_sums && s >= 2 && float_dtype(t.dtype)) e = std::max(0.0, e - accumulation_allowance(t.shape));
+    const double allowance = float_sums && float_dtype(t.dtype) ? accumulation_allowance(t.shape) : 0;
+    const double e = statistic_error(s, *x, *y, amax, mode == JudgeMode::exact ? 0 : eps, allowance);
+    if (e == kInf) return kInf;
     worst = std::max(worst, e);
   }
   return worst;

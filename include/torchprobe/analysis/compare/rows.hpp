@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "torchprobe/core/stat_tolerance.hpp"
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/python_text.hpp"
 #include "torchprobe/analysis/compare/row.hpp"
@@ -33,9 +34,7 @@ struct RowSet {
 };
 
 // msprobe's float class of dtypes: fp16, bf16 and fp32 compare with each other.
-inline bool float_dtype(std::string_view d) {
-  return d == "torch.float16" || d == "torch.float32" || d == "torch.bfloat16";
-}
+using torchprobe::float_dtype;
 
 namespace details {
 

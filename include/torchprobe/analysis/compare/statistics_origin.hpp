@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/core/stat_tolerance.hpp"
 
 namespace torchprobe::compare {
 
@@ -73,8 +74,6 @@ inline double shape_elements(std::string_view shape) {
   }
   return n;
 }
-
-constexpr double kAccumulationEpsilonsPerElement = 1.0 / 1024;
 
 // The allowance above, in the dtype's epsilons, for a Mean or Norm of a tensor of this shape.
 inline double accumulation_allowance(std::string_view shape) {
