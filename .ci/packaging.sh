@@ -41,13 +41,20 @@ grep -q "^## \[${version//./\\.}\]" CHANGELOG.md || { echo "CHANGELOG.md has no 
 
 log "3. install into a temporary prefix"
 prefix=$work/prefix
-cmake -S . -B "$work/torchprobe-build" -DCMAKE_INSTALL_PREFIX="$prefix" \
-  -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 \
-  || { cat "$work/install.log"; exit 1; }
+# TORCHPROBE_PACKAGING_BUILD_DIR: a build directory already built (CI's host build), installed from
+# instead of building the tool again; the option that installs the single header changes only the
+# install rules, so configuring it there compiles nothing.
+build=${TORCHPROBE_PACKAGING_BUILD_DIR:-$work/torchprobe-build}
+if [ -n "${TORCHPROBE_PACKAGING_BUILD_DIR:-}" ]; then
+  cmake -S . -B "$build" -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+else
+  cmake -S . -B "$build" -DTORCHPROBE_BUILD_TESTS=OFF -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_INSTALL_SINGLE_HEADER=ON \
+    >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+fi
 # The one compiled thing installed is the torchprobe command-line tool: its own TU (no libtorch) and
 # the libtorch module it loads for run_ut and .pt files, one per core.
-cmake --build "$work/torchprobe-build" --target torchprobe_cli -j"${TORCHPROBE_CI_JOBS:-2}" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
-cmake --install "$work/torchprobe-build" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+cmake --build "$build" --target torchprobe_cli -j"${TORCHPROBE_CI_JOBS:-2}" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+cmake --install "$build" --prefix "$prefix" >>"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 for f in include/torchprobe/torchprobe.hpp include/torchprobe/version.hpp \
          share/cmake/TorchProbe/TorchProbeConfig.cmake share/cmake/TorchProbe/TorchProbeConfigVersion.cmake \
          share/cmake/TorchProbe/TorchProbeTargets.cmake share/torchprobe/single_include/torchprobe.hpp share/torchprobe/single_include/torchprobe_compiled.cpp bin/torchprobe; do

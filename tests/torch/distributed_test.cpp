@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -58,8 +59,12 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
 // ---- the child: one rank ---------------------------------------------------------------------
 // TORCHPROBE_TEST_MODE: "plain"; "filter" (rank [0, "2-3"], step [0, 2]); "kill" (the last rank
 // is killed by SIGKILL in its last step, once the others have finished); "fault" (rank 2 adds
-// 1e-3 to fc.weight at the start of step 1, before its forward and all_reduce).
-int run_rank(const std::string& dir, const std::string& mode) {
+// 1e-3 to fc.weight at the start of step 1, before its forward and all_reduce); "drift-L0",
+// "drift-mix": the same fault at level L0 or mix; "nodiv-L0", "nodiv-mix": rank 2 does not divide
+// its all-reduced gradients by the world size in step 0 (its parameters differ from step 1 on);
+// "inf-mix": in step 1 rank 1 writes an inf into a row of its fc.weight gradient before the all_reduce.
+template <tp::Level L>
+int run_rank_at(const std::string& dir, const std::string& mode) {
   const int rank = std::atoi(std::getenv("RANK"));
   const int world = std::atoi(std::getenv("WORLD_SIZE"));
   auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
@@ -72,7 +77,13 @@ int run_rank(const std::string& dir, const std::string& mode) {
 
   tp::Options options = tp::Options().dump_path(dir + "/dump").process_group(pg);
   if (mode == "filter") options.rank({0, "2-3"}).step({0, 2});
-  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(options);
+  tp::Debugger<L, tp::Task::Statistics> dbg(options);
+  const bool drift = mode == "fault" || mode.rfind("drift-", 0) == 0;
+  const bool skip_division = mode.rfind("nodiv-", 0) == 0 && rank == 2;
+  // The issue-48 modes dump forward, backward and the reduction, not the update: an in-place update
+  // of a parameter while the probe runs is an episode of its module (docs/capture.md), which would
+  // show the undivided gradient one step early, as that episode's input.
+  const bool stop_before_update = mode.find('-') != std::string::npos;
   torch::manual_seed(1);  // the same initial parameters on every rank
   tptest::Net net;
   // The README's overhead figure: TORCHPROBE_TEST_STEPS steps, mode "bare" never starts the probe.
@@ -83,19 +94,22 @@ int run_rank(const std::string& dir, const std::string& mode) {
     torch::manual_seed(100 + 10 * s + rank);  // data of its own
     const auto x = torch::randn({16, 8});
     net->zero_grad();
-    if (mode == "fault" && rank == 2 && s == 1) {  // a planted fault: this rank's weight drifts
+    if (drift && rank == 2 && s == 1) {  // a planted fault: this rank's weight drifts
       torch::NoGradGuard no_grad;
       net->fc->weight.add_(1e-3);
     }
     if (mode != "bare") dbg.start(net);
     net->forward(x).pow(2).mean().backward();
+    if (mode == "inf-mix" && rank == 1 && s == 1)
+      net->fc->weight.grad().select(0, 0).fill_(std::numeric_limits<float>::infinity());
     for (auto& p : net->parameters()) {
       if (dispatch)
         d_allreduce(dispatching_pg, {p.grad()})->wait();
       else
         tp::dist::all_reduce(pg, p.grad());
-      p.grad().div_(world);
+      if (!(skip_division && s == 0)) p.grad().div_(world);
     }
+    if (stop_before_update) dbg.stop();
     {
       torch::NoGradGuard no_grad;
       for (auto& p : net->parameters()) p.sub_(0.1 * p.grad());
@@ -111,7 +125,7 @@ int run_rank(const std::string& dir, const std::string& mode) {
       dbg.wait_written();
       ::raise(SIGKILL);
     }
-    dbg.stop();
+    if (!stop_before_update) dbg.stop();
     dbg.step();
   }
   dbg.wait_written();
@@ -120,6 +134,11 @@ int run_rank(const std::string& dir, const std::string& mode) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
   return 0;
+}
+
+int run_rank(const std::string& dir, const std::string& mode) {
+  const bool l0 = mode.size() > 3 && mode.compare(mode.size() - 3, 3, "-L0") == 0;
+  return l0 ? run_rank_at<tp::Level::L0>(dir, mode) : run_rank_at<tp::Level::Mix>(dir, mode);
 }
 
 // Two ranks call collectives the way libtorch routes them through the dispatcher, never through
@@ -417,6 +436,68 @@ TEST_CASE("the cross-rank view names the rank, the parameter and the step of a p
   std::ostringstream text;
   CHECK(ranks::print_views(views, text) == 1);
   CHECK(text.str().find("first disagreement: step 1, rank 2, Aten.t.0.forward input_args.0 (shape [4,8])") !=
+        std::string::npos);
+}
+
+// Issue 48: the replicated values at both levels. A parameter drifts on rank 2 at step 1, or rank 2
+// skips dividing its all-reduced gradients at step 0 (its parameters differ from step 1 on): the
+// view names step 1, rank 2 and the module's parameter, at L0 through the module entry alone.
+TEST_CASE("4 Gloo ranks at L0 and mix: a drifted parameter and a skipped gradient division are named at step 1") {
+  namespace ranks = tp::compare::ranks;
+  for (const std::string fault : {"drift", "nodiv"}) {
+    for (const std::string level : {"L0", "mix"}) {
+      CAPTURE(fault);
+      CAPTURE(level);
+      tptest::TempDir dir;
+      REQUIRE(launch(4, fault + "-" + level, dir.path()) == 0);
+      const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+      REQUIRE(views.size() == 2);  // step 0 agrees (the undivided update shows in step 1's parameters)
+      CHECK_FALSE(views[0].first.has_value());
+      CHECK(views[0].replicated.parameters == 2);  // fc.weight and fc.bias
+      const ranks::StepView& v = views[1];
+      REQUIRE(v.first_parameter.has_value());
+      const ranks::Disagreement& p = *v.first_parameter;
+      CHECK(p.step == 1);
+      CHECK(p.rank == 2);
+      CHECK(p.entry == "Module.fc.Linear.forward.0");
+      CHECK(p.item == "parameters.weight");
+      CHECK(p.agreeing == std::vector<long>{0, 1, 3});
+      REQUIRE(v.first.has_value());
+      CHECK(v.first->rank == 2);
+      // At L0 the module entry is all there is; at mix the transpose that reads the weight comes first.
+      CHECK(v.first->entry == (level == "L0" ? "Module.fc.Linear.forward.0" : "Aten.t.0.forward"));
+      std::ostringstream text;
+      CHECK(ranks::print_views(views, text) == 1);
+      CHECK(text.str().find("first disagreement: step 1, rank 2, ") != std::string::npos);
+      if (level == "mix")
+        CHECK(text.str().find("first module parameter that differs: step 1, rank 2, Module.fc.Linear.forward.0 "
+                              "parameters.weight (shape [4,8]) differs from ranks 0,1,3\n") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE(
+    "4 Gloo ranks: an inf one rank writes into its gradient is named at that rank, not where the all_reduce took it") {
+  namespace ranks = tp::compare::ranks;
+  tptest::TempDir dir;
+  REQUIRE(launch(4, "inf-mix", dir.path()) == 0);
+  const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+  REQUIRE(views.size() >= 2);
+  CHECK_FALSE(views[0].nonfinite.has_value());
+  REQUIRE(views[1].nonfinite.has_value());
+  const ranks::NonFinite& n = *views[1].nonfinite;
+  CHECK(n.step == 1);
+  CHECK(n.rank == 1);
+  CHECK(n.entry.rfind("Aten.", 0) == 0);  // the op that wrote it (fill_ on libtorch 1.13 and 2.x)
+  CHECK(n.item == "output.0");
+  CHECK(n.inputs_finite);
+  CHECK(n.reached == std::vector<long>{0, 2, 3});
+  CHECK(n.through == "Distributed.all_reduce.0.forward");  // fc.weight's gradient, reduced first
+  std::ostringstream text;
+  ranks::print_views(views, text);
+  CHECK(text.str().find("first non-finite value: step 1, rank 1, " + n.entry +
+                        " output.0 (made there: its inputs are "
+                        "finite); reached ranks 0,2,3 through Distributed.all_reduce.0.forward\n") !=
         std::string::npos);
 }
 

@@ -145,12 +145,23 @@ int grad_compare_main(const std::vector<std::string>& args) {
 }
 
 int ranks_main(const std::vector<std::string>& args) {
-  if (args.size() != 1 || asks_for_help(args)) {
-    std::cerr << "usage: torchprobe ranks STEP_DIR_OR_DUMP_ROOT\n";
-    return args.size() == 1 ? 0 : 2;
+  torchprobe::compare::ranks::ViewOptions options;
+  std::vector<std::string> paths;
+  for (const std::string& a : args) {
+    if (a == "--grads-reduced")
+      options.grads_reduced = true;
+    else
+      paths.push_back(a);
+  }
+  if (paths.size() != 1 || asks_for_help(args)) {
+    std::cerr << "usage: torchprobe ranks [--grads-reduced] STEP_DIR_OR_DUMP_ROOT\n"
+                 "  --grads-reduced  the gradients are reduced inside backward (DDP): every parameters_grad\n"
+                 "                   is replicated (without it, only those the dump shows reduced first)\n";
+    return paths.size() == 1 ? 0 : 2;
   }
   try {
-    return torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(args[0]), std::cout);
+    namespace ranks = torchprobe::compare::ranks;
+    return ranks::print_views(ranks::view_dump(paths[0], options), std::cout);
   } catch (const std::exception& e) {
     std::cerr << "torchprobe ranks: " << e.what() << "\n";
     return 2;
@@ -188,9 +199,10 @@ const Subcommand kSubcommands[] = {
     {"api_precision_compare", "judge a target's run_ut details CSV against a bench device's",
      api_precision_compare_main},
     {"ranks",
-     "DUMP  a step's ranks side by side: who entered each collective, whether inputs and outputs\n"
-     "agreed, the first rank/op where replicated data disagrees (DUMP: a step dir or dump root;\n"
-     "exit status 0 all agree, 1 a disagreement, 2 bad input)",
+     "[--grads-reduced] DUMP  a step's ranks side by side: who entered each collective, whether\n"
+     "inputs and outputs agreed, the first rank/op where replicated data (module parameters,\n"
+     "collective outputs) disagrees (DUMP: a step dir or dump root; exit status 0 all agree,\n"
+     "1 a disagreement, 2 bad input)",
      ranks_main},
     {"recover",
      "DUMP  rebuild the files of interrupted steps from their journals, say what could not be\n"

@@ -10,11 +10,19 @@
 //    same statistics (with 3 ranks or more: a parameter or a gradient after all_reduce that one
 //    rank holds differently; data of each rank's own differs on all of them and is not named);
 //    or a collective that some ranks never entered.
+//  - replicated by construction (issue 48), checked whatever the number of ranks: every module's
+//    `parameters` (L0 and mix) and the outputs of all_reduce, broadcast and all_gather; a module's
+//    `parameters_grad` only where the dump shows it reduced before it was captured (on a rank, an
+//    all_reduce entry before it has an output with the gradient's very statistics) or the user says
+//    so (--grads-reduced: the gradients are reduced inside backward). Never inferred from agreement:
+//    a gradient without that evidence is each rank's own and is not checked. Each step says what it
+//    treated as replicated.
 // DUMP is a step directory or a dump root (its steps in order; the first step that disagrees).
 // Statistics are compared exactly: replicated data computed the same way is bit-equal.
 // A rank whose step was recovered incomplete after a crash (`torchprobe recover`) is named as such,
 // and an entry it lacks is "not recovered" there, never a collective it did not enter.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -26,6 +34,8 @@
 #include <vector>
 
 #include "torchprobe/analysis/compare/dump_reader.hpp"
+#include "torchprobe/analysis/compare/ranks_nonfinite.hpp"
+#include "torchprobe/analysis/compare/ranks_table.hpp"
 
 namespace torchprobe::compare::ranks {
 
@@ -45,36 +55,30 @@ struct Disagreement {
   std::vector<long> agreeing;  // the ranks that agree with one another
 };
 
+// What a step's view treated as replicated, counted once per tensor (not per rank).
+struct Replicated {
+  long parameters = 0;          // module parameters ("parameters.weight" of a module's forward entry)
+  long collective_outputs = 0;  // outputs of all_reduce, broadcast, all_gather
+  long gradients = 0;           // parameters_grad tensors shown reduced before capture (or said so)
+  long own_gradients = 0;       // parameters_grad tensors without that evidence: each rank's own, not checked
+};
+
+struct ViewOptions {
+  bool grads_reduced = false;  // the user says the gradients are reduced inside backward
+};
+
 struct StepView {
   long step = -1;
   std::vector<long> ranks;
   std::vector<CollectiveCall> collectives;
   std::optional<Disagreement> first;
+  std::optional<Disagreement> first_parameter;  // the first module parameter that differs (may follow `first`)
+  std::optional<NonFinite> nonfinite;           // the step's first NaN/inf, at its origin (ranks_nonfinite.hpp)
+  Replicated replicated;
   std::map<long, std::string> incomplete;  // ranks whose step was recovered incomplete: what is missing
 };
 
 namespace details {
-
-using Json = nlohmann::ordered_json;
-
-// The tensor items of an entry, as ("input_args.0", item) in dump order.
-inline void tensor_items(const Json& v, const std::string& site,
-                         std::vector<std::pair<std::string, const Json*>>& out) {
-  if (v.is_object() && (v.contains("Max") || v.contains("md5")) && v.contains("shape")) {
-    out.emplace_back(site, &v);
-  } else if (v.is_array()) {
-    for (std::size_t i = 0; i < v.size(); ++i) tensor_items(v[i], site + "." + std::to_string(i), out);
-  } else if (v.is_object()) {
-    for (const auto& kv : v.items()) tensor_items(kv.value(), site + "." + kv.key(), out);
-  }
-}
-
-inline Json stats_of(const Json& item) {
-  Json s = Json::object();
-  for (const char* k : {"dtype", "shape", "Max", "Min", "Mean", "Norm", "md5"})
-    if (item.contains(k)) s[k] = item[k];
-  return s;
-}
 
 inline bool replicated_collective(const std::string& entry) {
   for (const char* api : {"Distributed.all_reduce.", "Distributed.broadcast.", "Distributed.all_gather."})
@@ -85,74 +89,91 @@ inline bool replicated_collective(const std::string& entry) {
 }  // namespace details
 
 // One step directory's ranks.
-inline StepView view_step(const std::filesystem::path& step_dir, long step = -1) {
-  using details::Json;
+inline StepView view_step(const std::filesystem::path& step_dir, long step = -1, const ViewOptions& options = {}) {
   StepView view;
   view.step = step;
-  std::map<long, Json> data;
-  for (const auto& [rank, dir] : compare::details::rank_dirs(step_dir)) {
-    if (!std::filesystem::exists(dir / "dump.json")) continue;
-    const Json doc = read_json_file(dir / "dump.json");
-    if (!doc.contains("data") || !doc["data"].is_object())
-      throw InputError((dir / "dump.json").string() + ": no \"data\"");
-    data[rank] = doc["data"];
-    view.ranks.push_back(rank);
-    if (std::string missing = recovery_missing(doc); !missing.empty()) view.incomplete[rank] = std::move(missing);
+  details::Interner strings;
+  const std::vector<details::RankTable> tables = details::read_ranks(step_dir, strings);
+  std::vector<std::pair<long, const details::RankFirst*>> firsts;
+  for (const details::RankTable& t : tables) {
+    view.ranks.push_back(t.rank);
+    if (!t.missing.empty()) view.incomplete[t.rank] = t.missing;
+    firsts.emplace_back(t.rank, t.nonfinite ? &*t.nonfinite : nullptr);
   }
-  // Every entry name, in the dump order of the first rank that has it.
-  std::vector<std::string> order;
-  std::map<std::string, bool> seen;
-  for (const auto& [rank, d] : data)
-    for (const auto& kv : d.items())
-      if (!seen[kv.key()]) {
-        seen[kv.key()] = true;
-        order.push_back(kv.key());
+  // Every entry name, in the dump order of the first rank that has it; each rank's row of it.
+  std::vector<std::uint32_t> order;
+  std::vector<bool> seen(strings.size(), false);
+  std::vector<std::vector<std::int32_t>> row_of(tables.size(), std::vector<std::int32_t>(strings.size(), -1));
+  for (std::size_t r = 0; r < tables.size(); ++r)
+    for (std::size_t i = 0; i < tables[r].entries.size(); ++i) {
+      const std::uint32_t name = tables[r].entries[i].name;
+      if (row_of[r][name] < 0) row_of[r][name] = static_cast<std::int32_t>(i);
+      if (!seen[name]) {
+        seen[name] = true;
+        order.push_back(name);
       }
-  // Each rank's entries by name. ordered_json finds a key by walking its members, and every rank
-  // is asked for every entry: quadratic in the entries (12 s for a dump.json of 1 MB).
-  std::map<long, std::unordered_map<std::string, const Json*>> by_name;
-  for (const auto& [rank, d] : data) {
-    auto& names = by_name[rank];
-    names.reserve(d.size());
-    for (const auto& kv : d.items()) names.emplace(kv.key(), &kv.value());
-  }
+    }
   const auto note = [&](Disagreement d) {
     if (!view.first) view.first = std::move(d);
   };
-  for (const std::string& entry : order) {
+  struct Site {
+    std::uint32_t site;
+    std::vector<std::pair<long, const details::ItemRow*>> values;  // (rank, item)
+    bool shown_reduced = false;  // a gradient: shown reduced before capture on some rank
+  };
+  std::vector<Site> sites;
+  std::unordered_map<std::uint32_t, std::size_t> site_at;   // site id -> its place in `sites`
+  std::unordered_map<std::uint64_t, std::size_t> group_at;  // statistics -> its group
+  for (const std::uint32_t name : order) {
+    const std::string& entry = strings.text(name);
     const bool collective = entry.rfind("Distributed.", 0) == 0;
     CollectiveCall call{entry, {}, {}, true, true, {}};
-    std::map<std::string, std::vector<std::pair<long, Json>>> by_site;  // site -> (rank, stats)
-    std::vector<std::string> sites;
-    for (const auto& [rank, names] : by_name) {
-      const auto found = names.find(entry);
-      if (found == names.end()) {  // an incomplete step may just not have it recovered
-        (view.incomplete.count(rank) ? call.unrecovered : call.absent).push_back(rank);
+    const bool gradients = details::is_parameters_grad(entry);
+    sites.clear();
+    site_at.clear();
+    for (std::size_t r = 0; r < tables.size(); ++r) {
+      const details::RankTable& t = tables[r];
+      const std::int32_t row = row_of[r][name];
+      if (row < 0) {  // an incomplete step may just not have it recovered
+        (view.incomplete.count(t.rank) ? call.unrecovered : call.absent).push_back(t.rank);
         continue;
       }
-      call.entered.push_back(rank);
-      const Json& e = *found->second;
-      std::vector<std::pair<std::string, const Json*>> items;
-      for (const char* section : {"input_args", "input_kwargs", "output"})
-        if (e.contains(section)) details::tensor_items(e[section], section, items);
-      for (const auto& [site, item] : items) {
-        if (!by_site.count(site)) sites.push_back(site);
-        by_site[site].emplace_back(rank, details::stats_of(*item));
+      call.entered.push_back(t.rank);
+      const details::EntryRow& e = t.entries[static_cast<std::size_t>(row)];
+      for (std::uint32_t k = e.first_item; k < e.first_item + e.items; ++k) {
+        const details::ItemRow& item = t.items[k];
+        // Looked up by hash, not by a scan: an entry of many items, or many ranks, stays linear.
+        const auto [at, added] = site_at.emplace(item.site, sites.size());
+        if (added) sites.push_back(Site{item.site, {}, false});
+        Site* s = &sites[at->second];
+        s->values.emplace_back(t.rank, &item);
+        if (gradients) {
+          const auto reduced = t.reduced_at.find(item.stats);
+          if (reduced != t.reduced_at.end() && reduced->second < static_cast<std::uint32_t>(row))
+            s->shown_reduced = true;
+        }
       }
     }
     if (collective && !call.absent.empty() && !call.entered.empty())
       note({step, call.absent.front(), entry, "", "", call.entered});
-    for (const std::string& site : sites) {
-      const auto& values = by_site[site];
+    for (const Site& s : sites) {
+      const std::string& site = strings.text(s.site);
+      const bool parameter = site.rfind("parameters.", 0) == 0;
+      const bool reduced_gradient = gradients && (options.grads_reduced || s.shown_reduced);
+      const bool replicated_output =
+          collective && site.rfind("output", 0) == 0 && details::replicated_collective(entry);
+      view.replicated.parameters += parameter;
+      view.replicated.collective_outputs += replicated_output;
+      view.replicated.gradients += reduced_gradient;
+      view.replicated.own_gradients += gradients && !reduced_gradient;
+      if (gradients && !reduced_gradient) continue;  // each rank's own gradient: not compared
       // Groups of ranks with equal statistics; the largest first.
-      std::vector<std::pair<Json, std::vector<long>>> groups;
-      for (const auto& [rank, s] : values) {
-        const Json& stats = s;  // clang before 16 cannot capture a structured binding
-        auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == stats; });
-        if (g == groups.end())
-          groups.push_back({s, {rank}});
-        else
-          g->second.push_back(rank);
+      std::vector<std::pair<std::uint64_t, std::vector<long>>> groups;
+      group_at.clear();
+      for (const auto& [rank, item] : s.values) {
+        const auto [g, added] = group_at.emplace(item->stats, groups.size());
+        if (added) groups.push_back({item->stats, {}});
+        groups[g->second].second.push_back(rank);
       }
       std::stable_sort(groups.begin(), groups.end(),
                        [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
@@ -160,30 +181,33 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1)
       const bool output = site.rfind("output", 0) == 0;
       if (collective) (output ? call.outputs_agree : call.inputs_agree) &= agree;
       if (agree) continue;
-      const std::string shape = values.front().second.value("shape", Json()).dump();
-      if (collective && output && details::replicated_collective(entry)) {
-        note({step, groups[1].second.front(), entry, site, shape, groups[0].second});
-      } else if (values.size() >= 3 && groups.size() == 2 && groups[1].second.size() == 1) {
+      const std::string& shape = strings.text(s.values.front().second->shape);
+      if (parameter || reduced_gradient || replicated_output) {
+        Disagreement d{step, groups[1].second.front(), entry, site, shape, groups[0].second};
+        if (parameter && !view.first_parameter) view.first_parameter = d;
+        note(std::move(d));
+      } else if (s.values.size() >= 3 && groups.size() == 2 && groups[1].second.size() == 1) {
         note({step, groups[1].second.front(), entry, site, shape, groups[0].second});
       }
     }
     if (collective) view.collectives.push_back(std::move(call));
   }
+  view.nonfinite = first_nonfinite(firsts, step);
   return view;
 }
 
 // A step directory, or a dump root: its steps in order, up to the first that disagrees.
-inline std::vector<StepView> view_dump(const std::filesystem::path& path) {
+inline std::vector<StepView> view_dump(const std::filesystem::path& path, const ViewOptions& options = {}) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) throw InputError(path.string() + ": not a directory");
   const auto steps = compare::details::numbered_dirs(path, "step([0-9]+)");
   std::vector<StepView> views;
   if (steps.empty()) {
-    views.push_back(view_step(path));
+    views.push_back(view_step(path, -1, options));
     return views;
   }
   for (const auto& [n, dir] : steps) {
-    views.push_back(view_step(dir, n));
+    views.push_back(view_step(dir, n, options));
     if (views.back().first) break;
   }
   return views;
@@ -195,9 +219,11 @@ inline std::string join(const std::vector<long>& v) {
   return s.empty() ? "-" : s;
 }
 
-// The text `torchprobe ranks` prints; returns the exit status (0 all agree, 1 a disagreement).
+// The text `torchprobe ranks` prints; returns the exit status (0 all agree, 1 a disagreement). A
+// non-finite value is said (the dump's first, at its origin) but is no disagreement: the status stays.
 inline int print_views(const std::vector<StepView>& views, std::ostream& out) {
   int status = 0;
+  bool nonfinite_said = false;
   for (const StepView& v : views) {
     out << "step " << (v.step < 0 ? std::string("?") : std::to_string(v.step)) << ": ranks " << join(v.ranks) << "\n";
     for (const auto& [rank, missing] : v.incomplete)
@@ -210,13 +236,36 @@ inline int print_views(const std::vector<StepView>& views, std::ostream& out) {
       out << "; inputs " << (c.inputs_agree ? "agree" : "differ") << ", outputs "
           << (c.outputs_agree ? "agree" : "differ") << "\n";
     }
-    if (const auto& d = v.first) {
-      status = 1;
-      out << "first disagreement: step " << d->step << ", rank " << d->rank << ", " << d->entry;
-      if (d->item.empty())
-        out << ": never entered (ranks " << join(d->agreeing) << " did)\n";
+    const Replicated& r = v.replicated;
+    out << "  treated as replicated: " << r.parameters << " module parameters, " << r.collective_outputs
+        << " outputs of all_reduce/broadcast/all_gather";
+    if (r.gradients + r.own_gradients > 0)
+      out << ", " << r.gradients << " parameter gradients reduced before capture (" << r.own_gradients
+          << " not: each rank's own)";
+    out << "\n";
+    const auto say = [&](const char* what, const Disagreement& d) {
+      out << what << ": step " << d.step << ", rank " << d.rank << ", " << d.entry;
+      if (d.item.empty())
+        out << ": never entered (ranks " << join(d.agreeing) << " did)\n";
       else
-        out << " " << d->item << " (shape " << d->shape << ") differs from ranks " << join(d->agreeing) << "\n";
+        out << " " << d.item << " (shape " << d.shape << ") differs from ranks " << join(d.agreeing) << "\n";
+    };
+    if (v.first) {
+      status = 1;
+      say("first disagreement", *v.first);
+    }
+    // At mix level an API entry that reads the parameter (Aten.t) comes before the module's own
+    // entry: the module and the parameter's name are then said too.
+    if (v.first_parameter && v.first_parameter->entry != v.first->entry)
+      say("first module parameter that differs", *v.first_parameter);
+    if (const auto& n = v.nonfinite; n && !nonfinite_said) {  // the dump's first; not a disagreement
+      nonfinite_said = true;
+      out << "first non-finite value: step " << n->step << ", rank " << n->rank << ", " << n->entry << " " << n->item
+          << (!n->origin_known   ? " (received through a collective on every rank: the rank that made it is not here)"
+              : n->inputs_finite ? " (made there: its inputs are finite)"
+                                 : " (already in its inputs: made by code the dump does not show)");
+      if (!n->reached.empty()) out << "; reached ranks " << join(n->reached) << " through " << n->through;
+      out << "\n";
     }
   }
   if (status == 0) out << "the ranks agree on every replicated value\n";
