@@ -8,11 +8,8 @@
 // Prints the time, the ratio to the baseline, the seconds per million entries (flat when time is
 // linear in ranks x entries) and the peak memory; and checks that the drift is named.
 // Quick mode (TORCHPROBE_BENCH_QUICK=1): 4 and 16 ranks of 1,000 entries.
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,13 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "child_measure.hpp"
 #include "quick_mode.hpp"
 #include "torchprobe/analysis/compare/ranks.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using tpbench::Clock;
+using tpbench::in_child;
+using tpbench::Measured;
+using tpbench::seconds_since;
 
 std::string tensor(std::size_t seed, const char* shape, double scale = 1.0) {
   const double v = static_cast<double>(seed % 997) / 997.0;
@@ -75,42 +76,6 @@ void write_rank(const fs::path& dir, std::size_t n, long rank, bool drift) {
   out << "\n }\n}\n";
 }
 
-struct Measured {
-  double seconds = -1, rss_mb = 0;
-  int status = -1;
-};
-
-// Runs body() in a child process: its own max RSS, its own seconds (through a pipe).
-template <class Body>
-Measured in_child(Body body) {
-  std::fflush(stdout);
-  int fd[2];
-  if (::pipe(fd) != 0) std::abort();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fd[0]);
-    const auto t0 = Clock::now();
-    const int status = body();
-    const double out[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), static_cast<double>(status)};
-    if (::write(fd[1], out, sizeof out) != static_cast<ssize_t>(sizeof out)) std::_Exit(3);
-    std::_Exit(0);
-  }
-  ::close(fd[1]);
-  double in[2] = {-1, -1};
-  const bool got = ::read(fd[0], in, sizeof in) == static_cast<ssize_t>(sizeof in);
-  ::close(fd[0]);
-  int wstatus = 0;
-  rusage u{};
-  ::wait4(pid, &wstatus, 0, &u);
-  Measured m;
-  m.rss_mb = static_cast<double>(u.ru_maxrss) / 1024.0;
-  if (got) {
-    m.seconds = in[0];
-    m.status = static_cast<int>(in[1]);
-  }
-  return m;
-}
-
 }  // namespace
 
 int main() {
@@ -132,25 +97,29 @@ int main() {
     std::string said;
     int pipe_fd[2];
     if (::pipe(pipe_fd) != 0) return 1;
-    const Measured view = in_child([&] {
+    const Measured view = in_child([&](int& status) {
+      const auto t0 = Clock::now();
       std::ostringstream text;
-      const int status = torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(step), text);
+      status = torchprobe::compare::ranks::print_views(torchprobe::compare::ranks::view_dump(step), text);
+      const double seconds = seconds_since(t0);
       const std::string t = text.str();
       const std::string first = t.substr(t.find("first disagreement"));
-      if (::write(pipe_fd[1], first.data(), first.size()) < 0) return 3;
-      return status;
+      if (::write(pipe_fd[1], first.data(), first.size()) < 0) status = 3;
+      return seconds;
     });
     ::close(pipe_fd[1]);
     char buf[512];
     const ssize_t got = ::read(pipe_fd[0], buf, sizeof buf - 1);
     ::close(pipe_fd[0]);
     said.assign(buf, got > 0 ? static_cast<std::size_t>(got) : 0);
-    const Measured base = in_child([&] {
+    const Measured base = in_child([&](int& status) {
+      const auto t0 = Clock::now();
       std::size_t members = 0;
       for (long r = 0; r < ranks; ++r)
         members +=
             torchprobe::compare::read_json_file(step / ("rank" + std::to_string(r)) / "dump.json")["data"].size();
-      return members == static_cast<std::size_t>(ranks) * entries ? 0 : 1;
+      status = members == static_cast<std::size_t>(ranks) * entries ? 0 : 1;
+      return seconds_since(t0);
     });
     const std::string expect = "rank " + std::to_string(ranks / 2) + ", Module.layers.";
     const bool named = view.status == 1 && said.find(expect) != std::string::npos &&
