@@ -18,11 +18,13 @@
 //    a gradient without that evidence is each rank's own and is not checked. Each step says what it
 //    treated as replicated.
 // DUMP is a step directory or a dump root (its steps in order; the first step that disagrees).
-// Statistics are compared exactly: replicated data computed the same way is bit-equal.
+// Statistics are compared exactly: replicated data computed the same way is bit-equal (a 64-bit
+// hash of their canonical spelling, ranks_nodes.hpp, in which a NaN equals a NaN). The ranks are
+// read in parallel into compact tables (ranks_table.hpp); the first NaN/inf is ranks_nonfinite.hpp's.
 // A rank whose step was recovered incomplete after a crash (`torchprobe recover`) is named as such,
 // and an entry it lacks is "not recovered" there, never a collective it did not enter.
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
