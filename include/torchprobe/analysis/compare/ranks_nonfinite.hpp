@@ -32,28 +32,30 @@ struct NonFinite {
 
 namespace details {
 
-// The first tensor item in n (an item has "type" and "Max") whose Max or Min is not finite, as
-// "site.0.key"; empty if none.
+// Whether n holds a tensor item (an item has "type" and "Max") whose Max or Min is not finite;
+// `path` ("input_args") gets the first one's place appended (".0.key"). Runs over every entry of a
+// rank until one is found, so the path is only extended along the way, never copied.
 template <class Nodes>
-std::string first_nonfinite_item(typename Nodes::Node n, const std::string& site) {
+bool first_nonfinite_item(typename Nodes::Node n, std::string& path) {
   typename Nodes::Node max, min, type;
   if (Nodes::is_object(n) && Nodes::find(n, "Max", max) && Nodes::find(n, "type", type)) {
     double v = 0;
-    if (Nodes::number(max, v) && !std::isfinite(v)) return site;
-    if (Nodes::find(n, "Min", min) && Nodes::number(min, v) && !std::isfinite(v)) return site;
-    return std::string();
+    return (Nodes::number(max, v) && !std::isfinite(v)) ||
+           (Nodes::find(n, "Min", min) && Nodes::number(min, v) && !std::isfinite(v));
   }
-  std::string found;
+  bool found = false;
+  const std::size_t at = path.size();
+  const auto visit = [&](std::string_view key, typename Nodes::Node e) {
+    if (found) return;
+    path.append(".").append(key);
+    found = first_nonfinite_item<Nodes>(e, path);
+    if (!found) path.resize(at);
+  };
   if (Nodes::is_array(n)) {
     std::size_t i = 0;
-    Nodes::elements(n, [&](typename Nodes::Node e) {
-      if (found.empty()) found = first_nonfinite_item<Nodes>(e, site + "." + std::to_string(i));
-      ++i;
-    });
+    Nodes::elements(n, [&](typename Nodes::Node e) { visit(std::to_string(i++), e); });
   } else if (Nodes::is_object(n)) {
-    Nodes::members(n, [&](std::string_view k, typename Nodes::Node e) {
-      if (found.empty()) found = first_nonfinite_item<Nodes>(e, site + "." + std::string(k));
-    });
+    Nodes::members(n, visit);
   }
   return found;
 }
@@ -69,12 +71,14 @@ struct RankFirst {
 template <class Nodes>
 bool nonfinite_in_entry(std::string_view name, typename Nodes::Node e, RankFirst& f) {
   const bool collective = name.rfind("Distributed.", 0) == 0;
-  std::string input, output;
+  std::string input, output, path;
   if (Nodes::is_object(e))
     Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
       const bool in = k == "input_args" || k == "input_kwargs" || k == "input" || k == "parameters";
       std::string& side = in ? input : output;  // parameters_grad's "weight": a result
-      if (side.empty()) side = first_nonfinite_item<Nodes>(part, std::string(k));
+      if (!side.empty()) return;
+      path.assign(k);
+      if (first_nonfinite_item<Nodes>(part, path)) side = path;
     });
   if (input.empty() && output.empty()) {
     f.clock += collective;
