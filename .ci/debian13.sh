@@ -15,6 +15,8 @@
 #   TORCHPROBE_DEBIAN13_CACHE      where the chroot is kept (/var/cache/torchprobe)
 #   TORCHPROBE_DEBIAN13_REBUILD=1  delete the kept chroot and build a new one
 #   TORCHPROBE_DEBIAN_MIRROR       mirror URL, overriding the host's apt configuration
+#   TORCHPROBE_DEBIAN13_SANITIZE=1 the default command builds and runs the suite with ASan + UBSan
+#                                  (-DTORCHPROBE_SANITIZE=ON, -O1): CI's sanitizer run (.ci/run)
 # shellcheck disable=SC2317  # functions below are called from traps
 set -euo pipefail
 
@@ -338,8 +340,21 @@ if [ $# -eq 0 ]; then
     # 2.6 and g++ 14, which the same code in include/ meets in the other tests; -O3's optimizer and
     # the single header's second copy of the library cost ~8 min of CPU (~4 min of CI's time) and
     # check nothing more here. The Debian 12 run builds everything as README's command does.
-    set -- /usr/bin/env TORCHPROBE_CI_JOBS="$JOBS" /bin/bash .ci/suite.sh debian13 "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
-        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_TEST_SINGLE_INCLUDE=OFF
+    if [ "${TORCHPROBE_DEBIAN13_SANITIZE:-0}" = 1 ]; then
+        # CI's sanitizer run: the same suite instrumented (ASan + UBSan, -O1, no debug information:
+        # findings still name functions), so that libtorch 2.6 and the sanitizers cost one build,
+        # not two (a separate Debian 12 sanitizer build took 32 min of CI's 90). Suppressions: only
+        # findings proven to lie inside libtorch (each file gives its reasons).
+        set -- /usr/bin/env TORCHPROBE_CI_JOBS="$JOBS" \
+            "ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1" \
+            "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$SRC_IN_CHROOT/tests/sanitizers/ubsan.supp" \
+            "LSAN_OPTIONS=suppressions=$SRC_IN_CHROOT/tests/sanitizers/lsan.supp:print_suppressions=1" \
+            /bin/bash .ci/suite.sh debian13 "$BUILD_DIR" -DTORCHPROBE_SANITIZE=ON "-DCMAKE_CXX_FLAGS=-O1 -g0" \
+            -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_TEST_SINGLE_INCLUDE=OFF
+    else
+        set -- /usr/bin/env TORCHPROBE_CI_JOBS="$JOBS" /bin/bash .ci/suite.sh debian13 "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+            "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DTORCHPROBE_BUILD_EXAMPLES=OFF -DTORCHPROBE_TEST_SINGLE_INCLUDE=OFF
+    fi
 fi
 
 log "setup took $(since "$T_START") s (Debian $(cat "$ROOT/etc/debian_version"), repo at $SRC_IN_CHROOT)"

@@ -10137,6 +10137,31 @@ inline double statistic_error(int s, double x, double y, double amax, double eps
   return s >= 2 ? std::max(0.0, e - sum_allowance) : e;
 }
 
+// The dtypes an input may arrive in from the other side's precision (a layer run in bfloat16 gets
+// its input cast from float32): such an input is judged as a cast, not as a difference.
+inline bool castable_dtype(std::string_view d) { return float_dtype(d) || d == "torch.float64"; }
+
+// The coarser of two dtypes, the one an input cast between them is judged in.
+inline std::string_view coarser_dtype(std::string_view a, std::string_view b) {
+  return dtype_epsilon(a) > dtype_epsilon(b) ? a : b;
+}
+
+// A cast input's error, from `coarse_error` (its error in the coarser dtype's epsilons): within 2
+// of them it is the cast's rounding (0); beyond, it counts in the finer dtype's epsilons, as any
+// other difference does.
+inline double cast_input_error(double coarse_error, std::string_view a, std::string_view b) {
+  const double coarse = std::max(dtype_epsilon(a), dtype_epsilon(b));
+  const double fine = std::min(dtype_epsilon(a), dtype_epsilon(b));
+  return coarse_error <= 2 ? 0 : coarse_error * coarse / fine;
+}
+
+// An entry whose outputs diverge by more than this many times its inputs' error introduced the
+// divergence (it is a source); below, it carries what it was given.
+constexpr double kSourceFactor = 10;
+inline bool is_source(bool outputs_diverge, double output_error, double input_error) {
+  return outputs_diverge && output_error > kSourceFactor * input_error;
+}
+
 }  // namespace torchprobe
 // ---- end torchprobe/core/stat_tolerance.hpp ----
 // ---- begin torchprobe/task/live_check/reference.hpp ----
@@ -10178,13 +10203,6 @@ inline std::optional<double> stat_number(const Json& v) {
   return std::nullopt;
 }
 
-// A JSON pointer token: '~' and '/' escaped (RFC 6901).
-inline std::string token(const std::string& key) {
-  std::string out;
-  for (const char c : key) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
-  return out;
-}
-
 inline bool is_tensor_item(const Json& j) {
   return j.is_object() && j.contains("dtype") && j.contains("shape") && j.contains("Max") && j["dtype"].is_string() &&
          j["shape"].is_array();
@@ -10207,7 +10225,7 @@ inline void walk(const Json& j, const std::string& pointer, bool output, Items& 
   } else if (j.is_array()) {
     for (std::size_t i = 0; i < j.size(); ++i) walk(j[i], pointer + "/" + std::to_string(i), output, out, depth + 1);
   } else if (j.is_object()) {
-    for (const auto& kv : j.items()) walk(kv.value(), pointer + "/" + token(kv.key()), output, out, depth + 1);
+    for (const auto& kv : j.items()) walk(kv.value(), pointer + "/" + pointer_token(kv.key()), output, out, depth + 1);
   }
 }
 
@@ -10218,7 +10236,7 @@ inline Items flatten(const Json& body) {
   Items out;
   if (!body.is_object()) return out;
   for (const auto& kv : body.items())
-    details::walk(kv.value(), "/" + details::token(kv.key()), kv.key() == "output", out, 0);
+    details::walk(kv.value(), "/" + pointer_token(kv.key()), kv.key() == "output", out, 0);
   return out;
 }
 
@@ -10361,7 +10379,7 @@ class LiveCheck {
       worst = std::max(worst, e);
     }
     v.differs = v.output_error > threshold_;
-    v.source = v.differs && v.output_error > 10 * v.input_error;
+    v.source = is_source(v.differs, v.output_error, v.input_error);
     const bool inputs_differ = v.input_error > threshold_;
     std::lock_guard<std::mutex> lock(mutex_);
     ++paired_;
@@ -10448,12 +10466,12 @@ class LiveCheck {
   // One item against the reference's, in epsilons (0 or infinity for checksums).
   double error(const live::TensorItem& t, const live::TensorItem& b) const {
     if (t.shape != b.shape) return kStatInf;
-    const bool castable = t.dtype != b.dtype && float_or_double(t.dtype) && float_or_double(b.dtype);
+    const bool castable = t.dtype != b.dtype && castable_dtype(t.dtype) && castable_dtype(b.dtype);
     if (t.dtype != b.dtype && !(castable && !t.output)) return kStatInf;
     if (md5_ && !castable) return t.md5 == b.md5 && !t.md5.empty() ? 0 : kStatInf;
     // An input that is the reference's in another float precision (a layer run in bfloat16 gets its
     // input cast) is judged in the coarser precision: within 2 of its epsilons it is that rounding.
-    const std::string& coarse = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;
+    const std::string_view coarse = coarser_dtype(t.dtype, b.dtype);
     double amax = 0;
     for (const live::TensorItem* x : {&t, &b})
       for (int s = 0; s < 2; ++s)
@@ -10472,11 +10490,8 @@ class LiveCheck {
       }
       worst = std::max(worst, statistic_error(s, *t.stat[s], *b.stat[s], amax, dtype_epsilon(coarse), allowance));
     }
-    if (!castable) return worst;
-    const double fine = std::min(dtype_epsilon(t.dtype), dtype_epsilon(b.dtype));
-    return worst <= 2 ? 0 : worst * dtype_epsilon(coarse) / fine;
+    return castable ? cast_input_error(worst, t.dtype, b.dtype) : worst;
   }
-  static bool float_or_double(const std::string& d) { return float_dtype(d) || d == "torch.float64"; }
 
   // compare's answer: within the earliest step, a source before any other, then execution order
   // (forward entries, then backward), then dump order.

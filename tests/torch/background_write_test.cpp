@@ -8,6 +8,7 @@
 #include <torchprobe/torchprobe.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -179,13 +180,25 @@ TEST_CASE("past max_pending_mb of unwritten records, the training thread waits f
     writer.pause();
     one_step(dbg, kOps);
     const std::size_t one = writer.stats().pending_bytes;
-    // Step 1's hand-over: with the budget spent by step 0 it must wait until the writer runs.
+    // Step 1's hand-over: with the budget spent by step 0 it must wait until the writer runs. The
+    // writer is resumed 300 ms after the hand-over waits (or, within the budget, has returned), not
+    // after a fixed time: under the sanitizers step 1's ops alone took longer than 300 ms, and the
+    // writer then ran before anything waited for it.
+    const auto a = torch::arange(16, torch::kFloat32);
+    dbg.start_with(tp::ModelRef{}, std::nullopt);
+    for (int i = 0; i < kOps; ++i) torch::add(a, a * i);
+    torch::relu(a - 3);
+    std::atomic<bool> handed_over{false};
     std::thread releaser([&] {
+      for (int i = 0; i < 20000 && writer.stats().waits == 0 && !handed_over; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       writer.resume();
     });
     const auto began = std::chrono::steady_clock::now();
-    one_step(dbg, kOps);
+    dbg.stop();  // the hand-over: stop() flushes the step's records to the writer
+    dbg.step();
+    handed_over = true;
     *handover_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     releaser.join();
     dbg.wait_written();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -98,6 +99,51 @@ TEST_CASE("run_ut refuses a statistics entry whose shape takes more bytes than a
   // By default the limit is the machine's memory: a terabyte-sized claim is refused all the same.
   tp::run_ut::InputBuilder plain("", "Torch.add.0");
   CHECK_THROWS_AS(plain.build(spec({std::int64_t(1) << 40})), tp::run_ut::RunUtError);
+}
+
+TEST_CASE("run_ut takes an integer of the dump only when it fits int64, and keeps integer tensors in their dtype") {
+  tp::run_ut::InputBuilder build("", "Torch.add.0");
+  const auto arg = [](const char* type, Json value) { return Json{{"type", type}, {"value", value}}; };
+  // 3, 3.0 and 2^62 written as a float are integers; 2.5, 1e30 and 2^63 are not (found by the fuzzer:
+  // nlohmann's get<int64_t>() converted 1e30 with undefined behaviour).
+  CHECK(build.build(arg("int", 3)).value.toInt() == 3);
+  CHECK(build.build(arg("int", 3.0)).value.toInt() == 3);
+  CHECK(build.build(arg("int", 4611686018427387904.0)).value.toInt() == (std::int64_t(1) << 62));
+  for (const Json& bad : {Json(2.5), Json(1e30), Json(9223372036854775808.0), Json(18446744073709551615u), Json("3")}) {
+    CAPTURE(bad.dump());
+    CHECK_THROWS_WITH_AS(build.build(arg("int", bad)), doctest::Contains(("\"value\" is " + bad.dump()).c_str()),
+                         tp::run_ut::RunUtError);
+  }
+  CHECK_THROWS_WITH_AS(build.build(arg("torch.Size", Json{2, 1e30})), doctest::Contains("is 1e+30: not an integer"),
+                       tp::run_ut::RunUtError);
+  const auto tensor = [](const char* dtype, Json shape, Json lo, Json hi) {
+    return Json{{"type", "torch.Tensor"}, {"dtype", dtype}, {"shape", shape}, {"Max", hi}, {"Min", lo}};
+  };
+  CHECK_THROWS_WITH_AS(build.build(tensor("torch.float32", {2, 1e30}, 0, 1)),
+                       doctest::Contains("\"shape\" is 1e+30: not an integer"), tp::run_ut::RunUtError);
+  // Bounds past the dtype are the dtype's bounds (an int64 Max written as a float rounds past it).
+  const at::Tensor i8 = build.build(tensor("torch.int8", {1000}, -1e30, 1e30)).value.toTensor();
+  CHECK((i8.scalar_type() == at::kChar));
+  CHECK(i8.view(-1)[0].item<int>() == -128);
+  CHECK(i8.view(-1)[-1].item<int>() == 127);
+  CHECK(i8.min().item<int>() == -128);
+  CHECK(i8.max().item<int>() == 127);
+  const at::Tensor i64 =
+      build.build(tensor("torch.int64", {50}, -5, 9223372036854775807.0)).value.toTensor();  // reads as 2^63
+  CHECK(i64.view(-1)[0].item<std::int64_t>() == -5);
+  CHECK(i64.view(-1)[-1].item<std::int64_t>() == std::numeric_limits<std::int64_t>::max());
+  CHECK(i64.min().item<std::int64_t>() == -5);
+  const at::Tensor same = build.build(tensor("torch.int32", {4}, 7, 7)).value.toTensor();
+  CHECK(same.equal(at::full({4}, 7, at::kInt)));
+  const at::Tensor u8 = build.build(tensor("torch.uint8", {300}, 3, 9)).value.toTensor();
+  CHECK(u8.min().item<int>() == 3);
+  CHECK(u8.max().item<int>() == 9);
+  // Infinite bounds give no integer range at all; Min above Max is named.
+  const Json inf = tp::compare::parse_json_text(R"({"Min": -Infinity, "Max": 3})");
+  CHECK_THROWS_WITH_AS(build.build(tensor("torch.int64", {2}, inf["Min"], inf["Max"])),
+                       doctest::Contains("an integer tensor's bounds must be finite"), tp::run_ut::RunUtError);
+  CHECK_THROWS_WITH_AS(build.build(tensor("torch.int64", {2}, 5, 4)), doctest::Contains("Min 5 is above Max 4"),
+                       tp::run_ut::RunUtError);
 }
 
 TEST_CASE(

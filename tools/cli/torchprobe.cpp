@@ -84,6 +84,7 @@ int api_precision_compare_main(const std::vector<std::string>& args) {
 // no longer links libtorch, whose took 0.6 s, but glibc reads its tunables only at start anyway). Only libc and plain
 // library code (the argument parser, a directory walk) run this early; any doubt, and main goes on with normal pages.
 // Not under a sanitizer, whose runtime starts there too.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 static void huge_pages_for_a_big_compare(int argc, char** argv, char** envp) {
   if (argc < 2 || std::strcmp(argv[1], "compare") != 0) return;
   try {
@@ -93,7 +94,6 @@ static void huge_pages_for_a_big_compare(int argc, char** argv, char** envp) {
   } catch (...) {  // bad arguments: main says so
   }
 }
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((section(".preinit_array"),
                used)) static void (*preinit_huge_pages)(int, char**, char**) = huge_pages_for_a_big_compare;
 #endif

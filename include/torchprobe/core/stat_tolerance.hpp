@@ -55,4 +55,29 @@ inline double statistic_error(int s, double x, double y, double amax, double eps
   return s >= 2 ? std::max(0.0, e - sum_allowance) : e;
 }
 
+// The dtypes an input may arrive in from the other side's precision (a layer run in bfloat16 gets
+// its input cast from float32): such an input is judged as a cast, not as a difference.
+inline bool castable_dtype(std::string_view d) { return float_dtype(d) || d == "torch.float64"; }
+
+// The coarser of two dtypes, the one an input cast between them is judged in.
+inline std::string_view coarser_dtype(std::string_view a, std::string_view b) {
+  return dtype_epsilon(a) > dtype_epsilon(b) ? a : b;
+}
+
+// A cast input's error, from `coarse_error` (its error in the coarser dtype's epsilons): within 2
+// of them it is the cast's rounding (0); beyond, it counts in the finer dtype's epsilons, as any
+// other difference does.
+inline double cast_input_error(double coarse_error, std::string_view a, std::string_view b) {
+  const double coarse = std::max(dtype_epsilon(a), dtype_epsilon(b));
+  const double fine = std::min(dtype_epsilon(a), dtype_epsilon(b));
+  return coarse_error <= 2 ? 0 : coarse_error * coarse / fine;
+}
+
+// An entry whose outputs diverge by more than this many times its inputs' error introduced the
+// divergence (it is a source); below, it carries what it was given.
+constexpr double kSourceFactor = 10;
+inline bool is_source(bool outputs_diverge, double output_error, double input_error) {
+  return outputs_diverge && output_error > kSourceFactor * input_error;
+}
+
 }  // namespace torchprobe

@@ -79,7 +79,7 @@ class LiveCheck {
       worst = std::max(worst, e);
     }
     v.differs = v.output_error > threshold_;
-    v.source = v.differs && v.output_error > 10 * v.input_error;
+    v.source = is_source(v.differs, v.output_error, v.input_error);
     const bool inputs_differ = v.input_error > threshold_;
     std::lock_guard<std::mutex> lock(mutex_);
     ++paired_;
@@ -166,12 +166,12 @@ class LiveCheck {
   // One item against the reference's, in epsilons (0 or infinity for checksums).
   double error(const live::TensorItem& t, const live::TensorItem& b) const {
     if (t.shape != b.shape) return kStatInf;
-    const bool castable = t.dtype != b.dtype && float_or_double(t.dtype) && float_or_double(b.dtype);
+    const bool castable = t.dtype != b.dtype && castable_dtype(t.dtype) && castable_dtype(b.dtype);
     if (t.dtype != b.dtype && !(castable && !t.output)) return kStatInf;
     if (md5_ && !castable) return t.md5 == b.md5 && !t.md5.empty() ? 0 : kStatInf;
     // An input that is the reference's in another float precision (a layer run in bfloat16 gets its
     // input cast) is judged in the coarser precision: within 2 of its epsilons it is that rounding.
-    const std::string& coarse = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;
+    const std::string_view coarse = coarser_dtype(t.dtype, b.dtype);
     double amax = 0;
     for (const live::TensorItem* x : {&t, &b})
       for (int s = 0; s < 2; ++s)
@@ -190,11 +190,8 @@ class LiveCheck {
       }
       worst = std::max(worst, statistic_error(s, *t.stat[s], *b.stat[s], amax, dtype_epsilon(coarse), allowance));
     }
-    if (!castable) return worst;
-    const double fine = std::min(dtype_epsilon(t.dtype), dtype_epsilon(b.dtype));
-    return worst <= 2 ? 0 : worst * dtype_epsilon(coarse) / fine;
+    return castable ? cast_input_error(worst, t.dtype, b.dtype) : worst;
   }
-  static bool float_or_double(const std::string& d) { return float_dtype(d) || d == "torch.float64"; }
 
   // compare's answer: within the earliest step, a source before any other, then execution order
   // (forward entries, then backward), then dump order.

@@ -132,26 +132,22 @@ struct EntryVerdict {
   std::size_t rows_within_allowance = 0;  // rows over the threshold but for the float sums' allowance
 };
 
-inline bool castable(std::string_view dtype) { return float_dtype(dtype) || dtype == "torch.float64"; }
-
 // An input that is the other side's values in another float precision (a layer run in bfloat16
 // gets its input cast).
 inline bool cast_input(const RowLink& l) {
-  return !l.target->is_output() && l.target->dtype != l.bench->dtype && castable(l.target->dtype) &&
-         castable(l.bench->dtype);
+  return !l.target->is_output() && l.target->dtype != l.bench->dtype && castable_dtype(l.target->dtype) &&
+         castable_dtype(l.bench->dtype);
 }
 
-// Its error: within 2 epsilons of the coarser precision it is that rounding (0); beyond, it counts
-// in the finer precision's epsilons, as any other difference does.
+// Its error (core/stat_tolerance.hpp's rule, which the live check applies too): judged in the
+// coarser precision, then counted in the finer one's epsilons beyond the cast's rounding.
 inline double cast_input_error(const RowLink& l, JudgeMode mode, bool md5, bool float_sums) {
   Row t = *l.target, b = *l.bench;
-  t.dtype = b.dtype = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;
+  t.dtype = b.dtype = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;  // the coarser
   RowLink cast = l;
   cast.target = &t;
   cast.bench = &b;
-  const double coarse = row_error(cast, mode, md5, float_sums);
-  const double fine = std::min(dtype_epsilon(l.target->dtype), dtype_epsilon(l.bench->dtype));
-  return coarse <= 2 ? 0 : coarse * dtype_epsilon(t.dtype) / fine;
+  return torchprobe::cast_input_error(row_error(cast, mode, md5, float_sums), l.target->dtype, l.bench->dtype);
 }
 
 // Judges one pair. `threshold` is in the mode's unit; `msprobe_levels` maps target rows to
@@ -184,7 +180,7 @@ inline EntryVerdict judge_pair(const EntryPair& p, JudgeMode mode, double thresh
   }
   v.inputs_diverge = v.input_error > threshold;
   v.outputs_diverge = v.output_error > threshold;
-  v.source = v.outputs_diverge && v.output_error > 10 * v.input_error;
+  v.source = is_source(v.outputs_diverge, v.output_error, v.input_error);
   return v;
 }
 

@@ -8,8 +8,11 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
+#include <utility>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -93,6 +96,53 @@ inline std::uint64_t name_seed(const std::string& s) {
   return h;
 }
 
+// An integer of the dump (a value, a size, a dim). JSON may write it as 3, 3.0 or 1e30; nlohmann's
+// get<int64_t>() casts a float blindly (undefined beyond int64's range), so it is checked here.
+inline int64_t json_int(const Json& v, const char* what) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // [-2^63, 2^63): the doubles that convert to int64 exactly.
+    if (std::isfinite(d) && d == std::trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0)
+      return static_cast<int64_t>(d);
+  }
+  throw RunUtError(std::string(what) + " is " + v.dump() + ": not an integer that fits in int64");
+}
+
+inline std::vector<int64_t> json_int_list(const Json& v, const char* what) {
+  if (!v.is_array()) throw RunUtError(std::string(what) + " is " + v.dump() + ": not a list of integers");
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (const auto& e : v) out.push_back(json_int(e, what));
+  return out;
+}
+
+// The integer bounds [Min, Max] of an integer tensor, from the recorded statistics (doubles in a
+// dump). A bound beyond the dtype's range is the dtype's bound: a statistic of int64 written as a
+// float may round past it (9223372036854775807 reads as 2^63). Not a number or infinite: refused.
+inline std::pair<int64_t, int64_t> integer_bounds(double lo, double hi, c10::ScalarType dtype) {
+  if (!std::isfinite(lo) || !std::isfinite(hi))
+    throw RunUtError("Min " + c10::str(lo) + " and Max " + c10::str(hi) + " of a " + c10::toString(dtype) +
+                     " tensor: an integer tensor's bounds must be finite");
+  if (lo > hi) throw RunUtError("Min " + c10::str(lo) + " is above Max " + c10::str(hi));
+  int64_t least = std::numeric_limits<int64_t>::min(), most = std::numeric_limits<int64_t>::max();
+  switch (dtype) {
+    case at::kByte: least = 0, most = 255; break;
+    case at::kChar: least = -128, most = 127; break;
+    case at::kShort: least = -32768, most = 32767; break;
+    case at::kInt: least = std::numeric_limits<int32_t>::min(), most = std::numeric_limits<int32_t>::max(); break;
+    default: break;
+  }
+  const auto clamp = [&](double d) {
+    if (d <= static_cast<double>(least)) return least;
+    if (d >= static_cast<double>(most)) return most;  // for int64 that is 2^63: caught before the cast
+    return static_cast<int64_t>(d);
+  };
+  return {clamp(lo), clamp(hi)};
+}
+
 // The most bytes one rebuilt tensor may take: this machine's memory. A dump entry is a file from
 // elsewhere; its shape is checked before anything is allocated, never trusted.
 inline std::int64_t machine_memory_bytes() {
@@ -120,7 +170,7 @@ inline void check_shape(const std::vector<int64_t>& shape, c10::ScalarType dtype
 // A tensor of the recorded shape and dtype within [Min, Max], first element Min and last Max.
 inline at::Tensor random_tensor(const Json& spec, at::Generator& gen,
                                 std::int64_t most_bytes = machine_memory_bytes()) {
-  std::vector<int64_t> shape = spec.at("shape").get<std::vector<int64_t>>();
+  std::vector<int64_t> shape = json_int_list(spec.at("shape"), "a tensor's \"shape\"");
   const c10::ScalarType dtype = dtype_from_name(spec.at("dtype").get<std::string>());
   check_shape(shape, dtype, most_bytes);
   const auto num = [&](const char* k, double dflt) {
@@ -132,9 +182,18 @@ inline at::Tensor random_tensor(const Json& spec, at::Generator& gen,
   if (dtype == at::kBool) {
     t = at::randint(0, 2, shape, gen, at::TensorOptions().dtype(at::kLong)).gt(0);
   } else if (!c10::isFloatingType(dtype)) {
-    t = at::randint(static_cast<int64_t>(lo), static_cast<int64_t>(hi) + 1, shape, gen,
-                    at::TensorOptions().dtype(at::kLong))
-            .to(dtype);
+    const auto [least, most] = integer_bounds(lo, hi, dtype);
+    // randint's upper bound is exclusive; at int64's top the last element below is set to Max anyway.
+    t = least == most ? at::full(shape, least, at::TensorOptions().dtype(at::kLong))
+                      : at::randint(least, most < std::numeric_limits<int64_t>::max() ? most + 1 : most, shape, gen,
+                                    at::TensorOptions().dtype(at::kLong));
+    t = t.to(dtype);
+    if (t.numel() > 0) {
+      at::Tensor flat = t.view(-1);
+      flat[0] = least;
+      flat[-1] = most;
+    }
+    return t;
   } else {
     t = (at::rand(shape, gen, at::TensorOptions().dtype(at::kDouble)) * (hi - lo) + lo).to(dtype);
   }
@@ -175,7 +234,7 @@ class InputBuilder {
       return a;
     }
     const Json& v = j.contains("value") ? j["value"] : Json();
-    if (type == "int") return make_arg(ArgKind::integer, v.get<int64_t>());
+    if (type == "int") return make_arg(ArgKind::integer, json_int(v, "an \"int\" argument's \"value\""));
     if (type == "float")
       return make_arg(ArgKind::real, v.is_number() ? v.get<double>() : std::stod(v.get<std::string>()));
     if (type == "bool") return make_arg(ArgKind::boolean, v.get<bool>());
@@ -183,7 +242,8 @@ class InputBuilder {
     if (type == "torch.dtype")
       return make_arg(ArgKind::dtype, static_cast<int64_t>(dtype_from_name(v.get<std::string>())));
     if (type == "torch.device") return make_arg(ArgKind::device, c10::Device(v.get<std::string>()));
-    if (type == "torch.Size") return make_arg(ArgKind::int_list, c10::List<int64_t>(v.get<std::vector<int64_t>>()));
+    if (type == "torch.Size")
+      return make_arg(ArgKind::int_list, c10::List<int64_t>(json_int_list(v, "a \"torch.Size\" argument's \"value\"")));
     if (type == "torch.memory_format") {
       const std::string f = j.value("format", "preserve_format");
       c10::MemoryFormat m = c10::MemoryFormat::Preserve;

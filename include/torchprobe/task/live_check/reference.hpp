@@ -19,6 +19,7 @@
 
 #include "torchprobe/config/types.hpp"
 #include "torchprobe/core/record.hpp"
+#include "torchprobe/core/site.hpp"
 #include "torchprobe/core/tensor_json.hpp"
 
 namespace torchprobe::live {
@@ -50,13 +51,6 @@ inline std::optional<double> stat_number(const Json& v) {
   return std::nullopt;
 }
 
-// A JSON pointer token: '~' and '/' escaped (RFC 6901).
-inline std::string token(const std::string& key) {
-  std::string out;
-  for (const char c : key) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
-  return out;
-}
-
 inline bool is_tensor_item(const Json& j) {
   return j.is_object() && j.contains("dtype") && j.contains("shape") && j.contains("Max") && j["dtype"].is_string() &&
          j["shape"].is_array();
@@ -79,7 +73,7 @@ inline void walk(const Json& j, const std::string& pointer, bool output, Items& 
   } else if (j.is_array()) {
     for (std::size_t i = 0; i < j.size(); ++i) walk(j[i], pointer + "/" + std::to_string(i), output, out, depth + 1);
   } else if (j.is_object()) {
-    for (const auto& kv : j.items()) walk(kv.value(), pointer + "/" + token(kv.key()), output, out, depth + 1);
+    for (const auto& kv : j.items()) walk(kv.value(), pointer + "/" + pointer_token(kv.key()), output, out, depth + 1);
   }
 }
 
@@ -90,7 +84,7 @@ inline Items flatten(const Json& body) {
   Items out;
   if (!body.is_object()) return out;
   for (const auto& kv : body.items())
-    details::walk(kv.value(), "/" + details::token(kv.key()), kv.key() == "output", out, 0);
+    details::walk(kv.value(), "/" + pointer_token(kv.key()), kv.key() == "output", out, 0);
   return out;
 }
 
