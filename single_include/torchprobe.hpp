@@ -10141,8 +10141,10 @@ inline double statistic_error(int s, double x, double y, double amax, double eps
 // its input cast from float32): such an input is judged as a cast, not as a difference.
 inline bool castable_dtype(std::string_view d) { return float_dtype(d) || d == "torch.float64"; }
 
-// The coarser of two dtypes, the one an input cast between them is judged in.
-inline std::string_view coarser_dtype(std::string_view a, std::string_view b) {
+// The coarser of two dtypes, the one an input cast between them is judged in (either side's own
+// text: a std::string of the live check's reference, a TextRef of compare's rows).
+template <class Dtype>
+const Dtype& coarser_dtype(const Dtype& a, const Dtype& b) {
   return dtype_epsilon(a) > dtype_epsilon(b) ? a : b;
 }
 
@@ -10471,7 +10473,7 @@ class LiveCheck {
     if (md5_ && !castable) return t.md5 == b.md5 && !t.md5.empty() ? 0 : kStatInf;
     // An input that is the reference's in another float precision (a layer run in bfloat16 gets its
     // input cast) is judged in the coarser precision: within 2 of its epsilons it is that rounding.
-    const std::string_view coarse = coarser_dtype(t.dtype, b.dtype);
+    const std::string& coarse = coarser_dtype(t.dtype, b.dtype);
     double amax = 0;
     for (const live::TensorItem* x : {&t, &b})
       for (int s = 0; s < 2; ++s)

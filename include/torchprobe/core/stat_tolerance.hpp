@@ -59,8 +59,10 @@ inline double statistic_error(int s, double x, double y, double amax, double eps
 // its input cast from float32): such an input is judged as a cast, not as a difference.
 inline bool castable_dtype(std::string_view d) { return float_dtype(d) || d == "torch.float64"; }
 
-// The coarser of two dtypes, the one an input cast between them is judged in.
-inline std::string_view coarser_dtype(std::string_view a, std::string_view b) {
+// The coarser of two dtypes, the one an input cast between them is judged in (either side's own
+// text: a std::string of the live check's reference, a TextRef of compare's rows).
+template <class Dtype>
+const Dtype& coarser_dtype(const Dtype& a, const Dtype& b) {
   return dtype_epsilon(a) > dtype_epsilon(b) ? a : b;
 }
 

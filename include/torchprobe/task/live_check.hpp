@@ -171,7 +171,7 @@ class LiveCheck {
     if (md5_ && !castable) return t.md5 == b.md5 && !t.md5.empty() ? 0 : kStatInf;
     // An input that is the reference's in another float precision (a layer run in bfloat16 gets its
     // input cast) is judged in the coarser precision: within 2 of its epsilons it is that rounding.
-    const std::string_view coarse = coarser_dtype(t.dtype, b.dtype);
+    const std::string& coarse = coarser_dtype(t.dtype, b.dtype);
     double amax = 0;
     for (const live::TensorItem* x : {&t, &b})
       for (int s = 0; s < 2; ++s)

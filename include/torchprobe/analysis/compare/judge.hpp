@@ -143,7 +143,7 @@ inline bool cast_input(const RowLink& l) {
 // coarser precision, then counted in the finer one's epsilons beyond the cast's rounding.
 inline double cast_input_error(const RowLink& l, JudgeMode mode, bool md5, bool float_sums) {
   Row t = *l.target, b = *l.bench;
-  t.dtype = b.dtype = dtype_epsilon(t.dtype) > dtype_epsilon(b.dtype) ? t.dtype : b.dtype;  // the coarser
+  t.dtype = b.dtype = coarser_dtype(l.target->dtype, l.bench->dtype);
   RowLink cast = l;
   cast.target = &t;
   cast.bench = &b;
