@@ -416,6 +416,9 @@ struct Config {
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
   // training thread waits for the writer (tensor task, tensor_list, save()).
   int64_t max_pending_mb = 1024;
+  // TorchProbe's own: a process with a rank writes ranks_digest.bin beside dump.json, what
+  // `torchprobe ranks` reads of each rank (io/rank_digest.hpp); false: not written.
+  bool rank_digest = true;
   // Options().process_group(pg): that group's rank, used when start() names no rank_id.
   std::optional<int64_t> group_rank;
 
@@ -1197,6 +1200,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"seed", KeyPlace::Top, KeySupport::Read},
     {"is_deterministic", KeyPlace::Top, KeySupport::Read},
     {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
+    {"rank_digest", KeyPlace::Top, KeySupport::Read},     // TorchProbe's own (io/rank_digest.hpp)
     {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
     {"dump_enable", KeyPlace::Top, KeySupport::Read},
     {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},
@@ -1612,6 +1616,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
       {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
   c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
   c.max_pending_mb = parse_max_pending_mb(doc);
+  c.rank_digest = read_bool(doc, "rank_digest", true);
   c.seed = parse_seed(doc);
   c.is_deterministic = read_bool(doc, "is_deterministic", false);
 
@@ -1804,6 +1809,8 @@ class Options {
   Options& diff_nums(int64_t n) { return set("diff_nums", n); }
   // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
   Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
+  // ranks_digest.bin beside dump.json when the process has a rank (the default), or not.
+  Options& rank_digest(bool on) { return set("rank_digest", on); }
 
   // The c10d process group this process trains with (a c10::intrusive_ptr, or any pointer with
   // getRank()): its rank names the rank{R} directory unless start() is given a rank_id; it comes
@@ -3009,7 +3016,8 @@ extern template class ::torchprobe::BasicPrecisionDebugger<::torchprobe::Builtin
 // define them, and a single-header user's file with a Debugger of its own task or sink.
 // ---- begin torchprobe/sink/directory_sink.hpp ----
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
-// construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
+// construct}.json (and debug.json for save()), and TorchProbe's ranks_digest.bin beside a rank's
+// dump.json (sink/step_digest.hpp). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
 // one intact. Between flushes the step journal in the same directory holds every kept entry.
 // dump.json and debug.json are laid out from the journal's lines, where each entry's text was made
@@ -3506,65 +3514,13 @@ class JournalDump {
 
 }  // namespace torchprobe::io
 // ---- end torchprobe/io/journal_dump.hpp ----
-// ---- begin torchprobe/sink/step_dump.hpp ----
-// What a sink receives when a step is flushed: the step's records, already in dump order and
-// with every statistic resolved, plus the facts of the step needed for the file headers.
+// ---- begin torchprobe/sink/step_digest.hpp ----
+// The step's ranks_digest.bin (io/rank_digest.hpp) from its records, on the step writer's thread,
+// beside dump.json. An entry the digest keeps (a collective, a module with parameters, a
+// parameters_grad entry: few) is made JSON; the others, mostly API calls in compact form, are only
+// walked for the rank's first non-finite tensor, item by item (DeferredBody::visit_items), until
+// one is found, without being made JSON.
 
-
-// ---- begin torchprobe/core/names.hpp ----
-// Names that more than one part of TorchProbe must spell the same way.
-
-namespace torchprobe {
-
-// The folder of a rank directory that holds the tensor files (msprobe's name).
-inline constexpr std::string_view kTensorDir = "dump_tensor_data";
-
-// How deep nested values (lists, tuples, dicts) are followed before they are cut to null:
-// msprobe's DUMP_MAX_DEPTH.
-inline constexpr int kMaxDepth = 400;
-
-// {rank_directory}/dump_tensor_data
-inline std::string tensor_data_directory(const std::string& rank_directory) {
-  return rank_directory + "/" + std::string(kTensorDir);
-}
-
-// The .pt file of one tensor of an entry: "{entry}.{file_key}.pt", msprobe's name
-// ("Aten.add.0.forward.input.0.pt"); without the key when it is empty, as for save()'s
-// "y.0.debug.pt". Not yet a safe path component: io::safe_component makes it one.
-inline std::string tensor_file_name(const std::string& entry, const std::string& file_key) {
-  std::string name = entry;
-  if (!file_key.empty()) name.append(".").append(file_key);
-  return name.append(".pt");
-}
-
-// save()'s entries in debug.json: "{name}.{count}.debug" (msprobe's names); the gradients of a
-// saved value are "{name}_grad.{count}.debug".
-inline constexpr std::string_view kSaveSuffix = ".debug";
-inline std::string save_entry_name(const std::string& name, std::int64_t count) {
-  return name + "." + std::to_string(count) + std::string(kSaveSuffix);
-}
-inline bool is_save_entry(std::string_view entry) {
-  return entry.size() > kSaveSuffix.size() && entry.substr(entry.size() - kSaveSuffix.size()) == kSaveSuffix;
-}
-
-// ATen's in-place variants: "add_" (the op's name with one trailing underscore) and the
-// augmented-assignment operators "__iand__", "__ilshift__", ... ("__and__" is not one).
-constexpr bool is_dunder(std::string_view op) {
-  return op.size() > 4 && op.substr(0, 2) == "__" && op.substr(op.size() - 2) == "__";
-}
-constexpr bool is_inplace_op(std::string_view op) {
-  if (is_dunder(op)) return op[2] == 'i' && op.size() > 5;
-  return op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_';
-}
-
-// "unsqueeze_" -> "unsqueeze": the op an in-place variant updates in place. The special methods
-// are returned as they are (no list of op names TorchProbe keeps names one).
-constexpr std::string_view without_inplace_mark(std::string_view op) {
-  return is_inplace_op(op) && !is_dunder(op) ? op.substr(0, op.size() - 1) : op;
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/names.hpp ----
 // ---- begin torchprobe/core/record.hpp ----
 // One dump.json entry on its way from a capture callback to a sink. Vocabulary only: the writer
 // and the memory budget its tensor files use, and the text writer, are declared, not included
@@ -3728,6 +3684,835 @@ struct Record {
 
 }  // namespace torchprobe
 // ---- end torchprobe/core/record.hpp ----
+// ---- begin torchprobe/core/tensor_json.hpp ----
+// The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
+// statistics slots and requires_grad, in msprobe's key order.
+
+#include <c10/util/SmallVector.h>
+
+
+// ---- begin torchprobe/core/tensor_stats.hpp ----
+// The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
+
+namespace torchprobe {
+
+// One statistic. Max/Min keep the tensor's own kind (an int64 max stays a JSON integer, a bool
+// tensor's max is `true`), Mean/Norm are doubles, and anything undefined is JSON null.
+struct StatValue {
+  enum class Kind : std::uint8_t { Null, Bool, Int, Float };
+  Kind kind = Kind::Null;
+  // The value of `kind` (16 bytes a statistic: an open step holds four per tensor).
+  union {
+    std::int64_t i = 0;
+    double d;
+    bool b;
+  };
+
+  static StatValue null() { return {}; }
+  static StatValue boolean(bool v) {
+    StatValue s;
+    s.kind = Kind::Bool;
+    s.b = v;
+    return s;
+  }
+  static StatValue integer(std::int64_t v) {
+    StatValue s;
+    s.kind = Kind::Int;
+    s.i = v;
+    return s;
+  }
+  static StatValue real(double v) {
+    StatValue s;
+    s.kind = Kind::Float;
+    s.d = v;
+    return s;
+  }
+
+  bool is_null() const { return kind == Kind::Null; }
+  // The value as a double (NaN for null), for comparisons and overflow checks.
+  double as_double() const {
+    switch (kind) {
+      case Kind::Bool: return b ? 1.0 : 0.0;
+      case Kind::Int: return static_cast<double>(i);
+      case Kind::Float: return d;
+      case Kind::Null: break;
+    }
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+inline void to_json(nlohmann::ordered_json& j, const StatValue& v) {
+  switch (v.kind) {
+    case StatValue::Kind::Null: j = nullptr; return;
+    case StatValue::Kind::Bool: j = v.b; return;
+    case StatValue::Kind::Int: j = v.i; return;
+    case StatValue::Kind::Float: j = v.d; return;
+  }
+}
+
+struct TensorStats {
+  StatValue max, min, mean, norm;
+};
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/tensor_stats.hpp ----
+
+namespace torchprobe {
+
+// Python's str(torch.dtype) for each ATen scalar type.
+inline std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kQInt8: return "torch.qint8";
+    case at::kQUInt8: return "torch.quint8";
+    case at::kQInt32: return "torch.qint32";
+    case at::kQUInt4x2: return "torch.quint4x2";
+    default: {
+      // Newer dtypes (float8 variants, unsigned ints of torch 2.x): ATen's name, lower-cased.
+      std::string s = c10::toString(t);
+      for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return "torch." + s;
+    }
+  }
+}
+
+// {"type", "dtype", "shape"}: the keys that lead every tensor item.
+inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
+  j["type"] = "torch.Tensor";
+  j["dtype"] = dtype_name(t.scalar_type());
+  j["shape"] = t.sizes().vec();
+  return j;
+}
+
+inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
+  j["Max"] = s.max;
+  j["Min"] = s.min;
+  j["Mean"] = s.mean;
+  j["Norm"] = s.norm;
+}
+
+// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
+// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
+// training thread neither allocates nor frees a JSON tree per tensor.
+struct TensorSummary {
+  at::ScalarType dtype = at::kFloat;
+  bool requires_grad = false;
+  c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
+  TensorStats stats;
+};
+
+// The item exactly as tensor_header + put_stats + requires_grad write it.
+inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
+  using object_t = nlohmann::ordered_json::object_t;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  object_t& o = j.get_ref<object_t&>();
+  o.reserve(8);
+  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
+  o.emplace_back("type", "torch.Tensor");
+  o.emplace_back("dtype", dtype_name(s.dtype));
+  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
+  o.emplace_back("Max", s.stats.max);
+  o.emplace_back("Min", s.stats.min);
+  o.emplace_back("Mean", s.stats.mean);
+  o.emplace_back("Norm", s.stats.norm);
+  o.emplace_back("requires_grad", s.requires_grad);
+  return j;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/tensor_json.hpp ----
+// ---- begin torchprobe/io/rank_digest.hpp ----
+// ranks_digest.bin: a rank's step in the few bytes the cross-rank view needs (issue 48, item 4),
+// written by the probe beside dump.json (sink/step_digest.hpp) and by `torchprobe recover`, read by
+// `torchprobe ranks` instead of dump.json when every rank of a step has one, so that a job's ranks
+// can be looked at together without reading (or gathering) their dump.json files.
+//
+// It keeps what a data-parallel job holds the same on every rank and what the view reports: every
+// collective entry (its inputs and outputs), every module's parameters, every parameters_grad entry
+// (the view decides which are replicated, as it does from dump.json); per tensor its site
+// ("parameters.weight"), its shape and a 64-bit hash of its statistics (io/rank_items.hpp, the
+// same hash the view computes from dump.json); and the rank's first non-finite tensor, found over
+// every entry. Each rank's own data (API calls, module inputs and outputs) is not in it.
+//
+// Layout (little-endian): "TPRD", u32 version (1), u32 payload size, u32 zlib-compressed size,
+// u32 CRC-32 of the payload, then the compressed payload:
+//   u32 strings, each u32 length + bytes (names, sites, shapes, the non-finite item, the note)
+//   u64 entries of dump.json
+//   u32 entries kept, each u32 name, u32 items, and per item u32 site, u32 shape, u64 hash
+//   u8 has a non-finite tensor; then u32 entry, u32 item, u32 clock, u8 received, u8 inputs finite
+//   u32 the recovery note (what a step recovered incomplete lacks) or 0xffffffff
+// The reader checks every count and id against what the file holds: a file cut short, altered or
+// made up is refused with an error that names it, never read past its end.
+#include <zlib.h>
+
+
+// ---- begin torchprobe/io/rank_items.hpp ----
+// What the cross-rank view (`torchprobe ranks`, analysis/compare/ranks.hpp) reads of a dump.json
+// entry, written once for both places that read it: the view, from the dump.json files, and the
+// probe, which writes the same facts beside them at dump time (io/rank_digest.hpp). Walkers over
+// a small node interface (Nodes::is_object, members, find, ...) so that any JSON reader serves:
+// NlohmannNodes here; compare adds simdjson's (analysis/compare/ranks_nodes.hpp).
+//  - an entry's tensor items the view compares ("input_args.0", "parameters.weight", "weight.0"),
+//    each a 64-bit hash of its statistics spelled canonically (a NaN equals a NaN);
+//  - the first tensor of a rank whose Max or Min is not finite, and what it tells of its origin.
+
+
+namespace torchprobe::io::rank_items {
+
+struct NlohmannNodes {
+  using Node = const nlohmann::ordered_json*;
+  static bool is_object(Node n) { return n->is_object(); }
+  static bool is_array(Node n) { return n->is_array(); }
+  static bool is_string(Node n) { return n->is_string(); }
+  static bool find(Node n, const char* key, Node& out) {
+    const auto it = n->find(key);
+    if (it == n->end()) return false;
+    out = &*it;
+    return true;
+  }
+  template <class F>
+  static void members(Node n, F&& f) {
+    for (auto it = n->begin(); it != n->end(); ++it) f(std::string_view(it.key()), &it.value());
+  }
+  template <class F>
+  static void elements(Node n, F&& f) {
+    for (const auto& e : *n) f(&e);
+  }
+  static bool number(Node n, double& v) {
+    if (!n->is_number()) return false;
+    v = n->get<double>();
+    return true;
+  }
+  static std::string_view string(Node n) { return n->get_ref<const std::string&>(); }
+  static const char* literal(Node n) { return n->is_null() ? "null" : n->get<bool>() ? "true" : "false"; }
+};
+
+// A value spelled the same by every reader: numbers as doubles (shortest round trip, "nan", "inf"),
+// strings quoted raw, arrays and objects compact ("[4,8]" for a shape).
+template <class Nodes>
+void canonical(typename Nodes::Node n, std::string& out) {
+  double v = 0;
+  if (Nodes::number(n, v)) {
+    if (std::isnan(v)) {
+      out += "nan";
+    } else {
+      char buf[32];
+      out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    }
+  } else if (Nodes::is_string(n)) {
+    out += '"';
+    out += Nodes::string(n);
+    out += '"';
+  } else if (Nodes::is_array(n)) {
+    out += '[';
+    bool first = true;
+    Nodes::elements(n, [&](typename Nodes::Node e) {
+      if (!first) out += ',';
+      first = false;
+      canonical<Nodes>(e, out);
+    });
+    out += ']';
+  } else if (Nodes::is_object(n)) {
+    out += '{';
+    bool first = true;
+    Nodes::members(n, [&](std::string_view k, typename Nodes::Node e) {
+      if (!first) out += ',';
+      first = false;
+      out += '"';
+      out += k;
+      out += "\":";
+      canonical<Nodes>(e, out);
+    });
+    out += '}';
+  } else {
+    out += Nodes::literal(n);
+  }
+}
+
+// 64-bit FNV-1a: a hash whose value is fixed by its definition, so that files written by one
+// process (the digests) compare with what another computes.
+inline std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+template <class Nodes>
+bool is_tensor_item(typename Nodes::Node v) {
+  typename Nodes::Node x;
+  return Nodes::is_object(v) && (Nodes::find(v, "Max", x) || Nodes::find(v, "md5", x)) && Nodes::find(v, "shape", x);
+}
+
+// The tensor items of a value, as ("input_args.0", item) in dump order.
+template <class Nodes>
+void tensor_items(typename Nodes::Node v, const std::string& site,
+                  std::vector<std::pair<std::string, typename Nodes::Node>>& out) {
+  if (is_tensor_item<Nodes>(v)) {
+    out.emplace_back(site, v);
+  } else if (Nodes::is_array(v)) {
+    std::size_t i = 0;
+    Nodes::elements(v, [&](typename Nodes::Node e) { tensor_items<Nodes>(e, site + "." + std::to_string(i++), out); });
+  } else if (Nodes::is_object(v)) {
+    Nodes::members(v, [&](std::string_view k, typename Nodes::Node e) {
+      tensor_items<Nodes>(e, site + "." + std::string(k), out);
+    });
+  }
+}
+
+inline bool is_parameters_grad(std::string_view entry) { return entry.find(".parameters_grad.") != std::string::npos; }
+inline bool is_collective(std::string_view entry) { return entry.rfind("Distributed.", 0) == 0; }
+
+// Which sections of an entry the view reads.
+enum class Sections {
+  All,         // inputs, outputs and module parameters (the view over dump.json)
+  Replicated,  // what a data-parallel job holds the same on every rank, and collectives (the digest)
+};
+
+// The tensor items of one entry the view looks at: inputs, outputs and module parameters; a
+// parameters_grad entry's gradients ({"weight": [grad], ...}: "weight.0"). With
+// Sections::Replicated, only a module's parameters, a collective's inputs and outputs and the
+// gradients (replicated or not, the view decides) are kept.
+template <class Nodes>
+void entry_items(std::string_view entry, typename Nodes::Node e,
+                 std::vector<std::pair<std::string, typename Nodes::Node>>& items, Sections which = Sections::All) {
+  if (!Nodes::is_object(e)) return;
+  const bool everything = which == Sections::All || is_collective(entry);
+  typename Nodes::Node part;
+  for (const char* section : {"input_args", "input_kwargs", "output", "parameters"})
+    if ((everything || section[0] == 'p') && Nodes::find(e, section, part)) tensor_items<Nodes>(part, section, items);
+  if (is_parameters_grad(entry))
+    Nodes::members(e,
+                   [&](std::string_view k, typename Nodes::Node v) { tensor_items<Nodes>(v, std::string(k), items); });
+}
+
+// A hash of an item's statistics (dtype, shape, Max, Min, Mean, Norm, md5) in their canonical
+// spelling; `key` is scratch space.
+template <class Nodes>
+std::uint64_t stats_hash(typename Nodes::Node item, std::string& key) {
+  key.clear();
+  typename Nodes::Node v;
+  for (const char* k : {"dtype", "shape", "Max", "Min", "Mean", "Norm", "md5"}) {
+    if (!Nodes::find(item, k, v)) continue;
+    key += k;
+    key += '=';
+    canonical<Nodes>(v, key);
+    key += ';';
+  }
+  return fnv1a(key);
+}
+
+// An item's shape spelled canonically ("[8,64]"; "null" without one).
+template <class Nodes>
+std::string shape_text(typename Nodes::Node item) {
+  std::string s;
+  typename Nodes::Node shape;
+  if (Nodes::find(item, "shape", shape)) canonical<Nodes>(shape, s);
+  return s.empty() ? "null" : s;
+}
+
+// Whether n holds a tensor item (an item has "type" and "Max") whose Max or Min is not finite;
+// `path` ("input_args") gets the first one's place appended (".0.key"). Runs over every entry of a
+// rank until one is found, so the path is only extended along the way, never copied.
+template <class Nodes>
+bool first_nonfinite_item(typename Nodes::Node n, std::string& path) {
+  typename Nodes::Node max, min, type;
+  if (Nodes::is_object(n) && Nodes::find(n, "Max", max) && Nodes::find(n, "type", type)) {
+    double v = 0;
+    return (Nodes::number(max, v) && !std::isfinite(v)) ||
+           (Nodes::find(n, "Min", min) && Nodes::number(min, v) && !std::isfinite(v));
+  }
+  bool found = false;
+  const std::size_t at = path.size();
+  const auto visit = [&](std::string_view key, typename Nodes::Node e) {
+    if (found) return;
+    path.append(".").append(key);
+    found = first_nonfinite_item<Nodes>(e, path);
+    if (!found) path.resize(at);
+  };
+  if (Nodes::is_array(n)) {
+    std::size_t i = 0;
+    Nodes::elements(n, [&](typename Nodes::Node e) { visit(std::to_string(i++), e); });
+  } else if (Nodes::is_object(n)) {
+    Nodes::members(n, visit);
+  }
+  return found;
+}
+
+// A rank's first tensor with a non-finite Max or Min, and what the view needs to find its origin.
+struct RankFirst {
+  std::string entry, item;
+  long clock = 0;  // collective entries before it on that rank
+  bool received = false, inputs_finite = true;
+};
+
+// Is this member of an entry on its input side? (parameters_grad's "weight" is a result.)
+inline bool input_side(std::string_view member) {
+  return member == "input_args" || member == "input_kwargs" || member == "input" || member == "parameters";
+}
+
+// Ends the walk of one entry: `input` and `output` are the first non-finite item on each side ("" none).
+inline bool nonfinite_found(std::string_view name, std::string&& input, std::string&& output, RankFirst& f) {
+  const bool collective = is_collective(name);
+  if (input.empty() && output.empty()) {
+    f.clock += collective;
+    return false;
+  }
+  f.entry = std::string(name);
+  f.inputs_finite = input.empty();
+  f.item = input.empty() ? std::move(output) : std::move(input);
+  f.received = collective && f.inputs_finite;
+  return true;
+}
+
+// The place of one entry in a rank's walk for its first non-finite tensor: call for each entry in
+// dump order until it returns true.
+template <class Nodes>
+bool nonfinite_in_entry(std::string_view name, typename Nodes::Node e, RankFirst& f) {
+  std::string input, output, path;
+  if (Nodes::is_object(e))
+    Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
+      std::string& side = input_side(k) ? input : output;
+      if (!side.empty()) return;
+      path.assign(k);
+      if (first_nonfinite_item<Nodes>(part, path)) side = path;
+    });
+  return nonfinite_found(name, std::move(input), std::move(output), f);
+}
+
+}  // namespace torchprobe::io::rank_items
+// ---- end torchprobe/io/rank_items.hpp ----
+
+namespace torchprobe::io {
+
+inline constexpr const char* kRankDigestFile = "ranks_digest.bin";
+
+struct RankDigestError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A digest's content: ids index `strings`.
+struct RankDigest {
+  struct Item {
+    std::uint32_t site = 0, shape = 0;
+    std::uint64_t stats = 0;
+  };
+  struct Entry {
+    std::uint32_t name = 0, first_item = 0, items = 0;  // its items: items[first_item, first_item + items)
+  };
+  std::vector<std::string> strings;
+  std::uint64_t dump_entries = 0;  // how many entries the rank's dump.json has
+  std::vector<Entry> entries;      // dump order
+  std::vector<Item> items;
+  std::optional<rank_items::RankFirst> nonfinite;
+  std::string missing;  // a step recovered incomplete: what it lacks
+};
+
+// Builds a digest entry by entry, in dump order.
+class RankDigestBuilder {
+ public:
+  // Does the digest keep an entry of this name (and whose body has "parameters" or not)?
+  static bool keeps(std::string_view name, bool has_parameters) {
+    return rank_items::is_collective(name) || rank_items::is_parameters_grad(name) || has_parameters;
+  }
+
+  // One entry of dump.json, its body as a JSON reader gives it.
+  template <class Nodes>
+  void add(std::string_view name, typename Nodes::Node body) {
+    ++d_.dump_entries;
+    if (!d_.nonfinite) {
+      if (rank_items::nonfinite_in_entry<Nodes>(name, body, walk_)) d_.nonfinite = walk_;
+    }
+    typename Nodes::Node parameters;
+    if (!keeps(name, Nodes::is_object(body) && Nodes::find(body, "parameters", parameters))) return;
+    std::vector<std::pair<std::string, typename Nodes::Node>> found;
+    rank_items::entry_items<Nodes>(name, body, found, rank_items::Sections::Replicated);
+    d_.entries.push_back(
+        {id(name), static_cast<std::uint32_t>(d_.items.size()), static_cast<std::uint32_t>(found.size())});
+    for (const auto& [site, item] : found)
+      d_.items.push_back(
+          {id(site), id(rank_items::shape_text<Nodes>(item)), rank_items::stats_hash<Nodes>(item, key_)});
+  }
+
+  // An entry the digest does not keep (keeps() said so), walked by the caller for the non-finite
+  // search: `input` and `output`, its first non-finite item on each side ("" for none).
+  void add_unkept(std::string_view name, std::string input, std::string output) {
+    ++d_.dump_entries;
+    if (!d_.nonfinite && rank_items::nonfinite_found(name, std::move(input), std::move(output), walk_))
+      d_.nonfinite = walk_;
+  }
+  bool nonfinite_found() const { return d_.nonfinite.has_value(); }
+
+  void set_missing(std::string missing) { d_.missing = std::move(missing); }
+  const RankDigest& digest() const { return d_; }
+
+ private:
+  std::uint32_t id(std::string_view s) {
+    const auto it = ids_.find(std::string(s));
+    if (it != ids_.end()) return it->second;
+    d_.strings.emplace_back(s);
+    return ids_.emplace(d_.strings.back(), static_cast<std::uint32_t>(d_.strings.size() - 1)).first->second;
+  }
+
+  RankDigest d_;
+  rank_items::RankFirst walk_;  // the non-finite search so far (its clock)
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::string key_;  // stats_hash's scratch space
+};
+
+namespace rank_digest_details {
+
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kNone = 0xffffffffu;
+inline constexpr std::size_t kHeader = 20;
+// A digest's payload is a few bytes per kept tensor; this bounds what a made-up size may allocate.
+inline constexpr std::uint32_t kMaxPayload = 1u << 30;
+
+inline void put32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline void put64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// Reads the payload; every read is checked against its end.
+class Cursor {
+ public:
+  Cursor(std::string_view bytes, const std::string& path) : p_(bytes), path_(path) {}
+  std::uint64_t get(int bytes, const char* what) {
+    if (p_.size() - at_ < static_cast<std::size_t>(bytes)) fail(std::string("it ends inside ") + what);
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p_[at_ + i])) << (8 * i);
+    at_ += static_cast<std::size_t>(bytes);
+    return v;
+  }
+  std::uint32_t u32(const char* what) { return static_cast<std::uint32_t>(get(4, what)); }
+  std::string_view bytes(std::size_t n, const char* what) {
+    if (p_.size() - at_ < n) fail(std::string("it ends inside ") + what);
+    const std::string_view s = p_.substr(at_, n);
+    at_ += n;
+    return s;
+  }
+  // A count of records of at least `each` bytes: no more than the rest of the payload can hold.
+  std::uint32_t count(std::size_t each, const char* what) {
+    const std::uint32_t n = u32(what);
+    if (static_cast<std::uint64_t>(n) * each > p_.size() - at_)
+      fail(std::string("its count of ") + what + " (" + std::to_string(n) + ") is more than the file holds");
+    return n;
+  }
+  bool done() const { return at_ == p_.size(); }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw RankDigestError(path_ + ": not a readable " + kRankDigestFile + ": " + why);
+  }
+
+ private:
+  std::string_view p_;
+  std::size_t at_ = 0;
+  const std::string& path_;
+};
+
+// The file around a payload: the header, then the payload compressed.
+inline std::string pack(const std::string& p) {
+  uLongf packed_size = compressBound(static_cast<uLong>(p.size()));
+  std::string packed(packed_size, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(&packed[0]), &packed_size, reinterpret_cast<const Bytef*>(p.data()),
+                static_cast<uLong>(p.size()), Z_BEST_SPEED) != Z_OK)
+    throw RankDigestError(std::string("cannot compress a ") + kRankDigestFile + " (out of memory)");
+  packed.resize(packed_size);
+  std::string out = "TPRD";
+  put32(out, kVersion);
+  put32(out, static_cast<std::uint32_t>(p.size()));
+  put32(out, static_cast<std::uint32_t>(packed.size()));
+  put32(out,
+        static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(p.data()), static_cast<uInt>(p.size()))));
+  return out + packed;
+}
+
+}  // namespace rank_digest_details
+
+// The file's bytes.
+inline std::string encode_rank_digest(const RankDigest& d) {
+  using namespace rank_digest_details;
+  // The non-finite tensor's and the note's texts join the string table: ids like the others.
+  std::vector<const std::string*> strings;
+  for (const std::string& s : d.strings) strings.push_back(&s);
+  const auto text_id = [&](const std::string& s) {
+    strings.push_back(&s);
+    return static_cast<std::uint32_t>(strings.size() - 1);
+  };
+  std::string tail;
+  tail += static_cast<char>(d.nonfinite ? 1 : 0);
+  if (d.nonfinite) {
+    put32(tail, text_id(d.nonfinite->entry));
+    put32(tail, text_id(d.nonfinite->item));
+    put32(tail, static_cast<std::uint32_t>(d.nonfinite->clock));
+    tail += static_cast<char>(d.nonfinite->received ? 1 : 0);
+    tail += static_cast<char>(d.nonfinite->inputs_finite ? 1 : 0);
+  }
+  put32(tail, d.missing.empty() ? kNone : text_id(d.missing));
+  std::string p;
+  put32(p, static_cast<std::uint32_t>(strings.size()));
+  for (const std::string* s : strings) {
+    put32(p, static_cast<std::uint32_t>(s->size()));
+    p += *s;
+  }
+  put64(p, d.dump_entries);
+  put32(p, static_cast<std::uint32_t>(d.entries.size()));
+  for (const RankDigest::Entry& e : d.entries) {
+    put32(p, e.name);
+    put32(p, e.items);
+    for (std::uint32_t k = e.first_item; k < e.first_item + e.items; ++k) {
+      put32(p, d.items[k].site);
+      put32(p, d.items[k].shape);
+      put64(p, d.items[k].stats);
+    }
+  }
+  p += tail;
+  return rank_digest_details::pack(p);
+}
+
+// A digest from its bytes; `path` names it in errors (RankDigestError).
+inline RankDigest decode_rank_digest(std::string_view file, const std::string& path) {
+  using namespace rank_digest_details;
+  Cursor head(file, path);
+  if (file.size() < kHeader || file.substr(0, 4) != "TPRD")
+    head.fail("it does not begin with TorchProbe's digest header");
+  head.bytes(4, "the header");
+  const std::uint32_t version = head.u32("the header");
+  if (version != kVersion)
+    head.fail("its version is " + std::to_string(version) + "; this build reads version " + std::to_string(kVersion));
+  const std::uint32_t size = head.u32("the header"), packed = head.u32("the header"), crc = head.u32("the header");
+  if (packed != file.size() - kHeader)
+    head.fail("it holds " + std::to_string(file.size() - kHeader) + " bytes of data where its header says " +
+              std::to_string(packed));
+  if (size > kMaxPayload) head.fail("its size (" + std::to_string(size) + " bytes) is past the limit");
+  std::string p(size, '\0');
+  uLongf got = size;
+  if (size > 0 &&
+      (uncompress(reinterpret_cast<Bytef*>(&p[0]), &got, reinterpret_cast<const Bytef*>(file.data() + kHeader),
+                  static_cast<uLong>(packed)) != Z_OK ||
+       got != size))
+    head.fail("its data does not inflate to the size its header says");
+  if (crc32(0L, reinterpret_cast<const Bytef*>(p.data()), static_cast<uInt>(p.size())) != crc)
+    head.fail("its checksum does not match its data");
+  Cursor c(p, path);
+  RankDigest d;
+  const std::uint32_t strings = c.count(4, "strings");
+  d.strings.reserve(strings);
+  for (std::uint32_t i = 0; i < strings; ++i) d.strings.emplace_back(c.bytes(c.u32("a string"), "a string"));
+  const auto text = [&](const char* what) {
+    const std::uint32_t id = c.u32(what);
+    if (id >= d.strings.size())
+      c.fail(std::string(what) + " is string " + std::to_string(id) + ", past the " + std::to_string(d.strings.size()) +
+             " strings");
+    return id;
+  };
+  d.dump_entries = c.get(8, "the entry count");
+  const std::uint32_t entries = c.count(8, "entries");
+  d.entries.reserve(entries);
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    RankDigest::Entry e;
+    e.name = text("entry name");
+    e.items = c.count(16, "items");
+    e.first_item = static_cast<std::uint32_t>(d.items.size());
+    for (std::uint32_t k = 0; k < e.items; ++k) {
+      RankDigest::Item item;
+      item.site = text("tensor site");
+      item.shape = text("tensor shape");
+      item.stats = c.get(8, "a tensor's hash");
+      d.items.push_back(item);
+    }
+    d.entries.push_back(e);
+  }
+  if (d.entries.size() > d.dump_entries) c.fail("it keeps more entries than it says dump.json has");
+  const std::uint64_t has_nonfinite = c.get(1, "the non-finite tensor");
+  if (has_nonfinite > 1) c.fail("its non-finite flag is neither 0 nor 1");
+  if (has_nonfinite) {
+    rank_items::RankFirst f;
+    f.entry = d.strings[text("non-finite entry")];
+    f.item = d.strings[text("non-finite item")];
+    f.clock = static_cast<long>(c.u32("the non-finite tensor"));
+    f.received = c.get(1, "the non-finite tensor") != 0;
+    f.inputs_finite = c.get(1, "the non-finite tensor") != 0;
+    d.nonfinite = std::move(f);
+  }
+  const std::uint32_t note = c.u32("the recovery note");
+  if (note != kNone) {
+    if (note >= d.strings.size()) c.fail("its recovery note names no string");
+    d.missing = d.strings[note];
+  }
+  if (!c.done()) c.fail("it has bytes after its end");
+  return d;
+}
+
+inline RankDigest read_rank_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw RankDigestError(path + ": cannot be opened");
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw RankDigestError(path + ": cannot be read");
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) throw RankDigestError(path + ": cannot be read");
+  return decode_rank_digest(bytes, path);
+}
+
+}  // namespace torchprobe::io
+// ---- end torchprobe/io/rank_digest.hpp ----
+
+namespace torchprobe {
+
+namespace step_digest {
+
+// "/input_args/0" -> "input_args.0" (a JSON pointer's tokens unescaped: "~1" is "/", "~0" is "~").
+inline std::string dotted(std::string_view pointer) {
+  std::string out;
+  for (std::size_t i = pointer.empty() || pointer[0] != '/' ? 0 : 1; i < pointer.size(); ++i) {
+    const char c = pointer[i];
+    if (c == '/') {
+      out += '.';
+    } else if (c == '~' && i + 1 < pointer.size() && (pointer[i + 1] == '0' || pointer[i + 1] == '1')) {
+      out += pointer[++i] == '1' ? '/' : '~';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+inline bool nonfinite(const StatValue& v) { return v.kind == StatValue::Kind::Float && !std::isfinite(v.d); }
+
+// The first non-finite tensor on each side of a compact body's items, as rank_items::nonfinite_in_entry
+// finds it in the entry's JSON.
+class FirstNonFinite final : public DeferredItems {
+ public:
+  std::string input, output;
+  void summary(const std::string& pointer, bool is_output, const TensorSummary& s) override {
+    std::string& side = is_output ? output : input;
+    if (side.empty() && (nonfinite(s.stats.max) || nonfinite(s.stats.min))) side = dotted(pointer);
+  }
+  void json(const std::string& pointer, bool is_output, const nlohmann::ordered_json& item) override {
+    std::string& side = is_output ? output : input;
+    if (!side.empty()) return;
+    std::string path = dotted(pointer);
+    if (io::rank_items::first_nonfinite_item<io::rank_items::NlohmannNodes>(&item, path)) side = std::move(path);
+  }
+};
+
+// Adds one record (one entry of dump.json) to the digest.
+inline void add_record(io::RankDigestBuilder& digest, const Record& r) {
+  using io::rank_items::NlohmannNodes;
+  const bool has_parameters = r.body.is_object() && r.body.contains("parameters");
+  if (io::RankDigestBuilder::keeps(r.name, has_parameters) || (!r.deferred && !digest.nonfinite_found())) {
+    if (!r.deferred) {
+      digest.add<NlohmannNodes>(r.name, &r.body);
+    } else {
+      const nlohmann::ordered_json body = r.json_body();
+      digest.add<NlohmannNodes>(r.name, &body);
+    }
+    return;
+  }
+  if (digest.nonfinite_found()) {
+    digest.add_unkept(r.name, "", "");
+    return;
+  }
+  // A compact body (and the JSON members beside it, which come first in the entry).
+  FirstNonFinite first;
+  if (r.body.is_object())
+    for (auto it = r.body.begin(); it != r.body.end(); ++it) {
+      std::string& side = io::rank_items::input_side(it.key()) ? first.input : first.output;
+      std::string path = it.key();
+      if (side.empty() && io::rank_items::first_nonfinite_item<NlohmannNodes>(&it.value(), path)) side = path;
+    }
+  r.deferred->visit_items(first);
+  digest.add_unkept(r.name, std::move(first.input), std::move(first.output));
+}
+
+// The digest's bytes for the entries dump.json lists, in its order.
+inline std::string digest_of(const std::vector<const Record*>& entries) {
+  io::RankDigestBuilder digest;
+  for (const Record* r : entries) add_record(digest, *r);
+  return io::encode_rank_digest(digest.digest());
+}
+
+}  // namespace step_digest
+
+}  // namespace torchprobe
+// ---- end torchprobe/sink/step_digest.hpp ----
+// ---- begin torchprobe/sink/step_dump.hpp ----
+// What a sink receives when a step is flushed: the step's records, already in dump order and
+// with every statistic resolved, plus the facts of the step needed for the file headers.
+
+
+// ---- begin torchprobe/core/names.hpp ----
+// Names that more than one part of TorchProbe must spell the same way.
+
+namespace torchprobe {
+
+// The folder of a rank directory that holds the tensor files (msprobe's name).
+inline constexpr std::string_view kTensorDir = "dump_tensor_data";
+
+// How deep nested values (lists, tuples, dicts) are followed before they are cut to null:
+// msprobe's DUMP_MAX_DEPTH.
+inline constexpr int kMaxDepth = 400;
+
+// {rank_directory}/dump_tensor_data
+inline std::string tensor_data_directory(const std::string& rank_directory) {
+  return rank_directory + "/" + std::string(kTensorDir);
+}
+
+// The .pt file of one tensor of an entry: "{entry}.{file_key}.pt", msprobe's name
+// ("Aten.add.0.forward.input.0.pt"); without the key when it is empty, as for save()'s
+// "y.0.debug.pt". Not yet a safe path component: io::safe_component makes it one.
+inline std::string tensor_file_name(const std::string& entry, const std::string& file_key) {
+  std::string name = entry;
+  if (!file_key.empty()) name.append(".").append(file_key);
+  return name.append(".pt");
+}
+
+// save()'s entries in debug.json: "{name}.{count}.debug" (msprobe's names); the gradients of a
+// saved value are "{name}_grad.{count}.debug".
+inline constexpr std::string_view kSaveSuffix = ".debug";
+inline std::string save_entry_name(const std::string& name, std::int64_t count) {
+  return name + "." + std::to_string(count) + std::string(kSaveSuffix);
+}
+inline bool is_save_entry(std::string_view entry) {
+  return entry.size() > kSaveSuffix.size() && entry.substr(entry.size() - kSaveSuffix.size()) == kSaveSuffix;
+}
+
+// ATen's in-place variants: "add_" (the op's name with one trailing underscore) and the
+// augmented-assignment operators "__iand__", "__ilshift__", ... ("__and__" is not one).
+constexpr bool is_dunder(std::string_view op) {
+  return op.size() > 4 && op.substr(0, 2) == "__" && op.substr(op.size() - 2) == "__";
+}
+constexpr bool is_inplace_op(std::string_view op) {
+  if (is_dunder(op)) return op[2] == 'i' && op.size() > 5;
+  return op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_';
+}
+
+// "unsqueeze_" -> "unsqueeze": the op an in-place variant updates in place. The special methods
+// are returned as they are (no list of op names TorchProbe keeps names one).
+constexpr std::string_view without_inplace_mark(std::string_view op) {
+  return is_inplace_op(op) && !is_dunder(op) ? op.substr(0, op.size() - 1) : op;
+}
+
+}  // namespace torchprobe
+// ---- end torchprobe/core/names.hpp ----
 // ---- begin torchprobe/io/dump_header.hpp ----
 // The members of dump.json and debug.json before "data", in msprobe's order. The JSON tree
 // (StepDump::dump_json), the streamed text (sink/step_text.hpp), the journal's first line and
@@ -4698,6 +5483,7 @@ struct StepDump {
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;                          // write stack.json and construct.json
+  bool rank_digest = false;                        // write ranks_digest.bin (sink/step_digest.hpp)
   // The step's entries in dump order. A name committed twice (a second backward through a
   // retained graph) appears twice: the files keep its last value in its first place.
   std::vector<const Record*> records;
@@ -4790,157 +5576,6 @@ struct StepDump {
 // a JSON tree for them.
 
 
-// ---- begin torchprobe/core/tensor_json.hpp ----
-// The parts of a tensor's dump.json item that every task writes: type, dtype, shape, the
-// statistics slots and requires_grad, in msprobe's key order.
-
-#include <c10/util/SmallVector.h>
-
-
-// ---- begin torchprobe/core/tensor_stats.hpp ----
-// The four statistics msprobe writes per tensor (Max, Min, Mean, Norm) as plain host values.
-
-namespace torchprobe {
-
-// One statistic. Max/Min keep the tensor's own kind (an int64 max stays a JSON integer, a bool
-// tensor's max is `true`), Mean/Norm are doubles, and anything undefined is JSON null.
-struct StatValue {
-  enum class Kind : std::uint8_t { Null, Bool, Int, Float };
-  Kind kind = Kind::Null;
-  // The value of `kind` (16 bytes a statistic: an open step holds four per tensor).
-  union {
-    std::int64_t i = 0;
-    double d;
-    bool b;
-  };
-
-  static StatValue null() { return {}; }
-  static StatValue boolean(bool v) {
-    StatValue s;
-    s.kind = Kind::Bool;
-    s.b = v;
-    return s;
-  }
-  static StatValue integer(std::int64_t v) {
-    StatValue s;
-    s.kind = Kind::Int;
-    s.i = v;
-    return s;
-  }
-  static StatValue real(double v) {
-    StatValue s;
-    s.kind = Kind::Float;
-    s.d = v;
-    return s;
-  }
-
-  bool is_null() const { return kind == Kind::Null; }
-  // The value as a double (NaN for null), for comparisons and overflow checks.
-  double as_double() const {
-    switch (kind) {
-      case Kind::Bool: return b ? 1.0 : 0.0;
-      case Kind::Int: return static_cast<double>(i);
-      case Kind::Float: return d;
-      case Kind::Null: break;
-    }
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-};
-
-inline void to_json(nlohmann::ordered_json& j, const StatValue& v) {
-  switch (v.kind) {
-    case StatValue::Kind::Null: j = nullptr; return;
-    case StatValue::Kind::Bool: j = v.b; return;
-    case StatValue::Kind::Int: j = v.i; return;
-    case StatValue::Kind::Float: j = v.d; return;
-  }
-}
-
-struct TensorStats {
-  StatValue max, min, mean, norm;
-};
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/tensor_stats.hpp ----
-
-namespace torchprobe {
-
-// Python's str(torch.dtype) for each ATen scalar type.
-inline std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    case at::kComplexHalf: return "torch.complex32";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    case at::kQInt8: return "torch.qint8";
-    case at::kQUInt8: return "torch.quint8";
-    case at::kQInt32: return "torch.qint32";
-    case at::kQUInt4x2: return "torch.quint4x2";
-    default: {
-      // Newer dtypes (float8 variants, unsigned ints of torch 2.x): ATen's name, lower-cased.
-      std::string s = c10::toString(t);
-      for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return "torch." + s;
-    }
-  }
-}
-
-// {"type", "dtype", "shape"}: the keys that lead every tensor item.
-inline nlohmann::ordered_json tensor_header(const at::Tensor& t) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  j.get_ref<nlohmann::ordered_json::object_t&>().reserve(8);  // the item's usual eight keys, without regrowth
-  j["type"] = "torch.Tensor";
-  j["dtype"] = dtype_name(t.scalar_type());
-  j["shape"] = t.sizes().vec();
-  return j;
-}
-
-inline void put_stats(nlohmann::ordered_json& j, const TensorStats& s) {
-  j["Max"] = s.max;
-  j["Min"] = s.min;
-  j["Mean"] = s.mean;
-  j["Norm"] = s.norm;
-}
-
-// A statistics item in compact form: what the statistics task keeps of a CPU tensor while a call
-// is captured. Its JSON is built only when the entry is written (capture/captured_call.hpp), so the
-// training thread neither allocates nor frees a JSON tree per tensor.
-struct TensorSummary {
-  at::ScalarType dtype = at::kFloat;
-  bool requires_grad = false;
-  c10::SmallVector<std::int64_t, 4> shape;  // most tensors have at most four dimensions
-  TensorStats stats;
-};
-
-// The item exactly as tensor_header + put_stats + requires_grad write it.
-inline nlohmann::ordered_json tensor_item(const TensorSummary& s) {
-  using object_t = nlohmann::ordered_json::object_t;
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  object_t& o = j.get_ref<object_t&>();
-  o.reserve(8);
-  // Keys are appended in msprobe's order; the item is new, so there is nothing to look up.
-  o.emplace_back("type", "torch.Tensor");
-  o.emplace_back("dtype", dtype_name(s.dtype));
-  o.emplace_back("shape", nlohmann::ordered_json(std::vector<std::int64_t>(s.shape.begin(), s.shape.end())));
-  o.emplace_back("Max", s.stats.max);
-  o.emplace_back("Min", s.stats.min);
-  o.emplace_back("Mean", s.stats.mean);
-  o.emplace_back("Norm", s.stats.norm);
-  o.emplace_back("requires_grad", s.requires_grad);
-  return j;
-}
-
-}  // namespace torchprobe
-// ---- end torchprobe/core/tensor_json.hpp ----
 // ---- begin torchprobe/io/python_json.hpp ----
 // A nlohmann JSON tree written exactly as Python's json module writes it (io/json_text.hpp has the
 // rules). nlohmann's own dump() differs (NaN becomes null, its own float layout and indentation),
@@ -5217,6 +5852,11 @@ class DirectorySink {
     const bool sync = !d.records.empty();
     write_entries(d, "dump", sync);
     for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
+    // Not fsync'ed: a digest a power cut took (or cut short) makes the view read the step's
+    // dump.json files instead; the fsync would be most of what the digest costs a small step.
+    if (d.rank_digest)
+      io::write_file_atomic(d.directory + "/" + io::kRankDigestFile,
+                            step_digest::digest_of(d.by_first_place(StepDump::in_dump)), 0640, false);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });
@@ -9775,7 +10415,6 @@ class OverflowCheckTask {
 // summary_mode md5 / xor: a fingerprint of a tensor's bytes in its native dtype,
 // taken over the bytes Python's t.contiguous().numpy().tobytes() would give. A strided CPU
 // tensor is hashed in place, run by run in logical order, without a contiguous copy.
-#include <zlib.h>
 
 
 
@@ -15396,9 +16035,8 @@ class StepLifecycle final : private DumpEnd {
   // the user hears why once.
   bool may_start() {
     std::string why;
-    if constexpr (task_traits::can_end<TaskT>::value) {
+    if constexpr (task_traits::can_end<TaskT>::value)
       if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
-    }
     if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
     if (why.empty()) return true;
     if (!told_why_not_) io::tell_user(why);
@@ -15579,11 +16217,7 @@ class StepLifecycle final : private DumpEnd {
     std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
   };
 
-  Job new_job() const {
-    Job job;
-    job.directory = directory_, job.step = session_.step(), job.written = written_;
-    return job;
-  }
+  Job new_job() const { return Job{directory_, session_.step(), {}, {}, {}, {}, 0, written_}; }
 
   // Runs `body` (it seals the records), then takes the tickets: everything committed so far is
   // waited for. False when it failed, which is reported.
@@ -15659,6 +16293,7 @@ class StepLifecycle final : private DumpEnd {
     d.directory = directory_;
     d.step = session_.step();
     d.extra_info = core_->config().extra_info;
+    d.rank_digest = level == L && writes_digest();
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
@@ -15682,6 +16317,8 @@ class StepLifecycle final : private DumpEnd {
     return files;
   }
 
+  // ranks_digest.bin beside a rank's dump.json (key rank_digest); a proc{pid} has no ranks to compare.
+  bool writes_digest() const { return core_->config().rank_digest && session_.rank().has_value(); }
   nlohmann::ordered_json dump_data_dir() const {
     if (!TaskT::saves_tensors(core_->config())) return nullptr;
     return tensor_data_directory(directory_);
@@ -15693,6 +16330,7 @@ class StepLifecycle final : private DumpEnd {
     io::DumpHeader{std::string(TaskT::name), std::string(level_name(L)), dump_data_dir()}.put_into(h);
     h["writes_dump"] = !kSaveOnly;
     h["extra_info"] = core_->config().extra_info;
+    if (writes_digest()) h["rank_digest"] = true;  // `torchprobe recover` writes it again
     h["step"] = session_.step();
     return io::to_python_json(h, -1);
   }

@@ -13,6 +13,9 @@ there therefore marks an interrupted step; from it this tool writes, in that ran
   debug.json      save()'s entries, when there were any
   the task's own files (free_benchmark.csv, overflow_summary.json, ...) as the step last handed them over
 
+`torchprobe recover` also writes ranks_digest.bin again (what `torchprobe ranks` reads of each
+rank); this tool removes an outdated one instead, and `torchprobe ranks` reads dump.json there.
+
 stack.json cannot be rebuilt (its call stacks were still raw addresses in the dead process): one
 written by an earlier stop() of the step is left as it is. Files are written like TorchProbe's
 (json.dump with indent=1, temporary file + rename, mode 0640), then the journal is removed unless
@@ -20,8 +23,9 @@ written by an earlier stop() of the step is left as it is. Files are written lik
 from dump_tensor_data/; they are listed, and their entries (statistics included) are kept. Partial
 tensor files left under temporary names (.NAME.pt.tmpPID.N) are removed, and so is a journal that was
 still being created (.journal.jsonl.tmpPID.N: its step had recorded nothing). So are JSON files that
-were being replaced (.dump.json.tmpPID.N and the like, beside the file they were to replace), in
-every directory below the given paths, journal or not; --check lists them instead.
+were being replaced (.dump.json.tmpPID.N and the like), and the rank's digest (.ranks_digest.bin.tmpPID.N),
+beside the file they were to replace, in every directory below the given paths, journal or not;
+--check lists them instead.
 
 A step that ended (step() returned) has a last journal line {"end": true, "entries": K}; its
 dump.json is rebuilt whole, byte for byte as TorchProbe writes it. A journal without that line is a
@@ -54,7 +58,7 @@ JOURNAL = "journal.jsonl"
 TEMP_TENSOR_RE = re.compile(r"^\..+\.tmp\d+\.\d+$")
 TEMP_JOURNAL_GLOB = "." + JOURNAL + ".tmp*"  # a journal being created when the process died
 # io::write_file_atomic's temporary for dump.json, stack.json, ...: "." + name + ".tmp" + pid + "." + n
-TEMP_JSON_RE = re.compile(r"^\..+\.json\.tmp\d+\.\d+$")
+TEMP_JSON_RE = re.compile(r"^\.(.+\.json|ranks_digest\.bin)\.tmp\d+\.\d+$")  # ... and ranks_digest.bin's
 MAX_QUEUED = 4096  # io::Journal::kMaxQueued: lines not yet written when a step is interrupted, at most
 ERROR_LOG = "dump_error_info.log"
 INCOMPLETE = 3  # exit status: a step recovered incomplete, or lost
@@ -270,6 +274,11 @@ def recover(rank_dir: Path, check_only: bool, keep_journal: bool):
         if header.get("writes_dump", True):
             write_json(rank_dir / "dump.json", top_level(header, header["level"], dump_data, missing_text))
             written.append("dump.json")
+            # `torchprobe recover` writes ranks_digest.bin again from the journal; this tool does not,
+            # so a digest of an earlier hand-over, which the new dump.json outdates, is removed:
+            # `torchprobe ranks` then reads this step's dump.json files.
+            if header.get("rank_digest", False):
+                (rank_dir / "ranks_digest.bin").unlink(missing_ok=True)
             if header.get("extra_info", True):
                 write_json(rank_dir / "construct.json", parents)
                 written.append("construct.json")
@@ -305,13 +314,14 @@ def recover(rank_dir: Path, check_only: bool, keep_journal: bool):
 def clear_json_temporaries(root: Path, check_only: bool) -> None:
     """Removes (or, checking, lists) the temporary files of JSON files that were being replaced when the
     process died; the file they were to replace is still whole (or, without a journal, was never written)."""
-    leftovers = sorted(p for p in root.rglob(".*.json.tmp*") if TEMP_JSON_RE.match(p.name) and p.is_file())
+    leftovers = sorted(p for p in root.rglob(".*.tmp*") if TEMP_JSON_RE.match(p.name) and p.is_file())
     for leftover in leftovers:
+        what = "the rank's digest" if leftover.name.startswith(".ranks_digest.bin.") else "a JSON file"
         if check_only:
-            print(f"{leftover}: would remove (a JSON file that was being replaced)")
+            print(f"{leftover}: would remove ({what} that was being replaced)")
         else:
             leftover.unlink()
-            print(f"{leftover}: removed (a JSON file that was being replaced)")
+            print(f"{leftover}: removed ({what} that was being replaced)")
 
 
 def main(argv=None) -> int:

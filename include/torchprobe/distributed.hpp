@@ -30,7 +30,11 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -41,6 +45,8 @@
 #include "torchprobe/capture/api_observer.hpp"
 #include "torchprobe/capture/c10d_reader.hpp"
 #include "torchprobe/capture/collective.hpp"
+#include "torchprobe/io/files.hpp"
+#include "torchprobe/io/rank_digest.hpp"
 
 namespace torchprobe::dist {
 
@@ -274,6 +280,49 @@ Work barrier(const c10::intrusive_ptr<PG>& pg, bool async_op = false) {
         c.kwarg("group", details::group_of(pg));
       },
       [&] { return pg->barrier(); }, async_op);
+}
+
+// Rank 0 of `group` gathers every member's ranks_digest.bin of a step (what `torchprobe ranks`
+// reads of each rank: io/rank_digest.hpp), for a job whose ranks write to disks of their own. Call
+// it on every member once the step is written (after step() and wait_written()), with `rank_dir`
+// the member's directory of that step (Debugger::directory() before step()): rank 0 writes
+// `out`/step{step}/rank{r}/ranks_digest.bin for each member r (its rank in `group`: give the world
+// group), and returns how many; the others return 0. A member without a digest sends none. The
+// group must take CPU tensors (Gloo; for NCCL, a Gloo group of the same ranks). Not recorded: call
+// it while no capture runs.
+template <class PG>
+int gather_rank_digests(const c10::intrusive_ptr<PG>& group, const std::string& rank_dir, const std::string& out,
+                        std::int64_t step) {
+  std::string bytes;
+  {
+    std::ifstream in(rank_dir + "/" + io::kRankDigestFile, std::ios::binary);
+    if (in) bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const int world = group->getSize();
+  std::vector<at::Tensor> size{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
+  std::vector<std::vector<at::Tensor>> sizes(1);
+  for (int r = 0; r < world; ++r) sizes[0].push_back(at::zeros({1}, at::kLong));
+  group->allgather(sizes, size)->wait();
+  std::int64_t most = 1;
+  for (const at::Tensor& t : sizes[0]) most = std::max(most, t.item<std::int64_t>());
+  std::vector<at::Tensor> mine{at::zeros({most}, at::kByte)};
+  if (!bytes.empty()) std::memcpy(mine[0].data_ptr(), bytes.data(), bytes.size());
+  std::vector<std::vector<at::Tensor>> all(1);
+  for (int r = 0; r < world; ++r) all[0].push_back(at::zeros({most}, at::kByte));
+  group->allgather(all, mine)->wait();
+  if (group->getRank() != 0) return 0;
+  int written = 0;
+  for (int r = 0; r < world; ++r) {
+    const std::int64_t n = sizes[0][static_cast<std::size_t>(r)].item<std::int64_t>();
+    if (n <= 0) continue;
+    const std::string dir = out + "/step" + std::to_string(step) + "/rank" + std::to_string(r);
+    io::create_directories_for("create the digest directory", dir);
+    io::write_file_atomic(dir + "/" + io::kRankDigestFile,
+                          std::string_view(static_cast<const char*>(all[0][static_cast<std::size_t>(r)].data_ptr()),
+                                           static_cast<std::size_t>(n)));
+    ++written;
+  }
+  return written;
 }
 
 }  // namespace torchprobe::dist

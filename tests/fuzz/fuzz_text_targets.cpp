@@ -72,6 +72,37 @@ void ranks(std::string_view input) {
   }
 }
 
+// ranks_digest.bin, as torchprobe ranks reads it: the input's first byte says what the rest is,
+// odd: a digest's payload, packed with a valid header and checksum (what a fuzzer could never find
+// through zlib and CRC-32); even: the whole file. It is rank 0's digest of a step whose rank 1 has a
+// valid one, with and without dump.json files to fall back on.
+void rank_digest(std::string_view input) {
+  clear_scratch();
+  if (input.empty()) return;
+  const bool payload = (static_cast<unsigned char>(input[0]) & 1) != 0;
+  input.remove_prefix(1);
+  const std::string file = payload ? io::rank_digest_details::pack(std::string(input)) : std::string(input);
+  try {
+    (void)io::decode_rank_digest(file, "fuzz");
+  } catch (const io::RankDigestError&) {
+  }
+  const fs::path step = scratch() / "step0";
+  fs::create_directories(step / "rank0");
+  fs::create_directories(step / "rank1");
+  write_bytes(step / "rank0" / io::kRankDigestFile, file);
+  write_bytes(step / "rank1" / io::kRankDigestFile, io::encode_rank_digest(io::RankDigest{}));
+  for (const bool with_dumps : {false, true}) {
+    if (with_dumps)
+      for (const char* r : {"rank0", "rank1"})
+        write_bytes(step / r / "dump.json", R"({"task": "statistics", "level": "L0", "data": {}})");
+    try {
+      std::ostringstream out;
+      (void)compare::ranks::print_views(compare::ranks::view_dump(scratch()), out);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 // torchprobe recover: a rank directory with this journal, rebuilt in place.
 void journal(std::string_view input) {
   clear_scratch();
@@ -125,6 +156,9 @@ const std::vector<Target>& text_targets() {
       {"dump_json", "dump.json (NUL) stack.json (NUL) construct.json, as compare reads them", dump_json},
       {"ranks", "rank0's dump.json (NUL) rank1's (NUL) ..., as torchprobe ranks reads a step", ranks},
       {"journal", "journal.jsonl of an interrupted step, as torchprobe recover rebuilds it", journal},
+      {"rank_digest",
+       "a byte (odd: a payload follows, even: a file), then ranks_digest.bin, as torchprobe ranks reads it",
+       rank_digest},
       {"npy", ".npy file of grad_probe, as grad-compare reads it", npy},
       {"grad_csv", "grad_summary CSV (NUL) grad_probe_run.jsonl, as grad-compare reads them", grad_csv},
       {"compare_map", "compare's --map file", compare_map},

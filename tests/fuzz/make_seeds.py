@@ -36,6 +36,60 @@ def files(*patterns):
     return sorted(set(out))
 
 
+def digest_payload(dump_json, missing=""):
+    """A ranks_digest.bin payload (io/rank_digest.hpp) for a dump.json: its kept entries, each tensor
+    with a made-up hash (any 64 bits serve a fuzzer), no non-finite tensor, the recovery note."""
+    import json
+    import struct
+    data = json.loads(dump_json, parse_constant=float)["data"]
+    strings, ids = [], {}
+
+    def sid(text):
+        if text not in ids:
+            ids[text] = len(strings)
+            strings.append(text)
+        return ids[text]
+
+    def tensors(value, site, out):
+        if isinstance(value, dict) and "shape" in value and ("Max" in value or "md5" in value):
+            out.append((site, value))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                tensors(v, site + "." + str(i), out)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                tensors(v, site + "." + k, out)
+
+    entries = b""
+    kept = 0
+    for name, body in data.items():
+        if not (name.startswith("Distributed.") or ".parameters_grad." in name or "parameters" in body):
+            continue
+        items = []
+        for section in ("input_args", "input_kwargs", "output", "parameters"):
+            if section in body and (name.startswith("Distributed.") or section == "parameters"):
+                tensors(body[section], section, items)
+        if ".parameters_grad." in name:
+            for k, v in body.items():
+                tensors(v, k, items)
+        entries += struct.pack("<II", sid(name), len(items))
+        for site, item in items:
+            shape = json.dumps(item["shape"], separators=(",", ":"))
+            digest = int(hashlib.sha1(json.dumps(item, sort_keys=True).encode()).hexdigest()[:16], 16)
+            entries += struct.pack("<IIQ", sid(site), sid(shape), digest)
+        kept += 1
+    note = sid(missing) if missing else 0xFFFFFFFF
+    table = struct.pack("<I", len(strings)) + b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in strings)
+    return table + struct.pack("<QI", len(data), kept) + entries + b"\0" + struct.pack("<I", note)
+
+
+def digest_file(payload):
+    import struct
+    import zlib
+    packed = zlib.compress(payload, 1)
+    return b"TPRD" + struct.pack("<IIII", 1, len(payload), len(packed), zlib.crc32(payload)) + packed
+
+
 def main():
     for dump in files(REF + "/**/dump.json", DATA + "/msprobe*/**/dump.json", DATA + "/golden/**/dump.json"):
         d = os.path.dirname(dump)
@@ -49,6 +103,10 @@ def main():
         ranks = files(step + "/rank*/dump.json")
         if ranks:
             put("ranks", b"\0".join(read(r) for r in ranks))
+            for i, r in enumerate(ranks):
+                payload = digest_payload(read(r), "the step was interrupted" if i == 1 else "")
+                put("rank_digest", b"\1" + payload)
+                put("rank_digest", b"\0" + digest_file(payload))
     for j in files(DATA + "/recover/**/journal.jsonl"):
         put("journal", read(j))
     for n in files(REF + "/grad_probe/**/*.npy"):

@@ -8,6 +8,7 @@
 
 #include <torchprobe/analysis/compare/ranks.hpp>
 #include <torchprobe/distributed.hpp>
+#include <torchprobe/io/recovery.hpp>
 #include <torchprobe/torchprobe.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -23,6 +24,7 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "c10d_dispatch.hpp"  // collectives through the dispatcher, on either libtorch
@@ -62,13 +64,17 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_group(const c10::intrusive_ptr<c
 // 1e-3 to fc.weight at the start of step 1, before its forward and all_reduce); "drift-L0",
 // "drift-mix": the same fault at level L0 or mix; "nodiv-L0", "nodiv-mix": rank 2 does not divide
 // its all-reduced gradients by the world size in step 0 (its parameters differ from step 1 on);
-// "inf-mix": in step 1 rank 1 writes an inf into a row of its fc.weight gradient before the all_reduce.
+// "inf-mix": in step 1 rank 1 writes an inf into a row of its fc.weight gradient before the all_reduce;
+// "skip-mix": two steps, and in step 1 the last rank never calls the all_reduce of fc.bias's gradient
+// and ends; the others wait for it until a Gloo timeout of 4 s, then hang, as a job whose watchdog
+// does not abort it, until the launcher's timeout kills them.
 template <tp::Level L>
 int run_rank_at(const std::string& dir, const std::string& mode) {
   const int rank = std::atoi(std::getenv("RANK"));
   const int world = std::atoi(std::getenv("WORLD_SIZE"));
   auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
-  auto gloo = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(40));
+  const bool skip = mode == "skip-mix";
+  auto gloo = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(skip ? 4 : 40));
   gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo);
   // TORCHPROBE_TEST_DISPATCH: the gradients go through the dispatcher instead of torchprobe::dist.
@@ -88,7 +94,7 @@ int run_rank_at(const std::string& dir, const std::string& mode) {
   tptest::Net net;
   // The README's overhead figure: TORCHPROBE_TEST_STEPS steps, mode "bare" never starts the probe.
   const char* steps_env = std::getenv("TORCHPROBE_TEST_STEPS");
-  const int steps = steps_env ? std::atoi(steps_env) : kSteps;
+  const int steps = steps_env ? std::atoi(steps_env) : skip ? 2 : kSteps;
   const auto began = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) {
     torch::manual_seed(100 + 10 * s + rank);  // data of its own
@@ -102,11 +108,19 @@ int run_rank_at(const std::string& dir, const std::string& mode) {
     net->forward(x).pow(2).mean().backward();
     if (mode == "inf-mix" && rank == 1 && s == 1)
       net->fc->weight.grad().select(0, 0).fill_(std::numeric_limits<float>::infinity());
-    for (auto& p : net->parameters()) {
-      if (dispatch)
-        d_allreduce(dispatching_pg, {p.grad()})->wait();
-      else
-        tp::dist::all_reduce(pg, p.grad());
+    const std::vector<at::Tensor> params = net->parameters();
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const at::Tensor& p = params[k];
+      if (skip && s == 1 && rank == world - 1 && k + 1 == params.size()) continue;  // never enters it
+      try {
+        if (dispatch)
+          d_allreduce(dispatching_pg, {p.grad()})->wait();
+        else
+          tp::dist::all_reduce(pg, p.grad());
+      } catch (const std::exception&) {
+        if (!skip) throw;
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hung, until the launcher kills it
+      }
       if (!(skip_division && s == 0)) p.grad().div_(world);
     }
     if (stop_before_update) dbg.stop();
@@ -132,6 +146,33 @@ int run_rank_at(const std::string& dir, const std::string& mode) {
   if (steps_env && rank == 0)
     std::printf("rank 0: %d steps in %.3f s\n", steps,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
+  return 0;
+}
+
+// "gather": each rank dumps one step at mix, then rank 0 gathers the ranks' digests over Gloo into
+// DIR/gathered (torchprobe::dist::gather_rank_digests).
+int run_gather_rank(const std::string& dir) {
+  const int rank = std::atoi(std::getenv("RANK"));
+  const int world = std::atoi(std::getenv("WORLD_SIZE"));
+  auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
+  auto pg = gloo_group(store, rank, world);
+  tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dir + "/dump").process_group(pg));
+  torch::manual_seed(1);
+  tptest::Net net;
+  dbg.start(net);
+  torch::manual_seed(100 + rank);
+  net->forward(torch::randn({16, 8})).pow(2).mean().backward();
+  for (auto& p : net->parameters()) {
+    tp::dist::all_reduce(pg, p.grad());
+    p.grad().div_(world);
+  }
+  dbg.stop();
+  const std::string rank_dir = dbg.directory();
+  dbg.step();
+  dbg.wait_written();
+  const int written = tp::dist::gather_rank_digests(pg, rank_dir, dir + "/gathered", 0);
+  if (written != (rank == 0 ? world : 0)) return 5;
   std::ofstream(dir + "/done" + std::to_string(rank)) << "done\n";
   return 0;
 }
@@ -214,6 +255,7 @@ struct ChildProgram {
     try {
       const std::string mode = std::getenv("TORCHPROBE_TEST_MODE");
       rc = mode == "dispatch" ? run_dispatch_rank(std::getenv("TORCHPROBE_TEST_DIR"))
+           : mode == "gather" ? run_gather_rank(std::getenv("TORCHPROBE_TEST_DIR"))
                               : run_rank(std::getenv("TORCHPROBE_TEST_DIR"), mode);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rank %s failed: %s\n", std::getenv("RANK"), e.what());
@@ -227,7 +269,7 @@ struct ChildProgram {
 // ---- the parent ------------------------------------------------------------------------------
 
 // tools/launch_ranks.sh starts `world` ranks of this executable; returns its exit status.
-int launch(int world, const std::string& mode, const std::string& dir, bool dispatch = false) {
+int launch(int world, const std::string& mode, const std::string& dir, bool dispatch = false, int timeout_s = 50) {
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   const std::string script = std::string(TORCHPROBE_TESTS_DIR) + "/../tools/launch_ranks.sh";
   std::vector<std::string> env = {"TORCHPROBE_TEST_CHILD=dist", "TORCHPROBE_TEST_MODE=" + mode,
@@ -238,7 +280,7 @@ int launch(int world, const std::string& mode, const std::string& dir, bool disp
     if (std::string(*e).rfind("TORCHPROBE_TEST_", 0) != 0) envp.push_back(*e);
   for (std::string& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = {"bash", script, "-t", "50", std::to_string(world), self};
+  std::vector<std::string> args = {"bash", script, "-t", std::to_string(timeout_s), std::to_string(world), self};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -412,7 +454,9 @@ TEST_CASE("the cross-rank view names the rank, the parameter and the step of a p
   tptest::TempDir dir;
   REQUIRE(launch(4, "fault", dir.path()) == 0);
   namespace ranks = tp::compare::ranks;
-  const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+  ranks::ViewOptions every_dump;  // each rank's dump.json, its own data too (the lone-outlier rule)
+  every_dump.digests = false;
+  const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump", every_dump);
   REQUIRE(views.size() == 2);  // step 0 agrees; the view stops at step 1
   CHECK(views[0].ranks == std::vector<long>{0, 1, 2, 3});
   CHECK_FALSE(views[0].first.has_value());
@@ -437,6 +481,16 @@ TEST_CASE("the cross-rank view names the rank, the parameter and the step of a p
   CHECK(ranks::print_views(views, text) == 1);
   CHECK(text.str().find("first disagreement: step 1, rank 2, Aten.t.0.forward input_args.0 (shape [4,8])") !=
         std::string::npos);
+  // The digests every rank wrote beside its dump.json: the module's parameter itself, at the same step.
+  const std::vector<ranks::StepView> digests = ranks::view_dump(dir / "dump");
+  REQUIRE(digests.size() == 2);
+  CHECK(digests[0].source.digests);
+  CHECK(digests[1].source.digests);
+  REQUIRE(digests[1].first.has_value());
+  CHECK(digests[1].first->rank == 2);
+  CHECK(digests[1].first->entry == "Module.fc.Linear.forward.0");
+  CHECK(digests[1].first->item == "parameters.weight");
+  CHECK(digests[1].first->agreeing == std::vector<long>{0, 1, 3});
 }
 
 // Issue 48: the replicated values at both levels. A parameter drifts on rank 2 at step 1, or rank 2
@@ -450,7 +504,9 @@ TEST_CASE("4 Gloo ranks at L0 and mix: a drifted parameter and a skipped gradien
       CAPTURE(level);
       tptest::TempDir dir;
       REQUIRE(launch(4, fault + "-" + level, dir.path()) == 0);
-      const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump");
+      ranks::ViewOptions every_dump;
+      every_dump.digests = false;
+      const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump", every_dump);
       REQUIRE(views.size() == 2);  // step 0 agrees (the undivided update shows in step 1's parameters)
       CHECK_FALSE(views[0].first.has_value());
       CHECK(views[0].replicated.parameters == 2);  // fc.weight and fc.bias
@@ -472,6 +528,17 @@ TEST_CASE("4 Gloo ranks at L0 and mix: a drifted parameter and a skipped gradien
       if (level == "mix")
         CHECK(text.str().find("first module parameter that differs: step 1, rank 2, Module.fc.Linear.forward.0 "
                               "parameters.weight (shape [4,8]) differs from ranks 0,1,3\n") != std::string::npos);
+      // From the ranks' digests: the parameter is the first disagreement, at both levels.
+      const std::vector<ranks::StepView> digests = ranks::view_dump(dir / "dump");
+      REQUIRE(digests.size() == 2);
+      CHECK(digests[1].source.digests);
+      CHECK(digests[1].replicated.parameters == v.replicated.parameters);
+      CHECK(digests[1].replicated.collective_outputs == v.replicated.collective_outputs);
+      REQUIRE(digests[1].first.has_value());
+      CHECK(digests[1].first->rank == 2);
+      CHECK(digests[1].first->entry == "Module.fc.Linear.forward.0");
+      CHECK(digests[1].first->item == "parameters.weight");
+      CHECK(digests[1].first->agreeing == std::vector<long>{0, 1, 3});
     }
   }
 }
@@ -493,12 +560,168 @@ TEST_CASE(
   CHECK(n.inputs_finite);
   CHECK(n.reached == std::vector<long>{0, 2, 3});
   CHECK(n.through == "Distributed.all_reduce.0.forward");  // fc.weight's gradient, reduced first
+  REQUIRE(views[1].source.digests);                        // found while each rank wrote its digest: the same origin
+  ranks::ViewOptions every_dump;
+  every_dump.digests = false;
+  const std::vector<ranks::StepView> dumps = ranks::view_dump(dir / "dump", every_dump);
+  REQUIRE(dumps.size() == views.size());
+  REQUIRE(dumps[1].nonfinite.has_value());
+  CHECK(dumps[1].nonfinite->rank == n.rank);
+  CHECK(dumps[1].nonfinite->entry == n.entry);
+  CHECK(dumps[1].nonfinite->item == n.item);
+  CHECK(dumps[1].nonfinite->reached == n.reached);
   std::ostringstream text;
   ranks::print_views(views, text);
   CHECK(text.str().find("first non-finite value: step 1, rank 1, " + n.entry +
                         " output.0 (made there: its inputs are "
                         "finite); reached ranks 0,2,3 through Distributed.all_reduce.0.forward\n") !=
         std::string::npos);
+}
+
+// Issue 48: a rank that misses a collective. The others wait for it in vain and hang until the
+// launcher's timeout kills them; `torchprobe recover` rebuilds their interrupted step 1 (and its
+// digest) from the journals, and the view names the rank that never entered the all_reduce.
+TEST_CASE("4 Gloo ranks: a rank that never enters an all_reduce is named from the dumps recovered after the hang") {
+  namespace ranks = tp::compare::ranks;
+  tptest::TempDir dir;
+  CHECK(launch(4, "skip-mix", dir.path(), false, 20) == 124);  // the launcher's timeout ended it
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(fs::exists(fs::path(dir / ("dump/step1/rank" + std::to_string(r))) / "journal.jsonl"));
+    CHECK_FALSE(fs::exists(fs::path(dir / ("dump/step1/rank" + std::to_string(r))) / "dump.json"));
+  }
+  CHECK(fs::exists(dir / "dump/step1/rank3/dump.json"));  // it ended its step
+  std::ostringstream out, err;
+  CHECK(tp::io::recovery::run_recover({dir / "dump"}, out, err) == 3);  // incomplete steps
+  CAPTURE(out.str());
+  CAPTURE(err.str());
+  for (int r = 0; r < 3; ++r)
+    CHECK(fs::exists(fs::path(dir / ("dump/step1/rank" + std::to_string(r))) / tp::io::kRankDigestFile));
+  for (const bool digests : {true, false}) {
+    CAPTURE(digests);
+    ranks::ViewOptions options;
+    options.digests = digests;
+    const std::vector<ranks::StepView> views = ranks::view_dump(dir / "dump", options);
+    REQUIRE(views.size() == 2);
+    CHECK_FALSE(views[0].first.has_value());
+    const ranks::StepView& v = views[1];
+    CHECK(v.source.digests == digests);
+    CHECK(v.incomplete.size() == 3);  // ranks 0-2: interrupted while they waited
+    CHECK(v.incomplete.count(3) == 0);
+    REQUIRE(v.first.has_value());
+    CHECK(v.first->step == 1);
+    CHECK(v.first->rank == 3);
+    CHECK(v.first->entry == "Distributed.all_reduce.1.forward");
+    CHECK(v.first->item.empty());  // never entered
+    CHECK(v.first->agreeing == std::vector<long>{0, 1, 2});
+    std::ostringstream text;
+    CHECK(ranks::print_views(views, text) == 1);
+    CHECK(text.str().find("first disagreement: step 1, rank 3, Distributed.all_reduce.1.forward: never entered "
+                          "(ranks 0,1,2 did)\n") != std::string::npos);
+  }
+}
+
+namespace {
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+// Issue 48, item 4: the digest is made from the step's records on the writer's thread (API calls
+// in compact form are only walked for the first non-finite value); the same digest made from the
+// dump.json written beside it, as `torchprobe ranks` reads that, has the very same bytes.
+TEST_CASE("a rank's ranks_digest.bin holds, byte for byte, what the view reads of the dump.json beside it") {
+  tptest::TempDir dir;
+  {
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(tp::Options().dump_path(dir / "dump"));
+    torch::manual_seed(3);
+    tptest::Net net;
+    for (int s = 0; s < 2; ++s) {
+      dbg.start(net, 5);
+      auto y = net->forward(torch::randn({16, 8}));
+      if (s == 1) y = y + torch::zeros({1}).log();  // -inf, made by an API call of its own
+      y.sum().backward();
+      dbg.stop();
+      dbg.step();
+    }
+    dbg.wait_written();
+  }
+  for (int s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    const std::string rank = dir / ("dump/step" + std::to_string(s) + "/rank5");
+    const std::string file = rank + "/" + tp::io::kRankDigestFile;
+    REQUIRE(fs::exists(file));
+    const Json doc = tp::compare::read_json_file(rank + "/dump.json");
+    tp::io::RankDigestBuilder again;
+    for (auto it = doc["data"].begin(); it != doc["data"].end(); ++it)
+      again.add<tp::io::rank_items::NlohmannNodes>(it.key(), &it.value());
+    CHECK(file_bytes(file) == tp::io::encode_rank_digest(again.digest()));
+    const tp::io::RankDigest d = tp::io::read_rank_digest(file);
+    CHECK(d.dump_entries == doc["data"].size());
+    std::vector<std::string> kept;
+    for (const auto& e : d.entries) kept.push_back(d.strings[e.name]);
+    // The module with parameters (forward) and its parameters_grad; no API call, no backward entry.
+    CHECK(kept == std::vector<std::string>{"Module.fc.Linear.forward.0", "Module.fc.Linear.parameters_grad.0"});
+    REQUIRE(d.nonfinite.has_value() == (s == 1));
+    if (s == 1) {
+      CHECK(d.nonfinite->entry == "Aten.log.0.forward");
+      CHECK(d.nonfinite->item == "output.0");
+      CHECK(d.nonfinite->inputs_finite);
+      CHECK_FALSE(d.nonfinite->received);
+    }
+  }
+  // Not written when asked not to, nor by a process without a rank (proc{pid}: no ranks to compare).
+  for (const bool with_rank : {true, false}) {
+    tptest::TempDir off;
+    tp::Debugger<tp::Level::Mix, tp::Task::Statistics> dbg(
+        with_rank ? tp::Options().dump_path(off / "dump").rank_digest(false) : tp::Options().dump_path(off / "dump"));
+    tptest::Net net;
+    if (with_rank)
+      dbg.start(net, 1);
+    else
+      dbg.start(net);
+    net->forward(torch::randn({2, 8})).sum().backward();
+    dbg.stop();
+    dbg.wait_written();
+    CHECK(fs::exists(fs::path(dbg.directory()) / "dump.json"));
+    CHECK_FALSE(fs::exists(fs::path(dbg.directory()) / tp::io::kRankDigestFile));
+  }
+}
+
+// docs/distributed.md's way of looking at a job whose ranks write to disks of their own: rank 0
+// gathers the ranks' digests over c10d, and the view of the gathered digests alone is the view of
+// the dump.
+TEST_CASE("rank 0 gathers every rank's ranks_digest.bin over Gloo; the gathered digests alone give the dump's view") {
+  namespace ranks = tp::compare::ranks;
+  tptest::TempDir dir;
+  REQUIRE(launch(4, "gather", dir.path()) == 0);
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const std::string rank = "/step0/rank" + std::to_string(r) + "/" + tp::io::kRankDigestFile;
+    const std::string gathered = file_bytes(dir / ("gathered" + rank));
+    CHECK(gathered.size() > 20);
+    CHECK(gathered == file_bytes(dir / ("dump" + rank)));
+  }
+  CHECK_FALSE(fs::exists(dir / "gathered/step0/rank0/dump.json"));
+  const std::vector<ranks::StepView> gathered = ranks::view_dump(dir / "gathered");
+  const std::vector<ranks::StepView> dumped = ranks::view_dump(dir / "dump");
+  REQUIRE(gathered.size() == 1);
+  REQUIRE(dumped.size() == 1);
+  CHECK(gathered[0].source.digests);
+  CHECK(gathered[0].ranks == std::vector<long>{0, 1, 2, 3});
+  CHECK_FALSE(gathered[0].first.has_value());
+  CHECK(gathered[0].replicated.parameters == 2);
+  CHECK(gathered[0].replicated.collective_outputs == 2);
+  REQUIRE(gathered[0].collectives.size() == 2);
+  for (const ranks::CollectiveCall& c : gathered[0].collectives) {
+    CHECK(c.entered == std::vector<long>{0, 1, 2, 3});
+    CHECK(c.outputs_agree);
+  }
+  std::ostringstream a, b;
+  CHECK(ranks::print_views(gathered, a) == 0);
+  CHECK(ranks::print_views(dumped, b) == 0);
+  CHECK(a.str() == b.str());
 }
 
 // step0's dump.json of each rank, whole, as python3's json reads it: {"rank0": {entry: ...}, ...}.

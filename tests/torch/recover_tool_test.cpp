@@ -431,14 +431,15 @@ TEST_CASE("torchprobe recover: usage errors give exit status 2") {
 }
 
 TEST_CASE(
-    "temporary files of JSON files a killed process was replacing are removed by recover_dump.py; --check only lists "
-    "them") {
+    "temporary files of JSON files (and of ranks_digest.bin) a killed process was replacing are removed by "
+    "recover_dump.py; --check only lists them") {
   const InterruptedStep s;
   // A complete step whose dump.json and stack.json were being rewritten, and an interrupted one
   // whose dump.json was being written for the first time.
   const pid_t p1 = die_while_replacing(s.full + "/dump.json");
   const pid_t p2 = die_while_replacing(s.full + "/stack.json");
   const pid_t p3 = die_while_replacing(s.done + "/dump.json");
+  const pid_t p4 = die_while_replacing(s.done + "/ranks_digest.bin");  // the rank's digest (io/rank_digest.hpp)
   // Files that only look alike stay: not hidden, or not a temporary's name.
   std::ofstream(s.full + "/notes.json.tmp1.2") << "x";
   std::ofstream(s.full + "/.dump.json.bak") << "x";
@@ -448,8 +449,9 @@ TEST_CASE(
 
   // The names are io::write_file_atomic's own: "." + name + ".tmp" + pid + "." + a counter.
   std::set<std::string> temps;
-  for (const auto& [dir, pid, name] : {std::tuple{s.full, p1, "dump.json"}, std::tuple{s.full, p2, "stack.json"},
-                                       std::tuple{s.done, p3, "dump.json"}}) {
+  for (const auto& [dir, pid, name] :
+       {std::tuple{s.full, p1, "dump.json"}, std::tuple{s.full, p2, "stack.json"}, std::tuple{s.done, p3, "dump.json"},
+        std::tuple{s.done, p4, "ranks_digest.bin"}}) {
     const std::regex expected("\\." + std::regex_replace(std::string(name), std::regex("\\."), "\\.") + "\\.tmp" +
                               std::to_string(pid) + "\\.\\d+");
     int found = 0;
@@ -457,14 +459,17 @@ TEST_CASE(
       if (std::regex_match(f, expected)) ++found, temps.insert(dir + "/" + f);
     CHECK(found == 1);
   }
-  REQUIRE(temps.size() == 3);
+  REQUIRE(temps.size() == 4);
+  const auto what = [](const std::string& t) {
+    return t.find("/.ranks_digest.bin.tmp") != std::string::npos ? "the rank's digest" : "a JSON file";
+  };
 
   tptest::remove_tree(s.tmp / "cut");  // an interrupted step would make the exit status 3
   const tptest::ToolRun check = run_both(s.tmp, "--check " + s.tmp.path());
   CAPTURE(check.out);
   CHECK(check.rc == 0);
   for (const std::string& t : temps) {
-    CHECK(contains(check.out, t + ": would remove (a JSON file that was being replaced)\n"));
+    CHECK(contains(check.out, t + ": would remove (" + what(t) + " that was being replaced)\n"));
     CHECK(fs::exists(t));
   }
 
@@ -473,7 +478,7 @@ TEST_CASE(
   CAPTURE(r.err);
   CHECK(r.rc == 0);
   for (const std::string& t : temps) {
-    CHECK(contains(r.out, t + ": removed (a JSON file that was being replaced)\n"));
+    CHECK(contains(r.out, t + ": removed (" + what(t) + " that was being replaced)\n"));
     CHECK_FALSE(fs::exists(t));
   }
   CHECK(files_in(s.full) == good);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -235,5 +236,271 @@ TEST_CASE("the first inf is named at the rank that made it, not on every rank it
     std::ostringstream text;
     ranks::print_views({v}, text);
     CHECK(text.str().find("non-finite") == std::string::npos);
+  }
+}
+
+// ---- ranks_digest.bin (io/rank_digest.hpp): what the probe writes beside each rank's dump.json ----
+
+namespace {
+
+namespace io = torchprobe::io;
+
+// Each rank's ranks_digest.bin made from its dump.json as compare reads it (Python's NaN and
+// Infinity included), as the probe makes it from the same entries at dump time.
+void write_digests(const StepDir& d, std::size_t ranks) {
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const fs::path dir = d.step() / ("rank" + std::to_string(r));
+    const OJson doc = torchprobe::compare::read_json_file(dir / "dump.json");
+    io::RankDigestBuilder digest;
+    for (auto it = doc["data"].begin(); it != doc["data"].end(); ++it)
+      digest.add<io::rank_items::NlohmannNodes>(it.key(), &it.value());
+    std::ofstream(dir / io::kRankDigestFile, std::ios::binary) << io::encode_rank_digest(digest.digest());
+  }
+}
+
+std::string printed(const ranks::StepView& v) {
+  std::ostringstream text;
+  ranks::print_views({v}, text);
+  return text.str();
+}
+
+ranks::StepView without_digests(const fs::path& step) {
+  ranks::ViewOptions o;
+  o.digests = false;
+  return ranks::view_step(step, 0, o);
+}
+
+// The facts of a view that do not depend on where it was read from.
+void same_verdict(const ranks::StepView& a, const ranks::StepView& b) {
+  REQUIRE(a.first.has_value() == b.first.has_value());
+  if (a.first) {
+    CHECK(a.first->rank == b.first->rank);
+    CHECK(a.first->entry == b.first->entry);
+    CHECK(a.first->item == b.first->item);
+    CHECK(a.first->shape == b.first->shape);
+    CHECK(a.first->agreeing == b.first->agreeing);
+  }
+  REQUIRE(a.nonfinite.has_value() == b.nonfinite.has_value());
+  if (a.nonfinite) {
+    CHECK(a.nonfinite->rank == b.nonfinite->rank);
+    CHECK(a.nonfinite->entry == b.nonfinite->entry);
+    CHECK(a.nonfinite->item == b.nonfinite->item);
+    CHECK(a.nonfinite->inputs_finite == b.nonfinite->inputs_finite);
+    CHECK(a.nonfinite->reached == b.nonfinite->reached);
+    CHECK(a.nonfinite->through == b.nonfinite->through);
+  }
+  CHECK(a.replicated.parameters == b.replicated.parameters);
+  CHECK(a.replicated.collective_outputs == b.replicated.collective_outputs);
+  CHECK(a.replicated.gradients == b.replicated.gradients);
+  CHECK(a.replicated.own_gradients == b.replicated.own_gradients);
+  REQUIRE(a.collectives.size() == b.collectives.size());
+  for (std::size_t i = 0; i < a.collectives.size(); ++i) {
+    CHECK(a.collectives[i].name == b.collectives[i].name);
+    CHECK(a.collectives[i].entered == b.collectives[i].entered);
+    CHECK(a.collectives[i].inputs_agree == b.collectives[i].inputs_agree);
+    CHECK(a.collectives[i].outputs_agree == b.collectives[i].outputs_agree);
+  }
+}
+
+OJson reduce_entry(const OJson& in, const OJson& out) {
+  return {{"input_args", {in}}, {"input_kwargs", OJson::object()}, {"output", {out}}};
+}
+
+}  // namespace
+
+TEST_CASE("read from the ranks' digests, the view reaches the verdicts it reaches from dump.json, and says so") {
+  OJson inf = stat(1.0);
+  inf["Max"] = "Infinity";
+  const std::string grad = "Module.fc.Linear.parameters_grad.0";
+  SUBCASE("a parameter one rank of two holds differently (L0)") {
+    StepDir d({{{"Module.fc.Linear.forward.0", module_entry(1.0, 0.5, 0.1)}},
+               {{"Module.fc.Linear.forward.0", module_entry(3.0, 0.5005, 0.1)}}});
+    const ranks::StepView json = ranks::view_step(d.step(), 0);
+    const std::string json_text = printed(json);
+    write_digests(d, 2);
+    const ranks::StepView digest = ranks::view_step(d.step(), 0);
+    CHECK(digest.source.digests);
+    REQUIRE(digest.first.has_value());
+    CHECK(digest.first->item == "parameters.weight");
+    same_verdict(digest, json);
+    CHECK(printed(digest).find("  read from the ranks' ranks_digest.bin (") != std::string::npos);
+    // --no-digest: the text of the view before the digests were there, byte for byte.
+    CHECK(printed(without_digests(d.step())) == json_text);
+  }
+  SUBCASE("a gradient shown reduced, which one rank changed after the reduction") {
+    StepDir d(
+        {{{"Distributed.all_reduce.0.forward", reduce_entry(stat(0.2), stat(0.9))}, {grad, {{"weight", {stat(0.9)}}}}},
+         {{"Distributed.all_reduce.0.forward", reduce_entry(stat(0.3), stat(0.9))}, {grad, {{"weight", {stat(0.9)}}}}},
+         {{"Distributed.all_reduce.0.forward", reduce_entry(stat(0.4), stat(0.9))},
+          {grad, {{"weight", {stat(0.3)}}}}}});
+    const ranks::StepView json = ranks::view_step(d.step(), 0);
+    write_digests(d, 3);
+    const ranks::StepView digest = ranks::view_step(d.step(), 0);
+    CHECK(digest.source.digests);
+    REQUIRE(digest.first.has_value());
+    CHECK(digest.first->entry == grad);
+    same_verdict(digest, json);
+  }
+  SUBCASE("an inf made on rank 1 and carried to the others by the all_reduce") {
+    const auto mul = [](const OJson& out) { return reduce_entry(stat(1.0), out); };
+    StepDir d(
+        {{{"Aten.mul.0.forward", mul(stat(1.0))}, {"Distributed.all_reduce.0.forward", reduce_entry(stat(1.0), inf)}},
+         {{"Aten.mul.0.forward", mul(inf)}, {"Distributed.all_reduce.0.forward", reduce_entry(inf, inf)}},
+         {{"Aten.mul.0.forward", mul(stat(3.0))}, {"Distributed.all_reduce.0.forward", reduce_entry(stat(3.0), inf)}}});
+    const ranks::StepView json = ranks::view_step(d.step(), 0);
+    write_digests(d, 3);
+    const ranks::StepView digest = ranks::view_step(d.step(), 0);
+    CHECK(digest.source.digests);
+    REQUIRE(digest.nonfinite.has_value());
+    CHECK(digest.nonfinite->entry == "Aten.mul.0.forward");  // not kept in the digest, but found while writing it
+    same_verdict(digest, json);
+  }
+}
+
+TEST_CASE("a digest keeps collectives, module parameters and gradients: each rank's own data stays in dump.json") {
+  // Rank 2's op input differs where ranks 0 and 1 agree (the lone-outlier rule of dump.json), and
+  // rank 2 holds the module's weight differently.
+  const auto op = [](double x) { return reduce_entry(stat(x), stat(2 * x)); };
+  StepDir d({{{"Aten.t.0.forward", op(0.5)}, {"Module.fc.Linear.forward.0", module_entry(1.0, 0.5, 0.1)}},
+             {{"Aten.t.0.forward", op(0.5)}, {"Module.fc.Linear.forward.0", module_entry(2.0, 0.5, 0.1)}},
+             {{"Aten.t.0.forward", op(0.7)}, {"Module.fc.Linear.forward.0", module_entry(3.0, 0.7, 0.1)}}});
+  write_digests(d, 3);
+  const io::RankDigest rank2 = io::read_rank_digest((d.step() / "rank2" / io::kRankDigestFile).string());
+  CHECK(rank2.dump_entries == 2);
+  REQUIRE(rank2.entries.size() == 1);  // the module's entry; Aten.t is the rank's own data
+  CHECK(rank2.strings[rank2.entries[0].name] == "Module.fc.Linear.forward.0");
+  REQUIRE(rank2.entries[0].items == 2);  // its parameters, not its input and output
+  CHECK(rank2.strings[rank2.items[0].site] == "parameters.weight");
+  CHECK(rank2.strings[rank2.items[0].shape] == "[4,8]");
+  CHECK(rank2.strings[rank2.items[1].site] == "parameters.bias");
+
+  const ranks::StepView json = without_digests(d.step());
+  REQUIRE(json.first.has_value());
+  CHECK(json.first->entry == "Aten.t.0.forward");
+  const ranks::StepView digest = ranks::view_step(d.step(), 0);
+  REQUIRE(digest.first.has_value());
+  CHECK(digest.first->rank == 2);
+  CHECK(digest.first->entry == "Module.fc.Linear.forward.0");
+  CHECK(digest.first->item == "parameters.weight");
+  CHECK(printed(digest).find("each rank's own data is only in dump.json (--no-digest reads it)") != std::string::npos);
+}
+
+TEST_CASE("a step where a rank has dump.json and no digest is read from dump.json, and the view says which rank") {
+  StepDir d({{{"Module.fc.Linear.forward.0", module_entry(1.0, 0.5, 0.1)}},
+             {{"Module.fc.Linear.forward.0", module_entry(1.0, 0.5, 0.1)}},
+             {{"Module.fc.Linear.forward.0", module_entry(1.0, 0.5, 0.1)}}});
+  write_digests(d, 3);
+  fs::remove(d.step() / "rank1" / io::kRankDigestFile);
+  const ranks::StepView v = ranks::view_step(d.step(), 0);
+  CHECK_FALSE(v.source.digests);
+  CHECK(printed(v).find("  ranks 1 have no ranks_digest.bin: every rank is read from dump.json\n") !=
+        std::string::npos);
+  // A rank with its digest only (its dump.json not gathered) counts as present.
+  write_digests(d, 3);
+  fs::remove(d.step() / "rank2" / "dump.json");
+  const ranks::StepView gathered = ranks::view_step(d.step(), 0);
+  CHECK(gathered.source.digests);
+  CHECK(gathered.ranks == std::vector<long>{0, 1, 2});
+}
+
+TEST_CASE("a digest cut short, altered, of another version or made up is refused with its path and what is wrong") {
+  StepDir d({{{"Distributed.all_reduce.0.forward", reduce_entry(stat(0.2), stat(0.9))}},
+             {{"Distributed.all_reduce.0.forward", reduce_entry(stat(0.3), stat(0.9))}}});
+  write_digests(d, 2);
+  const fs::path file = d.step() / "rank1" / io::kRankDigestFile;
+  std::string good;
+  {
+    std::ifstream in(file, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(good.size() > 24);
+  namespace raw = io::rank_digest_details;
+  const auto u32 = [](std::uint32_t v) {
+    std::string s;
+    raw::put32(s, v);
+    return s;
+  };
+  std::string version2 = good;
+  version2[4] = 2;
+  std::string flipped = good;
+  flipped[16] ^= 0x20;  // the checksum
+  // Payloads of valid files (right header, size and checksum) whose content lies.
+  const std::string no_strings = u32(0) + std::string(8, '\0');  // ... then the entry count is missing
+  const std::string bad_id = u32(1) + u32(1) + "x" + std::string(8, '\0') + u32(1) + u32(7) + u32(0);
+  const std::string big_count = u32(0xfffffff0u);
+  const std::string trailing = u32(0) + std::string(8, '\0') + u32(0) + std::string(1, '\0') + u32(0xffffffffu) + "!";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {good.substr(0, 10), "does not begin with TorchProbe's digest header"},
+      {good.substr(0, good.size() - 3), "bytes of data where its header says"},
+      {"TPRX" + good.substr(4), "does not begin with TorchProbe's digest header"},
+      {version2, "its version is 2; this build reads version 1"},
+      {flipped, "its checksum does not match its data"},
+      {raw::pack(no_strings), "it ends inside entries"},
+      {raw::pack(bad_id), "entry name is string 7, past the 1 strings"},
+      {raw::pack(big_count), "its count of strings (4294967280) is more than the file holds"},
+      {raw::pack(trailing), "it has bytes after its end"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    CAPTURE(why);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      (void)io::read_rank_digest(file.string());
+      FAIL("read");
+    } catch (const io::RankDigestError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(file.string() + ": not a readable ranks_digest.bin: ") == 0);
+      CHECK(what.find(why) != std::string::npos);
+    }
+    // Every rank has its dump.json: the step is read from them, and the view says why.
+    const ranks::StepView v = ranks::view_step(d.step(), 0);
+    CHECK_FALSE(v.source.digests);
+    CHECK(v.source.note.find(why) != std::string::npos);
+    CHECK(v.source.note.find("; every rank is read from dump.json") != std::string::npos);
+    CHECK(v.collectives.size() == 1);
+  }
+  // Without rank 1's dump.json there is nothing to fall back on: an error that names the file.
+  fs::remove(d.step() / "rank1" / "dump.json");
+  try {
+    (void)ranks::view_step(d.step(), 0);
+    FAIL("viewed");
+  } catch (const torchprobe::compare::InputError& e) {
+    CHECK(std::string(e.what()).find(file.string() + ": not a readable ranks_digest.bin: ") == 0);
+  }
+}
+
+TEST_CASE("a list of more than 16 ranks is printed with its runs as ranges; a shorter one as it always was") {
+  CHECK(ranks::join({0, 1, 2, 3}) == "0,1,2,3");
+  CHECK(ranks::join({}) == "-");
+  std::vector<long> many;
+  for (long r = 0; r < 4096; ++r)
+    if (r != 7 && r != 9) many.push_back(r);
+  CHECK(ranks::join(many) == "0-6,8,10-4095");
+  CHECK(ranks::join({0, 1, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19}) == "0,1,3-5,7-17,19");
+}
+
+// Issue 48, item 2: msprobe's offline NaN/inf analyzer (nan_analyze), run on a TorchProbe dump of 4
+// Gloo ranks where rank 1 wrote an inf into its gradient before the all_reduce; its output is
+// committed beside the dump (tests/data/nan_analyze/README.md says how both were made).
+TEST_CASE("the dump's first inf is at the rank and op where msprobe's own nan_analyze puts it") {
+  const fs::path root = fs::path(TORCHPROBE_TESTS_DIR) / "data" / "nan_analyze" / "inf_mix";
+  const OJson msprobe = torchprobe::compare::read_json_file(root / "msprobe" / "anomaly_analyze.json");
+  REQUIRE(msprobe.size() == 1);  // one rank made it: msprobe names that rank's first anomalous op
+  const std::string key = msprobe.begin().key();
+  REQUIRE(key.rfind("rank_", 0) == 0);
+  const long rank = std::stol(key.substr(5));
+  const std::string op = msprobe.begin().value().at(0).at("op_name").get<std::string>();
+  CHECK(rank == 1);
+  CHECK(op.rfind("Aten.fill_.", 0) == 0);
+  for (const bool digests : {true, false}) {
+    CAPTURE(digests);
+    ranks::ViewOptions options;
+    options.digests = digests;
+    const ranks::StepView v = ranks::view_step(root / "step1", 1, options);
+    CHECK(v.source.digests == digests);
+    REQUIRE(v.nonfinite.has_value());
+    CHECK(v.nonfinite->rank == rank);
+    CHECK(v.nonfinite->entry == op);
+    CHECK(v.nonfinite->inputs_finite);  // made there: fill_'s inf is a scalar argument, not a tensor's
+    CHECK(v.nonfinite->reached == std::vector<long>{0, 2, 3});
   }
 }

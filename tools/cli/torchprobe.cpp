@@ -150,13 +150,17 @@ int ranks_main(const std::vector<std::string>& args) {
   for (const std::string& a : args) {
     if (a == "--grads-reduced")
       options.grads_reduced = true;
+    else if (a == "--no-digest")
+      options.digests = false;
     else
       paths.push_back(a);
   }
   if (paths.size() != 1 || asks_for_help(args)) {
-    std::cerr << "usage: torchprobe ranks [--grads-reduced] STEP_DIR_OR_DUMP_ROOT\n"
+    std::cerr << "usage: torchprobe ranks [--grads-reduced] [--no-digest] STEP_DIR_OR_DUMP_ROOT\n"
                  "  --grads-reduced  the gradients are reduced inside backward (DDP): every parameters_grad\n"
-                 "                   is replicated (without it, only those the dump shows reduced first)\n";
+                 "                   is replicated (without it, only those the dump shows reduced first)\n"
+                 "  --no-digest      read every rank's dump.json even where the ranks have ranks_digest.bin\n"
+                 "                   (the digests keep collectives, module parameters and gradients only)\n";
     return paths.size() == 1 ? 0 : 2;
   }
   try {
@@ -199,7 +203,7 @@ const Subcommand kSubcommands[] = {
     {"api_precision_compare", "judge a target's run_ut details CSV against a bench device's",
      api_precision_compare_main},
     {"ranks",
-     "[--grads-reduced] DUMP  a step's ranks side by side: who entered each collective, whether\n"
+     "[--grads-reduced] [--no-digest] DUMP  a step's ranks side by side: who entered each collective, whether\n"
      "inputs and outputs agreed, the first rank/op where replicated data (module parameters,\n"
      "collective outputs) disagrees (DUMP: a step dir or dump root; exit status 0 all agree,\n"
      "1 a disagreement, 2 bad input)",

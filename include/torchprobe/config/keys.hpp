@@ -39,6 +39,7 @@ inline constexpr ConfigKey kConfigKeys[] = {
     {"seed", KeyPlace::Top, KeySupport::Read},
     {"is_deterministic", KeyPlace::Top, KeySupport::Read},
     {"max_pending_mb", KeyPlace::Top, KeySupport::Read},  // TorchProbe's own
+    {"rank_digest", KeyPlace::Top, KeySupport::Read},     // TorchProbe's own (io/rank_digest.hpp)
     {"enable_dataloader", KeyPlace::Top, KeySupport::NotYet},
     {"dump_enable", KeyPlace::Top, KeySupport::Read},
     {"custom_op_namespaces", KeyPlace::Top, KeySupport::NotYet},

@@ -56,6 +56,8 @@ class Options {
   Options& diff_nums(int64_t n) { return set("diff_nums", n); }
   // Memory (MiB) tensor snapshots may hold while they wait to be written; default 1024.
   Options& max_pending_mb(int64_t mb) { return set("max_pending_mb", mb); }
+  // ranks_digest.bin beside dump.json when the process has a rank (the default), or not.
+  Options& rank_digest(bool on) { return set("rank_digest", on); }
 
   // The c10d process group this process trains with (a c10::intrusive_ptr, or any pointer with
   // getRank()): its rank names the rank{R} directory unless start() is given a rank_id; it comes

@@ -224,6 +224,7 @@ inline Config parse_config(const nlohmann::json& doc, const TaskCatalog* impleme
       {"ALL", RiskLevel::All}, {"FOCUS", RiskLevel::Focus}, {"CORE", RiskLevel::Core}};
   c.risk_level = read_choice(doc, "risk_level", "risk_level", kRisks, RiskLevel::All);
   c.max_pending_mb = parse_max_pending_mb(doc);
+  c.rank_digest = read_bool(doc, "rank_digest", true);
   c.seed = parse_seed(doc);
   c.is_deterministic = read_bool(doc, "is_deterministic", false);
 

@@ -150,6 +150,9 @@ struct Config {
   // TorchProbe's own: memory (MiB) that tensor snapshots waiting to be written may hold before the
   // training thread waits for the writer (tensor task, tensor_list, save()).
   int64_t max_pending_mb = 1024;
+  // TorchProbe's own: a process with a rank writes ranks_digest.bin beside dump.json, what
+  // `torchprobe ranks` reads of each rank (io/rank_digest.hpp); false: not written.
+  bool rank_digest = true;
   // Options().process_group(pg): that group's rank, used when start() names no rank_id.
   std::optional<int64_t> group_rank;
 

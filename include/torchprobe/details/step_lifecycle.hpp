@@ -79,9 +79,8 @@ class StepLifecycle final : private DumpEnd {
   // the user hears why once.
   bool may_start() {
     std::string why;
-    if constexpr (task_traits::can_end<TaskT>::value) {
+    if constexpr (task_traits::can_end<TaskT>::value)
       if (core_->ended()) why = core_->task().end_reason();  // overflow_check reached overflow_nums
-    }
     if (why.empty() && session_.finished()) why = "the last configured step has passed; nothing more is dumped";
     if (why.empty()) return true;
     if (!told_why_not_) io::tell_user(why);
@@ -262,11 +261,7 @@ class StepLifecycle final : private DumpEnd {
     std::shared_ptr<std::atomic<bool>> written;   // the step's: did its last write succeed?
   };
 
-  Job new_job() const {
-    Job job;
-    job.directory = directory_, job.step = session_.step(), job.written = written_;
-    return job;
-  }
+  Job new_job() const { return Job{directory_, session_.step(), {}, {}, {}, {}, 0, written_}; }
 
   // Runs `body` (it seals the records), then takes the tickets: everything committed so far is
   // waited for. False when it failed, which is reported.
@@ -342,6 +337,7 @@ class StepLifecycle final : private DumpEnd {
     d.directory = directory_;
     d.step = session_.step();
     d.extra_info = core_->config().extra_info;
+    d.rank_digest = level == L && writes_digest();
     d.dump_data_dir = dump_data_dir();
     d.records = std::move(sealed.records);
     d.owner = std::move(sealed.owner);
@@ -365,6 +361,8 @@ class StepLifecycle final : private DumpEnd {
     return files;
   }
 
+  // ranks_digest.bin beside a rank's dump.json (key rank_digest); a proc{pid} has no ranks to compare.
+  bool writes_digest() const { return core_->config().rank_digest && session_.rank().has_value(); }
   nlohmann::ordered_json dump_data_dir() const {
     if (!TaskT::saves_tensors(core_->config())) return nullptr;
     return tensor_data_directory(directory_);
@@ -376,6 +374,7 @@ class StepLifecycle final : private DumpEnd {
     io::DumpHeader{std::string(TaskT::name), std::string(level_name(L)), dump_data_dir()}.put_into(h);
     h["writes_dump"] = !kSaveOnly;
     h["extra_info"] = core_->config().extra_info;
+    if (writes_digest()) h["rank_digest"] = true;  // `torchprobe recover` writes it again
     h["step"] = session_.step();
     return io::to_python_json(h, -1);
   }

@@ -45,6 +45,7 @@
 #include "torchprobe/io/journal_reader.hpp"
 #include "torchprobe/io/json_spans.hpp"
 #include "torchprobe/io/json_text.hpp"
+#include "torchprobe/io/rank_digest_spans.hpp"
 
 namespace torchprobe::io::recovery {
 
@@ -205,6 +206,11 @@ inline Outcome recover(const std::filesystem::path& rank_path, bool check_only, 
         write_file_atomic((rank_path / "dump.json").string(),
                           top_level(header, raw_or(header, "level", "null"), dump, missing_text), 0640, false);
         written.push_back("dump.json");
+        if (const Value* digest = header.find("rank_digest"); digest && digest->raw == "true") {
+          write_file_atomic((rank_path / kRankDigestFile).string(), digest_of_recovered(dump, missing_text), 0640,
+                            false);
+          written.push_back(kRankDigestFile);
+        }
         if (flag(header, "extra_info")) {
           write_file_atomic((rank_path / "construct.json").string(), members_text(dump.parents, 0), 0640, false);
           written.push_back("construct.json");
@@ -298,7 +304,8 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
     err << "torchprobe recover: no PATH given\n" << kUsage;
     return 2;
   }
-  static const std::regex temp_json(R"(^\..+\.json\.tmp\d+\.\d+$)");
+  // write_file_atomic's temporaries of the JSON files and of ranks_digest.bin.
+  static const std::regex temp_json(R"(^\.(.+\.json|ranks_digest\.bin)\.tmp\d+\.\d+$)");
   bool ok = true;
   int incomplete = 0, found = 0;
   std::error_code ec;
@@ -323,11 +330,13 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
     }
     for (const fs::path& p : details::find_below(
              root, [](const std::string& n) { return std::regex_match(n, temp_json); }, true)) {
+      const char* what =
+          p.filename().string().rfind(".ranks_digest.bin.", 0) == 0 ? "the rank's digest" : "a JSON file";
       if (check) {
-        out << p.string() << ": would remove (a JSON file that was being replaced)\n";
+        out << p.string() << ": would remove (" << what << " that was being replaced)\n";
       } else {
         fs::remove(p, ec);
-        out << p.string() << ": removed (a JSON file that was being replaced)\n";
+        out << p.string() << ": removed (" << what << " that was being replaced)\n";
       }
     }
     for (const fs::path& j : journals) {

@@ -1,6 +1,7 @@
 #pragma once
 // The default sink: msprobe's directory layout, {dump_path}/step{N}/{rank dir}/{dump,stack,
-// construct}.json (and debug.json for save()). Each flush rewrites the files atomically (temporary
+// construct}.json (and debug.json for save()), and TorchProbe's ranks_digest.bin beside a rank's
+// dump.json (sink/step_digest.hpp). Each flush rewrites the files atomically (temporary
 // file + rename), so a reader never sees a half-written file and a failed write leaves the previous
 // one intact. Between flushes the step journal in the same directory holds every kept entry.
 // dump.json and debug.json are laid out from the journal's lines, where each entry's text was made
@@ -15,6 +16,7 @@
 
 #include "torchprobe/io/files.hpp"
 #include "torchprobe/io/journal_dump.hpp"
+#include "torchprobe/sink/step_digest.hpp"
 #include "torchprobe/sink/step_dump.hpp"
 #include "torchprobe/sink/step_text.hpp"
 
@@ -35,6 +37,11 @@ class DirectorySink {
     const bool sync = !d.records.empty();
     write_entries(d, "dump", sync);
     for (const StepFile& f : d.files) io::write_file_atomic(d.directory + "/" + f.name, f.text);
+    // Not fsync'ed: a digest a power cut took (or cut short) makes the view read the step's
+    // dump.json files instead; the fsync would be most of what the digest costs a small step.
+    if (d.rank_digest)
+      io::write_file_atomic(d.directory + "/" + io::kRankDigestFile,
+                            step_digest::digest_of(d.by_first_place(StepDump::in_dump)), 0640, false);
     if (!d.extra_info) return;
     step_text::write_file(d.directory + "/stack.json", sync,
                           [&](io::JsonText& out) { step_text::write_stack(out, d); });

@@ -33,6 +33,7 @@ struct StepDump {
   std::int64_t step = 0;
   nlohmann::ordered_json dump_data_dir = nullptr;  // set when tensors are saved
   bool extra_info = true;                          // write stack.json and construct.json
+  bool rank_digest = false;                        // write ranks_digest.bin (sink/step_digest.hpp)
   // The step's entries in dump order. A name committed twice (a second backward through a
   // retained graph) appears twice: the files keep its last value in its first place.
   std::vector<const Record*> records;

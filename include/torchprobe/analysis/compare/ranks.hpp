@@ -21,6 +21,10 @@
 // Statistics are compared exactly: replicated data computed the same way is bit-equal (a 64-bit
 // hash of their canonical spelling, ranks_nodes.hpp, in which a NaN equals a NaN). The ranks are
 // read in parallel into compact tables (ranks_table.hpp); the first NaN/inf is ranks_nonfinite.hpp's.
+// Where every rank of a step has the ranks_digest.bin the probe wrote (io/rank_digest.hpp), the
+// tables come from the digests, which keep collectives, module parameters and parameter gradients
+// (a few bytes a tensor), not each rank's own data: the lone-outlier rule then sees only those, and
+// the step says it was read so; --no-digest reads dump.json.
 // A rank whose step was recovered incomplete after a crash (`torchprobe recover`) is named as such,
 // and an entry it lacks is "not recovered" there, never a collective it did not enter.
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -67,6 +72,7 @@ struct Replicated {
 
 struct ViewOptions {
   bool grads_reduced = false;  // the user says the gradients are reduced inside backward
+  bool digests = true;         // read the ranks' ranks_digest.bin where every rank has one (--no-digest: false)
 };
 
 struct StepView {
@@ -78,6 +84,7 @@ struct StepView {
   std::optional<NonFinite> nonfinite;           // the step's first NaN/inf, at its origin (ranks_nonfinite.hpp)
   Replicated replicated;
   std::map<long, std::string> incomplete;  // ranks whose step was recovered incomplete: what is missing
+  details::StepSource source;              // the ranks' digests or their dump.json
 };
 
 namespace details {
@@ -95,70 +102,116 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1,
   StepView view;
   view.step = step;
   details::Interner strings;
-  const std::vector<details::RankTable> tables = details::read_ranks(step_dir, strings);
+  const std::vector<details::RankTable> tables = details::read_ranks(step_dir, strings, options.digests, &view.source);
   std::vector<std::pair<long, const details::RankFirst*>> firsts;
   for (const details::RankTable& t : tables) {
     view.ranks.push_back(t.rank);
     if (!t.missing.empty()) view.incomplete[t.rank] = t.missing;
     firsts.emplace_back(t.rank, t.nonfinite ? &*t.nonfinite : nullptr);
   }
-  // Every entry name, in the dump order of the first rank that has it; each rank's row of it.
+  // Every entry name, in the dump order of the first rank that has it; each layout's row of it
+  // (ranks with the same layout share it, details::Layout).
   std::vector<std::uint32_t> order;
   std::vector<bool> seen(strings.size(), false);
-  std::vector<std::vector<std::int32_t>> row_of(tables.size(), std::vector<std::int32_t>(strings.size(), -1));
-  for (std::size_t r = 0; r < tables.size(); ++r)
-    for (std::size_t i = 0; i < tables[r].entries.size(); ++i) {
-      const std::uint32_t name = tables[r].entries[i].name;
-      if (row_of[r][name] < 0) row_of[r][name] = static_cast<std::int32_t>(i);
+  std::unordered_map<const details::Layout*, std::vector<std::int32_t>> rows;
+  std::vector<const std::vector<std::int32_t>*> row_of(tables.size());
+  for (std::size_t r = 0; r < tables.size(); ++r) {
+    const details::Layout& layout = *tables[r].layout;
+    const auto [it, fresh] = rows.try_emplace(&layout);
+    row_of[r] = &it->second;
+    if (!fresh) continue;
+    it->second.assign(strings.size(), -1);
+    for (std::size_t i = 0; i < layout.entries.size(); ++i) {
+      const std::uint32_t name = layout.entries[i].name;
+      if (it->second[name] < 0) it->second[name] = static_cast<std::int32_t>(i);
       if (!seen[name]) {
         seen[name] = true;
         order.push_back(name);
       }
     }
+  }
+  // Every all_reduce output's statistics of the step, whichever rank: a gradient's are looked up in
+  // its own rank's (sorted, of the size of the step) only when some rank has them at all. Mostly a
+  // few values, held in cache, where the ranks' own lists together are not.
+  std::unordered_set<std::uint64_t> any_reduced;
+  for (const details::RankTable& t : tables)
+    for (const auto& reduced : t.reduced_at) any_reduced.insert(reduced.first);
   const auto note = [&](Disagreement d) {
     if (!view.first) view.first = std::move(d);
   };
+  struct Value {
+    long rank;
+    std::uint64_t stats;
+    std::uint32_t shape;
+  };
   struct Site {
     std::uint32_t site;
-    std::vector<std::pair<long, const details::ItemRow*>> values;  // (rank, item)
+    std::vector<Value> values;
     bool shown_reduced = false;  // a gradient: shown reduced before capture on some rank
   };
+  struct Group {
+    std::uint64_t stats;
+    std::size_t count;
+    long first;  // its first rank
+  };
+  // Kept from entry to entry with their capacity: an entry of thousands of ranks allocates once.
   std::vector<Site> sites;
-  std::unordered_map<std::uint32_t, std::size_t> site_at;   // site id -> its place in `sites`
+  std::size_t used = 0;                                    // sites[0, used) are this entry's
+  std::unordered_map<std::uint32_t, std::size_t> site_at;  // site id -> its place in `sites`
+  std::vector<std::size_t> slot_of;                        // an entry's items -> their places in `sites`
+  std::vector<Group> groups;
   std::unordered_map<std::uint64_t, std::size_t> group_at;  // statistics -> its group
   for (const std::uint32_t name : order) {
     const std::string& entry = strings.text(name);
     const bool collective = entry.rfind("Distributed.", 0) == 0;
     CollectiveCall call{entry, {}, {}, true, true, {}};
     const bool gradients = details::is_parameters_grad(entry);
-    sites.clear();
+    used = 0;
     site_at.clear();
+    // Ranks of one layout (mostly all of them) place an entry's items in the same sites: looked up
+    // once per layout, by hash, not once per rank.
+    const details::Layout* placed_layout = nullptr;
+    std::int32_t placed_row = -1;
     for (std::size_t r = 0; r < tables.size(); ++r) {
       const details::RankTable& t = tables[r];
-      const std::int32_t row = row_of[r][name];
+      const std::int32_t row = (*row_of[r])[name];
       if (row < 0) {  // an incomplete step may just not have it recovered
         (view.incomplete.count(t.rank) ? call.unrecovered : call.absent).push_back(t.rank);
         continue;
       }
       call.entered.push_back(t.rank);
-      const details::EntryRow& e = t.entries[static_cast<std::size_t>(row)];
-      for (std::uint32_t k = e.first_item; k < e.first_item + e.items; ++k) {
-        const details::ItemRow& item = t.items[k];
-        // Looked up by hash, not by a scan: an entry of many items, or many ranks, stays linear.
-        const auto [at, added] = site_at.emplace(item.site, sites.size());
-        if (added) sites.push_back(Site{item.site, {}, false});
-        Site* s = &sites[at->second];
-        s->values.emplace_back(t.rank, &item);
-        if (gradients) {
-          const auto reduced = t.reduced_at.find(item.stats);
-          if (reduced != t.reduced_at.end() && reduced->second < static_cast<std::uint32_t>(row))
-            s->shown_reduced = true;
+      const details::EntryRow& e = t.layout->entries[static_cast<std::size_t>(row)];
+      if (t.layout.get() != placed_layout || row != placed_row) {
+        placed_layout = t.layout.get();
+        placed_row = row;
+        slot_of.clear();
+        for (std::uint32_t k = e.first_item; k < e.first_item + e.items; ++k) {
+          const std::uint32_t site = t.layout->items[k].first;
+          const auto [at, added] = site_at.emplace(site, used);
+          if (added) {
+            if (used == sites.size()) sites.emplace_back();
+            sites[used].site = site;
+            sites[used].values.clear();
+            sites[used].shown_reduced = false;
+            ++used;
+          }
+          slot_of.push_back(at->second);
+        }
+      }
+      for (std::uint32_t j = 0; j < e.items; ++j) {
+        const std::uint32_t k = e.first_item + j;
+        Site& s = sites[slot_of[j]];
+        s.values.push_back({t.rank, t.stats[k], t.layout->items[k].second});
+        if (gradients && !s.shown_reduced && any_reduced.count(t.stats[k])) {
+          const auto reduced = t.reduced(t.stats[k]);
+          if (reduced && *reduced < static_cast<std::uint32_t>(row)) s.shown_reduced = true;
         }
       }
     }
     if (collective && !call.absent.empty() && !call.entered.empty())
       note({step, call.absent.front(), entry, "", "", call.entered});
-    for (const Site& s : sites) {
+    for (std::size_t i = 0; i < used; ++i) {
+      const Site& s = sites[i];
       const std::string& site = strings.text(s.site);
       const bool parameter = site.rfind("parameters.", 0) == 0;
       const bool reduced_gradient = gradients && (options.grads_reduced || s.shown_reduced);
@@ -169,28 +222,31 @@ inline StepView view_step(const std::filesystem::path& step_dir, long step = -1,
       view.replicated.gradients += reduced_gradient;
       view.replicated.own_gradients += gradients && !reduced_gradient;
       if (gradients && !reduced_gradient) continue;  // each rank's own gradient: not compared
-      // Groups of ranks with equal statistics; the largest first.
-      std::vector<std::pair<std::uint64_t, std::vector<long>>> groups;
+      // Groups of ranks with equal statistics, counted; the largest first (the earlier on a tie).
+      // Each rank's own data is named only as a lone outlier (two groups, one of a single rank):
+      // its counting stops at a third group (a collective's inputs differ on every rank).
+      const bool replicated = parameter || reduced_gradient || replicated_output;
+      groups.clear();
       group_at.clear();
-      for (const auto& [rank, item] : s.values) {
-        const auto [g, added] = group_at.emplace(item->stats, groups.size());
-        if (added) groups.push_back({item->stats, {}});
-        groups[g->second].second.push_back(rank);
+      for (const Value& value : s.values) {
+        const auto [g, added] = group_at.emplace(value.stats, groups.size());
+        if (added) groups.push_back({value.stats, 0, value.rank});
+        ++groups[g->second].count;
+        if (!replicated && groups.size() > 2) break;
       }
-      std::stable_sort(groups.begin(), groups.end(),
-                       [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
       const bool agree = groups.size() <= 1;
       const bool output = site.rfind("output", 0) == 0;
       if (collective) (output ? call.outputs_agree : call.inputs_agree) &= agree;
-      if (agree) continue;
-      const std::string& shape = strings.text(s.values.front().second->shape);
-      if (parameter || reduced_gradient || replicated_output) {
-        Disagreement d{step, groups[1].second.front(), entry, site, shape, groups[0].second};
-        if (parameter && !view.first_parameter) view.first_parameter = d;
-        note(std::move(d));
-      } else if (s.values.size() >= 3 && groups.size() == 2 && groups[1].second.size() == 1) {
-        note({step, groups[1].second.front(), entry, site, shape, groups[0].second});
-      }
+      if (agree || (!replicated && (groups.size() != 2 || s.values.size() < 3))) continue;
+      std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.count > b.count; });
+      if (!replicated && groups[1].count != 1) continue;
+      if (view.first && !(parameter && !view.first_parameter)) continue;  // already said
+      std::vector<long> agreeing;                                         // the largest group's ranks, listed only now
+      for (const Value& value : s.values)
+        if (value.stats == groups[0].stats) agreeing.push_back(value.rank);
+      Disagreement d{step, groups[1].first, entry, site, strings.text(s.values.front().shape), std::move(agreeing)};
+      if (parameter && !view.first_parameter) view.first_parameter = d;
+      note(std::move(d));
     }
     if (collective) view.collectives.push_back(std::move(call));
   }
@@ -215,9 +271,21 @@ inline std::vector<StepView> view_dump(const std::filesystem::path& path, const 
   return views;
 }
 
+// "0,1,3"; a list of more than 16 ranks (a job too big to list) with its runs as ranges: "0-1023,1025-4095".
 inline std::string join(const std::vector<long>& v) {
   std::string s;
-  for (long x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  const bool ranges = v.size() > 16;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (ranges && j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + std::to_string(v[i]);
+    if (j >= i + 2) {
+      s += "-" + std::to_string(v[j]);
+      i = j + 1;
+    } else {
+      i = i + 1;
+    }
+  }
   return s.empty() ? "-" : s;
 }
 
@@ -228,6 +296,12 @@ inline int print_views(const std::vector<StepView>& views, std::ostream& out) {
   bool nonfinite_said = false;
   for (const StepView& v : views) {
     out << "step " << (v.step < 0 ? std::string("?") : std::to_string(v.step)) << ": ranks " << join(v.ranks) << "\n";
+    if (v.source.digests)
+      out << "  read from the ranks' " << io::kRankDigestFile << " ("
+          << (v.source.digest_bytes / std::max<std::size_t>(1, v.ranks.size()) + 512) / 1024
+          << " KB a rank): collectives, module parameters and parameter gradients; each rank's own data is "
+             "only in dump.json (--no-digest reads it)\n";
+    if (!v.source.note.empty()) out << "  " << v.source.note << "\n";
     for (const auto& [rank, missing] : v.incomplete)
       out << "  rank " << rank << ": incomplete, recovered after a crash (missing: " << missing
           << "); what it lacks is not counted against it\n";

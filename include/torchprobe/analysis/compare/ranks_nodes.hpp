@@ -6,7 +6,8 @@
 //  - SimdjsonNodes (with TORCHPROBE_HAVE_SIMDJSON): simdjson's DOM (the ranks benchmark at 256
 //    ranks: 8.5 s against 57 s through nlohmann documents, one run each); a file it
 //    cannot take as it is (NaN, a repeated entry name, invalid JSON) goes to the first.
-// Both spell a value the same canonical way (canonical()), so that ranks read by either compare.
+// Both spell a value the same canonical way (io/rank_items.hpp's canonical()), so that ranks read by
+// either compare, and compare with the digests the probe writes (io/rank_digest.hpp).
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -14,39 +15,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "torchprobe/io/rank_items.hpp"
+
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
 #include <simdjson.h>
 #endif
 
 namespace torchprobe::compare::ranks::details {
 
-struct NlohmannNodes {
-  using Node = const nlohmann::ordered_json*;
-  static bool is_object(Node n) { return n->is_object(); }
-  static bool is_array(Node n) { return n->is_array(); }
-  static bool is_string(Node n) { return n->is_string(); }
-  static bool find(Node n, const char* key, Node& out) {
-    const auto it = n->find(key);
-    if (it == n->end()) return false;
-    out = &*it;
-    return true;
-  }
-  template <class F>
-  static void members(Node n, F&& f) {
-    for (auto it = n->begin(); it != n->end(); ++it) f(std::string_view(it.key()), &it.value());
-  }
-  template <class F>
-  static void elements(Node n, F&& f) {
-    for (const auto& e : *n) f(&e);
-  }
-  static bool number(Node n, double& v) {
-    if (!n->is_number()) return false;
-    v = n->get<double>();
-    return true;
-  }
-  static std::string_view string(Node n) { return n->get_ref<const std::string&>(); }
-  static const char* literal(Node n) { return n->is_null() ? "null" : n->get<bool>() ? "true" : "false"; }
-};
+using io::rank_items::canonical;
+using io::rank_items::NlohmannNodes;
 
 #if defined(TORCHPROBE_HAVE_SIMDJSON)
 struct SimdjsonNodes {
@@ -82,47 +60,5 @@ struct SimdjsonNodes {
   static const char* literal(Node n) { return n.is_null() ? "null" : n.get_bool().value_unsafe() ? "true" : "false"; }
 };
 #endif
-
-// A value spelled the same by both readers: numbers as doubles (17 digits, "nan", "inf"), strings
-// quoted raw, arrays and objects compact ("[4,8]" for a shape).
-template <class Nodes>
-void canonical(typename Nodes::Node n, std::string& out) {
-  double v = 0;
-  if (Nodes::number(n, v)) {
-    if (std::isnan(v)) {
-      out += "nan";
-    } else {
-      char buf[32];
-      out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-    }
-  } else if (Nodes::is_string(n)) {
-    out += '"';
-    out += Nodes::string(n);
-    out += '"';
-  } else if (Nodes::is_array(n)) {
-    out += '[';
-    bool first = true;
-    Nodes::elements(n, [&](typename Nodes::Node e) {
-      if (!first) out += ',';
-      first = false;
-      canonical<Nodes>(e, out);
-    });
-    out += ']';
-  } else if (Nodes::is_object(n)) {
-    out += '{';
-    bool first = true;
-    Nodes::members(n, [&](std::string_view k, typename Nodes::Node e) {
-      if (!first) out += ',';
-      first = false;
-      out += '"';
-      out += k;
-      out += "\":";
-      canonical<Nodes>(e, out);
-    });
-    out += '}';
-  } else {
-    out += Nodes::literal(n);
-  }
-}
 
 }  // namespace torchprobe::compare::ranks::details

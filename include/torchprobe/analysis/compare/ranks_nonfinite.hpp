@@ -32,64 +32,8 @@ struct NonFinite {
 
 namespace details {
 
-// Whether n holds a tensor item (an item has "type" and "Max") whose Max or Min is not finite;
-// `path` ("input_args") gets the first one's place appended (".0.key"). Runs over every entry of a
-// rank until one is found, so the path is only extended along the way, never copied.
-template <class Nodes>
-bool first_nonfinite_item(typename Nodes::Node n, std::string& path) {
-  typename Nodes::Node max, min, type;
-  if (Nodes::is_object(n) && Nodes::find(n, "Max", max) && Nodes::find(n, "type", type)) {
-    double v = 0;
-    return (Nodes::number(max, v) && !std::isfinite(v)) ||
-           (Nodes::find(n, "Min", min) && Nodes::number(min, v) && !std::isfinite(v));
-  }
-  bool found = false;
-  const std::size_t at = path.size();
-  const auto visit = [&](std::string_view key, typename Nodes::Node e) {
-    if (found) return;
-    path.append(".").append(key);
-    found = first_nonfinite_item<Nodes>(e, path);
-    if (!found) path.resize(at);
-  };
-  if (Nodes::is_array(n)) {
-    std::size_t i = 0;
-    Nodes::elements(n, [&](typename Nodes::Node e) { visit(std::to_string(i++), e); });
-  } else if (Nodes::is_object(n)) {
-    Nodes::members(n, visit);
-  }
-  return found;
-}
-
-struct RankFirst {
-  std::string entry, item;
-  long clock = 0;  // collective entries before it on that rank
-  bool received = false, inputs_finite = true;
-};
-
-// The place of one entry in a rank's walk for its first non-finite tensor: call for each entry in
-// dump order until it returns true.
-template <class Nodes>
-bool nonfinite_in_entry(std::string_view name, typename Nodes::Node e, RankFirst& f) {
-  const bool collective = name.rfind("Distributed.", 0) == 0;
-  std::string input, output, path;
-  if (Nodes::is_object(e))
-    Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
-      const bool in = k == "input_args" || k == "input_kwargs" || k == "input" || k == "parameters";
-      std::string& side = in ? input : output;  // parameters_grad's "weight": a result
-      if (!side.empty()) return;
-      path.assign(k);
-      if (first_nonfinite_item<Nodes>(part, path)) side = path;
-    });
-  if (input.empty() && output.empty()) {
-    f.clock += collective;
-    return false;
-  }
-  f.entry = std::string(name);
-  f.item = input.empty() ? output : input;
-  f.inputs_finite = input.empty();
-  f.received = collective && input.empty();
-  return true;
-}
+using io::rank_items::nonfinite_in_entry;
+using io::rank_items::RankFirst;
 
 }  // namespace details
 

@@ -4,7 +4,9 @@
 // entries (per tensor item: site, shape and a 64-bit hash of its statistics, 16 bytes) and dropped
 // before the next, so that at most one parsed document per thread is held, never all the ranks'.
 // Names, sites and shapes are interned once for all ranks. The first non-finite value of each rank
-// is found while its document is at hand (ranks_nonfinite.hpp).
+// is found while its document is at hand (ranks_nonfinite.hpp). Where every rank of the step has
+// the digest the probe wrote beside its dump.json (io/rank_digest.hpp), the tables are read from
+// the digests instead: the same rows, for the entries a digest keeps, in a few bytes a tensor.
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -13,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,62 +27,13 @@
 #include "torchprobe/analysis/compare/dump_reader.hpp"
 #include "torchprobe/analysis/compare/ranks_nodes.hpp"
 #include "torchprobe/analysis/compare/ranks_nonfinite.hpp"
+#include "torchprobe/io/rank_digest.hpp"
 
 namespace torchprobe::compare::ranks::details {
 
-template <class Nodes>
-bool is_tensor_item(typename Nodes::Node v) {
-  typename Nodes::Node x;
-  return Nodes::is_object(v) && (Nodes::find(v, "Max", x) || Nodes::find(v, "md5", x)) && Nodes::find(v, "shape", x);
-}
-
-// The tensor items of an entry, as ("input_args.0", item) in dump order.
-template <class Nodes>
-void tensor_items(typename Nodes::Node v, const std::string& site,
-                  std::vector<std::pair<std::string, typename Nodes::Node>>& out) {
-  if (is_tensor_item<Nodes>(v)) {
-    out.emplace_back(site, v);
-  } else if (Nodes::is_array(v)) {
-    std::size_t i = 0;
-    Nodes::elements(v, [&](typename Nodes::Node e) { tensor_items<Nodes>(e, site + "." + std::to_string(i++), out); });
-  } else if (Nodes::is_object(v)) {
-    Nodes::members(v, [&](std::string_view k, typename Nodes::Node e) {
-      tensor_items<Nodes>(e, site + "." + std::string(k), out);
-    });
-  }
-}
-
-inline bool is_parameters_grad(std::string_view entry) { return entry.find(".parameters_grad.") != std::string::npos; }
-
-// The tensor items of one rank's entry that the view looks at: inputs, outputs and module
-// parameters; a parameters_grad entry's gradients ({"weight": [grad], ...}: "weight.0").
-template <class Nodes>
-void entry_items(std::string_view entry, typename Nodes::Node e,
-                 std::vector<std::pair<std::string, typename Nodes::Node>>& items) {
-  if (!Nodes::is_object(e)) return;
-  typename Nodes::Node part;
-  for (const char* section : {"input_args", "input_kwargs", "output", "parameters"})
-    if (Nodes::find(e, section, part)) tensor_items<Nodes>(part, section, items);
-  if (is_parameters_grad(entry))
-    Nodes::members(e,
-                   [&](std::string_view k, typename Nodes::Node v) { tensor_items<Nodes>(v, std::string(k), items); });
-}
-
-// A hash of an item's statistics (dtype, shape, Max, Min, Mean, Norm, md5), spelled canonically:
-// a NaN every rank holds is the same value, not a disagreement.
-template <class Nodes>
-std::uint64_t stats_hash(typename Nodes::Node item, std::string& key) {
-  key.clear();
-  typename Nodes::Node v;
-  for (const char* k : {"dtype", "shape", "Max", "Min", "Mean", "Norm", "md5"}) {
-    if (!Nodes::find(item, k, v)) continue;
-    key += k;
-    key += '=';
-    canonical<Nodes>(v, key);
-    key += ';';
-  }
-  return std::hash<std::string>()(key);
-}
+using io::rank_items::entry_items;
+using io::rank_items::is_parameters_grad;
+using io::rank_items::stats_hash;
 
 // Strings shared by every rank's table, each stored once.
 class Interner {
@@ -104,20 +58,40 @@ struct ItemRow {
 };
 
 struct EntryRow {
-  std::uint32_t name, first_item, items;  // its items: table.items[first_item, first_item + items)
+  std::uint32_t name, first_item, items;  // its items: [first_item, first_item + items)
+  bool operator==(const EntryRow& o) const { return name == o.name && first_item == o.first_item && items == o.items; }
 };
 
-// One rank's step, boiled down. Ids are the rank's own (`strings`) until read_ranks makes them the
-// step's.
+// What the ranks of a step mostly have in common: their entries, and their tensors' sites and
+// shapes, in dump order (step ids). Ranks with the same layout share one; each keeps only its
+// statistics, so that a step of thousands of ranks holds a hash per tensor per rank.
+struct Layout {
+  std::vector<EntryRow> entries;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> items;  // (site, shape)
+  bool operator==(const Layout& o) const { return entries == o.entries && items == o.items; }
+};
+
+// One rank's step, boiled down. While it is read, `entries` and `items` hold it with the rank's own
+// ids (`strings`); read_ranks then makes them the step's and moves them into `layout` and `stats`.
 struct RankTable {
   long rank = -1;
-  bool present = false;           // has a dump.json
-  std::vector<EntryRow> entries;  // dump order
-  std::vector<ItemRow> items;
-  std::unordered_map<std::uint64_t, std::uint32_t> reduced_at;  // an all_reduce output's stats -> its entry index
-  std::string missing;                                          // recovered incomplete: what it lacks
-  std::optional<RankFirst> nonfinite;                           // its first non-finite tensor
-  Interner strings;                                             // emptied once the ids are the step's
+  bool present = false;           // has a dump.json (or a digest)
+  std::vector<EntryRow> entries;  // dump order (while read)
+  std::vector<ItemRow> items;     // (while read)
+  std::shared_ptr<const Layout> layout;
+  std::vector<std::uint64_t> stats;  // each item's, in the layout's order
+  // (an all_reduce output's statistics, its entry index), sorted: the first entry of each value.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> reduced_at;
+  std::string missing;                 // recovered incomplete: what it lacks
+  std::optional<RankFirst> nonfinite;  // its first non-finite tensor
+  Interner strings;                    // emptied once the ids are the step's
+
+  // The entry index of the first all_reduce whose output has these statistics, or none.
+  std::optional<std::uint32_t> reduced(std::uint64_t s) const {
+    const auto it = std::lower_bound(reduced_at.begin(), reduced_at.end(), std::make_pair(s, std::uint32_t{0}));
+    if (it == reduced_at.end() || it->first != s) return std::nullopt;
+    return it->second;
+  }
 };
 
 // The table of one rank from its "data" object.
@@ -141,7 +115,7 @@ void fill_table(typename Nodes::Node data, RankTable& t) {
       key.clear();
       if (Nodes::find(item, "shape", shape)) canonical<Nodes>(shape, key);
       t.items.push_back({t.strings.id(site), t.strings.id(key.empty() ? "null" : key), h});
-      if (reduction && site.rfind("output", 0) == 0) t.reduced_at.emplace(h, index);
+      if (reduction && site.rfind("output", 0) == 0) t.reduced_at.emplace_back(h, index);
     }
   });
   if (first_found) t.nonfinite = std::move(first);
@@ -179,12 +153,85 @@ inline void read_table(const std::filesystem::path& file, RankTable& t) {
   fill_table<NlohmannNodes>(&doc["data"], t);
 }
 
+// One rank's ranks_digest.bin (io/rank_digest.hpp) into its table: the same rows as read_table
+// gives for the entries the digest keeps. Returns the file's size.
+inline std::uintmax_t read_digest(const std::filesystem::path& file, RankTable& t) {
+  const io::RankDigest d = io::read_rank_digest(file.string());
+  std::vector<std::uint32_t> ids(d.strings.size());
+  for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = t.strings.id(d.strings[k]);
+  for (const io::RankDigest::Entry& e : d.entries) {
+    const auto index = static_cast<std::uint32_t>(t.entries.size());
+    const bool reduction = d.strings[e.name].rfind("Distributed.all_reduce.", 0) == 0;
+    t.entries.push_back({ids[e.name], static_cast<std::uint32_t>(t.items.size()), e.items});
+    for (std::uint32_t k = e.first_item; k < e.first_item + e.items; ++k) {
+      const io::RankDigest::Item& item = d.items[k];
+      t.items.push_back({ids[item.site], ids[item.shape], item.stats});
+      if (reduction && d.strings[item.site].rfind("output", 0) == 0) t.reduced_at.emplace_back(item.stats, index);
+    }
+  }
+  t.missing = d.missing;
+  t.nonfinite = d.nonfinite;
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(file, ec);
+  return ec ? 0 : size;
+}
+
+// The step's distinct layouts: a rank's is replaced by an equal one read before (thread-safe).
+class LayoutPool {
+ public:
+  std::shared_ptr<const Layout> share(std::shared_ptr<Layout> layout) {
+    std::uint64_t h = 14695981039346656037ull;
+    const auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (const EntryRow& e : layout->entries) mix((std::uint64_t{e.name} << 32) | e.items);
+    for (const auto& [site, shape] : layout->items) mix((std::uint64_t{site} << 32) | shape);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& same_hash = pool_[h];
+    for (const auto& known : same_hash)
+      if (*known == *layout) return known;
+    same_hash.push_back(std::move(layout));
+    return same_hash.back();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::vector<std::shared_ptr<const Layout>>> pool_;
+};
+
+// Where a step's ranks were read from, and why, for the view to say.
+struct StepSource {
+  bool digests = false;             // every rank's ranks_digest.bin
+  std::uintmax_t digest_bytes = 0;  // their sizes, together
+  std::string note;                 // why dump.json was read although some rank had a digest
+};
+
 // Every rank directory of a step, read in parallel (one thread per core, at most one per rank); the
-// ids of every table are then the step's, in `strings`.
-inline std::vector<RankTable> read_ranks(const std::filesystem::path& step_dir, Interner& strings) {
+// ids of every table are then the step's, in `strings`. With `digests`, the ranks' ranks_digest.bin
+// files are read instead of their dump.json when every rank of the step has one; a digest that
+// cannot be read gives way to dump.json when every rank has that (the note says why), else is an
+// error naming it.
+inline std::vector<RankTable> read_ranks(const std::filesystem::path& step_dir, Interner& strings, bool digests = false,
+                                         StepSource* source = nullptr) {
+  namespace fs = std::filesystem;
   const auto dirs = compare::details::rank_dirs(step_dir);
+  StepSource how;
+  bool every_dump = true;
+  if (digests) {
+    std::string without;
+    bool any = false;
+    for (const auto& [rank, dir] : dirs) {
+      const bool dump = fs::exists(dir / "dump.json"), digest = fs::exists(dir / io::kRankDigestFile);
+      every_dump = every_dump && (dump || !digest);
+      any = any || digest;
+      if (dump && !digest) without += (without.empty() ? "" : ",") + std::to_string(rank);
+    }
+    how.digests = any && without.empty();
+    if (any && !without.empty())
+      how.note = "ranks " + without + " have no " + io::kRankDigestFile + ": every rank is read from dump.json";
+  }
   std::vector<RankTable> tables(dirs.size());
+  LayoutPool layouts;
   std::atomic<std::size_t> next{0};
+  std::atomic<std::uintmax_t> digest_bytes{0};
   std::exception_ptr failed;
   std::mutex mutex;  // failed, and `strings`
   const auto work = [&] {
@@ -192,10 +239,13 @@ inline std::vector<RankTable> read_ranks(const std::filesystem::path& step_dir, 
       RankTable& t = tables[i];
       try {
         t.rank = dirs[i].first;
-        const auto file = dirs[i].second / "dump.json";
-        if (!std::filesystem::exists(file)) continue;
+        const auto file = dirs[i].second / (how.digests ? io::kRankDigestFile : "dump.json");
+        if (!fs::exists(file)) continue;
         t.present = true;
-        read_table(file, t);
+        if (how.digests)
+          digest_bytes += read_digest(file, t);
+        else
+          read_table(file, t);
         // The rank's ids become the step's: one lock a rank.
         std::vector<std::uint32_t> to_step(t.strings.size());
         {
@@ -203,11 +253,28 @@ inline std::vector<RankTable> read_ranks(const std::filesystem::path& step_dir, 
           for (std::uint32_t k = 0; k < to_step.size(); ++k) to_step[k] = strings.id(t.strings.text(k));
         }
         for (EntryRow& e : t.entries) e.name = to_step[e.name];
-        for (ItemRow& item : t.items) {
-          item.site = to_step[item.site];
-          item.shape = to_step[item.shape];
+        auto layout = std::make_shared<Layout>();
+        layout->entries = std::move(t.entries);
+        layout->items.reserve(t.items.size());
+        t.stats.reserve(t.items.size());
+        for (const ItemRow& item : t.items) {
+          layout->items.emplace_back(to_step[item.site], to_step[item.shape]);
+          t.stats.push_back(item.stats);
         }
+        std::vector<ItemRow>().swap(t.items);
+        std::vector<EntryRow>().swap(t.entries);
+        std::stable_sort(t.reduced_at.begin(), t.reduced_at.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        t.reduced_at.erase(std::unique(t.reduced_at.begin(), t.reduced_at.end(),
+                                       [](const auto& a, const auto& b) { return a.first == b.first; }),
+                           t.reduced_at.end());
+        t.reduced_at.shrink_to_fit();
+        t.layout = layouts.share(std::move(layout));
         t.strings = Interner();
+      } catch (const io::RankDigestError& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failed) failed = std::make_exception_ptr(InputError(e.what()));
+        next = dirs.size();
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!failed) failed = std::current_exception();
@@ -220,9 +287,21 @@ inline std::vector<RankTable> read_ranks(const std::filesystem::path& step_dir, 
   for (std::size_t k = 1; k < n; ++k) threads.emplace_back(work);
   work();
   for (auto& th : threads) th.join();
+  if (failed && how.digests && every_dump) {  // a digest that cannot be read: the ranks' dump.json then
+    try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      strings = Interner();
+      auto again = read_ranks(step_dir, strings, false, nullptr);
+      if (source) *source = StepSource{false, 0, std::string(e.what()) + "; every rank is read from dump.json"};
+      return again;
+    }
+  }
   if (failed) std::rethrow_exception(failed);
   tables.erase(std::remove_if(tables.begin(), tables.end(), [](const RankTable& t) { return !t.present; }),
                tables.end());
+  how.digest_bytes = digest_bytes;
+  if (source) *source = how;
   return tables;
 }
 
