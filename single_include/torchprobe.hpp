@@ -3943,6 +3943,25 @@ void canonical(typename Nodes::Node n, std::string& out) {
   }
 }
 
+// Strings numbered in the order they are first seen, each stored once (a digest's string table, the
+// names, sites and shapes of the ranks of a step).
+class Interner {
+ public:
+  std::uint32_t id(std::string_view s) {
+    const auto it = ids_.find(std::string(s));
+    if (it != ids_.end()) return it->second;
+    strings_.emplace_back(s);
+    return ids_.emplace(strings_.back(), static_cast<std::uint32_t>(strings_.size() - 1)).first->second;
+  }
+  const std::string& text(std::uint32_t id) const { return strings_[id]; }
+  std::size_t size() const { return strings_.size(); }
+  const std::vector<std::string>& texts() const { return strings_; }
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<std::string> strings_;
+};
+
 // 64-bit FNV-1a: a hash whose value is fixed by its definition, so that files written by one
 // process (the digests) compare with what another computes.
 inline std::uint64_t fnv1a(std::string_view s) {
@@ -4081,18 +4100,26 @@ inline bool nonfinite_found(std::string_view name, std::string&& input, std::str
   return true;
 }
 
+// The first non-finite tensor of each side of an entry's members ("input_args.0"; left as they are
+// where a side has none yet).
+template <class Nodes>
+void nonfinite_sides(typename Nodes::Node e, std::string& input, std::string& output) {
+  if (!Nodes::is_object(e)) return;
+  std::string path;
+  Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
+    std::string& side = input_side(k) ? input : output;
+    if (!side.empty()) return;
+    path.assign(k);
+    if (first_nonfinite_item<Nodes>(part, path)) side = path;
+  });
+}
+
 // The place of one entry in a rank's walk for its first non-finite tensor: call for each entry in
 // dump order until it returns true.
 template <class Nodes>
 bool nonfinite_in_entry(std::string_view name, typename Nodes::Node e, RankFirst& f) {
-  std::string input, output, path;
-  if (Nodes::is_object(e))
-    Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
-      std::string& side = input_side(k) ? input : output;
-      if (!side.empty()) return;
-      path.assign(k);
-      if (first_nonfinite_item<Nodes>(part, path)) side = path;
-    });
+  std::string input, output;
+  nonfinite_sides<Nodes>(e, input, output);
   return nonfinite_found(name, std::move(input), std::move(output), f);
 }
 
@@ -4160,20 +4187,19 @@ class RankDigestBuilder {
   bool nonfinite_found() const { return d_.nonfinite.has_value(); }
 
   void set_missing(std::string missing) { d_.missing = std::move(missing); }
-  const RankDigest& digest() const { return d_; }
-
- private:
-  std::uint32_t id(std::string_view s) {
-    const auto it = ids_.find(std::string(s));
-    if (it != ids_.end()) return it->second;
-    d_.strings.emplace_back(s);
-    return ids_.emplace(d_.strings.back(), static_cast<std::uint32_t>(d_.strings.size() - 1)).first->second;
+  // The digest so far, its string table taken from the interner.
+  const RankDigest& digest() {
+    d_.strings = strings_.texts();
+    return d_;
   }
 
+ private:
+  std::uint32_t id(std::string_view s) { return strings_.id(s); }
+
   RankDigest d_;
+  rank_items::Interner strings_;
   rank_items::RankFirst walk_;  // the non-finite search so far (its clock)
-  std::unordered_map<std::string, std::uint32_t> ids_;
-  std::string key_;  // stats_hash's scratch space
+  std::string key_;             // stats_hash's scratch space
 };
 
 namespace rank_digest_details {
@@ -4433,12 +4459,7 @@ inline void add_record(io::RankDigestBuilder& digest, const Record& r) {
   }
   // A compact body (and the JSON members beside it, which come first in the entry).
   FirstNonFinite first;
-  if (r.body.is_object())
-    for (auto it = r.body.begin(); it != r.body.end(); ++it) {
-      std::string& side = io::rank_items::input_side(it.key()) ? first.input : first.output;
-      std::string path = it.key();
-      if (side.empty() && io::rank_items::first_nonfinite_item<NlohmannNodes>(&it.value(), path)) side = path;
-    }
+  io::rank_items::nonfinite_sides<NlohmannNodes>(&r.body, first.input, first.output);
   r.deferred->visit_items(first);
   digest.add_unkept(r.name, std::move(first.input), std::move(first.output));
 }

@@ -29,7 +29,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -96,20 +95,19 @@ class RankDigestBuilder {
   bool nonfinite_found() const { return d_.nonfinite.has_value(); }
 
   void set_missing(std::string missing) { d_.missing = std::move(missing); }
-  const RankDigest& digest() const { return d_; }
-
- private:
-  std::uint32_t id(std::string_view s) {
-    const auto it = ids_.find(std::string(s));
-    if (it != ids_.end()) return it->second;
-    d_.strings.emplace_back(s);
-    return ids_.emplace(d_.strings.back(), static_cast<std::uint32_t>(d_.strings.size() - 1)).first->second;
+  // The digest so far, its string table taken from the interner.
+  const RankDigest& digest() {
+    d_.strings = strings_.texts();
+    return d_;
   }
 
+ private:
+  std::uint32_t id(std::string_view s) { return strings_.id(s); }
+
   RankDigest d_;
+  rank_items::Interner strings_;
   rank_items::RankFirst walk_;  // the non-finite search so far (its clock)
-  std::unordered_map<std::string, std::uint32_t> ids_;
-  std::string key_;  // stats_hash's scratch space
+  std::string key_;             // stats_hash's scratch space
 };
 
 namespace rank_digest_details {

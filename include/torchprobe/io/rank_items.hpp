@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,25 @@ void canonical(typename Nodes::Node n, std::string& out) {
     out += Nodes::literal(n);
   }
 }
+
+// Strings numbered in the order they are first seen, each stored once (a digest's string table, the
+// names, sites and shapes of the ranks of a step).
+class Interner {
+ public:
+  std::uint32_t id(std::string_view s) {
+    const auto it = ids_.find(std::string(s));
+    if (it != ids_.end()) return it->second;
+    strings_.emplace_back(s);
+    return ids_.emplace(strings_.back(), static_cast<std::uint32_t>(strings_.size() - 1)).first->second;
+  }
+  const std::string& text(std::uint32_t id) const { return strings_[id]; }
+  std::size_t size() const { return strings_.size(); }
+  const std::vector<std::string>& texts() const { return strings_; }
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<std::string> strings_;
+};
 
 // 64-bit FNV-1a: a hash whose value is fixed by its definition, so that files written by one
 // process (the digests) compare with what another computes.
@@ -227,18 +247,26 @@ inline bool nonfinite_found(std::string_view name, std::string&& input, std::str
   return true;
 }
 
+// The first non-finite tensor of each side of an entry's members ("input_args.0"; left as they are
+// where a side has none yet).
+template <class Nodes>
+void nonfinite_sides(typename Nodes::Node e, std::string& input, std::string& output) {
+  if (!Nodes::is_object(e)) return;
+  std::string path;
+  Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
+    std::string& side = input_side(k) ? input : output;
+    if (!side.empty()) return;
+    path.assign(k);
+    if (first_nonfinite_item<Nodes>(part, path)) side = path;
+  });
+}
+
 // The place of one entry in a rank's walk for its first non-finite tensor: call for each entry in
 // dump order until it returns true.
 template <class Nodes>
 bool nonfinite_in_entry(std::string_view name, typename Nodes::Node e, RankFirst& f) {
-  std::string input, output, path;
-  if (Nodes::is_object(e))
-    Nodes::members(e, [&](std::string_view k, typename Nodes::Node part) {
-      std::string& side = input_side(k) ? input : output;
-      if (!side.empty()) return;
-      path.assign(k);
-      if (first_nonfinite_item<Nodes>(part, path)) side = path;
-    });
+  std::string input, output;
+  nonfinite_sides<Nodes>(e, input, output);
   return nonfinite_found(name, std::move(input), std::move(output), f);
 }
 

@@ -305,7 +305,7 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
     return 2;
   }
   // write_file_atomic's temporaries of the JSON files and of ranks_digest.bin.
-  static const std::regex temp_json(R"(^\.(.+\.json|ranks_digest\.bin)\.tmp\d+\.\d+$)");
+  static const std::regex temp_file(R"(^\.(.+\.json|ranks_digest\.bin)\.tmp\d+\.\d+$)");
   bool ok = true;
   int incomplete = 0, found = 0;
   std::error_code ec;
@@ -329,7 +329,7 @@ inline int run_recover(const std::vector<std::string>& args, std::ostream& out, 
         fs::remove(p, ec);  // a journal being created: its step had recorded nothing yet
     }
     for (const fs::path& p : details::find_below(
-             root, [](const std::string& n) { return std::regex_match(n, temp_json); }, true)) {
+             root, [](const std::string& n) { return std::regex_match(n, temp_file); }, true)) {
       const char* what =
           p.filename().string().rfind(".ranks_digest.bin.", 0) == 0 ? "the rank's digest" : "a JSON file";
       if (check) {

@@ -72,12 +72,7 @@ inline void add_record(io::RankDigestBuilder& digest, const Record& r) {
   }
   // A compact body (and the JSON members beside it, which come first in the entry).
   FirstNonFinite first;
-  if (r.body.is_object())
-    for (auto it = r.body.begin(); it != r.body.end(); ++it) {
-      std::string& side = io::rank_items::input_side(it.key()) ? first.input : first.output;
-      std::string path = it.key();
-      if (side.empty() && io::rank_items::first_nonfinite_item<NlohmannNodes>(&it.value(), path)) side = path;
-    }
+  io::rank_items::nonfinite_sides<NlohmannNodes>(&r.body, first.input, first.output);
   r.deferred->visit_items(first);
   digest.add_unkept(r.name, std::move(first.input), std::move(first.output));
 }

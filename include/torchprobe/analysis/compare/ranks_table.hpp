@@ -35,22 +35,7 @@ using io::rank_items::entry_items;
 using io::rank_items::is_parameters_grad;
 using io::rank_items::stats_hash;
 
-// Strings shared by every rank's table, each stored once.
-class Interner {
- public:
-  std::uint32_t id(std::string_view s) {
-    const auto it = ids_.find(std::string(s));
-    if (it != ids_.end()) return it->second;
-    strings_.emplace_back(s);
-    return ids_.emplace(strings_.back(), static_cast<std::uint32_t>(strings_.size() - 1)).first->second;
-  }
-  const std::string& text(std::uint32_t id) const { return strings_[id]; }
-  std::size_t size() const { return strings_.size(); }
-
- private:
-  std::unordered_map<std::string, std::uint32_t> ids_;
-  std::vector<std::string> strings_;
-};
+using io::rank_items::Interner;
 
 struct ItemRow {
   std::uint32_t site, shape;
